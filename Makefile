@@ -1,0 +1,30 @@
+# merkat — `make run` and `make test` work on a fresh machine with Python 3.11.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test lint typecheck bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## run: set up .venv, install, and run the main job on embedded defaults
+run: $(STAMP)
+	$(BIN)/merkat market clear examples/merkat-3-nodes.json
+
+## test: set up .venv, install, and run the whole test suite
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,69 @@
+"""Shared CLI plumbing: output formats, one-line errors, JSON/table emission.
+
+Conventions (Slurm/kubectl style): data on stdout, logs and errors on stderr, a table by
+default and ``-o json`` for scripts, exit code 2 for bad input, 1 for other failures.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from enum import Enum
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+stdout = Console(soft_wrap=True)
+stderr = Console(stderr=True, soft_wrap=True)
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILURE = 1
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+OutputOption = typer.Option(
+    OutputFormat.table, "--output", "-o", help="Output format: table (default) or json."
+)
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    """Print a one-line error on stderr and exit with ``code``."""
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+def print_json(data: Any) -> None:
+    """Write ``data`` as indented JSON on stdout (stable key order as given)."""
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c)
+    for r in rows:
+        table.add_row(*[_fmt(v) for v in r])
+    stdout.print(table)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def emit(fmt: OutputFormat, data: Any, table: Callable[[], None]) -> None:
+    """Emit ``data`` as JSON, or call ``table`` to print it for humans."""
+    if fmt is OutputFormat.json:
+        print_json(data)
+    else:
+        table()
