@@ -1,0 +1,32 @@
+"""The bank: accounts, budgets, renewal, charging, redistribution and signed transfer tokens.
+
+- :mod:`merkat.bank.ledger` — the :class:`Ledger` protocol and its records;
+- :mod:`merkat.bank.memory` — :class:`MemoryLedger` (simulator);
+- :mod:`merkat.bank.sql` / :mod:`merkat.bank.db` — :class:`SqlLedger` on SQLite/PostgreSQL;
+- :mod:`merkat.bank.policies` — initial budget, renewal, credit manager, charging,
+  Virtual Bank, idle tax;
+- :mod:`merkat.bank.tokens` — Ed25519 transfer tokens;
+- :mod:`merkat.bank.money` — micro-credit amounts.
+"""
+
+from merkat.bank.errors import BankError, InsufficientFunds, InvalidInput
+from merkat.bank.ledger import Account, AccountKind, Audit, Ledger, Move, Transfer, TransferKind
+from merkat.bank.memory import MemoryLedger
+from merkat.bank.money import MICRO, format_amount, parse_amount
+
+__all__ = [
+    "MICRO",
+    "Account",
+    "AccountKind",
+    "Audit",
+    "BankError",
+    "InsufficientFunds",
+    "InvalidInput",
+    "Ledger",
+    "MemoryLedger",
+    "Move",
+    "Transfer",
+    "TransferKind",
+    "format_amount",
+    "parse_amount",
+]

@@ -1,0 +1,141 @@
+"""Opening the bank's database: URL resolution, engine set-up, schema creation and checks.
+
+URL resolution (:func:`resolve_url`): an explicit URL, else the ``MERKAT_DB`` environment
+variable, else ``sqlite:///<user data dir>/merkat/bank.db`` (platformdirs).
+Accepted schemes: ``sqlite:///PATH`` (``sqlite://`` alone is a private in-memory database) and
+``postgresql://`` / ``postgres://`` (driven by psycopg 3). Anything else is refused with a
+one-line :class:`~merkat.bank.errors.DatabaseError`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+from sqlalchemy import Engine, create_engine, event, inspect, select
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy.pool import StaticPool
+
+from merkat.bank.errors import DatabaseError
+from merkat.bank.sql import SCHEMA_VERSION, SqlLedger, meta, metadata
+
+ENV_VAR = "MERKAT_DB"
+BUSY_TIMEOUT_MS = 60_000
+"""How long a SQLite writer waits for the write lock before giving up."""
+
+
+def default_url() -> str:
+    """``sqlite:///`` + a ``bank.db`` file under the user's data directory."""
+    path = Path(platformdirs.user_data_dir("merkat")) / "bank.db"
+    return f"sqlite:///{path}"
+
+
+def resolve_url(db: str | None = None) -> str:
+    """The URL to use: ``db`` if given, else ``$MERKAT_DB``, else :func:`default_url`."""
+    if db:
+        return db
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return env
+    return default_url()
+
+
+def parse_url(url: str) -> URL:
+    """Parse and normalise a database URL (PostgreSQL -> psycopg 3); raise ``DatabaseError``."""
+    try:
+        u = make_url(url)
+    except ArgumentError:
+        raise DatabaseError(
+            f"malformed database URL {url!r} (expected sqlite:///PATH or "
+            "postgresql://USER:PASSWORD@HOST:PORT/DBNAME)"
+        ) from None
+    driver = u.drivername
+    if driver in ("postgresql", "postgres", "postgresql+psycopg"):
+        return u.set(drivername="postgresql+psycopg")
+    if driver in ("sqlite", "sqlite+pysqlite"):
+        return u.set(drivername="sqlite")
+    raise DatabaseError(
+        f"unsupported database URL scheme {driver!r} in {_safe(u)} (use sqlite:/// or postgresql://)"
+    )
+
+
+def _safe(u: URL) -> str:
+    return u.render_as_string(hide_password=True)
+
+
+def make_engine(url: str) -> Engine:
+    """An ``Engine`` for ``url``, with the bank's settings (SQLite: WAL, busy timeout,
+    ``BEGIN IMMEDIATE``, foreign keys; PostgreSQL: psycopg 3, 10 s connect timeout)."""
+    u = parse_url(url)
+    if u.drivername == "sqlite":
+        memory = u.database in (None, "", ":memory:")
+        kwargs: dict[str, Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000}}
+        if memory:
+            kwargs["poolclass"] = StaticPool
+            kwargs["connect_args"]["check_same_thread"] = False
+        engine = create_engine(u, **kwargs)
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+            cur = dbapi_conn.cursor()
+            if not memory:
+                cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            cur.execute("PRAGMA synchronous=FULL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Any) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    try:
+        return create_engine(u, connect_args={"connect_timeout": 10}, pool_pre_ping=True)
+    except (NoSuchModuleError, ImportError) as exc:
+        raise DatabaseError("PostgreSQL needs psycopg 3: pip install 'merkat[postgres]'") from exc
+
+
+def open_ledger(db: str | None = None, *, create: bool = False) -> SqlLedger:
+    """Open the SQL ledger at ``db`` (resolved by :func:`resolve_url`).
+
+    ``create=True`` creates the schema if missing (``merkat bank init``); otherwise a database
+    without the bank's schema is refused ("not initialised"). Unreachable servers and
+    unopenable files raise :class:`DatabaseError` with a one-line reason.
+    """
+    url = resolve_url(db)
+    u = parse_url(url)
+    if u.drivername == "sqlite" and u.database and u.database != ":memory:" and db is None:
+        # The default (or $MERKAT_DB) file: create its directory on first use.
+        Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            has_schema = inspect(conn).has_table(meta.name)
+            if not has_schema and not create:
+                raise DatabaseError(
+                    f"the bank is not initialised in {_safe(u)}; run: merkat bank init --db URL"
+                )
+            conn.rollback()
+        if create:
+            with engine.begin() as conn:
+                metadata.create_all(conn)
+                version = conn.execute(select(meta.c.value).where(meta.c.key == "schema")).scalar()
+                if version is None:
+                    conn.execute(meta.insert().values(key="schema", value=SCHEMA_VERSION))
+    except DBAPIError as exc:
+        engine.dispose()
+        raise DatabaseError(f"cannot use database {_safe(u)}: {_first_line(exc)}") from None
+    except DatabaseError:
+        engine.dispose()
+        raise
+    return SqlLedger(engine)
+
+
+def _first_line(exc: DBAPIError) -> str:
+    text = str(exc.orig).strip()
+    return text.splitlines()[0] if text else type(exc.orig).__name__

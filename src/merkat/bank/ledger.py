@@ -1,0 +1,334 @@
+"""The ledger interface shared by the persistent (SQL) and the in-memory implementation.
+
+Contract, for every implementation:
+
+- Money is an ``int`` of micro-credits. Every movement is a double-entry :class:`Transfer`
+  (payer debited, payee credited by the same amount) recorded with a reason, an optional
+  period and an optional idempotency key. Only :meth:`Ledger.mint` and :meth:`Ledger.burn`
+  change the total, and they are journaled too (payer ``None`` for a mint, payee ``None``
+  for a burn). Hence at all times ``sum(balances) == minted - burned``.
+- No balance is ever negative: a movement that would overdraw is refused with
+  :class:`~merkat.bank.errors.InsufficientFunds`, never clipped.
+- Each call is all-or-nothing: on any error nothing changed.
+- An idempotency key makes a call happen at most once: the same call with the same key
+  returns the first result without moving money again; a *different* call with a used key
+  raises :class:`~merkat.bank.errors.IdempotencyConflict`.
+- :meth:`Ledger.transfer_many` applies a whole batch (e.g. a period's charges) in one
+  transaction; overdraft is checked on each account's *net* change over the batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+from merkat.bank.errors import InvalidInput
+from merkat.bank.money import MAX_AMOUNT
+
+
+class AccountKind(StrEnum):
+    """What an account belongs to."""
+
+    user = "user"
+    application = "application"  # a virtual platform; owned by a user
+    provider = "provider"  # receives the charges for resources
+    bank = "bank"  # the Virtual Bank, which gathers provider income and redistributes it
+    sub = "sub"  # a sub-account (from a redeemed token, or an application's hold account)
+
+
+class TransferKind(StrEnum):
+    mint = "mint"
+    burn = "burn"
+    transfer = "transfer"
+
+
+@dataclass(frozen=True)
+class Account:
+    """An account. ``owner`` is the owning account's name (applications, sub-accounts);
+    ``identity`` is the identity string a token-funded sub-account is bound to."""
+
+    name: str
+    kind: AccountKind
+    owner: str | None = None
+    identity: str | None = None
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One journal entry. ``payer`` is ``None`` for a mint, ``payee`` ``None`` for a burn."""
+
+    id: int
+    kind: TransferKind
+    payer: str | None
+    payee: str | None
+    amount: int
+    reason: str
+    period: int | None
+    idempotency_key: str | None
+
+
+@dataclass(frozen=True)
+class Audit:
+    """The books. ``ok`` when ``minted - burned == sum_of_balances``, no balance is negative
+    and (persistent ledger) every balance equals the replay of the journal."""
+
+    minted: int
+    burned: int
+    sum_of_balances: int
+    ok: bool
+    negative_accounts: int = 0
+    journal_mismatches: int = 0
+
+
+@dataclass(frozen=True)
+class Redemption:
+    """A redeemed transfer token: which transfer funded which new sub-account."""
+
+    transfer_id: int
+    sub_account: str
+    identity: str
+    amount: int
+    funding_transfer_id: int
+
+
+Move = tuple[str, str, int]
+"""One movement of a batch: ``(payer, payee, amount)``."""
+
+
+@runtime_checkable
+class Ledger(Protocol):
+    """Accounts, balances and a double-entry journal (see the module docstring)."""
+
+    def create_account(
+        self,
+        name: str,
+        kind: AccountKind,
+        owner: str | None = None,
+        identity: str | None = None,
+    ) -> Account:
+        """Create an account with a zero balance. Applications need an existing user owner."""
+        ...
+
+    def get_account(self, name: str) -> Account:
+        """The account called ``name``; raises ``UnknownAccount``."""
+        ...
+
+    def has_account(self, name: str) -> bool:
+        """Whether an account called ``name`` exists."""
+        ...
+
+    def accounts(self, kind: AccountKind | None = None) -> list[Account]:
+        """All accounts (of ``kind`` if given), sorted by name."""
+        ...
+
+    def balance(self, name: str) -> int:
+        """The balance of ``name`` in micro-credits; raises ``UnknownAccount``."""
+        ...
+
+    def balances(self, names: Iterable[str] | None = None) -> dict[str, int]:
+        """Balances of ``names`` (all accounts when ``None``)."""
+        ...
+
+    def mint(
+        self,
+        account: str,
+        amount: int,
+        reason: str,
+        period: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Transfer:
+        """Create ``amount`` micro-credits on ``account`` (logged; raises the total)."""
+        ...
+
+    def burn(
+        self,
+        account: str,
+        amount: int,
+        reason: str,
+        period: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Transfer:
+        """Destroy ``amount`` micro-credits from ``account`` (logged; lowers the total)."""
+        ...
+
+    def transfer(
+        self,
+        payer: str,
+        payee: str,
+        amount: int,
+        reason: str,
+        period: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Transfer:
+        """Move ``amount`` from ``payer`` to ``payee``; refused if ``payer`` would overdraw."""
+        ...
+
+    def transfer_many(
+        self,
+        moves: Sequence[Move],
+        reason: str,
+        period: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Sequence[int]:
+        """Apply all ``moves`` in one transaction (or none); returns their transfer ids."""
+        ...
+
+    def get_transfer(self, transfer_id: int) -> Transfer:
+        """The transfer with this id; raises ``UnknownTransfer``."""
+        ...
+
+    def history(self, account: str, limit: int | None = None) -> list[Transfer]:
+        """Transfers touching ``account``, newest first (at most ``limit``)."""
+        ...
+
+    def audit(self) -> Audit:
+        """Check the books (see :class:`Audit`)."""
+        ...
+
+    def register_key(self, user: str, public_key: bytes) -> None:
+        """Register (or replace) the raw 32-byte Ed25519 public key of ``user``."""
+        ...
+
+    def public_key(self, user: str) -> bytes | None:
+        """The registered raw public key of ``user``, or ``None``."""
+        ...
+
+    def redeem(
+        self, transfer_id: int, identity: str, sub_account: str, amount: int, payee: str
+    ) -> Redemption:
+        """Atomically: refuse with ``TokenReplayed`` if ``transfer_id`` was redeemed before;
+        create sub-account ``sub_account`` (owner ``payee``, bound to ``identity``); move
+        ``amount`` from ``payee`` to it. Signature checks are done by the caller
+        (:mod:`merkat.bank.tokens`)."""
+        ...
+
+    def close(self) -> None:
+        """Release resources (connections)."""
+        ...
+
+
+# --- validation shared by the implementations ----------------------------------------------
+
+_NAME = re.compile(r"^[A-Za-z0-9_.:@/+-]{1,128}$")
+
+
+def check_name(name: str, field: str = "account") -> str:
+    """Validate an account name: 1-128 characters among letters, digits and ``_.:@/+-``."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidInput(field, f"invalid account name {name!r} (1-128 of A-Z a-z 0-9 _.:@/+-)")
+    return name
+
+
+def check_amount(amount: int, field: str = "amount") -> int:
+    """Validate a movement amount: a positive ``int`` of micro-credits."""
+    if isinstance(amount, bool) or not isinstance(amount, int):
+        raise InvalidInput(field, f"must be an integer number of micro-credits, got {amount!r}")
+    if amount <= 0:
+        raise InvalidInput(field, f"must be positive, got {amount}")
+    if amount > MAX_AMOUNT:
+        raise InvalidInput(field, f"too large: {amount}")
+    return amount
+
+
+def check_reason(reason: str) -> str:
+    """Validate a reason: a non-empty string of at most 200 characters."""
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > 200:
+        raise InvalidInput("reason", "must be 1-200 characters")
+    return reason
+
+
+def check_key(key: str | None) -> str | None:
+    """Validate an idempotency key: ``None`` or 1-200 characters."""
+    if key is not None and (not isinstance(key, str) or not key or len(key) > 200):
+        raise InvalidInput("idempotency_key", "must be 1-200 characters")
+    return key
+
+
+def check_period(period: int | None) -> int | None:
+    """Validate a period: ``None`` or a non-negative ``int``."""
+    if period is not None and (
+        isinstance(period, bool) or not isinstance(period, int) or period < 0
+    ):
+        raise InvalidInput("period", f"must be a non-negative integer, got {period!r}")
+    return period
+
+
+def fingerprint(kind: str, moves: Iterable[tuple[str | None, str | None, int]]) -> str:
+    """A digest identifying an operation, to tell a retry from a reuse of its idempotency key."""
+    h = hashlib.sha256(kind.encode())
+    for payer, payee, amount in moves:
+        h.update(f"\x00{payer}\x01{payee}\x02{amount}".encode())
+    return h.hexdigest()
+
+
+def net_changes(moves: Sequence[Move]) -> dict[str, int]:
+    """The net balance change of each account over ``moves``."""
+    net: dict[str, int] = {}
+    for payer, payee, amount in moves:
+        net[payer] = net.get(payer, 0) - amount
+        net[payee] = net.get(payee, 0) + amount
+    return net
+
+
+def check_moves(moves: Sequence[Move]) -> None:
+    """Validate a batch: names and positive amounts (raises ``InvalidInput`` on the first bad one)."""
+    for i, move in enumerate(moves):
+        if len(move) != 3:
+            raise InvalidInput(f"moves[{i}]", "must be (payer, payee, amount)")
+        payer, payee, amount = move
+        check_name(payer, f"moves[{i}].payer")
+        check_name(payee, f"moves[{i}].payee")
+        check_amount(amount, f"moves[{i}].amount")
+        if payer == payee:
+            raise InvalidInput(f"moves[{i}]", f"payer and payee are the same account {payer!r}")
+
+
+def check_new_account(
+    name: str,
+    kind: AccountKind | str,
+    owner: str | None,
+    lookup: Callable[[str], Account | None],
+) -> AccountKind:
+    """Validate a new account; ``lookup(name)`` returns an existing account or ``None``.
+
+    Returns the parsed kind. Applications and sub-accounts need an existing owner (a user for
+    applications); other kinds take none. Raises ``InvalidInput``, ``DuplicateAccount`` or
+    ``UnknownAccount``.
+    """
+    from merkat.bank.errors import DuplicateAccount, UnknownAccount
+
+    check_name(name)
+    try:
+        k = AccountKind(kind)
+    except ValueError:
+        kinds = ", ".join(k.value for k in AccountKind)
+        raise InvalidInput("kind", f"must be one of {kinds}, got {kind!r}") from None
+    if owner is not None:
+        check_name(owner, "owner")
+    if lookup(name) is not None:
+        raise DuplicateAccount(name)
+    if k in (AccountKind.application, AccountKind.sub):
+        if owner is None:
+            raise InvalidInput("owner", f"an {k.value} account needs an owner")
+        owner_account = lookup(owner)
+        if owner_account is None:
+            raise UnknownAccount(owner)
+        if k is AccountKind.application and owner_account.kind is not AccountKind.user:
+            raise InvalidInput(
+                "owner", f"the owner of an application must be a user, {owner!r} is not"
+            )
+    elif owner is not None:
+        raise InvalidInput("owner", f"a {k.value} account has no owner")
+    return k
+
+
+def replayed_message(r: Redemption) -> str:
+    """The refusal message for a token whose transfer was already redeemed as ``r``."""
+    return (
+        f"token already redeemed: transfer {r.transfer_id} already funded sub-account "
+        f"{r.sub_account!r} (identity {r.identity!r})"
+    )

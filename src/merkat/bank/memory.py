@@ -1,0 +1,335 @@
+"""The in-memory ledger, for the simulator: the same contract as the SQL ledger, at memory speed.
+
+Balances live in a Python list indexed by account number; a batch (:meth:`transfer_many`) is
+one pass to compute net changes, one check, one pass to apply, and one journal record that
+keeps the batch's moves as given (no per-move objects). ``journal=False`` keeps no journal at
+all (only the minted/burned totals and the single transfers tokens need), for very long runs.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from merkat.bank.errors import (
+    IdempotencyConflict,
+    InsufficientFunds,
+    TokenReplayed,
+    UnknownAccount,
+    UnknownTransfer,
+)
+from merkat.bank.ledger import (
+    Account,
+    AccountKind,
+    Audit,
+    Move,
+    Redemption,
+    Transfer,
+    TransferKind,
+    check_amount,
+    check_key,
+    check_moves,
+    check_name,
+    check_new_account,
+    check_period,
+    check_reason,
+    fingerprint,
+    replayed_message,
+)
+
+
+@dataclass(frozen=True)
+class _Batch:
+    first_id: int
+    moves: tuple[Move, ...]
+    reason: str
+    period: int | None
+    key: str | None
+
+
+class MemoryLedger:
+    """A :class:`~merkat.bank.ledger.Ledger` held in process memory (lost at exit)."""
+
+    def __init__(self, journal: bool = True) -> None:
+        self._journal = journal
+        self._index: dict[str, int] = {}
+        self._accounts: list[Account] = []
+        self._bal: list[int] = []
+        self._next_id = 1
+        self._single: dict[int, Transfer] = {}
+        self._batches: list[_Batch] = []
+        self._batch_starts: list[int] = []
+        self._idem: dict[str, tuple[str, Transfer | range]] = {}
+        self._keys: dict[str, bytes] = {}
+        self._redeemed: dict[int, Redemption] = {}
+        self._minted = 0
+        self._burned = 0
+
+    # --- accounts ----------------------------------------------------------------------
+
+    def _lookup(self, name: str) -> Account | None:
+        i = self._index.get(name)
+        return None if i is None else self._accounts[i]
+
+    def _id(self, name: str, field: str = "account") -> int:
+        i = self._index.get(name)
+        if i is None:
+            check_name(name, field)
+            raise UnknownAccount(name)
+        return i
+
+    def create_account(
+        self,
+        name: str,
+        kind: AccountKind,
+        owner: str | None = None,
+        identity: str | None = None,
+    ) -> Account:
+        k = check_new_account(name, kind, owner, self._lookup)
+        account = Account(name, k, owner, identity)
+        self._index[name] = len(self._accounts)
+        self._accounts.append(account)
+        self._bal.append(0)
+        return account
+
+    def get_account(self, name: str) -> Account:
+        return self._accounts[self._id(name)]
+
+    def has_account(self, name: str) -> bool:
+        return name in self._index
+
+    def accounts(self, kind: AccountKind | None = None) -> list[Account]:
+        found = [a for a in self._accounts if kind is None or a.kind is kind]
+        return sorted(found, key=lambda a: a.name)
+
+    def balance(self, name: str) -> int:
+        return self._bal[self._id(name)]
+
+    def balances(self, names: Iterable[str] | None = None) -> dict[str, int]:
+        if names is None:
+            return {a.name: b for a, b in zip(self._accounts, self._bal, strict=True)}
+        return {n: self._bal[self._id(n)] for n in names}
+
+    # --- movements ---------------------------------------------------------------------
+
+    def _replay(self, key: str | None, fp: str) -> Transfer | range | None:
+        if key is None or key not in self._idem:
+            return None
+        old_fp, result = self._idem[key]
+        if old_fp != fp:
+            raise IdempotencyConflict(key)
+        return result
+
+    def _record(self, t: Transfer) -> Transfer:
+        self._next_id += 1
+        self._single[t.id] = t
+        if t.idempotency_key is not None:
+            self._idem[t.idempotency_key] = (_fp_of(t), t)
+        return t
+
+    def _single_op(
+        self,
+        kind: TransferKind,
+        payer: str | None,
+        payee: str | None,
+        amount: int,
+        reason: str,
+        period: int | None,
+        key: str | None,
+    ) -> Transfer:
+        check_amount(amount)
+        check_reason(reason)
+        check_period(period)
+        check_key(key)
+        src = None if payer is None else self._id(payer, "payer" if payee else "account")
+        dst = None if payee is None else self._id(payee, "payee" if payer else "account")
+        if src is not None and src == dst:
+            from merkat.bank.errors import InvalidInput
+
+            raise InvalidInput("payee", f"payer and payee are the same account {payer!r}")
+        t = Transfer(self._next_id, kind, payer, payee, amount, reason, period, key)
+        old = self._replay(key, _fp_of(t))
+        if old is not None:
+            assert isinstance(old, Transfer)
+            return old
+        if src is not None:
+            if self._bal[src] < amount:
+                raise InsufficientFunds(payer or "", self._bal[src], amount)
+            self._bal[src] -= amount
+        if dst is not None:
+            self._bal[dst] += amount
+        if kind is TransferKind.mint:
+            self._minted += amount
+        elif kind is TransferKind.burn:
+            self._burned += amount
+        return self._record(t)
+
+    def mint(
+        self,
+        account: str,
+        amount: int,
+        reason: str,
+        period: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Transfer:
+        return self._single_op(
+            TransferKind.mint, None, account, amount, reason, period, idempotency_key
+        )
+
+    def burn(
+        self,
+        account: str,
+        amount: int,
+        reason: str,
+        period: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Transfer:
+        return self._single_op(
+            TransferKind.burn, account, None, amount, reason, period, idempotency_key
+        )
+
+    def transfer(
+        self,
+        payer: str,
+        payee: str,
+        amount: int,
+        reason: str,
+        period: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Transfer:
+        check_name(payer, "payer")
+        check_name(payee, "payee")
+        return self._single_op(
+            TransferKind.transfer, payer, payee, amount, reason, period, idempotency_key
+        )
+
+    def transfer_many(
+        self,
+        moves: Sequence[Move],
+        reason: str,
+        period: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Sequence[int]:
+        check_reason(reason)
+        check_period(period)
+        check_key(idempotency_key)
+        moves = tuple(moves)
+        fp = fingerprint("batch", moves) if idempotency_key is not None else ""
+        old = self._replay(idempotency_key, fp)
+        if old is not None:
+            assert isinstance(old, range)
+            return old
+        if not moves:
+            return range(self._next_id, self._next_id)
+        index, bal = self._index, self._bal
+        net: dict[int, int] = {}
+        try:
+            for payer, payee, amount in moves:
+                if amount.__class__ is not int or amount <= 0 or payer == payee:
+                    raise TypeError
+                i, j = index[payer], index[payee]
+                net[i] = net.get(i, 0) - amount
+                net[j] = net.get(j, 0) + amount
+        except (TypeError, KeyError, ValueError):
+            check_moves(moves)  # raises the precise InvalidInput
+            for payer, payee, _ in moves:  # or the unknown account
+                self._id(payer, "payer")
+                self._id(payee, "payee")
+            raise
+        for i, delta in net.items():
+            if bal[i] + delta < 0:
+                raise InsufficientFunds(self._accounts[i].name, bal[i], -delta)
+        for i, delta in net.items():
+            bal[i] += delta
+        ids = range(self._next_id, self._next_id + len(moves))
+        self._next_id += len(moves)
+        if self._journal:
+            self._batches.append(_Batch(ids.start, moves, reason, period, idempotency_key))
+            self._batch_starts.append(ids.start)
+        if idempotency_key is not None:
+            self._idem[idempotency_key] = (fp, ids)
+        return ids
+
+    # --- journal -----------------------------------------------------------------------
+
+    def _batch_transfer(self, b: _Batch, k: int) -> Transfer:
+        payer, payee, amount = b.moves[k]
+        return Transfer(
+            b.first_id + k, TransferKind.transfer, payer, payee, amount, b.reason, b.period, b.key
+        )
+
+    def get_transfer(self, transfer_id: int) -> Transfer:
+        if transfer_id in self._single:
+            return self._single[transfer_id]
+        pos = bisect.bisect_right(self._batch_starts, transfer_id) - 1
+        if pos >= 0:
+            b = self._batches[pos]
+            if transfer_id - b.first_id < len(b.moves):
+                return self._batch_transfer(b, transfer_id - b.first_id)
+        raise UnknownTransfer(transfer_id)
+
+    def _all_transfers(self) -> list[Transfer]:
+        out = list(self._single.values())
+        for b in self._batches:
+            out.extend(self._batch_transfer(b, k) for k in range(len(b.moves)))
+        out.sort(key=lambda t: t.id)
+        return out
+
+    def history(self, account: str, limit: int | None = None) -> list[Transfer]:
+        self._id(account)
+        found = [t for t in self._all_transfers() if account in (t.payer, t.payee)]
+        found.reverse()
+        return found if limit is None else found[:limit]
+
+    def audit(self) -> Audit:
+        total = sum(self._bal)
+        negative = sum(1 for b in self._bal if b < 0)
+        mismatches = 0
+        if self._journal:
+            replay = dict.fromkeys(self._index, 0)
+            for t in self._all_transfers():
+                if t.payer is not None:
+                    replay[t.payer] -= t.amount
+                if t.payee is not None:
+                    replay[t.payee] += t.amount
+            mismatches = sum(1 for n, i in self._index.items() if replay[n] != self._bal[i])
+        ok = total == self._minted - self._burned and negative == 0 and mismatches == 0
+        return Audit(self._minted, self._burned, total, ok, negative, mismatches)
+
+    # --- keys and tokens ---------------------------------------------------------------
+
+    def register_key(self, user: str, public_key: bytes) -> None:
+        from merkat.bank.errors import InvalidInput
+
+        account = self.get_account(user)
+        if account.kind is not AccountKind.user:
+            raise InvalidInput("user", f"{user!r} is a {account.kind.value} account, not a user")
+        if len(public_key) != 32:
+            raise InvalidInput("public_key", "an Ed25519 public key has 32 bytes")
+        self._keys[user] = bytes(public_key)
+
+    def public_key(self, user: str) -> bytes | None:
+        self._id(user)
+        return self._keys.get(user)
+
+    def redeem(
+        self, transfer_id: int, identity: str, sub_account: str, amount: int, payee: str
+    ) -> Redemption:
+        if transfer_id in self._redeemed:
+            raise TokenReplayed(replayed_message(self._redeemed[transfer_id]))
+        check_amount(amount)
+        if self._bal[self._id(payee, "payee")] < amount:
+            raise InsufficientFunds(payee, self.balance(payee), amount)
+        self.create_account(sub_account, AccountKind.sub, owner=payee, identity=identity)
+        t = self.transfer(payee, sub_account, amount, f"token redemption of transfer {transfer_id}")
+        r = Redemption(transfer_id, sub_account, identity, amount, t.id)
+        self._redeemed[transfer_id] = r
+        return r
+
+    def close(self) -> None:
+        pass
+
+
+def _fp_of(t: Transfer) -> str:
+    return fingerprint(t.kind.value, [(t.payer, t.payee, t.amount)])
