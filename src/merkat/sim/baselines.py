@@ -1,0 +1,156 @@
+"""Batch scheduling baselines for the general engine: FCFS, EDF, EASY and conservative backfilling.
+
+Each is a :class:`merkat.sim.engine.Scheduler`; :data:`SCHEDULERS` maps a name to a factory.
+The rules (``docs/simulator.md``):
+
+- **fcfs**: queue order (submit, job id); start heads while they fit; a head that does not fit
+  blocks the queue.
+- **edf**: the same, with the queue ordered by (deadline, submit, job id); non-preemptive.
+- **easy**: FCFS, plus EASY backfilling. When the head does not fit, its reservation is computed
+  from the running jobs' *estimated* ends (start + requested time, or + run time when the trace
+  has none); a running job past its estimate counts as ending now (it keeps running until its real
+  end). Releasing running jobs in order of (estimated end, index) on a copy of the machine, the
+  *shadow time* is the estimated end of the job whose release makes the head fit. A later job
+  starts now if it fits now and either (a) its estimated end is ``<= shadow``, or (b) after taking
+  its allocation away from the machine state at the shadow time, the head still fits there (on one
+  pool: it needs ``<= extra`` cores); in case (b) the shadow state keeps that allocation.
+- **conservative**: every waiting job, in queue order, gets a reservation at the earliest time
+  its estimated run fits a profile of estimated free cores without delaying earlier
+  reservations; jobs whose reservation is *now* start. Single pool of cores only (memory is not
+  in the profile).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from merkat.sim.engine import Context, Scheduler
+from merkat.sim.workload import Workload
+
+
+class Fcfs:
+    """First come, first served."""
+
+    name = "fcfs"
+
+    def key(self, workload: Workload, j: int) -> Any:
+        return j
+
+    def schedule(self, ctx: Context) -> None:
+        for j in ctx.queue:
+            if not ctx.start(j):
+                return
+
+
+class Edf(Fcfs):
+    """Earliest deadline first, non-preemptive; the head blocks the queue."""
+
+    name = "edf"
+
+    def key(self, workload: Workload, j: int) -> Any:
+        return (float(workload.deadline[j]), j)
+
+
+class Easy(Fcfs):
+    """FCFS with EASY backfilling (one reservation, for the head of the queue)."""
+
+    name = "easy"
+
+    def schedule(self, ctx: Context) -> None:
+        queue = ctx.queue
+        h = 0
+        while h < len(queue) and ctx.start(queue[h]):
+            h += 1
+        waiting = queue[h:]
+        if len(waiting) < 2:
+            return
+        head = waiting[0]
+        now = ctx.now
+        procs, mem = ctx.procs, ctx.memory
+        shadow_state = ctx.machine.copy()
+        shadow = now
+        for est_end, j in sorted((e, j) for j, (e, _) in ctx.running.items()):
+            shadow_state.release(ctx.running[j][1], mem[j])
+            if shadow_state.fits(procs[head], mem[head]):
+                shadow = max(est_end, now)
+                break
+        for j in waiting[1:]:
+            alloc = ctx.machine.place(procs[j], mem[j])
+            if alloc is None:
+                continue
+            if now + ctx.estimate[j] <= shadow:
+                ctx.start(j)
+                continue
+            shadow_state.allocate(alloc, mem[j])
+            if shadow_state.fits(procs[head], mem[head]):
+                ctx.start(j)
+            else:
+                shadow_state.release(alloc, mem[j])
+
+
+class Conservative(Fcfs):
+    """Conservative backfilling on one pool of cores: a reservation for every waiting job."""
+
+    name = "conservative"
+
+    def schedule(self, ctx: Context) -> None:
+        now = ctx.now
+        # Profile of estimated free cores: times[k] -> free cores from times[k] to times[k+1].
+        releases: dict[float, int] = {}
+        for j, (est_end, _) in ctx.running.items():
+            t = max(est_end, now)
+            releases[t] = releases.get(t, 0) + ctx.procs[j]
+        times = [now]
+        free = [ctx.machine.total_free_cores]
+        for t in sorted(releases):
+            if t == now:
+                free[0] += releases[t]
+            else:
+                times.append(t)
+                free.append(free[-1] + releases[t])
+        # The machine's real free cores now (jobs past estimate still hold theirs).
+        actual_free_now = ctx.machine.total_free_cores
+        for j in ctx.queue:
+            p, dur = ctx.procs[j], ctx.estimate[j]
+            k = _earliest_slot(times, free, p, dur)
+            start = times[k]
+            if start == now and p <= actual_free_now and ctx.start(j):
+                actual_free_now -= p
+            _reserve(times, free, k, p, start + dur)
+
+
+def _earliest_slot(times: list[float], free: list[int], p: int, dur: float) -> int:
+    """Index of the earliest profile step from which ``p`` cores stay free for ``dur``."""
+    n = len(times)
+    for k in range(n):
+        if free[k] < p:
+            continue
+        end = times[k] + dur
+        m = k + 1
+        while m < n and times[m] < end and free[m] >= p:
+            m += 1
+        if m == n or times[m] >= end:
+            return k
+    raise AssertionError("the profile always ends with the whole machine free")
+
+
+def _reserve(times: list[float], free: list[int], k: int, p: int, end: float) -> None:
+    """Take ``p`` cores from step ``k`` until ``end`` (splitting a step at ``end``)."""
+    m = k
+    while m < len(times) and times[m] < end:
+        last = m + 1 == len(times)
+        if (not last and times[m + 1] > end) or (last and end > times[m]):
+            times.insert(m + 1, end)
+            free.insert(m + 1, free[m])
+        free[m] -= p
+        m += 1
+
+
+SCHEDULERS: dict[str, Callable[[], Scheduler]] = {
+    "fcfs": Fcfs,
+    "edf": Edf,
+    "easy": Easy,
+    "conservative": Conservative,
+}
+"""Scheduler factories by name (the ``--scheduler`` choices)."""
