@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
-from sqlalchemy import Engine, create_engine, event, inspect, select
+from sqlalchemy import Engine, create_engine, event, inspect, select, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
 
-from merkat.bank.errors import DatabaseError
+from merkat.bank.errors import BadDatabaseURL, DatabaseError
 from merkat.bank.sql import SCHEMA_VERSION, SqlLedger, meta, metadata
 
 ENV_VAR = "MERKAT_DB"
@@ -48,7 +48,7 @@ def parse_url(url: str) -> URL:
     try:
         u = make_url(url)
     except ArgumentError:
-        raise DatabaseError(
+        raise BadDatabaseURL(
             f"malformed database URL {url!r} (expected sqlite:///PATH or "
             "postgresql://USER:PASSWORD@HOST:PORT/DBNAME)"
         ) from None
@@ -57,7 +57,7 @@ def parse_url(url: str) -> URL:
         return u.set(drivername="postgresql+psycopg")
     if driver in ("sqlite", "sqlite+pysqlite"):
         return u.set(drivername="sqlite")
-    raise DatabaseError(
+    raise BadDatabaseURL(
         f"unsupported database URL scheme {driver!r} in {_safe(u)} (use sqlite:/// or postgresql://)"
     )
 
@@ -66,9 +66,10 @@ def _safe(u: URL) -> str:
     return u.render_as_string(hide_password=True)
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, schema: str | None = None) -> Engine:
     """An ``Engine`` for ``url``, with the bank's settings (SQLite: WAL, busy timeout,
-    ``BEGIN IMMEDIATE``, foreign keys; PostgreSQL: psycopg 3, 10 s connect timeout)."""
+    ``BEGIN IMMEDIATE``, foreign keys; PostgreSQL: psycopg 3, 10 s connect timeout, and the
+    tables looked up in ``schema`` when given — tests and benchmarks use a scratch schema)."""
     u = parse_url(url)
     if u.drivername == "sqlite":
         memory = u.database in (None, "", ":memory:")
@@ -95,12 +96,17 @@ def make_engine(url: str) -> Engine:
 
         return engine
     try:
-        return create_engine(u, connect_args={"connect_timeout": 10}, pool_pre_ping=True)
+        connect_args: dict[str, Any] = {"connect_timeout": 10}
+        if schema is not None:
+            connect_args["options"] = f"-csearch_path={schema}"
+        return create_engine(u, connect_args=connect_args, pool_pre_ping=True)
     except (NoSuchModuleError, ImportError) as exc:
         raise DatabaseError("PostgreSQL needs psycopg 3: pip install 'merkat[postgres]'") from exc
 
 
-def open_ledger(db: str | None = None, *, create: bool = False) -> SqlLedger:
+def open_ledger(
+    db: str | None = None, *, create: bool = False, schema: str | None = None
+) -> SqlLedger:
     """Open the SQL ledger at ``db`` (resolved by :func:`resolve_url`).
 
     ``create=True`` creates the schema if missing (``merkat bank init``); otherwise a database
@@ -112,8 +118,11 @@ def open_ledger(db: str | None = None, *, create: bool = False) -> SqlLedger:
     if u.drivername == "sqlite" and u.database and u.database != ":memory:" and db is None:
         # The default (or $MERKAT_DB) file: create its directory on first use.
         Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(url)
+    engine = make_engine(url, schema)
     try:
+        if schema is not None and create and engine.dialect.name == "postgresql":
+            with engine.begin() as conn:
+                conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
         with engine.connect() as conn:
             has_schema = inspect(conn).has_table(meta.name)
             if not has_schema and not create:

@@ -70,6 +70,10 @@ class DatabaseError(BankError):
     """The database URL is malformed, unreachable or not initialised."""
 
 
+class BadDatabaseURL(DatabaseError):
+    """The database URL is malformed or has an unsupported scheme (bad input)."""
+
+
 class TokenError(BankError):
     """A transfer token was refused; the subclass says why."""
 

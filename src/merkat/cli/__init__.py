@@ -8,7 +8,7 @@ from __future__ import annotations
 import typer
 
 from merkat import __version__
-from merkat.cli import bench, market
+from merkat.cli import bank, bench, market
 
 app = typer.Typer(
     name="merkat",
@@ -17,6 +17,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(market.app, name="market")
+app.add_typer(bank.app, name="bank")
 app.add_typer(bench.app, name="bench")
 
 
