@@ -19,8 +19,11 @@ run: $(STAMP)
 	$(BIN)/merkat market clear examples/merkat-3-nodes.json
 
 ## test: set up .venv, install, and run the whole test suite
+## (PostgreSQL tests: scripts/postgres.sh starts a throwaway server; with CI=true it installs
+## PostgreSQL if missing and fails loudly if it cannot; locally they skip without PostgreSQL.)
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -q
+	PGURL=$$(scripts/postgres.sh --if-available) && \
+	MERKAT_TEST_POSTGRES_URL="$${MERKAT_TEST_POSTGRES_URL:-$$PGURL}" $(BIN)/python -m pytest -n 2 -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
