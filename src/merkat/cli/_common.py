@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Sequence
-from enum import Enum
+from enum import StrEnum
 from typing import Any, NoReturn
 
 import typer
@@ -23,7 +23,7 @@ EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(StrEnum):
     table = "table"
     json = "json"
 

@@ -1,5 +1,102 @@
 """``merkat market ...``: clear a market from a JSON description of hosts and VMs."""
 
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
 import typer
 
+from merkat.cli import bench
+from merkat.cli._common import OutputFormat, OutputOption, emit, fail, print_json, print_table
+from merkat.market import MarketError, clear
+from merkat.market.generate import random_market
+from merkat.market.io import clearing_to_dict, parse_market
+
 app = typer.Typer(help="The proportional-share market.", no_args_is_help=True)
+
+
+@app.command("clear")
+def clear_cmd(
+    file: Path = typer.Argument(..., help="Market description (JSON): hosts, VMs and bids."),
+    output: OutputFormat = OutputOption,
+) -> None:
+    """Clear one period: prices, ideal and enforceable allocations, placement, migrations."""
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        fail(f"{file}: cannot read: {exc.strerror or exc}")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        fail(f"{file}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+    try:
+        hosts, vms, reserve, params = parse_market(data)
+        result = clear(hosts, vms, reserve_price=reserve, params=params)
+    except MarketError as exc:
+        fail(f"{file}: {exc}")
+    doc = clearing_to_dict(hosts, vms, result)
+
+    def table() -> None:
+        p = doc["prices"]
+        print_table(
+            "prices (credits per unit per period)",
+            ["cpu", "memory"],
+            [[p["cpu"], p["memory"]]],
+        )
+        print_table(
+            "allocations",
+            ["vm", "host", "ideal cpu", "cpu", "ideal memory", "memory", "error"],
+            [
+                [
+                    v["id"],
+                    v["host"],
+                    v["ideal"]["cpu"],
+                    v["allocation"]["cpu"],
+                    v["ideal"]["memory"],
+                    v["allocation"]["memory"],
+                    None if v["error"] is None else f"{100 * v['error']:.1f} %",
+                ]
+                for v in doc["vms"]
+            ],
+        )
+        print_table(
+            "migrations",
+            ["vm", "from", "to"],
+            [[m["vm"], m["from"], m["to"]] for m in doc["migrations"]],
+        )
+
+    emit(output, doc, table)
+
+
+@bench.app.command("market")
+def bench_market(
+    vms: int = typer.Option(100_000, "--vms", min=0, help="Number of VMs."),
+    hosts: int = typer.Option(10_000, "--hosts", min=0, help="Number of hosts."),
+    seed: int = typer.Option(0, "--seed", help="Random seed of the generated cluster."),
+    placed: float = typer.Option(
+        0.5, "--placed", min=0.0, max=1.0, help="Fraction of VMs already on a (random) host."
+    ),
+) -> None:
+    """Time one full clear of a random cluster: allocate, place, balance."""
+    h, v = random_market(vms, hosts, seed, placed)
+    t0 = time.perf_counter()
+    result = clear(h, v)
+    total = time.perf_counter() - t0
+    print_json(
+        {
+            "vms": vms,
+            "hosts": hosts,
+            "seed": seed,
+            "placed_fraction": placed,
+            "allocate_s": round(result.timings["allocate_s"], 4),
+            "place_s": round(result.timings["place_s"], 4),
+            "balance_s": round(result.timings["balance_s"], 4),
+            "total_s": round(total, 4),
+            "balance_iterations": result.balance.iterations,
+            "migrations": len(result.migrations),
+            "rms_error_before": round(result.balance.rms_before, 6),
+            "rms_error_after": round(result.balance.rms_after, 6),
+        }
+    )

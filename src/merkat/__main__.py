@@ -1,0 +1,5 @@
+"""``python -m merkat`` is the ``merkat`` command."""
+
+from merkat.cli import main
+
+main()

@@ -1,0 +1,125 @@
+"""One market clearing: the step every scheduling period calls once.
+
+``clear`` follows the paper's order, top-down:
+
+1. refuse bids under the reserve price;
+2. **ideal** allocations and prices: proportional share with caps, the cluster as one host;
+3. **placement** of new VMs by worst-fit decreasing;
+4. **load balancing** by tabu search when some VM's allocation error exceeds the threshold;
+5. **enforceable** allocations: the same rule on each node among the VMs placed there, and the
+   allocation errors of the final mapping.
+
+Pure: no I/O, no clock, deterministic for the same input.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from merkat.market.balance import BalanceResult, balance, enforceable, vm_errors
+from merkat.market.placement import worst_fit_decreasing
+from merkat.market.share import proportional_share
+from merkat.market.types import (
+    NO_HOST,
+    RESOURCES,
+    BalanceParams,
+    FloatArray,
+    Hosts,
+    IntArray,
+    MarketError,
+    VMs,
+)
+
+
+@dataclass(frozen=True)
+class Migration:
+    """VM ``vm`` moves from host index ``src`` to host index ``dst``."""
+
+    vm: int
+    src: int
+    dst: int
+
+
+@dataclass(frozen=True)
+class Clearing:
+    """What a period's clearing decided.
+
+    ``price[r]``: the market price of resource r (credits per unit per period), from the ideal
+    allocation. ``ideal`` and ``allocation``: ``(n, R)`` arrays (allocation 0 when unplaced).
+    ``host``: final host index per VM (``NO_HOST`` when it fits nowhere). ``error``: each VM's
+    allocation error (NaN when unplaced). ``node_price``: ``(h, R)`` per-node prices.
+    ``timings``: seconds spent in each phase (measured by the caller's clock if any; the
+    market itself only uses ``time.perf_counter`` deltas, never wall-clock time).
+    """
+
+    price: FloatArray
+    ideal: FloatArray
+    allocation: FloatArray
+    host: IntArray
+    error: FloatArray
+    node_price: FloatArray
+    migrations: tuple[Migration, ...]
+    balance: BalanceResult
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def check_reserve(vms: VMs, reserve_price: FloatArray) -> None:
+    """Raise :class:`MarketError` naming the first VM whose bid is under the reserve price."""
+    low = np.argwhere(vms.bid < reserve_price[None, :])
+    if low.size:
+        i, r = (int(x) for x in low[0])
+        raise MarketError(
+            f"vms[{i}].bid.{RESOURCES[r]}",
+            f"VM {vms.ids[i]!r} bids {vms.bid[i, r]:g} for {RESOURCES[r]}, under the reserve "
+            f"price {reserve_price[r]:g}",
+        )
+
+
+def ideal_allocation(hosts: Hosts, vms: VMs) -> tuple[FloatArray, FloatArray]:
+    """Proportional share of the whole cluster as one host: allocations ``(n, R)``, prices."""
+    total = hosts.capacity.sum(axis=0) if len(hosts) else np.zeros(len(RESOURCES))
+    ideal = np.zeros_like(vms.bid)
+    price = np.zeros(len(RESOURCES))
+    for r in range(len(RESOURCES)):
+        s = proportional_share(vms.bid[:, r], vms.cap[:, r], total[r])
+        ideal[:, r], price[r] = s.allocation, s.price[0]
+    return ideal, price
+
+
+def clear(
+    hosts: Hosts,
+    vms: VMs,
+    *,
+    reserve_price: FloatArray | None = None,
+    params: BalanceParams | None = None,
+) -> Clearing:
+    """Clear the market for one period (see the module docstring for the steps).
+
+    Raises :class:`MarketError` for a bid under the reserve price or a host index out of range.
+    """
+    params = params or BalanceParams()
+    reserve = np.zeros(len(RESOURCES)) if reserve_price is None else np.asarray(reserve_price)
+    bad = np.flatnonzero((vms.host < NO_HOST) | (vms.host >= len(hosts)))
+    if bad.size:
+        i = int(bad[0])
+        raise MarketError(f"vms[{i}].host", f"host index {vms.host[i]} is not a known host")
+    check_reserve(vms, reserve)
+    clock = time.perf_counter
+    t0 = clock()
+    ideal, price = ideal_allocation(hosts, vms)
+    t1 = clock()
+    host = worst_fit_decreasing(hosts, vms)
+    t2 = clock()
+    result = balance(hosts, vms, host, ideal, params)
+    host = result.host
+    t3 = clock()
+    allocation, node_price = enforceable(hosts, vms, host)
+    error = np.where(host >= 0, vm_errors(allocation, ideal), np.nan)
+    moved = np.flatnonzero((vms.host != NO_HOST) & (host != vms.host))
+    migrations = tuple(Migration(int(i), int(vms.host[i]), int(host[i])) for i in moved)
+    t4 = clock()
+    timings = {"allocate_s": (t1 - t0) + (t4 - t3), "place_s": t2 - t1, "balance_s": t3 - t2}
+    return Clearing(price, ideal, allocation, host, error, node_price, migrations, result, timings)

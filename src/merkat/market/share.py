@@ -1,0 +1,132 @@
+"""Proportional share with per-VM caps: the allocation rule of the market (Merkat eq. 1).
+
+For one resource of capacity ``C`` and bids ``b_i`` the rule is ``p = sum(b) / C`` and
+``a_i = b_i / p``. With a maximum useful allocation ``m_i`` per VM (its cap) the rule becomes a
+work-conserving water-filling: the VMs whose proportional share would exceed their cap get the
+cap, and the capacity left is shared again among the others in proportion to their bids. The
+price is then ``uncapped bids / capacity left to them``.
+
+The function here is *segmented*: it clears many independent markets (one per group) in one
+vectorised pass. Group ``0`` of a single group is the ideal allocation (the cluster as one host);
+one group per node is the enforceable allocation.
+
+Degenerate cases (decided in ``docs/market.md``, tested in ``tests/test_market_share.py``):
+
+* a VM that bids 0 gets 0; a market whose bids are all 0 has price 0 and allocates nothing;
+* when every VM with a positive bid is capped (demand below supply), the price is 0 and the
+  unallocated capacity stays idle (nobody values it);
+* a market of zero capacity allocates nothing and its price is ``inf`` when anyone bids;
+* an empty market (no VMs) has price 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+# Relative tolerance when comparing a VM's bid per unit of cap with a candidate price, so that
+# a VM whose share equals its cap exactly is treated the same on both sides of rounding noise.
+_RTOL = 1e-12
+
+
+@dataclass(frozen=True)
+class Shares:
+    """Result of one segmented proportional-share clearing.
+
+    ``allocation[i]`` is VM ``i``'s amount of the resource; ``price[g]`` is group ``g``'s price
+    (credits per unit per period); ``capped[i]`` tells whether VM ``i`` received its cap;
+    ``uncapped_bids[g]`` and ``capacity_left[g]`` are the two terms of the price.
+    """
+
+    allocation: FloatArray
+    price: FloatArray
+    capped: npt.NDArray[np.bool_]
+    uncapped_bids: FloatArray
+    capacity_left: FloatArray
+
+
+def proportional_share(
+    bids: npt.ArrayLike,
+    caps: npt.ArrayLike,
+    capacity: npt.ArrayLike,
+    group: npt.ArrayLike | None = None,
+) -> Shares:
+    """Clear one proportional-share market per group, with caps (water-filling).
+
+    ``bids`` and ``caps`` are per VM (``bids >= 0``, ``caps >= 0``; ``inf`` means uncapped).
+    ``capacity`` is a scalar or one value per group; ``group[i]`` is VM ``i``'s group in
+    ``[0, len(capacity))`` (all zeros when omitted). Returns allocations, per-group prices and
+    the capped mask. Pure and vectorised: O(n log n) for n VMs whatever the number of groups.
+    """
+    b = np.asarray(bids, dtype=np.float64)
+    m = np.asarray(caps, dtype=np.float64)
+    cap_g = np.atleast_1d(np.asarray(capacity, dtype=np.float64))
+    n, n_groups = b.shape[0], cap_g.shape[0]
+    g = np.zeros(n, dtype=np.int64) if group is None else np.asarray(group, dtype=np.int64)
+
+    price = np.zeros(n_groups)
+    uncapped_bids = np.zeros(n_groups)
+    capacity_left = cap_g.copy()
+    allocation = np.zeros(n)
+    capped = np.zeros(n, dtype=np.bool_)
+    if n == 0:
+        return Shares(allocation, price, capped, uncapped_bids, capacity_left)
+
+    # Bid per unit of cap: the VMs with the highest ratio reach their cap first.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(b > 0, b / m, 0.0)  # cap 0 with a bid > 0 -> inf: capped first (at 0)
+
+    order = np.lexsort((-ratio, g))
+    sb, sm, sg, sr = b[order], m[order], g[order], ratio[order]
+    counts = np.bincount(g, minlength=n_groups)
+    starts = np.cumsum(counts) - counts
+
+    # Bids and caps of the VMs before position j in its group (the candidates to be capped).
+    csb = np.concatenate(([0.0], np.cumsum(sb)))
+    csm = np.concatenate(([0.0], np.cumsum(np.where(np.isinf(sm), 0.0, sm))))
+    j = np.arange(n)
+    before_b = csb[j] - csb[starts[sg]]
+    before_m = csm[j] - csm[starts[sg]]
+    total_b = np.bincount(g, weights=b, minlength=n_groups)
+
+    left_b = np.maximum(total_b[sg] - before_b, 0.0)
+    left_c = cap_g[sg] - before_m
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        p = np.where(left_b <= 0.0, 0.0, np.where(left_c > 0.0, left_b / left_c, np.inf))
+    # Position j is the first uncapped VM of its group when its ratio does not exceed the
+    # price that would hold if all VMs before it were capped (the mediant argument makes the
+    # first such position the unique consistent one).
+    ok = sr <= p * (1.0 + _RTOL)
+    first = np.full(n_groups, -1, dtype=np.int64)
+    nonempty = counts > 0
+    idx = np.where(ok, j, n)
+    first[nonempty] = np.minimum.reduceat(idx, starts[nonempty])
+    all_capped = nonempty & (first == n)
+    ends = starts + counts
+
+    # Per-group price and the two terms it is made of.
+    sel = nonempty & ~all_capped
+    price[sel] = p[first[sel]]
+    uncapped_bids[sel] = left_b[first[sel]]
+    capacity_left[sel] = left_c[first[sel]]
+    if np.any(all_capped):
+        # Every VM at its cap: no bid is left to set a price; the rest of capacity stays idle.
+        last_cap = csm[ends[all_capped]] - csm[starts[all_capped]]
+        capacity_left[all_capped] = cap_g[all_capped] - last_cap
+
+    first_of = np.where(all_capped, ends, first)[sg]
+    s_capped = j < first_of
+    gp = price[sg]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        s_alloc = np.where(
+            s_capped, np.where(np.isinf(sm), 0.0, sm), np.where(gp > 0, sb / gp, 0.0)
+        )
+    s_alloc = np.where(np.isfinite(s_alloc), s_alloc, 0.0)
+    allocation[order] = s_alloc
+    capped[order] = s_capped
+    return Shares(allocation, price, capped, uncapped_bids, capacity_left)

@@ -1,0 +1,136 @@
+"""The market's vocabulary: resources, hosts, VM requests, parameters and errors.
+
+Arrays are column-per-resource in the order of :data:`RESOURCES` (CPU in cores, memory in MiB).
+Money is in credits per period (floats here; the bank keeps exact micro-credits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+RESOURCES: tuple[str, ...] = ("cpu", "memory")
+"""The resources traded, each on its own market with its own price."""
+
+CPU, MEMORY = 0, 1
+NO_HOST = -1
+"""Host index of a VM that is not placed on any node."""
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+class MarketError(ValueError):
+    """Invalid market input. ``field`` names the offending input (e.g. ``vms[3].bid.cpu``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+def _matrix(name: str, value: npt.ArrayLike, rows: int) -> FloatArray:
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.size == 0 and rows == 0:
+        arr = arr.reshape(0, len(RESOURCES))
+    if arr.shape != (rows, len(RESOURCES)):
+        raise MarketError(name, f"expected shape ({rows}, {len(RESOURCES)}), got {arr.shape}")
+    return arr
+
+
+@dataclass(frozen=True)
+class Hosts:
+    """The nodes of the cluster: ``ids[h]`` and ``capacity[h, r]`` (cores, MiB)."""
+
+    ids: tuple[str, ...]
+    capacity: FloatArray
+
+    def __post_init__(self) -> None:
+        cap = _matrix("hosts.capacity", self.capacity, len(self.ids))
+        object.__setattr__(self, "capacity", cap)
+        bad = np.flatnonzero(~np.isfinite(cap).all(axis=1) | (cap < 0).any(axis=1))
+        if bad.size:
+            h = int(bad[0])
+            raise MarketError(f"hosts[{h}]", f"capacity of {self.ids[h]!r} must be finite and >= 0")
+        if len(set(self.ids)) != len(self.ids):
+            raise MarketError("hosts", "host ids must be unique")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True)
+class VMs:
+    """VM requests for one period.
+
+    ``bid[i, r]``: credits per period VM ``i`` offers for resource ``r`` (>= 0).
+    ``cap[i, r]``: the maximum useful allocation (``inf`` = no cap).
+    ``minimum[i, r]``: what a node must be able to hold for the VM to be placed there
+    (the memory minimum in Merkat; zero when not given).
+    ``host[i]``: current host index or :data:`NO_HOST` for a VM to be placed.
+    """
+
+    ids: tuple[str, ...]
+    bid: FloatArray
+    cap: FloatArray
+    host: IntArray
+    minimum: FloatArray = field(default_factory=lambda: np.zeros((0, len(RESOURCES))))
+
+    def __post_init__(self) -> None:
+        n = len(self.ids)
+        object.__setattr__(self, "bid", _matrix("vms.bid", self.bid, n))
+        object.__setattr__(self, "cap", _matrix("vms.cap", self.cap, n))
+        minimum = self.minimum if np.size(self.minimum) else np.zeros((n, len(RESOURCES)))
+        object.__setattr__(self, "minimum", _matrix("vms.minimum", minimum, n))
+        host = np.asarray(self.host, dtype=np.int64)
+        if host.shape != (n,):
+            raise MarketError("vms.host", f"expected {n} host indices, got shape {host.shape}")
+        object.__setattr__(self, "host", host)
+        for name, arr, allow_inf in (
+            ("bid", self.bid, False),
+            ("max", self.cap, True),
+            ("min", self.minimum, False),
+        ):
+            bad = np.argwhere(np.isnan(arr) | (arr < 0) | (~allow_inf & np.isinf(arr)))
+            if bad.size:
+                i, r = (int(x) for x in bad[0])
+                raise MarketError(
+                    f"vms[{i}].{name}.{RESOURCES[r]}",
+                    f"{arr[i, r]} is not allowed for VM {self.ids[i]!r} (must be a finite number >= 0)",
+                )
+        if len(set(self.ids)) != n:
+            raise MarketError("vms", "VM ids must be unique")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True)
+class BalanceParams:
+    """Load-balancing parameters (Themis Fig. 2, Merkat §3.1).
+
+    ``error_threshold``: balancing runs only when some VM's error exceeds it, and stops when
+    every error is within it (default 10 %). ``max_migrations``: the migration budget per period.
+    ``tabu_size``: how many recently moved VMs may not move again (20). ``max_no_improve``:
+    stop after this many iterations without a better mapping (100, the SLO paper).
+    ``max_iterations``: a hard bound on the search, whatever happens.
+    ``candidates``: how many destination nodes (ranked by a closed-form estimate) are evaluated
+    exactly for each move.
+    """
+
+    error_threshold: float = 0.10
+    max_migrations: int = 20
+    tabu_size: int = 20
+    max_no_improve: int = 100
+    max_iterations: int = 1000
+    candidates: int = 8
+
+    def __post_init__(self) -> None:
+        if not (self.error_threshold >= 0 and np.isfinite(self.error_threshold)):
+            raise MarketError("balance.error_threshold", "must be a finite number >= 0")
+        for name in ("max_migrations", "tabu_size", "max_no_improve", "max_iterations"):
+            if getattr(self, name) < 0:
+                raise MarketError(f"balance.{name}", "must be >= 0")
+        if self.candidates < 1:
+            raise MarketError("balance.candidates", "must be >= 1")

@@ -1,0 +1,135 @@
+"""Proportional share with caps: worked numbers, degenerate cases and properties."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from merkat.market import proportional_share
+
+REL = 1e-9
+
+
+def test_plain_proportional_share_merkat_eq1() -> None:
+    s = proportional_share([12, 12, 12, 30, 30], [math.inf] * 5, 300)
+    assert s.price[0] == pytest.approx(96 / 300)
+    assert s.allocation == pytest.approx([37.5, 37.5, 37.5, 93.75, 93.75])
+    assert not s.capped.any()
+
+
+def test_caps_water_filling_redistributes_the_rest() -> None:
+    # 100 units, bids 10/10/80; VM 2 would get 80 but its cap is 50: the other two share 50.
+    s = proportional_share([10, 10, 80], [100, 100, 50], 100)
+    assert s.allocation == pytest.approx([25, 25, 50])
+    assert s.capped.tolist() == [False, False, True]
+    assert s.price[0] == pytest.approx(20 / 50)  # uncapped bids / capacity left to them
+    assert s.uncapped_bids[0] == pytest.approx(20)
+    assert s.capacity_left[0] == pytest.approx(50)
+
+
+def test_cascading_caps() -> None:
+    # Capping VM 0 raises the price for the others so that VM 1 must be capped too.
+    s = proportional_share([50, 30, 20], [10, 35, 100], 100)
+    assert s.allocation == pytest.approx([10, 35, 55])
+    assert s.price[0] == pytest.approx(20 / 55)
+
+
+def test_all_zero_bids_allocate_nothing_at_price_zero() -> None:
+    s = proportional_share([0, 0, 0], [1, 2, 3], 10)
+    assert s.allocation.tolist() == [0, 0, 0]
+    assert s.price.tolist() == [0.0]
+
+
+def test_zero_bid_vm_gets_nothing_others_share_all() -> None:
+    s = proportional_share([0, 5, 5], [10, 10, 10], 10)
+    assert s.allocation == pytest.approx([0, 5, 5])
+
+
+def test_zero_capacity_allocates_nothing_and_price_is_infinite() -> None:
+    s = proportional_share([1, 2], [5, 5], 0)
+    assert s.allocation.tolist() == [0, 0]
+    assert math.isinf(s.price[0])
+
+
+def test_empty_market() -> None:
+    s = proportional_share([], [], 10)
+    assert s.allocation.size == 0 and s.price.tolist() == [0.0]
+
+
+def test_demand_below_supply_every_vm_capped_price_zero() -> None:
+    s = proportional_share([1, 2], [2, 3], 100)
+    assert s.allocation == pytest.approx([2, 3])
+    assert s.capped.all()
+    assert s.price[0] == 0.0
+    assert s.capacity_left[0] == pytest.approx(95)
+
+
+def test_segmented_equals_one_call_per_group() -> None:
+    rng = np.random.default_rng(1)
+    n, g = 200, 7
+    bids = rng.uniform(0, 5, n)
+    caps = rng.choice([1.0, 2.0, 4.0, math.inf], n)
+    group = rng.integers(0, g, n)
+    capacity = rng.uniform(0, 20, g)
+    seg = proportional_share(bids, caps, capacity, group)
+    for k in range(g):
+        idx = np.flatnonzero(group == k)
+        one = proportional_share(bids[idx], caps[idx], capacity[k])
+        assert seg.allocation[idx] == pytest.approx(one.allocation, rel=1e-9, abs=1e-12)
+        assert seg.price[k] == pytest.approx(one.price[0], rel=1e-9)
+
+
+markets = st.integers(min_value=1, max_value=30).flatmap(
+    lambda n: st.tuples(
+        st.lists(st.one_of(st.just(0.0), st.floats(0.01, 1000)), min_size=n, max_size=n),
+        st.lists(st.one_of(st.floats(0.01, 100), st.just(math.inf)), min_size=n, max_size=n),
+        st.floats(0.0, 500),
+    )
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(markets)
+def test_properties_of_the_rule(market: tuple[list[float], list[float], float]) -> None:
+    bids, caps, capacity = (np.array(x, dtype=float) for x in market)
+    s = proportional_share(bids, caps, capacity)
+    a, p = s.allocation, s.price[0]
+    tol = 1e-9 * max(capacity, 1.0)
+    # Capacity and caps are respected; allocations are non-negative.
+    assert (a >= 0).all()
+    assert a.sum() <= capacity + tol
+    assert (a <= caps + tol).all()
+    # Zero bids get nothing.
+    assert (a[bids == 0] == 0).all()
+    below = (bids > 0) & (a < caps - tol)
+    if below.any() and capacity > 0:
+        # Work conservation: someone wants more, so nothing is left idle.
+        assert a.sum() == pytest.approx(capacity, rel=1e-9)
+        # Proportionality among uncapped VMs: a_i = b_i / p.
+        assert a[below] == pytest.approx(bids[below] / p, rel=1e-9)
+        # The price is the uncapped bids over the capacity left to them.
+        unc = ~s.capped & (bids > 0)
+        left = capacity - caps[s.capped].sum()
+        with np.errstate(over="ignore", divide="ignore"):
+            assert p == pytest.approx(np.float64(bids[unc].sum()) / left, rel=1e-9)
+    # A capped VM would have got at least its cap at that price.
+    if p > 0 and np.isfinite(p):
+        assert (bids[s.capped & (bids > 0)] / p >= caps[s.capped & (bids > 0)] * (1 - 1e-9)).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(markets, st.integers(0, 29), st.floats(1.0, 10.0))
+def test_own_bid_rise_never_lowers_own_allocation(
+    market: tuple[list[float], list[float], float], who: int, factor: float
+) -> None:
+    bids, caps, capacity = (np.array(x, dtype=float) for x in market)
+    i = who % bids.size
+    before = proportional_share(bids, caps, capacity).allocation[i]
+    raised = bids.copy()
+    raised[i] = max(raised[i], 0.01) * factor
+    after = proportional_share(raised, caps, capacity).allocation[i]
+    assert after >= before * (1 - 1e-9) - 1e-12
