@@ -1,0 +1,160 @@
+"""The controller interface: Merkat Alg. 4's callbacks around one pure decision per period.
+
+Merkat Alg. 4 runs a loop per application: start the virtual clusters (line 1), resume if
+needed (2-3), then repeatedly process monitor messages (9), reconfigure (10-11), suspend when
+needed (12-14) and finally shut down (16). Here the loop belongs to the platform; each period
+it calls :meth:`Controller.decide` once, which dispatches to the same callbacks:
+
+=================  =====================================  =====================================
+phase              callbacks, in order                    Merkat Alg. 4
+=================  =====================================  =====================================
+waiting (no VM)    :meth:`on_start`                       line 1, §4.2.2 start condition
+suspended          :meth:`stop_reason`, :meth:`on_resume` lines 2-3
+running            :meth:`on_monitor`, :meth:`stop_reason`, lines 9, 16, 10-11, 12-14
+                   :meth:`reconfigure`, :meth:`needs_suspend`
+=================  =====================================  =====================================
+
+A controller's state (estimates, direction history, back-off counters, its random generator)
+lives in the object and changes only inside :meth:`decide`; the same observations and seed
+give the same demands.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import numpy as np
+
+from merkat.control.formulas import current_bid, scale_to, spend_limit, start_bid
+from merkat.control.types import Action, Amounts, Demand, Observation, Phase
+
+Seed = int | np.random.Generator
+
+
+def make_rng(seed: Seed) -> np.random.Generator:
+    """An explicit generator: a seed gives a fresh one, a Generator is used as is."""
+    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+
+
+class Ewma:
+    """Exponentially weighted moving average per resource (Themis Table I, alloc_est).
+
+    est ← alpha·x + (1 - alpha)·est; the first sample initialises the estimate.
+    """
+
+    def __init__(self, alpha: float) -> None:
+        if not 0 < alpha <= 1:
+            raise ValueError(f"EWMA weight must be in (0, 1], got {alpha}")
+        self.alpha = alpha
+        self.value: dict[str, float] = {}
+
+    def update(self, sample: Amounts) -> dict[str, float]:
+        for r, x in sample.items():
+            old = self.value.get(r)
+            self.value[r] = x if old is None else self.alpha * x + (1 - self.alpha) * old
+        return dict(self.value)
+
+
+class Controller(ABC):
+    """One application's controller. Subclasses implement :meth:`reconfigure` at least.
+
+    ``horizon``: periods over which the balance is spread when there is no deadline
+    (:func:`~merkat.control.formulas.spend_limit`). ``start_fraction``: the default start
+    bid buys this fraction of the VM size at the current price.
+    """
+
+    name: ClassVar[str] = "controller"
+
+    def __init__(self, *, horizon: int = 1, start_fraction: float = 1.0) -> None:
+        if horizon < 1:
+            raise ValueError(f"horizon must be >= 1, got {horizon}")
+        if not 0 < start_fraction <= 1:
+            raise ValueError(f"start_fraction must be in (0, 1], got {start_fraction}")
+        self.horizon = horizon
+        self.start_fraction = start_fraction
+
+    # --- the one decision ---------------------------------------------------------------
+
+    def decide(self, obs: Observation) -> Demand:
+        """The demand for the next period, from this observation and the controller's state."""
+        phase = obs.phase
+        if phase is Phase.WAITING:
+            return self.on_start(obs)
+        if phase is Phase.SUSPENDED:
+            reason = self.stop_reason(obs)
+            if reason is not None:
+                return Demand(Action.STOP, reason=reason)
+            return self.on_resume(obs)
+        self.on_monitor(obs)
+        reason = self.stop_reason(obs)
+        if reason is not None:
+            return Demand(Action.STOP, reason=reason)
+        demand = self.reconfigure(obs)
+        if demand.action is Action.NONE and self.needs_suspend(obs, demand):
+            return Demand(Action.SUSPEND, nvms=len(obs.vms), reason="cannot afford the SLO")
+        return demand
+
+    # --- callbacks (Merkat Alg. 4) -------------------------------------------------------
+
+    def on_start(self, obs: Observation) -> Demand:
+        """Start condition (Merkat §4.2.2). Default: start ``size`` VMs at once, bidding what
+        buys ``start_fraction`` of the VM size, within the budget."""
+        return Demand(Action.START, nvms=obs.size,
+                      new_vm_bid=self.affordable(obs, start_bid(obs, self.start_fraction,
+                                                                obs.size), obs.size),
+                      reason="start")
+
+    def on_monitor(self, obs: Observation) -> None:  # noqa: B027 - optional callback
+        """ProcessMonitorMessage (Alg. 4 line 9): update estimates. Default: nothing."""
+
+    def stop_reason(self, obs: Observation) -> str | None:
+        """Why the application must shut down now (Alg. 4 line 16, Merkat §4.2.4), or None.
+
+        Default: when all its work is done.
+        """
+        left = obs.metrics.work_left
+        return "finished" if left is not None and left <= 0 else None
+
+    @abstractmethod
+    def reconfigure(self, obs: Observation) -> Demand:
+        """The scaling policy (Alg. 4 lines 10-11): bids and VM count for a running app."""
+
+    def needs_suspend(self, obs: Observation, demand: Demand) -> bool:
+        """NeedsSuspend (Alg. 4 line 12), given the demand :meth:`reconfigure` proposed.
+        Default: never."""
+        return False
+
+    def on_resume(self, obs: Observation) -> Demand:
+        """ResumeApplication (Alg. 4 lines 2-3). Default: resume at once with current bids."""
+        return self.keep(obs, Action.RESUME, "resume")
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def bid_max(self, obs: Observation) -> float:
+        """The application's spend limit this period, over all its VMs (Themis Table I)."""
+        return spend_limit(obs, self.horizon)
+
+    def vm_bid_max(self, obs: Observation, nvms: int) -> float:
+        """The spend limit of one VM when ``nvms`` VMs share it (Themis: B per task)."""
+        return self.bid_max(obs) / max(1, nvms)
+
+    def affordable(self, obs: Observation, bid: Amounts, nvms: int) -> dict[str, float]:
+        """``bid`` scaled down to one VM's share of the budget, never under the reserve."""
+        return scale_to(bid, self.vm_bid_max(obs, nvms), obs.bid_min)
+
+    @staticmethod
+    def uniform(obs: Observation, bid: Amounts, action: Action = Action.NONE,
+                reason: str = "") -> Demand:
+        """Every VM of the application bids ``bid``; the VM count is unchanged."""
+        return Demand(action, nvms=len(obs.vms), bids={vm.id: dict(bid) for vm in obs.vms},
+                      new_vm_bid=dict(bid), reason=reason)
+
+    @staticmethod
+    def wait(obs: Observation, reason: str) -> Demand:
+        """No life-cycle change and no bid: stay queued, or stay suspended."""
+        return Demand(Action.NONE, nvms=len(obs.vms), reason=reason)
+
+    def keep(self, obs: Observation, action: Action = Action.NONE, reason: str = "") -> Demand:
+        """Change nothing: the current bids and VM count."""
+        return self.uniform(obs, current_bid(obs), action, reason)

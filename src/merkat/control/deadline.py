@@ -1,0 +1,187 @@
+"""Themis' derived deadline policies (Fig. 4, §IV-A): Vertical-Deadline and Horizontal-Deadline.
+
+Vertical-Deadline drives a rigid application (fixed VMs, progress in lock-step) with
+Scale-One-VM on its progress rate, suspends when the budget cannot keep it on track, and
+postpones, then aborts, at submission when the price is too high. Horizontal-Deadline drives a
+task farm with Scale-Multi-VMs on the makespan bound.
+"""
+
+from __future__ import annotations
+
+import math
+
+from merkat.control.base import Controller, Ewma
+from merkat.control.formulas import app_alloc, current_bid, makespan_bound, start_bid
+from merkat.control.generic import ScaleMultiVMs, ScaleOneVM, resize
+from merkat.control.types import Action, Demand, Observation, Phase, Sense
+
+
+def needed_fraction(obs: Observation) -> float | None:
+    """The share of the VM size that finishes exactly at the deadline: t_ideal / time left.
+
+    None without a deadline or a performance model; 1 (or more) when already too late.
+    """
+    ideal, left = obs.ideal_time_left, obs.time_to_deadline
+    if ideal is None or left is None:
+        return None
+    if left <= 0:
+        return math.inf if ideal > 0 else 0.0
+    return ideal / left
+
+
+class VerticalDeadline(Controller):
+    """``vertical-deadline``: Themis Fig. 4 lines 1-7 with §IV-A's suspend and postpone rules.
+
+    - **Start** (postpone-then-abort, §IV-A): with slack = time to deadline - t_ideal, abort
+      (STOP) when slack < 0; start when one VM's share of the budget buys the needed fraction
+      t_ideal / time-left of the VM size at the current price (its bid is that cost);
+      otherwise postpone for ``postpone_fraction``·slack and try again.
+    - **Running** (Fig. 4): p_ref = work left / time to deadline (line 3); p_est = the ideal
+      rate times the EWMA allocation estimate's fraction of the VM size (the performance
+      model of §IV-A), or the measured rate without a model (line 2). If the estimate already
+      reaches the VM size on every resource (within ``max_alloc_tol``), halve the bid, never
+      under bid_min (lines 4-5); else Scale-One-VM(bid, p_est, p_ref) on a progress rate
+      (line 7).
+    - **Suspend** (§IV-A): when Scale-One-VM wanted more than bid_max and both the current
+      and the predicted progress are under p_ref.
+    - **Resume**: after ``resume_wait`` periods suspended, when the needed fraction is
+      affordable again; STOP while suspended once the deadline is out of reach.
+    """
+
+    name = "vertical-deadline"
+
+    def __init__(self, *, t_diff: float = 0.05, limit: int = 3, ewma_alpha: float = 0.5,
+                 max_alloc_tol: float = 0.01, postpone_fraction: float = 0.1,
+                 resume_wait: int = 2, horizon: int = 1, start_fraction: float = 1.0) -> None:
+        super().__init__(horizon=horizon, start_fraction=start_fraction)
+        if not 0 <= max_alloc_tol < 1:
+            raise ValueError(f"max_alloc_tol must be in [0, 1), got {max_alloc_tol}")
+        if not 0 <= postpone_fraction <= 1:
+            raise ValueError(f"postpone_fraction must be in [0, 1], got {postpone_fraction}")
+        if resume_wait < 0:
+            raise ValueError(f"resume_wait must be >= 0, got {resume_wait}")
+        self.scaler = ScaleOneVM(t_diff, limit)
+        self.alloc_est = Ewma(ewma_alpha)
+        self.max_alloc_tol = max_alloc_tol
+        self.postpone_fraction = postpone_fraction
+        self.resume_wait = resume_wait
+        self.next_try: float | None = None
+        self.suspended_at: float | None = None
+        self.short = False  # this period, Scale-One-VM wanted more than bid_max
+
+    # --- start: postpone, then abort (Themis §IV-A) ----------------------------------------
+
+    def on_start(self, obs: Observation) -> Demand:
+        if self.next_try is not None and obs.time < self.next_try:
+            return self.wait(obs, f"postponed until {self.next_try:g}")
+        f = needed_fraction(obs)
+        if f is None:
+            return super().on_start(obs)
+        ideal, left = obs.ideal_time_left, obs.time_to_deadline
+        assert ideal is not None and left is not None
+        slack = left - ideal
+        if slack < 0:
+            return Demand(Action.STOP, reason="aborted: the deadline can no longer be met")
+        bid = start_bid(obs, max(f, 1e-9), obs.size)
+        if sum(bid.values()) <= self.vm_bid_max(obs, obs.size):
+            return Demand(Action.START, nvms=obs.size, new_vm_bid=bid, reason="start")
+        self.next_try = obs.time + self.postpone_fraction * slack
+        return self.wait(obs, f"price too high: postponed until {self.next_try:g}")
+
+    # --- running: Fig. 4 lines 1-7 ---------------------------------------------------------
+
+    def on_monitor(self, obs: Observation) -> None:
+        self.alloc_est.update(app_alloc(obs))
+
+    def progress(self, obs: Observation) -> tuple[float, float, float]:
+        """(p_now, p_est, p_ref): measured, predicted and reference progress rates."""
+        m, est = obs.metrics, self.alloc_est.value
+        if m.ideal_rate is not None:
+            frac = math.prod(min(1.0, est.get(r, 0.0) / s) for r, s in obs.vm_size.items()
+                             if s > 0)
+            p_est = m.ideal_rate * frac
+        else:
+            p_est = m.progress_rate or 0.0
+        p_now = p_est if m.progress_rate is None else m.progress_rate
+        left, work = obs.time_to_deadline, m.work_left
+        if left is None or work is None:  # no deadline: hold
+            return p_now, p_est, p_est
+        p_ref = work / left if left > 0 else math.inf
+        return p_now, p_est, p_ref
+
+    def reconfigure(self, obs: Observation) -> Demand:
+        bid, cap = current_bid(obs), self.vm_bid_max(obs, len(obs.vms))
+        est = self.alloc_est.value
+        at_max = all(est.get(r, 0.0) >= (1 - self.max_alloc_tol) * s
+                     for r, s in obs.vm_size.items())
+        if at_max:  # lines 4-5
+            self.short = False
+            new = {r: max(b / 2, obs.bid_min.get(r, 0.0)) for r, b in bid.items()}
+            return self.uniform(obs, new, reason="at maximum allocation")
+        _, p_est, p_ref = self.progress(obs)
+        new = self.scaler.step(bid, p_est, p_ref, Sense.HIGHER_IS_BETTER, obs.bid_min, cap)
+        self.short = self.scaler.wanted > cap * (1 + 1e-12)
+        return self.uniform(obs, new)
+
+    def needs_suspend(self, obs: Observation, demand: Demand) -> bool:
+        p_now, p_est, p_ref = self.progress(obs)
+        if self.short and p_now < p_ref and p_est < p_ref:
+            self.suspended_at = obs.time
+            return True
+        return False
+
+    # --- suspended ---------------------------------------------------------------------------
+
+    def stop_reason(self, obs: Observation) -> str | None:
+        reason = super().stop_reason(obs)
+        if reason is None and obs.phase is Phase.SUSPENDED:
+            f = needed_fraction(obs)
+            if f is not None and f > 1:
+                return "aborted while suspended: the deadline can no longer be met"
+        return reason
+
+    def on_resume(self, obs: Observation) -> Demand:
+        since = self.suspended_at if self.suspended_at is not None else -math.inf
+        if obs.time < since + self.resume_wait * obs.period:
+            return self.wait(obs, "suspended")
+        f = needed_fraction(obs)
+        n = len(obs.vms)
+        bid = start_bid(obs, self.start_fraction if f is None else max(f, 1e-9), n)
+        if sum(bid.values()) <= self.vm_bid_max(obs, n):
+            self.suspended_at = None
+            return self.uniform(obs, bid, Action.RESUME, "price dropped: resume")
+        return self.wait(obs, "suspended: price still too high")
+
+
+class HorizontalDeadline(Controller):
+    """``horizontal-deadline``: Themis Fig. 4 lines 9-13 on a task farm (workers are VMs).
+
+    The finish time is bounded by ⌈(n-1)·T_avg/k⌉ + T_max for n tasks left on k workers
+    (line 11, :func:`~merkat.control.formulas.makespan_bound`); Scale-Multi-VMs adds workers
+    when the bound exceeds ``high``·(time to deadline) and releases them (idle ones first)
+    when it is under ``low``·(time to deadline) (lines 12-13, garbled in the paper; the two
+    thresholds are Scale-Multi-VMs' v_reflow, v_refhigh).
+    """
+
+    name = "horizontal-deadline"
+
+    def __init__(self, *, limit: int = 3, low: float = 0.75, high: float = 1.0,
+                 horizon: int = 1, start_fraction: float = 1.0) -> None:
+        super().__init__(horizon=horizon, start_fraction=start_fraction)
+        self.scaler = ScaleMultiVMs(limit, low, high)
+
+    def estimate(self, obs: Observation) -> float | None:
+        """The makespan bound with the current workers, or None without task information."""
+        m = obs.metrics
+        if m.tasks_left is None or m.task_time_avg is None or m.task_time_max is None:
+            return None
+        return makespan_bound(m.tasks_left, m.task_time_avg, m.task_time_max, len(obs.vms))
+
+    def reconfigure(self, obs: Observation) -> Demand:
+        finish, left = self.estimate(obs), obs.time_to_deadline
+        if finish is None or left is None:
+            return self.keep(obs, reason="no task information or no deadline")
+        nvms, bid = self.scaler.step(len(obs.vms), finish, left, Sense.LOWER_IS_BETTER,
+                                     obs.prices, obs.vm_size, obs.bid_min, self.bid_max(obs),
+                                     obs.nvms_max)
+        return resize(obs, nvms, bid, reason=f"makespan bound {finish:g} s, {left:g} s left")

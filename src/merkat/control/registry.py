@@ -1,0 +1,79 @@
+"""Policies by name, so a template or a CLI flag selects one: ``make_policy("deadline-strict")``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from merkat.control.base import Controller
+from merkat.control.deadline import HorizontalDeadline, VerticalDeadline
+from merkat.control.generic import (
+    MerkatHorizontal,
+    MerkatVertical,
+    ScaleMultiVMsController,
+    ScaleOneVMController,
+)
+from merkat.control.slo import (
+    BestEffort,
+    DeadlinePartial,
+    DeadlineStrict,
+    PerformancePartial,
+    PerformanceStrict,
+)
+
+POLICIES: Mapping[str, type[Controller]] = MappingProxyType({
+    cls.name: cls
+    for cls in (
+        ScaleOneVMController,
+        ScaleMultiVMsController,
+        MerkatVertical,
+        MerkatHorizontal,
+        VerticalDeadline,
+        HorizontalDeadline,
+        DeadlineStrict,
+        DeadlinePartial,
+        PerformanceStrict,
+        PerformancePartial,
+        BestEffort,
+    )
+})
+"""Every policy, by its registry name."""
+
+
+class PolicyError(ValueError):
+    """An unknown policy name or parameter."""
+
+
+def policy_params(name: str) -> dict[str, Any]:
+    """The parameters of policy ``name`` and their defaults."""
+    cls = _lookup(name)
+    return {p.name: p.default for p in inspect.signature(cls.__init__).parameters.values()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+def make_policy(name: str, **params: Any) -> Controller:
+    """A fresh controller of policy ``name`` with ``params`` (keyword arguments).
+
+    Raises :class:`PolicyError` naming the known policies, or the known parameters.
+    """
+    cls = _lookup(name)
+    known = policy_params(name)
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise PolicyError(f"policy {name!r} has no parameter {', '.join(map(repr, unknown))}; "
+                          f"its parameters are: {', '.join(sorted(known)) or 'none'}")
+    try:
+        return cls(**params)
+    except (TypeError, ValueError) as exc:
+        raise PolicyError(f"policy {name!r}: {exc}") from exc
+
+
+def _lookup(name: str) -> type[Controller]:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise PolicyError(f"unknown policy {name!r}; known policies: "
+                          f"{', '.join(sorted(POLICIES))}") from None

@@ -1,0 +1,222 @@
+"""What a controller sees (:class:`Observation`) and what it asks for (:class:`Demand`).
+
+Units (DESIGN.md, Decisions): CPU in cores, memory in MiB, money in credits, time in seconds,
+prices in credits per unit per period, bids in credits per period per VM and resource.
+Resources are named as in :data:`merkat.market.RESOURCES` (``"cpu"``, ``"memory"``); a mapping
+may hold only ``"cpu"`` for a CPU-only market, and every rule here iterates over the resources
+the observation actually carries.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+CPU = "cpu"
+MEMORY = "memory"
+RESOURCES: tuple[str, ...] = (CPU, MEMORY)
+
+Amounts = Mapping[str, float]
+"""Per-resource amounts: allocations, sizes, capacities, prices or bids."""
+
+
+class Sense(Enum):
+    """Which way a performance metric is better. Written once, used by every policy.
+
+    Merkat Alg. 1 tracks an *iteration time* (lower is better); Themis Fig. 3-4 track a
+    *progress rate* (higher is better). See :func:`merkat.control.formulas.judge`.
+    """
+
+    LOWER_IS_BETTER = "lower"
+    HIGHER_IS_BETTER = "higher"
+
+
+class VMState(Enum):
+    """Life-cycle state of one VM as the backend reports it."""
+
+    BOOTING = "booting"
+    RUNNING = "running"
+    MIGRATING = "migrating"
+    SUSPENDED = "suspended"
+    RESUMING = "resuming"
+
+
+class Phase(Enum):
+    """Life-cycle phase of the application, derived from its VMs (:attr:`Observation.phase`)."""
+
+    WAITING = "waiting"  # submitted, no VM yet (queued, postponed)
+    RUNNING = "running"  # at least one VM not suspended
+    SUSPENDED = "suspended"  # every VM suspended
+
+
+class Action(Enum):
+    """Life-cycle request of a :class:`Demand` (Merkat Alg. 4, SLO paper Alg. 1)."""
+
+    NONE = "none"  # no life-cycle change: keep waiting, or keep running with the bids given
+    START = "start"  # create ``nvms`` VMs with ``new_vm_bid``
+    SUSPEND = "suspend"  # suspend every VM (they stop bidding)
+    RESUME = "resume"  # resume every VM with the bids given
+    STOP = "stop"  # release every VM; the application ends (finished, aborted or hopeless)
+
+
+@dataclass(frozen=True)
+class VMView:
+    """One VM of the application: its state, last allocation and current bid."""
+
+    id: str
+    state: VMState
+    alloc: Amounts
+    """Allocation received in the last period, per resource (cores, MiB)."""
+    bid: Amounts
+    """Current bid, per resource (credits per period)."""
+    busy: bool = True
+    """Runs a task (master-worker); idle workers are released first."""
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Application metrics read by the monitors (Merkat §4.2.3). ``None``: not reported.
+
+    ``performance``/``reference``/``sense``: the generic metric v, v_ref of Merkat Alg. 1-2 and
+    Themis Fig. 3. ``work_done``/``work_total``: progress in work units (e.g. iterations);
+    ``progress_rate``: work units per second measured over the last period; ``ideal_rate``: the
+    user's performance model, work units per second at the full VM size (Themis §IV-A).
+    ``tasks_left``/``task_time_avg``/``task_time_max``: the task farm's queue (Themis Fig. 4).
+    """
+
+    performance: float | None = None
+    reference: float | None = None
+    sense: Sense = Sense.LOWER_IS_BETTER
+    work_done: float = 0.0
+    work_total: float | None = None
+    progress_rate: float | None = None
+    ideal_rate: float | None = None
+    tasks_left: int | None = None
+    task_time_avg: float | None = None
+    task_time_max: float | None = None
+
+    @property
+    def work_left(self) -> float | None:
+        if self.work_total is None:
+            return None
+        return max(0.0, self.work_total - self.work_done)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The application's account after this period's renewal (DESIGN.md step 1).
+
+    ``balance``: credits available now; ``renewal``: credits added every period.
+    """
+
+    balance: float
+    renewal: float = 0.0
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything one decision may use; built by the period loop, never mutated.
+
+    ``vm_size`` is the VM template: the maximum useful allocation of every VM of the application
+    (alloc_max of Merkat Alg. 1-3, alloc_ref of Themis Table I). ``size`` is how many VMs the
+    application asks for when it starts (a rigid application's processes). ``bid_min`` is the
+    market's reserve: the smallest bid accepted per VM and resource. ``capacity`` is the
+    cluster's capacity per resource (C_r of Merkat Alg. 3). ``nvms_max`` is the provider's
+    limit on VMs per application (T_nvms of Themis Table I). ``deadline`` and ``submit_time``
+    are absolute times in seconds.
+    """
+
+    time: float
+    period: float
+    prices: Amounts
+    capacity: Amounts
+    vm_size: Amounts
+    budget: Budget
+    bid_min: Amounts = field(default_factory=dict)
+    vms: tuple[VMView, ...] = ()
+    metrics: Metrics = field(default_factory=Metrics)
+    price_history: tuple[Amounts, ...] = ()
+    """Past prices, oldest first (the current prices are in ``prices``)."""
+    deadline: float | None = None
+    submit_time: float = 0.0
+    size: int = 1
+    nvms_max: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        if not self.period > 0:
+            raise ValueError(f"period must be > 0, got {self.period}")
+        if self.size < 1:
+            raise ValueError(f"size must be >= 1, got {self.size}")
+        if self.nvms_max < 1:
+            raise ValueError(f"nvms_max must be >= 1, got {self.nvms_max}")
+        for name, amounts in (
+            ("prices", self.prices),
+            ("capacity", self.capacity),
+            ("vm_size", self.vm_size),
+            ("bid_min", self.bid_min),
+        ):
+            for r, x in amounts.items():
+                if not (x >= 0 and math.isfinite(x)):
+                    raise ValueError(f"{name}[{r!r}] must be a finite number >= 0, got {x}")
+
+    @property
+    def resources(self) -> tuple[str, ...]:
+        """The resources this application trades: those of its VM template, in market order."""
+        known = [r for r in RESOURCES if r in self.vm_size]
+        return (*known, *sorted(r for r in self.vm_size if r not in RESOURCES))
+
+    @property
+    def phase(self) -> Phase:
+        if not self.vms:
+            return Phase.WAITING
+        if all(vm.state is VMState.SUSPENDED for vm in self.vms):
+            return Phase.SUSPENDED
+        return Phase.RUNNING
+
+    @property
+    def active_vms(self) -> tuple[VMView, ...]:
+        """The VMs that are not suspended."""
+        return tuple(vm for vm in self.vms if vm.state is not VMState.SUSPENDED)
+
+    @property
+    def time_to_deadline(self) -> float | None:
+        return None if self.deadline is None else self.deadline - self.time
+
+    @property
+    def ideal_time_left(self) -> float | None:
+        """Remaining execution time at the full VM size: work left / ideal rate (t_ideal)."""
+        left, rate = self.metrics.work_left, self.metrics.ideal_rate
+        if left is None or rate is None:
+            return None
+        if left == 0:
+            return 0.0
+        return math.inf if rate <= 0 else left / rate
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What the application asks the platform for the next period.
+
+    ``nvms``: desired number of VMs after this period (the platform creates ``nvms`` minus the
+    current count with ``new_vm_bid``, or releases the VMs in ``release``). ``bids``: bid per
+    kept VM and resource. ``reason``: a short human-readable cause, for the event log.
+    """
+
+    action: Action = Action.NONE
+    nvms: int = 0
+    bids: Mapping[str, Amounts] = field(default_factory=dict)
+    new_vm_bid: Amounts = field(default_factory=dict)
+    release: tuple[str, ...] = ()
+    reason: str = ""
+
+    def bid_for(self, vm_id: str) -> Amounts:
+        """The bid of ``vm_id``: its own entry, else the bid for new VMs."""
+        return self.bids.get(vm_id, self.new_vm_bid)
+
+    def total(self) -> float:
+        """Credits per period this demand offers, over all its VMs and resources."""
+        kept = sum(sum(b.values()) for b in self.bids.values())
+        new = max(0, self.nvms - len(self.bids)) * sum(self.new_vm_bid.values())
+        return kept + new
