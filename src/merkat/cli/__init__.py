@@ -8,7 +8,7 @@ from __future__ import annotations
 import typer
 
 from merkat import __version__
-from merkat.cli import bank, bench, market
+from merkat.cli import bank, bench, market, sim
 
 app = typer.Typer(
     name="merkat",
@@ -18,6 +18,7 @@ app = typer.Typer(
 )
 app.add_typer(market.app, name="market")
 app.add_typer(bank.app, name="bank")
+app.add_typer(sim.app, name="sim")
 app.add_typer(bench.app, name="bench")
 
 

@@ -131,9 +131,8 @@ def simulate(
                 insort(ctx._keys, (scheduler.key(workload, j), j))
         if ctx._keys:
             scheduler.schedule(ctx)
-        if progress is not None:
-            if ctx.started - started_before >= 4096:
-                progress(ctx.started - started_before)
-                started_before = ctx.started
+        if progress is not None and ctx.started - started_before >= 4096:
+            progress(ctx.started - started_before)
+            started_before = ctx.started
     start = np.array(ctx.start_time, dtype=np.float64)
     return Schedule(start=start, end=start + workload.run)

@@ -86,9 +86,7 @@ def write_jobs_csv(path: str | Path, workload: Workload, schedule: Schedule) -> 
         value.tolist(),
         strict=True,
     ):
-        lines.append(
-            f"{jid},{_num(sub)},{_num(st)},{_num(en)},{p},{_num(dl)},{int(m)},{_num(v)}"
-        )
+        lines.append(f"{jid},{_num(sub)},{_num(st)},{_num(en)},{p},{_num(dl)},{int(m)},{_num(v)}")
     Path(path).write_text("\n".join(lines) + "\n")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +80,7 @@ class RunOptions:
     interarrival_factor: float = 1.0
     seed: int = 0
     strict: bool = False
-    slo: SloConfig = SloConfig()
+    slo: SloConfig = field(default_factory=SloConfig)
 
 
 def cluster_for(opts: RunOptions, max_procs: int | None) -> Cluster:

@@ -121,7 +121,14 @@ class Workload:
         mem = np.zeros(n) if memory is None else np.asarray(memory, dtype=np.float64)
         fac = np.ones(n) if deadline_factor is None else np.asarray(deadline_factor, np.float64)
         order = np.lexsort((ids, s))
-        s, r, est, mem, fac, ids = s[order], r[order], est[order], mem[order], fac[order], ids[order]
+        s, r, est, mem, fac, ids = (
+            s[order],
+            r[order],
+            est[order],
+            mem[order],
+            fac[order],
+            ids[order],
+        )
         p = np.asarray(procs, dtype=np.int64)[order]
         return cls(
             job_id=ids,
@@ -174,7 +181,9 @@ def build_workload(
     node_mem = cluster.memory_per_host or DEFAULT_NODE_MEMORY_MIB
     used, requested = d[:, 6], d[:, 9]
     memory = np.where(
-        used > 0, used / 1024.0, np.where(requested > 0, requested / 1024.0, mem_fraction * node_mem)
+        used > 0,
+        used / 1024.0,
+        np.where(requested > 0, requested / 1024.0, mem_fraction * node_mem),
     )
 
     dropped: dict[str, int] = {}

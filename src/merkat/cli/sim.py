@@ -1,0 +1,309 @@
+"""``merkat sim ...``: replay SWF traces under batch schedulers, compare and plot runs, generate
+Lublin-model workloads; and ``merkat bench sim``.
+
+Bad input (flags, trace lines) gives a one-line ``error: ...`` naming the flag or ``file:line``
+and exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from merkat.cli import bench
+from merkat.cli._common import OutputFormat, OutputOption, emit, fail, print_json, print_table
+from merkat.cli._common import stderr as stderr_console
+
+app = typer.Typer(
+    help="Trace-driven simulator: batch baselines (FCFS, EDF, EASY) on SWF workloads.",
+    no_args_is_help=True,
+)
+
+SCHEDULER_NAMES = ("fcfs", "edf", "easy", "conservative")
+HPC2N = "HPC2N-2002-2.2-cln.swf.gz"
+
+
+class _LazyProgress:
+    """A rich progress bar on stderr that appears only once the run has lasted a second."""
+
+    def __init__(self, total: int, label: str) -> None:
+        self.total = total
+        self.label = label
+        self.done = 0
+        self.t0 = time.perf_counter()
+        self.bar: Progress | None = None
+        self.task: Any = None
+
+    def __call__(self, advance: int) -> None:
+        self.done += advance
+        if self.bar is None:
+            if time.perf_counter() - self.t0 < 1.0:
+                return
+            self.bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total} jobs"),
+                TimeRemainingColumn(),
+                console=stderr_console,
+                transient=True,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task(self.label, total=self.total)
+        self.bar.update(self.task, completed=min(self.done, self.total))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _check(cond: bool, message: str) -> None:
+    if not cond:
+        fail(message)
+
+
+@app.command("run")
+def run_cmd(
+    trace: Path = typer.Option(..., "--trace", help="SWF trace (.swf or .swf.gz)."),
+    scheduler: str = typer.Option(..., "--scheduler", help="fcfs | edf | easy | conservative"),
+    out: Path = typer.Option(..., "--out", help="Directory for jobs.csv and summary.json."),
+    jobs: int | None = typer.Option(None, "--jobs", help="Simulate at most N jobs."),
+    skip: int = typer.Option(0, "--skip", help="Skip the first N job records of the trace."),
+    hosts: int | None = typer.Option(None, "--hosts", help="Number of hosts."),
+    cores_per_host: int | None = typer.Option(None, "--cores-per-host", help="Cores per host."),
+    memory_per_host: float | None = typer.Option(
+        None, "--memory-per-host", help="Memory per host, MiB (default: unconstrained)."
+    ),
+    interarrival_factor: float = typer.Option(
+        1.0, "--interarrival-factor", help="Multiply inter-arrival times (0.1 = heavy load)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the SLO attribute draws."),
+    strict: bool = typer.Option(False, "--strict", help="Fail on the first bad trace line."),
+    deadline_min: float = typer.Option(1.2, "--deadline-factor-min"),
+    deadline_max: float = typer.Option(10.0, "--deadline-factor-max"),
+    budget_base: float = typer.Option(
+        60.0, "--budget-base", help="B_base (budget = B_base/factor)."
+    ),
+    output: OutputFormat = OutputOption,
+) -> None:
+    """Replay a trace under one scheduler; write DIR/jobs.csv and DIR/summary.json.
+
+    Without --hosts/--cores-per-host the machine is the trace header's MaxProcs as one pool.
+    """
+    from merkat.sim.run import RunOptions, run_trace
+    from merkat.sim.swf import SwfError
+    from merkat.sim.workload import SloConfig
+
+    _check(
+        scheduler in SCHEDULER_NAMES,
+        f"--scheduler must be one of {', '.join(SCHEDULER_NAMES)}, got {scheduler!r}",
+    )
+    _check(trace.is_file(), f"--trace: no such file: {trace}")
+    _check(jobs is None or jobs >= 1, f"--jobs must be >= 1, got {jobs}")
+    _check(skip >= 0, f"--skip must be >= 0, got {skip}")
+    _check(hosts is None or hosts >= 1, f"--hosts must be >= 1, got {hosts}")
+    _check(
+        cores_per_host is None or cores_per_host >= 1,
+        f"--cores-per-host must be >= 1, got {cores_per_host}",
+    )
+    _check(
+        memory_per_host is None or memory_per_host > 0,
+        f"--memory-per-host must be > 0 MiB, got {memory_per_host}",
+    )
+    _check((hosts is None) == (cores_per_host is None), "--hosts and --cores-per-host go together")
+    _check(interarrival_factor > 0, f"--interarrival-factor must be > 0, got {interarrival_factor}")
+    _check(
+        0 < deadline_min <= deadline_max, "--deadline-factor-min/max must satisfy 0 < min <= max"
+    )
+    _check(budget_base >= 0, f"--budget-base must be >= 0, got {budget_base}")
+    opts = RunOptions(
+        trace=trace,
+        scheduler=scheduler,
+        out=out,
+        jobs=jobs,
+        skip=skip,
+        hosts=hosts,
+        cores_per_host=cores_per_host,
+        memory_per_host=memory_per_host,
+        interarrival_factor=interarrival_factor,
+        seed=seed,
+        strict=strict,
+        slo=SloConfig(deadline_min, deadline_max, budget_base),
+    )
+    bars: list[_LazyProgress] = []
+
+    def factory(total: int) -> Callable[[int], None]:
+        bars.append(_LazyProgress(total, f"{scheduler}"))
+        return bars[-1]
+
+    try:
+        summary = run_trace(opts, factory)
+    except SwfError as e:
+        fail(str(e))
+    except ValueError as e:
+        fail(str(e))
+    finally:
+        for b in bars:
+            b.close()
+    emit(output, summary, lambda: _summary_table([(str(out), summary)]))
+
+
+_COMPARE_KEYS = (
+    "scheduler",
+    "jobs",
+    "dropped",
+    "avg_wait_s",
+    "avg_bounded_slowdown",
+    "utilization",
+    "makespan_s",
+    "met_deadlines",
+    "total_value",
+    "wall_s",
+    "jobs_per_s",
+)
+
+
+def _summary_table(runs: list[tuple[str, dict[str, Any]]]) -> None:
+    rows = [[k, *[s.get(k) for _, s in runs]] for k in _COMPARE_KEYS]
+    print_table(None, ["metric", *[name for name, _ in runs]], rows)
+
+
+@app.command("compare")
+def compare_cmd(
+    dirs: list[Path] = typer.Argument(..., help="Run directories (each with summary.json)."),
+    output: OutputFormat = OutputOption,
+) -> None:
+    """Print the summaries of several runs side by side."""
+    runs: list[tuple[str, dict[str, Any]]] = []
+    for d in dirs:
+        path = d / "summary.json"
+        if not path.is_file():
+            fail(f"{d}: no summary.json (not a run directory)")
+        try:
+            runs.append((str(d), json.loads(path.read_text())))
+        except json.JSONDecodeError as e:
+            fail(f"{path}:{e.lineno}: invalid JSON: {e.msg}")
+    emit(output, {name: s for name, s in runs}, lambda: _summary_table(runs))
+
+
+@app.command("plot")
+def plot_cmd(
+    run_dir: Path = typer.Argument(..., help="Run directory (jobs.csv + summary.json)."),
+    out: Path | None = typer.Option(None, "--out", help="Where to write PNGs (default: DIR)."),
+) -> None:
+    """Write queue_length.png, utilization.png and wait_times.png for a run."""
+    from merkat.sim.plots import plot_run
+
+    for name in ("jobs.csv", "summary.json"):
+        if not (run_dir / name).is_file():
+            fail(f"{run_dir}: no {name} (not a run directory)")
+    for p in plot_run(run_dir, out):
+        print(p)
+
+
+@app.command("lublin")
+def lublin_cmd(
+    out: Path = typer.Option(..., "--out", help="SWF file to write (.gz compresses)."),
+    jobs: int = typer.Option(10000, "--jobs", help="Number of jobs."),
+    nodes: int = typer.Option(128, "--nodes", help="Machine size (nodes)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed."),
+    jobtype: str = typer.Option("typeless", "--type", help="typeless | mixed (batch+interactive)."),
+) -> None:
+    """Generate a Lublin-Feitelson workload as SWF."""
+    from merkat.sim import lublin
+
+    _check(jobs >= 1, f"--jobs must be >= 1, got {jobs}")
+    _check(nodes >= 2, f"--nodes must be >= 2, got {nodes}")
+    _check(
+        jobtype in lublin.JOBTYPES,
+        f"--type must be one of {', '.join(lublin.JOBTYPES)}, got {jobtype!r}",
+    )
+    lublin.write(out, jobs, seed, nodes, jobtype)
+    print(out)
+
+
+def _find_default_trace() -> Path | None:
+    candidates = []
+    env = os.environ.get("MERKAT_TRACES")
+    if env:
+        candidates.append(Path(env) / HPC2N)
+    repo = Path(__file__).resolve().parents[3]
+    candidates += [
+        repo.parent / "shared" / "traces" / HPC2N,
+        Path.cwd().parent / "shared" / "traces" / HPC2N,
+    ]
+    return next((c for c in candidates if c.is_file()), None)
+
+
+@bench.app.command("sim")
+def bench_sim(
+    trace: Path | None = typer.Option(
+        None, "--trace", help=f"SWF trace (default: ../shared/traces/{HPC2N} or $MERKAT_TRACES)."
+    ),
+    schedulers: str = typer.Option("fcfs,easy", "--schedulers", help="Comma-separated list."),
+    repeat: int = typer.Option(3, "--repeat", help="Runs per scheduler; the best is reported."),
+    cores: int | None = typer.Option(None, "--cores", help="Pool size (default: MaxProcs)."),
+) -> None:
+    """Simulator throughput on a trace as one pool of cores (JSON on stdout)."""
+    from merkat.sim.cluster import Cluster
+    from merkat.sim.metrics import summarize
+    from merkat.sim.run import schedule
+    from merkat.sim.swf import SwfError, read_swf
+    from merkat.sim.workload import build_workload
+
+    path = trace or _find_default_trace()
+    if path is None or not path.is_file():
+        fail(f"--trace: no trace found ({trace or HPC2N}); give --trace PATH")
+    names = [s.strip() for s in schedulers.split(",") if s.strip()]
+    for s in names:
+        _check(s in SCHEDULER_NAMES, f"--schedulers: unknown scheduler {s!r}")
+    _check(repeat >= 1, f"--repeat must be >= 1, got {repeat}")
+    t0 = time.perf_counter()
+    try:
+        tr = read_swf(path)
+    except SwfError as e:
+        fail(str(e))
+    read_s = time.perf_counter() - t0
+    pool = cores or tr.header_int("MaxProcs") or tr.header_int("MaxNodes")
+    if not pool:
+        fail("--cores: the trace has no MaxProcs; give --cores")
+    cluster = Cluster.pool(pool)
+    t1 = time.perf_counter()
+    wl = build_workload(tr, cluster)
+    build_s = time.perf_counter() - t1
+    results: dict[str, Any] = {}
+    for s in names:
+        best = float("inf")
+        sched = None
+        for _ in range(repeat):
+            t = time.perf_counter()
+            sched = schedule(wl, cluster, s)
+            best = min(best, time.perf_counter() - t)
+        assert sched is not None
+        m = summarize(wl, sched, cluster)
+        results[s] = {
+            "simulate_s": round(best, 4),
+            "jobs_per_s": round(len(wl) / best),
+            "avg_wait_s": round(m["avg_wait_s"], 3),
+            "avg_bounded_slowdown": round(m["avg_bounded_slowdown"], 3),
+        }
+    print_json(
+        {
+            "benchmark": "sim",
+            "trace": path.name,
+            "jobs": len(wl),
+            "cores": pool,
+            "read_s": round(read_s, 4),
+            "build_workload_s": round(build_s, 4),
+            "repeat": repeat,
+            "schedulers": results,
+            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        }
+    )
