@@ -255,7 +255,7 @@ def write_swf(
     p = Path(path)
     if p.suffix == ".gz":
         # mtime=0: the same content gives the same bytes.
-        with open(p, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+        with open(p, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as f:
             f.write(text.encode())
     else:
         p.write_text(text)
