@@ -112,7 +112,10 @@ class ScaleMultiVMs:
             self.factor = self.factor + 1 if self.run < self.limit else 2 * self.factor  # 32-35
         bid = {r: max(a * prices.get(r, 0.0), bid_min.get(r, 0.0)) for r, a in size.items()}
         per_vm = sum(bid.values())
-        cap = t_nvms if per_vm <= 0 else min(math.floor(bid_max / per_vm), t_nvms)  # line 37
+        if per_vm <= 0 or math.isinf(bid_max):
+            cap = t_nvms
+        else:
+            cap = min(math.floor(bid_max / per_vm), t_nvms)  # line 37
         if d > 0:
             nvms = min(nvms + self.factor, cap)  # line 39
         elif d < 0:
@@ -163,7 +166,10 @@ class MerkatVerticalScaler:
         new: dict[str, float] = {}
         for r, b in bid.items():
             floor = bid_min.get(r, 0.0)
-            a, amin, amax = alloc.get(r, 0.0), alloc_min.get(r, 0.0), alloc_max[r]
+            a, amin, amax = alloc.get(r, 0.0), alloc_min.get(r, 0.0), alloc_max.get(r, 0.0)
+            if amax <= 0:  # the VM does not use this resource: keep the reserve
+                new[r] = floor
+                continue
             price = prices.get(r, 0.0)
             share = b / price if price > 0 else (math.inf if b > 0 else 0.0)
             over = share > amax
@@ -190,7 +196,7 @@ class MerkatVerticalScaler:
                 bid_min: Amounts) -> dict[str, float]:
         """Merkat Alg. 1 lines 19-25: fit ``bid`` under ``bid_max``, favouring the resources
         furthest from their maximum allocation."""
-        saturated = [r for r in bid if alloc.get(r, 0.0) >= alloc_max[r]]
+        saturated = [r for r in bid if alloc.get(r, 0.0) >= alloc_max.get(r, 0.0)]
         others = [r for r in bid if r not in saturated]
         if not others:
             return scale_to(bid, bid_max, bid_min)
