@@ -12,8 +12,9 @@ Contract of :func:`read_swf`:
 - a job line must have exactly 18 numeric, finite fields. Otherwise it is *bad*: with
   ``strict=True`` a :class:`SwfError` naming ``file:line`` is raised; by default the line is skipped,
   counted in ``trace.skipped`` and its first few locations kept in ``trace.bad_lines``;
-- speed: the whole job buffer is parsed by numpy in one call (HPC2N, 202,871 jobs, < 1 s); only
-  when that fast path finds a problem is the file re-read line by line to locate it.
+- speed: the whole job buffer is parsed by numpy's C reader (``numpy.loadtxt``) in one call
+  (HPC2N, 202,871 jobs: about 0.8 s); only when that fast path finds a problem is the file
+  re-read line by line to name the bad lines.
 """
 
 from __future__ import annotations
@@ -144,41 +145,21 @@ def parse_swf(raw: bytes, name: str = "<memory>", strict: bool = False) -> SwfTr
 
 
 def _fast_parse(body: bytes) -> npt.NDArray[np.float64] | None:
-    """Parse the job block with numpy in one call; None if any line is not 18 finite numbers."""
+    """Parse the job block with numpy's C reader in one call; None if any line is not 18 finite
+    numbers (the caller then re-reads line by line to name the bad lines)."""
     if b";" in body:
-        return None  # comments further down: let the line parser skip them
+        return None  # comments further down: let the line parser handle them
+    if not body.strip():
+        return np.zeros((0, NFIELDS))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         try:
-            values = np.fromstring(body, dtype=np.float64, sep=" ")  # type: ignore[call-overload]
-        except (DeprecationWarning, ValueError):
+            values = np.loadtxt(io.BytesIO(body), dtype=np.float64, ndmin=2)
+        except (ValueError, UserWarning):
             return None
-    if values.size % NFIELDS or not np.isfinite(values).all():
+    if values.shape[1] != NFIELDS or not np.isfinite(values).all():
         return None
-    rows = values.size // NFIELDS
-    # The total can be a multiple of 18 while single lines are not: count tokens per line.
-    if not _every_line_has_18_tokens(body, rows):
-        return None
-    return values.reshape(rows, NFIELDS)
-
-
-_IS_SPACE = np.zeros(256, dtype=bool)
-_IS_SPACE[[9, 10, 11, 12, 13, 32]] = True
-
-
-def _every_line_has_18_tokens(body: bytes, rows: int) -> bool:
-    buf = np.frombuffer(body, dtype=np.uint8)
-    if buf.size == 0:
-        return rows == 0
-    space = _IS_SPACE[buf]
-    starts = ~space
-    starts[1:] &= space[:-1]
-    token_pos = np.flatnonzero(starts)
-    newlines = np.flatnonzero(buf == 10)
-    line_of = np.searchsorted(newlines, token_pos)  # line index of each token
-    tokens_per_line = np.bincount(line_of)
-    nonblank = tokens_per_line[tokens_per_line > 0]
-    return bool(nonblank.size == rows and (nonblank == NFIELDS).all())
+    return values
 
 
 def _slow_parse(
