@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import resource
 import time
 from collections.abc import Callable
@@ -34,11 +35,11 @@ HPC2N = "HPC2N-2002-2.2-cln.swf.gz"
 class _LazyProgress:
     """A rich progress bar on stderr that appears only once the run has lasted a second."""
 
-    def __init__(self, total: int, label: str) -> None:
+    def __init__(self, total: int, label: str, t0: float) -> None:
         self.total = total
         self.label = label
         self.done = 0
-        self.t0 = time.perf_counter()
+        self.t0 = t0
         self.bar: Progress | None = None
         self.task: Any = None
 
@@ -138,9 +139,10 @@ def run_cmd(
         slo=SloConfig(deadline_min, deadline_max, budget_base),
     )
     bars: list[_LazyProgress] = []
+    t0 = time.perf_counter()
 
     def factory(total: int) -> Callable[[int], None]:
-        bars.append(_LazyProgress(total, f"{scheduler}"))
+        bars.append(_LazyProgress(total, f"simulating ({scheduler})", t0))
         return bars[-1]
 
     try:
@@ -170,8 +172,14 @@ _COMPARE_KEYS = (
 )
 
 
+def _cell(v: Any) -> Any:
+    if isinstance(v, float):
+        return f"{v:,.1f}" if abs(v) >= 1000 else f"{v:.4g}"
+    return v
+
+
 def _summary_table(runs: list[tuple[str, dict[str, Any]]]) -> None:
-    rows = [[k, *[s.get(k) for _, s in runs]] for k in _COMPARE_KEYS]
+    rows = [[k, *[_cell(s.get(k)) for _, s in runs]] for k in _COMPARE_KEYS]
     print_table(None, ["metric", *[name for name, _ in runs]], rows)
 
 
@@ -294,6 +302,7 @@ def bench_sim(
             "avg_wait_s": round(m["avg_wait_s"], 3),
             "avg_bounded_slowdown": round(m["avg_bounded_slowdown"], 3),
         }
+        results[s]["end_to_end_jobs_per_s"] = round(len(wl) / (read_s + build_s + best))
     print_json(
         {
             "benchmark": "sim",
@@ -305,5 +314,8 @@ def bench_sim(
             "repeat": repeat,
             "schedulers": results,
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "python": platform.python_version(),
+            "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
         }
     )
