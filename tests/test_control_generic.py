@@ -262,3 +262,14 @@ def test_alg2_removes_one_vm_when_ahead_and_keeps_one_when_nothing_is_affordable
     d = make_policy("merkat-horizontal").decide(_horizontal_obs(0.5, 2.0))
     assert d.nvms == 1
     assert sum(d.new_vm_bid.values()) == pytest.approx(0.5)
+
+
+def test_alg1_damping_survives_a_hold_period() -> None:
+    s = MerkatVerticalScaler()
+    alloc = {"cpu": 1.0, "memory": 500.0}
+    args = (alloc, NOMIN, SIZE, PRICES, FLOORS, 100.0)
+    bid = s.step({"cpu": 1.0, "memory": 5.0}, +1, 0.4, *args)  # up by 1.4
+    held = s.step(bid, 0, 0.0, *args)  # between the thresholds: no change
+    assert held == pytest.approx(bid)
+    down = s.step(held, -1, 0.4, *args)  # the reversal is still damped: 1 + 0.4/2
+    assert down == pytest.approx({r: b / 1.2 for r, b in bid.items()})

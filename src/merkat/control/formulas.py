@@ -126,7 +126,7 @@ def split_budget(total: float, weights: Mapping[str, float],
             for r in free:  # no preference left: equal split
                 out[r] = budget / len(free)
             break
-        share = {r: budget * w / wsum for r, w in free.items()}
+        share = {r: budget * (w / wsum) for r, w in free.items()}
         under = [r for r in free if share[r] < floors.get(r, 0.0)]
         if not under:
             out.update(share)
