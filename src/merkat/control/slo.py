@@ -64,7 +64,8 @@ class SLOController(Controller):
     the reference; ``backoff_max``: the random back-off before suspending is uniform in
     0..backoff_max periods (SLO Alg. 1 lines 9-15, max_iterations); ``max_wait``: a postponed
     start or resume retries after a uniform 1..max_wait periods (Alg. 1 line 7, t_wait);
-    ``seed``: an int or a numpy Generator.
+    ``seed``: an int or a numpy Generator — give each application its own, or applications in
+    the same situation back off in lockstep (docs/control.md, "Seeds").
     """
 
     kind: ClassVar[SLOKind] = SLOKind.DEADLINE_STRICT
