@@ -104,7 +104,8 @@ def bucket_weights(anum: float, bnum: float) -> npt.NDArray[np.float64]:
         w[(i - 1) % BUCKETS] = gamma_dist.cdf(i + 0.5, anum, scale=bnum) - gamma_dist.cdf(
             i - 0.5, anum, scale=bnum
         )
-    return w / w.mean()
+    out: npt.NDArray[np.float64] = w / w.mean()
+    return out
 
 
 class _Arrivals:
@@ -144,7 +145,8 @@ def _size(p: LublinParams, rng: np.random.Generator) -> int:
     par = rng.uniform(p.ulow, p.umed) if rng.random() <= p.uprob else rng.uniform(p.umed, p.uhi)
     if u <= p.serial + p.pow2:
         par = float(round(par))
-    return max(1, round(2.0**par))
+    nodes: int = round(2.0 ** float(par))
+    return max(1, nodes)
 
 
 def _run_time(p: LublinParams, nodes: int, rng: np.random.Generator) -> float:

@@ -76,7 +76,7 @@ def plot_run(
     positive = wait[wait > 0]
     if positive.size:
         bins = np.logspace(0, np.log10(max(float(positive.max()), 10.0)), 50)
-        ax.hist(positive, bins=bins)
+        ax.hist(positive, bins=bins.tolist())
         ax.set_xscale("log")
     ax.set_xlabel("wait time (s), jobs that waited")
     ax.set_ylabel("jobs")

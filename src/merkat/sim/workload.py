@@ -167,7 +167,7 @@ def build_workload(
     d = d[order]
     n = d.shape[0]
 
-    submit = d[:, 1].copy()
+    submit: F64 = d[:, 1].copy()
     if n and interarrival_factor != 1.0:
         submit = submit[0] + interarrival_factor * (submit - submit[0])
     run = d[:, 3].copy()
@@ -176,8 +176,12 @@ def build_workload(
     estimate = np.where(d[:, 8] >= 0, d[:, 8], run)
 
     rng = np.random.default_rng(seed)
-    factor = rng.uniform(slo.deadline_factor_min, slo.deadline_factor_max, n)
-    mem_fraction = rng.uniform(slo.memory_fraction_min, slo.memory_fraction_max, n)
+    factor = np.asarray(
+        rng.uniform(slo.deadline_factor_min, slo.deadline_factor_max, n), dtype=np.float64
+    )
+    mem_fraction = np.asarray(
+        rng.uniform(slo.memory_fraction_min, slo.memory_fraction_max, n), dtype=np.float64
+    )
     node_mem = cluster.memory_per_host or DEFAULT_NODE_MEMORY_MIB
     used, requested = d[:, 6], d[:, 9]
     memory = np.where(
