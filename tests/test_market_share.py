@@ -133,3 +133,19 @@ def test_own_bid_rise_never_lowers_own_allocation(
     raised[i] = max(raised[i], 0.01) * factor
     after = proportional_share(raised, caps, capacity).allocation[i]
     assert after >= before * (1 - 1e-9) - 1e-12
+
+
+@settings(max_examples=300, deadline=None)
+@given(markets)
+def test_small_python_version_equals_vectorised(
+    market: tuple[list[float], list[float], float],
+) -> None:
+    from merkat.market.share import proportional_share_small
+
+    bids, caps, capacity = market
+    s = proportional_share(bids, caps, capacity)
+    alloc, price, ub, left = proportional_share_small(bids, caps, capacity)
+    assert alloc == pytest.approx(s.allocation.tolist(), rel=1e-9, abs=1e-12)
+    assert price == pytest.approx(float(s.price[0]), rel=1e-9)
+    assert ub == pytest.approx(float(s.uncapped_bids[0]), rel=1e-9, abs=1e-12)
+    assert left == pytest.approx(float(s.capacity_left[0]), rel=1e-9, abs=1e-9)

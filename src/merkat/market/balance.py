@@ -22,8 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from merkat.market.share import proportional_share
+from merkat.market.share import proportional_share, proportional_share_small
 from merkat.market.types import NO_HOST, BalanceParams, FloatArray, Hosts, IntArray, VMs
+
+_SMALL = 48
+"""Up to this many VMs, a node-level clearing in the search runs in plain Python."""
 
 ERROR_LIMIT = 1e3
 """|e| is clipped here: a VM that gets nothing while its ideal share is positive (a = 0 < â)
@@ -86,6 +89,7 @@ class _Search:
         first = int(np.count_nonzero(~self.placed))
         bounds = np.concatenate(([0], np.cumsum(counts))) + first
         self.members = [order[bounds[h] : bounds[h + 1]] for h in range(n_hosts)]
+        self.traded: list[bool] = [bool(np.any(vms.bid[:, r] > 0)) for r in range(n_res)]
         self.alloc = np.zeros((len(vms), n_res))
         self.bu = np.zeros((n_hosts, n_res))  # uncapped bids per node and resource
         self.cl = np.zeros((n_hosts, n_res))  # capacity left to them
@@ -134,7 +138,22 @@ class _Search:
         n_res = cap.shape[1]
         alloc = np.zeros((members.size, n_res))
         bu, cl = np.zeros((nodes.size, n_res)), cap.copy()
-        for r in range(n_res):
+        traded = [r for r in range(n_res) if self.traded[r]]
+        if members.size <= _SMALL:
+            # A few VMs: clear each node in plain Python (numpy's call overhead dominates).
+            bids, caps = vms.bid[members].T.tolist(), vms.cap[members].T.tolist()
+            rows: list[list[int]] = [[] for _ in range(nodes.size)]
+            for j, g in enumerate(group.tolist()):
+                rows[g].append(j)
+            for r in traded:
+                b_r, c_r, col = bids[r], caps[r], alloc[:, r]
+                for g, js in enumerate(rows):
+                    a, _, bu[g, r], cl[g, r] = proportional_share_small(
+                        [b_r[j] for j in js], [c_r[j] for j in js], float(cap[g, r])
+                    )
+                    col[js] = a
+            return alloc, bu, cl
+        for r in traded:
             s = proportional_share(vms.bid[members, r], vms.cap[members, r], cap[:, r], group)
             alloc[:, r], bu[:, r], cl[:, r] = s.allocation, s.uncapped_bids, s.capacity_left
         return alloc, bu, cl

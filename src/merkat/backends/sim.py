@@ -1,0 +1,248 @@
+"""The simulated backend: VM operations with the SLO paper's overheads, simulated applications.
+
+VM operations (SLO paper §4.3; Themis §IV-B):
+
+- **boot**: a new VM gives no progress for ``boot_s`` (30 s) after it is created;
+- **resume**: the same for ``resume_s`` (30 s) after a resume;
+- **migration**: lasts memory / (host bandwidth / concurrent operations on the busier of the
+  two hosts this period), during which the VM runs at 90 % (10 % CPU overhead);
+- **resource allocation**: an application's speed is its CPU fraction, degraded in proportion
+  to its memory fraction when it has less memory than it needs.
+
+Applications:
+
+- :class:`RigidApp` — an iterative application with one task per VM that progresses in
+  lock-step: the slowest VM sets the pace, and it progresses only when all its VMs run. Work is
+  counted in seconds at full size (its ideal run time).
+- :class:`TaskFarm` — a master-worker bag of tasks; each worker (VM) takes the next task and
+  runs it at its speed.
+
+Every operation is counted in :attr:`SimBackend.counts`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from merkat.control.types import Metrics
+from merkat.platform.backend import Plan
+
+
+@dataclass
+class RigidApp:
+    """``vms`` tasks in lock-step; ``work_total`` seconds of work at full size.
+
+    ``cpu`` and ``memory`` are one VM's full size (cores, MiB); speed is the smallest of its
+    VMs' ``alloc_cpu / cpu`` times ``min(1, alloc_memory / memory)`` when memory counts.
+    """
+
+    vms: int
+    work_total: float
+    cpu: float = 1.0
+    memory: float = 0.0
+    work_done: float = 0.0
+    finish_time: float | None = None
+    last_rate: float | None = None
+
+    def metrics(self) -> Metrics:
+        return Metrics(
+            work_done=self.work_done,
+            work_total=self.work_total,
+            progress_rate=self.last_rate,
+            ideal_rate=1.0,
+        )
+
+
+@dataclass
+class TaskFarm:
+    """A bag of tasks (durations in seconds at full speed) served by its VMs (workers)."""
+
+    tasks: Sequence[float]
+    cpu: float = 1.0
+    memory: float = 0.0
+    queue: deque[float] = field(default_factory=deque)
+    running: dict[str, list[float]] = field(default_factory=dict)  # vm -> [remaining, total]
+    done: int = 0
+    finish_time: float | None = None
+    last_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        self.queue = deque(self.tasks)
+        self.total_time = float(sum(self.tasks))
+
+    def add_tasks(self, tasks: Sequence[float]) -> None:
+        self.queue.extend(tasks)
+        self.total_time += float(sum(tasks))
+        self.finish_time = None
+
+    @property
+    def tasks_left(self) -> int:
+        return len(self.queue) + len(self.running)
+
+    def metrics(self) -> Metrics:
+        times = list(self.queue) + [t for _, t in self.running.values()]
+        avg = sum(times) / len(times) if times else 0.0
+        total = self.done + self.tasks_left
+        return Metrics(
+            work_done=float(self.done),
+            work_total=float(total),
+            progress_rate=self.last_rate,
+            tasks_left=self.tasks_left,
+            task_time_avg=avg,
+            task_time_max=max(times, default=0.0),
+        )
+
+
+@dataclass
+class _VM:
+    app: str
+    host: int
+    alloc: Mapping[str, float]
+    ready_at: float
+    migrating_until: float = -math.inf
+
+
+@dataclass
+class SimBackend:
+    """Simulated VMs and applications behind the :class:`~merkat.platform.backend.Backend`
+    seam. ``bandwidth`` is each host's network bandwidth in MiB/s (1 Gbit/s by default);
+    ``trade_memory`` False means memory is reserved as requested (CPU-only markets)."""
+
+    boot_s: float = 30.0
+    resume_s: float = 30.0
+    bandwidth: float = 125.0
+    migration_overhead: float = 0.10
+    trade_memory: bool = True
+    apps: dict[str, RigidApp | TaskFarm] = field(default_factory=dict)
+    vms: dict[str, _VM] = field(default_factory=dict)
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def add_app(self, app_id: str, model: RigidApp | TaskFarm) -> None:
+        self.apps[app_id] = model
+
+    # --- Backend ---------------------------------------------------------------------
+
+    def metrics(self, app: str) -> Metrics:
+        return self.apps[app].metrics()
+
+    def finished(self, app: str) -> bool:
+        return self.apps[app].finish_time is not None
+
+    def apply(self, plan: Plan) -> None:
+        t = plan.time
+        for vm_id in plan.destroy:
+            self._release(vm_id)
+            self.counts["destroy"] += 1
+        for vm_id in plan.suspend:
+            self._release(vm_id)
+            self.counts["suspend"] += 1
+        ops_per_host: Counter[int] = Counter()
+        for _, src, dst in plan.migrate:
+            ops_per_host[src] += 1
+            ops_per_host[dst] += 1
+        for p in plan.resume:
+            ops_per_host[p.host] += 1
+        for p in plan.create:
+            self.vms[p.vm] = _VM(p.app, p.host, {}, t + self.boot_s)
+            self.counts["boot"] += 1
+        for p in plan.resume:
+            self.vms[p.vm] = _VM(p.app, p.host, {}, t + self.resume_s)
+            self.counts["resume"] += 1
+        for vm_id, src, dst in plan.migrate:
+            vm = self.vms[vm_id]
+            mem = self.apps[vm.app].memory
+            share = self.bandwidth / max(ops_per_host[src], ops_per_host[dst], 1)
+            vm.migrating_until = t + (mem / share if share > 0 else 0.0)
+            vm.host = dst
+            self.counts["migration"] += 1
+        for vm_id, alloc in plan.allocations.items():
+            self.vms[vm_id].alloc = alloc
+
+    def _release(self, vm_id: str) -> None:
+        vm = self.vms.pop(vm_id, None)
+        if vm is None:
+            return
+        model = self.apps[vm.app]
+        if isinstance(model, TaskFarm) and vm_id in model.running:
+            _, total = model.running.pop(vm_id)
+            model.queue.appendleft(total)  # an interrupted task restarts elsewhere
+
+    # --- time ------------------------------------------------------------------------
+
+    def advance(self, t0: float, t1: float) -> None:
+        """Let the applications progress from ``t0`` to ``t1`` with their allocations."""
+        by_app: dict[str, list[tuple[str, _VM]]] = {}
+        for vm_id, vm in self.vms.items():
+            by_app.setdefault(vm.app, []).append((vm_id, vm))
+        for app_id, model in self.apps.items():
+            if model.finish_time is not None:
+                continue
+            vms = by_app.get(app_id, [])
+            if isinstance(model, RigidApp):
+                self._advance_rigid(model, vms, t0, t1)
+            else:
+                self._advance_farm(model, vms, t0, t1)
+
+    def _speed(self, model: RigidApp | TaskFarm, vm: _VM, t0: float, t1: float) -> float:
+        cpu = vm.alloc.get("cpu", 0.0) / model.cpu if model.cpu > 0 else 1.0
+        speed = min(1.0, cpu)
+        if self.trade_memory and model.memory > 0:
+            speed *= min(1.0, vm.alloc.get("memory", 0.0) / model.memory)
+        if vm.migrating_until > t0:
+            frac = (min(vm.migrating_until, t1) - t0) / (t1 - t0)
+            speed *= 1.0 - self.migration_overhead * frac
+        return speed
+
+    def _advance_rigid(
+        self, model: RigidApp, vms: list[tuple[str, _VM]], t0: float, t1: float
+    ) -> None:
+        if len(vms) < model.vms:
+            model.last_rate = 0.0 if vms else None
+            return
+        rate = min(self._speed(model, vm, t0, t1) for _, vm in vms)
+        begin = max([t0] + [vm.ready_at for _, vm in vms])
+        usable = max(0.0, t1 - begin)
+        left = model.work_total - model.work_done
+        if rate > 0 and rate * usable >= left:
+            model.finish_time = begin + left / rate
+            model.work_done = model.work_total
+        else:
+            model.work_done += rate * usable
+        model.last_rate = rate * usable / (t1 - t0)
+
+    def _advance_farm(
+        self, model: TaskFarm, vms: list[tuple[str, _VM]], t0: float, t1: float
+    ) -> None:
+        """Workers take tasks in queue order; events (a worker free, a task done) in time
+        order, ties by VM id, so the result does not depend on dict order."""
+        done_before = model.done
+        speed = {vm_id: self._speed(model, vm, t0, t1) for vm_id, vm in vms}
+        events: list[tuple[float, str]] = []
+        for vm_id, vm in vms:
+            if speed[vm_id] <= 0:
+                continue
+            begin = max(t0, vm.ready_at)
+            task = model.running.get(vm_id)
+            at = begin + task[0] / speed[vm_id] if task else begin
+            heapq.heappush(events, (at, vm_id))
+        seg_start = {vm_id: max(t0, vm.ready_at) for vm_id, vm in vms}
+        while events and events[0][0] <= t1:
+            now, vm_id = heapq.heappop(events)
+            if vm_id in model.running:  # its task is done
+                del model.running[vm_id]
+                model.done += 1
+                if not model.queue and not model.running:
+                    model.finish_time = now
+            if model.queue:
+                d = model.queue.popleft()
+                model.running[vm_id] = [d, d]
+                seg_start[vm_id] = now
+                heapq.heappush(events, (now + d / speed[vm_id], vm_id))
+        for vm_id, task in model.running.items():  # partly done at the end of the period
+            if speed.get(vm_id, 0.0) > 0 and seg_start[vm_id] < t1:
+                task[0] = max(0.0, task[0] - (t1 - seg_start[vm_id]) * speed[vm_id])
+        model.last_rate = (model.done - done_before) / (t1 - t0)

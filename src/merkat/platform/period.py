@@ -1,0 +1,466 @@
+"""One scheduling period, the heart of merkat (DESIGN.md, "One scheduling period").
+
+:meth:`Platform.run_period` runs, top-down, once per period:
+
+1. **renew** — each active application's account gets its renewal, never above its cap;
+2. **decide** — each controller turns an :class:`~merkat.control.types.Observation` into a
+   :class:`~merkat.control.types.Demand`; :meth:`Platform._reconcile` turns the demand into VM
+   records (create, destroy, suspend, resume, new bids), keeping the bids within the balance;
+3. **clear** — :func:`merkat.market.clear` over every VM that bids: prices, placement of new
+   VMs, migrations, allocations;
+4. **apply** — the backend gets one :class:`~merkat.platform.backend.Plan`;
+5. **charge** — every placed VM pays its bid for the period to the provider (Merkat §2.2),
+   in one ledger transaction;
+6. **record** — a :class:`PeriodRecord` (prices, use, operations) is returned and kept.
+
+The simulator calls it with a virtual clock and :class:`~merkat.backends.sim.SimBackend`; the
+live service calls it with the wall clock and a real backend. No clock is read here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from merkat.bank.ledger import AccountKind, Ledger
+from merkat.bank.policies import Allowance, ChargeByBid, InitialBudget, Renewal
+from merkat.control.base import Controller
+from merkat.control.registry import make_policy
+from merkat.control.types import (
+    Action,
+    Budget,
+    Demand,
+    Observation,
+    VMState,
+    VMView,
+)
+from merkat.market import NO_HOST, RESOURCES, BalanceParams, Hosts, VMs, clear
+from merkat.platform.backend import Backend, Plan, VMPlacement
+
+MICRO = 1_000_000
+
+
+def to_micro(credits: float) -> int:
+    """Credits (float) to the ledger's integer micro-credits, rounded to the nearest."""
+    return round(credits * MICRO)
+
+
+class AppStatus(StrEnum):
+    """Where an application is in its life."""
+
+    WAITING = "waiting"  # submitted, no VM yet (postponed or queued)
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    FINISHED = "finished"  # all work done
+    STOPPED = "stopped"  # stopped by its controller before finishing (deadline out of reach...)
+
+
+ENDED = (AppStatus.FINISHED, AppStatus.STOPPED)
+
+
+@dataclass(frozen=True)
+class AppSpec:
+    """An application as submitted (the template of Merkat Fig. 5, reduced to what the
+    period loop needs).
+
+    ``vm_size``: each VM's maximum useful allocation (cores, MiB); ``vm_min``: what a node must
+    hold for one VM (memory); ``size``: VMs to start. ``budget``: initial credits, ``renewal``:
+    credits added per period, never above ``budget_cap`` (default: the initial budget, Themis
+    §III-A). ``trade``: resources the application bids on (others get no bid: CPU-only runs).
+    """
+
+    id: str
+    policy: str
+    size: int
+    vm_size: Mapping[str, float]
+    submit_time: float
+    budget: float
+    renewal: float = 0.0
+    budget_cap: float | None = None
+    deadline: float | None = None
+    vm_min: Mapping[str, float] = field(default_factory=dict)
+    params: Mapping[str, Any] = field(default_factory=dict)
+    owner: str = "users"
+    nvms_max: int = 1_000_000
+    trade: tuple[str, ...] = RESOURCES
+
+
+@dataclass
+class VMRecord:
+    """The platform's view of one VM."""
+
+    id: str
+    app: str
+    state: VMState
+    host: int = NO_HOST
+    bid: dict[str, float] = field(default_factory=dict)
+    alloc: dict[str, float] = field(default_factory=dict)
+    new: bool = True  # created this period (not yet placed)
+
+
+@dataclass
+class App:
+    """One application under its controller."""
+
+    spec: AppSpec
+    controller: Controller
+    account: str
+    status: AppStatus = AppStatus.WAITING
+    vms: list[VMRecord] = field(default_factory=list)
+    start_time: float | None = None
+    end_time: float | None = None
+    reason: str = ""
+    suspensions: int = 0
+    resumes: int = 0
+    vm_count: int = 0  # VMs ever created (for unique ids)
+    spent: int = 0  # micro-credits paid
+
+    @property
+    def active(self) -> bool:
+        return self.status not in ENDED
+
+
+@dataclass(frozen=True)
+class PeriodRecord:
+    """What happened in one period."""
+
+    index: int
+    time: float
+    prices: dict[str, float]
+    allocated: dict[str, float]
+    capacity: dict[str, float]
+    running_apps: int
+    waiting_apps: int
+    suspended_apps: int
+    vms: int
+    created: int
+    destroyed: int
+    migrations: int
+    suspended: int
+    resumed: int
+    charged: int  # micro-credits
+
+
+@dataclass
+class Platform:
+    """The applications manager and market scheduler of one cluster (Merkat §4).
+
+    ``hosts`` and ``ledger`` are the cluster and the bank; ``backend`` acts on decisions;
+    ``period`` is the scheduling period in seconds; ``reserve`` the minimum bid per VM and
+    resource; ``balance`` the load-balancing parameters; ``provider`` the account that
+    receives the charges.
+    """
+
+    hosts: Hosts
+    ledger: Ledger
+    backend: Backend
+    period: float = 300.0
+    reserve: Mapping[str, float] = field(default_factory=lambda: {r: 0.001 for r in RESOURCES})
+    balance: BalanceParams = field(default_factory=BalanceParams)
+    provider: str = "provider"
+    history_size: int = 12
+    apps: dict[str, App] = field(default_factory=dict)
+    active: dict[str, App] = field(default_factory=dict)
+    records: list[PeriodRecord] = field(default_factory=list)
+    index: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.period > 0:
+            raise ValueError(f"period must be > 0 seconds, got {self.period}")
+        if not self.ledger.has_account(self.provider):
+            self.ledger.create_account(self.provider, AccountKind.provider)
+        self.capacity = {
+            r: float(self.hosts.capacity[:, k].sum()) if len(self.hosts) else 0.0
+            for k, r in enumerate(RESOURCES)
+        }
+        self.prices: dict[str, float] = {r: 0.0 for r in RESOURCES}
+        self.price_history: list[dict[str, float]] = []
+        self.allowances: dict[str, Allowance] = {}
+        self.renewal = Renewal()
+        self.charger = ChargeByBid(self.provider)
+        self._reserve = np.array([self.reserve.get(r, 0.0) for r in RESOURCES])
+
+    # --- submission -------------------------------------------------------------------
+
+    def submit(self, spec: AppSpec, controller: Controller | None = None) -> App:
+        """Admit an application: its account, its initial budget, its controller."""
+        if spec.id in self.apps:
+            raise ValueError(f"application {spec.id!r} already exists")
+        if spec.size < 1:
+            raise ValueError(f"application {spec.id!r}: size must be >= 1")
+        ledger = self.ledger
+        if not ledger.has_account(spec.owner):
+            ledger.create_account(spec.owner, AccountKind.user)
+        account = f"app:{spec.id}"
+        ledger.create_account(account, AccountKind.application, owner=spec.owner)
+        initial = to_micro(spec.budget)
+        if initial > 0:
+            InitialBudget(initial).apply(ledger, account, self.index)
+        rate = to_micro(spec.renewal)
+        cap = to_micro(spec.budget if spec.budget_cap is None else spec.budget_cap)
+        if rate > 0 and cap > 0:
+            self.allowances[account] = Allowance(rate, cap)
+        ctl = controller or make_policy(spec.policy, **dict(spec.params))
+        app = App(spec, ctl, account)
+        self.apps[spec.id] = app
+        self.active[spec.id] = app
+        return app
+
+    # --- the period -------------------------------------------------------------------
+
+    def run_period(self, now: float) -> PeriodRecord:
+        """Run one scheduling period at time ``now`` (seconds); see the module docstring."""
+        active = list(self.active.values())
+        # 1. renew
+        due = {
+            a.account: self.allowances[a.account] for a in active if a.account in self.allowances
+        }
+        self.renewal.apply(self.ledger, self.index, due)
+        balances = self.ledger.balances([a.account for a in active]) if active else {}
+
+        # 2. decide and reconcile
+        ops = _Ops()
+        for app in active:
+            obs = self.observe(app, now, balances[app.account])
+            demand = app.controller.decide(obs)
+            self._reconcile(app, demand, now, balances[app.account], ops)
+            if not app.active:
+                del self.active[app.spec.id]
+
+        # 3. clear
+        bidding = [
+            vm for a in self.active.values() for vm in a.vms if vm.state is not VMState.SUSPENDED
+        ]
+        result = clear(
+            self.hosts, self._market_vms(bidding), reserve_price=self._reserve, params=self.balance
+        )
+        self.prices = {r: float(result.price[k]) for k, r in enumerate(RESOURCES)}
+        self.price_history.append(self.prices)
+        del self.price_history[: -self.history_size]
+
+        # 4. apply
+        plan = self._plan(now, bidding, result, ops)
+        self.backend.apply(plan)
+
+        # 5. charge
+        charged = self._charge(bidding)
+
+        # 6. record
+        alloc = result.allocation.sum(axis=0) if bidding else np.zeros(len(RESOURCES))
+        statuses = [a.status for a in self.active.values()]
+        record = PeriodRecord(
+            index=self.index,
+            time=now,
+            prices=dict(self.prices),
+            allocated={r: float(alloc[k]) for k, r in enumerate(RESOURCES)},
+            capacity=dict(self.capacity),
+            running_apps=statuses.count(AppStatus.RUNNING),
+            waiting_apps=statuses.count(AppStatus.WAITING),
+            suspended_apps=statuses.count(AppStatus.SUSPENDED),
+            vms=len(bidding),
+            created=len(plan.create),
+            destroyed=len(plan.destroy),
+            migrations=len(plan.migrate),
+            suspended=len(plan.suspend),
+            resumed=len(plan.resume),
+            charged=charged,
+        )
+        self.records.append(record)
+        self.index += 1
+        return record
+
+    # --- step 2: observation and reconciliation ---------------------------------------
+
+    def observe(self, app: App, now: float, balance: int) -> Observation:
+        """What ``app``'s controller sees this period."""
+        spec = app.spec
+        trade = spec.trade
+        renewal = self.allowances.get(app.account)
+        return Observation(
+            time=now,
+            period=self.period,
+            prices={r: self.prices[r] for r in trade},
+            capacity={r: self.capacity[r] for r in trade},
+            vm_size={r: spec.vm_size[r] for r in trade},
+            budget=Budget(balance / MICRO, renewal.rate / MICRO if renewal else 0.0),
+            bid_min={r: float(self.reserve.get(r, 0.0)) for r in trade},
+            vms=tuple(
+                VMView(
+                    vm.id,
+                    vm.state,
+                    {r: vm.alloc.get(r, 0.0) for r in trade},
+                    {r: vm.bid.get(r, 0.0) for r in trade},
+                )
+                for vm in app.vms
+            ),
+            metrics=self.backend.metrics(spec.id),
+            price_history=tuple({r: p[r] for r in trade} for p in self.price_history[:-1]),
+            deadline=spec.deadline,
+            submit_time=spec.submit_time,
+            size=spec.size,
+            nvms_max=spec.nvms_max,
+        )
+
+    def _reconcile(self, app: App, demand: Demand, now: float, balance: int, ops: _Ops) -> None:
+        """Turn a demand into VM records; the bids of the period never exceed the balance."""
+        action = demand.action
+        if action is Action.STOP:
+            ops.destroy.extend(vm.id for vm in app.vms)
+            app.vms = []
+            app.status = (
+                AppStatus.FINISHED if self.backend.finished(app.spec.id) else AppStatus.STOPPED
+            )
+            app.end_time = now if app.end_time is None else app.end_time
+            app.reason = demand.reason
+            return
+        if action is Action.SUSPEND:
+            for vm in app.vms:
+                if vm.state is not VMState.SUSPENDED:
+                    vm.state = VMState.SUSPENDED
+                    ops.suspend.append(vm.id)
+            app.status = AppStatus.SUSPENDED
+            app.suspensions += 1
+            return
+        if action is Action.START:
+            for _ in range(max(demand.nvms, 1)):
+                app.vm_count += 1
+                app.vms.append(
+                    VMRecord(
+                        f"{app.spec.id}/vm{app.vm_count}",
+                        app.spec.id,
+                        VMState.BOOTING,
+                        bid=dict(demand.new_vm_bid),
+                    )
+                )
+            app.status = AppStatus.RUNNING
+            if app.start_time is None:
+                app.start_time = now
+        elif action is Action.RESUME:
+            for vm in app.vms:
+                vm.state = VMState.RESUMING
+                vm.host = NO_HOST
+                vm.new = True
+            app.status = AppStatus.RUNNING
+            app.resumes += 1
+        if app.status is not AppStatus.RUNNING:
+            return  # waiting or suspended: no VM bids
+        # Horizontal scaling: release the named VMs (or the newest) or add VMs.
+        if demand.nvms < len(app.vms) and action is Action.NONE:
+            drop = set(demand.release) or {vm.id for vm in app.vms[demand.nvms :]}
+            ops.destroy.extend(vm.id for vm in app.vms if vm.id in drop)
+            app.vms = [vm for vm in app.vms if vm.id not in drop]
+        elif demand.nvms > len(app.vms) and action is Action.NONE:
+            for _ in range(demand.nvms - len(app.vms)):
+                app.vm_count += 1
+                app.vms.append(
+                    VMRecord(
+                        f"{app.spec.id}/vm{app.vm_count}",
+                        app.spec.id,
+                        VMState.BOOTING,
+                        bid=dict(demand.new_vm_bid),
+                    )
+                )
+        for vm in app.vms:
+            vm.bid = {
+                r: float(demand.bid_for(vm.id).get(r, 0.0)) if r in app.spec.trade else 0.0
+                for r in RESOURCES
+            }
+        self._within_budget(app, balance)
+
+    def _within_budget(self, app: App, balance: int) -> None:
+        """Scale the app's bids down to what its balance pays, never under the reserve.
+
+        A controller should never bid beyond its balance (bid_max is part of its observation);
+        if one does, its bids are scaled down in proportion. An application that cannot even pay
+        the reserve price for its VMs bids the reserve and is charged what it has (the charge
+        policy then leaves its VMs unpaid, which the next period's balance shows).
+        """
+        total = sum(sum(vm.bid.values()) for vm in app.vms)
+        if total <= 0 or to_micro(total) <= balance:
+            return
+        k = balance / MICRO / total
+        for vm in app.vms:
+            vm.bid = {
+                r: max(b * k, self.reserve.get(r, 0.0) if r in app.spec.trade else 0.0)
+                for r, b in vm.bid.items()
+            }
+
+    # --- step 3: the market's input ---------------------------------------------------
+
+    def _market_vms(self, bidding: Sequence[VMRecord]) -> VMs:
+        n = len(bidding)
+        bid = np.zeros((n, len(RESOURCES)))
+        cap = np.zeros((n, len(RESOURCES)))
+        minimum = np.zeros((n, len(RESOURCES)))
+        host = np.empty(n, dtype=np.int64)
+        for i, vm in enumerate(bidding):
+            spec = self.apps[vm.app].spec
+            for k, r in enumerate(RESOURCES):
+                bid[i, k] = vm.bid.get(r, 0.0)
+                cap[i, k] = spec.vm_size.get(r, 0.0)
+                minimum[i, k] = spec.vm_min.get(r, 0.0)
+            host[i] = vm.host
+        return VMs(ids=tuple(vm.id for vm in bidding), bid=bid, cap=cap, host=host, minimum=minimum)
+
+    # --- step 4: the plan -------------------------------------------------------------
+
+    def _plan(self, now: float, bidding: Sequence[VMRecord], result: Any, ops: _Ops) -> Plan:
+        create: list[VMPlacement] = []
+        resume: list[VMPlacement] = []
+        migrate: list[tuple[str, int, int]] = []
+        allocations: dict[str, dict[str, float]] = {}
+        for i, vm in enumerate(bidding):
+            h = int(result.host[i])
+            if h == NO_HOST:  # nowhere to go this period: stays queued, gets nothing
+                vm.alloc = {r: 0.0 for r in RESOURCES}
+                continue
+            if vm.new:
+                (resume if vm.state is VMState.RESUMING else create).append(
+                    VMPlacement(vm.id, vm.app, h)
+                )
+                vm.new = False
+            elif h != vm.host:
+                migrate.append((vm.id, vm.host, h))
+            vm.host = h
+            vm.alloc = {r: float(result.allocation[i, k]) for k, r in enumerate(RESOURCES)}
+            if vm.state in (VMState.BOOTING, VMState.RESUMING, VMState.MIGRATING):
+                vm.state = VMState.RUNNING  # the backend models the delay; next period it runs
+            allocations[vm.id] = vm.alloc
+        return Plan(
+            time=now,
+            period=self.period,
+            destroy=tuple(ops.destroy),
+            suspend=tuple(ops.suspend),
+            create=tuple(create),
+            resume=tuple(resume),
+            migrate=tuple(migrate),
+            allocations=allocations,
+        )
+
+    # --- step 5: charging ------------------------------------------------------------
+
+    def _charge(self, bidding: Sequence[VMRecord]) -> int:
+        per_app: dict[str, int] = {}
+        for vm in bidding:
+            if vm.host != NO_HOST:
+                per_app[vm.app] = per_app.get(vm.app, 0) + to_micro(sum(vm.bid.values()))
+        names = sorted(per_app)
+        bills = [(self.apps[a].account, per_app[a]) for a in names]
+        if not bills:
+            return 0
+        result = self.charger.apply(self.ledger, self.index, bills)
+        for k in result.paid:
+            self.apps[names[k]].spent += bills[k][1]
+        return result.total
+
+
+@dataclass
+class _Ops:
+    """Operations decided while reconciling, before the market runs."""
+
+    destroy: list[str] = field(default_factory=list)
+    suspend: list[str] = field(default_factory=list)
