@@ -235,3 +235,4 @@ def test_registry_errors_are_clear() -> None:
         make_policy("scale-one-vm", limit=0)
     assert policy_params("scale-one-vm")["t_diff"] == 0.05
     assert policy_params("deadline-strict")["seed"] == 0
+    assert all("seed" in policy_params(name) for name in POLICIES)  # one uniform interface

@@ -61,18 +61,21 @@ class Controller(ABC):
 
     ``horizon``: periods over which the balance is spread when there is no deadline
     (:func:`~merkat.control.formulas.spend_limit`). ``start_fraction``: the default start
-    bid buys this fraction of the VM size at the current price.
+    bid buys this fraction of the VM size at the current price. ``seed``: the controller's own
+    random generator (:attr:`rng`); every policy accepts one, those that draw use it.
     """
 
     name: ClassVar[str] = "controller"
 
-    def __init__(self, *, horizon: int = 1, start_fraction: float = 1.0) -> None:
+    def __init__(self, *, horizon: int = 1, start_fraction: float = 1.0,
+                 seed: Seed = 0) -> None:
         if horizon < 1:
             raise ValueError(f"horizon must be >= 1, got {horizon}")
         if not 0 < start_fraction <= 1:
             raise ValueError(f"start_fraction must be in (0, 1], got {start_fraction}")
         self.horizon = horizon
         self.start_fraction = start_fraction
+        self.rng = make_rng(seed)
 
     # --- the one decision ---------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from merkat.control.base import Controller, Ewma
+from merkat.control.base import Controller, Ewma, Seed
 from merkat.control.formulas import app_alloc, current_bid, makespan_bound, start_bid
 from merkat.control.generic import ScaleMultiVMs, ScaleOneVM, resize
 from merkat.control.types import Action, Demand, Observation, Phase, Sense
@@ -52,8 +52,9 @@ class VerticalDeadline(Controller):
 
     def __init__(self, *, t_diff: float = 0.05, limit: int = 3, ewma_alpha: float = 0.5,
                  max_alloc_tol: float = 0.01, postpone_fraction: float = 0.1,
-                 resume_wait: int = 2, horizon: int = 1, start_fraction: float = 1.0) -> None:
-        super().__init__(horizon=horizon, start_fraction=start_fraction)
+                 resume_wait: int = 2, horizon: int = 1, start_fraction: float = 1.0,
+                 seed: Seed = 0) -> None:
+        super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
         if not 0 <= max_alloc_tol < 1:
             raise ValueError(f"max_alloc_tol must be in [0, 1), got {max_alloc_tol}")
         if not 0 <= postpone_fraction <= 1:
@@ -166,8 +167,8 @@ class HorizontalDeadline(Controller):
     name = "horizontal-deadline"
 
     def __init__(self, *, limit: int = 3, low: float = 0.75, high: float = 1.0,
-                 horizon: int = 1, start_fraction: float = 1.0) -> None:
-        super().__init__(horizon=horizon, start_fraction=start_fraction)
+                 horizon: int = 1, start_fraction: float = 1.0, seed: Seed = 0) -> None:
+        super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
         self.scaler = ScaleMultiVMs(limit, low, high)
 
     def estimate(self, obs: Observation) -> float | None:

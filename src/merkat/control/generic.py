@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from merkat.control.base import Controller
+from merkat.control.base import Controller, Seed
 from merkat.control.formulas import (
     app_alloc,
     current_bid,
@@ -242,8 +242,8 @@ class ScaleOneVMController(_MetricController):
     name = "scale-one-vm"
 
     def __init__(self, *, t_diff: float = 0.05, limit: int = 3, horizon: int = 1,
-                 start_fraction: float = 1.0) -> None:
-        super().__init__(horizon=horizon, start_fraction=start_fraction)
+                 start_fraction: float = 1.0, seed: Seed = 0) -> None:
+        super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
         self.scaler = ScaleOneVM(t_diff, limit)
 
     def reconfigure(self, obs: Observation) -> Demand:
@@ -262,8 +262,8 @@ class ScaleMultiVMsController(_MetricController):
     name = "scale-multi-vms"
 
     def __init__(self, *, limit: int = 3, low: float = 0.75, high: float = 1.0,
-                 horizon: int = 1, start_fraction: float = 1.0) -> None:
-        super().__init__(horizon=horizon, start_fraction=start_fraction)
+                 horizon: int = 1, start_fraction: float = 1.0, seed: Seed = 0) -> None:
+        super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
         self.scaler = ScaleMultiVMs(limit, low, high)
 
     def reconfigure(self, obs: Observation) -> Demand:
@@ -286,8 +286,8 @@ class MerkatVertical(_MetricController):
     name = "merkat-vertical"
 
     def __init__(self, *, low: float = 0.75, high: float = 1.0, alloc_min: float = 0.0,
-                 horizon: int = 1, start_fraction: float = 1.0) -> None:
-        super().__init__(horizon=horizon, start_fraction=start_fraction)
+                 horizon: int = 1, start_fraction: float = 1.0, seed: Seed = 0) -> None:
+        super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
         judge(1.0, 1.0, Sense.LOWER_IS_BETTER, low, high)
         if not 0 <= alloc_min <= 1:
             raise ValueError(f"alloc_min must be in [0, 1], got {alloc_min}")
@@ -323,8 +323,8 @@ class MerkatHorizontal(_MetricController):
     name = "merkat-horizontal"
 
     def __init__(self, *, low: float = 0.75, high: float = 1.0, horizon: int = 1,
-                 start_fraction: float = 1.0) -> None:
-        super().__init__(horizon=horizon, start_fraction=start_fraction)
+                 start_fraction: float = 1.0, seed: Seed = 0) -> None:
+        super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
         judge(1.0, 1.0, Sense.LOWER_IS_BETTER, low, high)
         self.low, self.high = low, high
 

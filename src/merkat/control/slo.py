@@ -28,7 +28,7 @@ import math
 from enum import Enum
 from typing import ClassVar
 
-from merkat.control.base import Controller, Seed, make_rng
+from merkat.control.base import Controller, Seed
 from merkat.control.deadline import needed_fraction
 from merkat.control.formulas import alloc_fraction, app_alloc, current_bid, gap, judge, start_bid
 from merkat.control.generic import MerkatVerticalScaler
@@ -75,7 +75,7 @@ class SLOController(Controller):
                  horizon: int = 1, seed: Seed = 0) -> None:
         if start_fraction is None:
             start_fraction = 0.75 if self.kind.strict else 0.25
-        super().__init__(horizon=horizon, start_fraction=start_fraction)
+        super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
         judge(1.0, 1.0, Sense.LOWER_IS_BETTER, low, high)
         if not 0 <= min_fraction <= 1:
             raise ValueError(f"min_fraction must be in [0, 1], got {min_fraction}")
@@ -83,7 +83,6 @@ class SLOController(Controller):
             raise ValueError("backoff_max must be >= 0 and max_wait >= 1")
         self.min_fraction, self.low, self.high = min_fraction, low, high
         self.backoff_max, self.max_wait = backoff_max, max_wait
-        self.rng = make_rng(seed)
         self.scaler = MerkatVerticalScaler()
         self.next_try: float | None = None  # postponed start/resume: next attempt
         self.backoff: int | None = None  # drawn max_iterations of the pending suspension
@@ -233,8 +232,9 @@ class BestEffort(Controller):
 
     name = "best-effort"
 
-    def __init__(self, *, start_fraction: float = 0.25, horizon: int = 1) -> None:
-        super().__init__(horizon=horizon, start_fraction=start_fraction)
+    def __init__(self, *, start_fraction: float = 0.25, horizon: int = 1,
+                 seed: Seed = 0) -> None:
+        super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
         self.bid: dict[str, float] | None = None
 
     def on_start(self, obs: Observation) -> Demand:
