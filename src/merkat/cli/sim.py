@@ -147,10 +147,10 @@ def run_cmd(
 
     try:
         summary = run_trace(opts, factory)
-    except SwfError as e:
+    except (SwfError, ValueError) as e:
         fail(str(e))
-    except ValueError as e:
-        fail(str(e))
+    except OSError as e:
+        fail(f"--out: cannot write to {out}: {e.strerror or e}")
     finally:
         for b in bars:
             b.close()

@@ -121,10 +121,13 @@ class Conservative(Fcfs):
 
 
 def _earliest_slot(times: list[float], free: list[int], p: int, dur: float) -> int:
-    """Index of the earliest profile step from which ``p`` cores stay free for ``dur``."""
+    """Index of the earliest profile step from which ``p`` cores stay free for ``dur``
+    (one pass: a step without ``p`` free cores rules out every start before it)."""
     n = len(times)
-    for k in range(n):
+    k = 0
+    while k < n:
         if free[k] < p:
+            k += 1
             continue
         end = times[k] + dur
         m = k + 1
@@ -132,6 +135,7 @@ def _earliest_slot(times: list[float], free: list[int], p: int, dur: float) -> i
             m += 1
         if m == n or times[m] >= end:
             return k
+        k = m + 1  # free[m] < p: no start at or before step m works
     raise AssertionError("the profile always ends with the whole machine free")
 
 
