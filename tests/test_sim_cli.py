@@ -190,3 +190,19 @@ def test_bench_sim_prints_json(small_trace: Path) -> None:
     data = json.loads(stdout)
     assert data["jobs"] == 300 and set(data["schedulers"]) == {"fcfs", "edf", "easy"}
     assert data["schedulers"]["easy"]["jobs_per_s"] > 0
+
+
+def test_progress_bar_appears_only_after_a_second(capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    from merkat.cli.sim import _LazyProgress
+
+    quick = _LazyProgress(100, "sim", time.perf_counter())
+    quick(50)
+    assert quick.bar is None  # under a second: no bar
+    slow = _LazyProgress(100, "sim", time.perf_counter() - 2.0)
+    slow(50)
+    assert slow.bar is not None and slow.done == 50
+    slow(50)
+    slow.close()
+    quick.close()
