@@ -258,6 +258,9 @@ def bench_sim(
     schedulers: str = typer.Option("fcfs,easy", "--schedulers", help="Comma-separated list."),
     repeat: int = typer.Option(3, "--repeat", help="Runs per scheduler; the best is reported."),
     cores: int | None = typer.Option(None, "--cores", help="Pool size (default: MaxProcs)."),
+    general: bool = typer.Option(
+        False, "--general", help="Use the general event engine, not the single-pool fast loops."
+    ),
 ) -> None:
     """Simulator throughput on a trace as one pool of cores (JSON on stdout)."""
     from merkat.sim.cluster import Cluster
@@ -292,7 +295,7 @@ def bench_sim(
         sched = None
         for _ in range(repeat):
             t = time.perf_counter()
-            sched = schedule(wl, cluster, s)
+            sched = schedule(wl, cluster, s, use_fast=False if general else None)
             best = min(best, time.perf_counter() - t)
         assert sched is not None
         m = summarize(wl, sched, cluster)
@@ -312,6 +315,7 @@ def bench_sim(
             "read_s": round(read_s, 4),
             "build_workload_s": round(build_s, 4),
             "repeat": repeat,
+            "engine": "general" if general else "fast single-pool loops",
             "schedulers": results,
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "python": platform.python_version(),
