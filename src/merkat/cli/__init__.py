@@ -8,7 +8,7 @@ from __future__ import annotations
 import typer
 
 from merkat import __version__
-from merkat.cli import bank, bench, market, sim
+from merkat.cli import bank, bench, experiment, market, sim
 
 app = typer.Typer(
     name="merkat",
@@ -20,6 +20,7 @@ app.add_typer(market.app, name="market")
 app.add_typer(bank.app, name="bank")
 app.add_typer(sim.app, name="sim")
 app.add_typer(bench.app, name="bench")
+_ = experiment  # registers `merkat sim experiment` on the sim app
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,81 @@
+"""``merkat sim experiment NAME``: reproduce a paper's experiment (see
+:mod:`merkat.sim.experiments`)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from merkat.cli._common import fail
+from merkat.cli._common import stderr as stderr_console
+from merkat.cli.sim import app as sim_app
+from merkat.sim.experiments import EXPERIMENTS, FACTORS, run_experiment
+
+
+def _factors(text: str | None) -> tuple[float, ...]:
+    if text is None:
+        return FACTORS
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        fail(f"--factors: expected comma-separated numbers, got {text!r}")
+    if not values or any(not 0 < v <= 10 for v in values):
+        fail(f"--factors: each factor must be in (0, 10], got {text!r}")
+    return values
+
+
+@sim_app.command("experiment")
+def experiment(
+    name: str = typer.Argument(..., help=f"One of: {', '.join(sorted(EXPERIMENTS))}."),
+    out: Path = typer.Option(..., "--out", help="Directory for results.json, results.md, PNG."),
+    seeds: int = typer.Option(1, "--seeds", min=1, help="Seeds per configuration (0..K-1)."),
+    workers: int = typer.Option(1, "--workers", min=1, help="Processes for the sweep."),
+    jobs: int | None = typer.Option(
+        None, "--jobs", min=1, help="Trace window (default: the paper's, 1,000 jobs)."
+    ),
+    factors: str | None = typer.Option(
+        None, "--factors", help="Inter-arrival factors, e.g. 0.1,0.5,1 (default 0.1 ... 1.0)."
+    ),
+    dask: str | None = typer.Option(
+        None, "--dask", help="Run the sweep on this Dask scheduler (e.g. tcp://host:8786)."
+    ),
+) -> None:
+    """Run a paper's experiment; print where its results are and the headline figures."""
+    if name not in EXPERIMENTS:
+        fail(f"unknown experiment {name!r}; known: {', '.join(sorted(EXPERIMENTS))}")
+    fs = _factors(factors)
+    t0 = time.perf_counter()
+    with Progress(
+        TextColumn(f"{name}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr_console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(name, total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        try:
+            doc = run_experiment(
+                name,
+                out,
+                seeds=seeds,
+                workers=workers,
+                jobs=jobs,
+                factors=fs,
+                dask=dask,
+                progress=progress,
+            )
+        except FileNotFoundError as exc:
+            fail(str(exc))
+        except RuntimeError as exc:
+            fail(str(exc), code=1)
+    wall = time.perf_counter() - t0
+    print((out / "results.md").read_text(), end="")
+    stderr_console.print(f"wrote {out}/results.json, results.md, {name}.png in {wall:.1f} s")

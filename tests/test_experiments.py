@@ -1,0 +1,82 @@
+"""``merkat sim experiment``: the sweeps run, write readable files, and are reproducible."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from merkat.cli import app
+from merkat.sim.traces import HPC2N, find_trace
+
+runner = CliRunner()
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _needs_trace() -> None:
+    try:
+        find_trace(HPC2N)
+    except FileNotFoundError as exc:  # pragma: no cover - CI has ../shared/traces
+        pytest.skip(str(exc))
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    r = runner.invoke(app, ["sim", "experiment", *args])
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_themis_fig5_schema_and_reproducibility(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    code, out, err = run("themis-fig5", "--out", str(a), "--jobs", "40", "--factors", "0.5")
+    assert code == 0, err
+    assert "efficiency vs FCFS" in out
+    doc = json.loads((a / "results.json").read_text())
+    assert doc["parameters"]["jobs"] == 40 and doc["parameters"]["interarrival_factors"] == [0.5]
+    labels = {r["scheduler"] for r in doc["rows"]}
+    assert labels == {"market", "fcfs", "edf"}
+    for r in doc["rows"]:
+        assert {"interarrival_factor", "scheduler", "met_deadlines_pct", "total_value"} <= r.keys()
+        assert 0 <= r["met_deadlines_pct"] <= 100
+    (eff,) = doc["efficiency"]
+    by = {r["scheduler"]: r["total_value"] for r in doc["rows"]}
+    assert eff["vs_fcfs"] == pytest.approx(by["market"] / by["fcfs"])
+    assert eff["vs_edf"] == pytest.approx(by["market"] / by["edf"])
+    market = next(r for r in doc["rows"] if r["scheduler"] == "market")
+    assert market["ledger_audit_ok"] is True
+    assert market["max_cores_allocated"] <= 240 * (1 + 1e-9)
+    assert (a / "themis-fig5.png").stat().st_size > 10_000
+    # Same inputs and seeds, another worker count: byte-identical results.
+    code, _, err = run(
+        "themis-fig5", "--out", str(b), "--jobs", "40", "--factors", "0.5", "--workers", "2"
+    )
+    assert code == 0, err
+    assert (a / "results.json").read_bytes() == (b / "results.json").read_bytes()
+
+
+def test_slo_fig2_and_fig3_run(tmp_path: Path) -> None:
+    code, _, err = run(
+        "slo-fig2", "--out", str(tmp_path / "f2"), "--jobs", "25", "--factors", "1.0"
+    )
+    assert code == 0, err
+    doc = json.loads((tmp_path / "f2" / "results.json").read_text())
+    assert len(doc["rows"]) == 7
+    random_runs = [r for r in doc["rows"] if "random" in r["scheduler"]]
+    assert len(random_runs) == 3
+    code, _, err = run(
+        "slo-fig3", "--out", str(tmp_path / "f3"), "--jobs", "25", "--factors", "1.0"
+    )
+    assert code == 0, err
+    doc = json.loads((tmp_path / "f3" / "results.json").read_text())
+    assert {r["scheduler"] for r in doc["rows"]} == {"CPU", "CPU+memory"}
+    assert all("migrations_per_hour" in r for r in doc["rows"])
+
+
+def test_bad_experiment_input(tmp_path: Path) -> None:
+    code, _, err = run("no-such", "--out", str(tmp_path))
+    assert code == 2 and "unknown experiment 'no-such'" in err
+    code, _, err = run("themis-fig5", "--out", str(tmp_path), "--factors", "0.5,abc")
+    assert code == 2 and "--factors" in err
