@@ -62,7 +62,7 @@ def experiment(
             bar.update(task, completed=done, total=total)
 
         try:
-            doc = run_experiment(
+            run_experiment(
                 name,
                 out,
                 seeds=seeds,
