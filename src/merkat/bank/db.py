@@ -99,7 +99,7 @@ def make_engine(url: str, schema: str | None = None) -> Engine:
         connect_args: dict[str, Any] = {"connect_timeout": 10}
         if schema is not None:
             connect_args["options"] = f"-csearch_path={schema}"
-        return create_engine(u, connect_args=connect_args, pool_pre_ping=True)
+        return create_engine(u, connect_args=connect_args)
     except (NoSuchModuleError, ImportError) as exc:
         raise DatabaseError("PostgreSQL needs psycopg 3: pip install 'merkat[postgres]'") from exc
 

@@ -12,9 +12,12 @@ deadlocks, serialization failures and lost idempotency races are retried.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from sqlalchemy import (
@@ -139,11 +142,27 @@ redemptions = Table(
 
 T = TypeVar("T")
 
+# Statements built once (building SQLAlchemy constructs per call costs more than SQLite itself).
+_SEL_BAL = select(accounts.c.id, accounts.c.balance).where(
+    accounts.c.id.in_(bindparam("ids", expanding=True))
+)
+_SEL_BAL_LOCK = _SEL_BAL.order_by(accounts.c.id).with_for_update()
+_UPD_BAL = (
+    update(accounts)
+    .where(accounts.c.id == bindparam("i"))
+    .values(balance=accounts.c.balance + bindparam("d"))
+)
+_SEL_FP = select(idempotency.c.fingerprint).where(idempotency.c.key == bindparam("key"))
+_INS_TRANSFER = insert(transfers).returning(transfers.c.id)
+_INS_KEY = insert(idempotency)
+
 _RETRYABLE_PG = {"40001", "40P01"}  # serialization failure, deadlock detected
 _RETRIES = 30
 
 
 def _retryable(exc: DBAPIError) -> bool:
+    if exc.connection_invalidated:  # the server dropped the connection: use a fresh one
+        return True
     code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
     if code in _RETRYABLE_PG:
         return True
@@ -162,6 +181,28 @@ class SqlLedger:
         self._pg = engine.dialect.name == "postgresql"
         self._ids: dict[str, int] = {}
         self._names: dict[int, str] = {}
+        self._lock_path: str | None = None
+        self._lock_fd: int | None = None
+        db = engine.url.database
+        if engine.dialect.name == "sqlite" and db and db != ":memory:":
+            self._lock_path = db + ".lock"
+
+    @contextmanager
+    def _writer_lock(self) -> Iterator[None]:
+        """On a SQLite file, queue writers on an OS file lock (``flock``) around each
+        transaction: waiters are woken as soon as the lock is free, instead of sleeping in
+        SQLite's busy handler (several times the throughput with 8 processes). Processes that
+        do not use it are still serialised by ``BEGIN IMMEDIATE`` and the busy timeout."""
+        if self._lock_path is None:
+            yield
+            return
+        if self._lock_fd is None:
+            self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     # --- plumbing ----------------------------------------------------------------------
 
@@ -169,7 +210,7 @@ class SqlLedger:
         """Run ``fn`` in one transaction, retrying transient conflicts; map DB errors."""
         for attempt in range(_RETRIES):
             try:
-                with self.engine.begin() as conn:
+                with self._writer_lock(), self.engine.begin() as conn:
                     return fn(conn)
             except BankError:
                 self._forget_uncommitted()
@@ -224,10 +265,8 @@ class SqlLedger:
         ordered = sorted(set(ids))
         for start in range(0, len(ordered), 1000):
             chunk = ordered[start : start + 1000]
-            q = select(accounts.c.id, accounts.c.balance).where(accounts.c.id.in_(chunk))
-            if self._pg:
-                q = q.order_by(accounts.c.id).with_for_update()
-            out.update((i, b) for i, b in conn.execute(q))
+            q = _SEL_BAL_LOCK if self._pg else _SEL_BAL
+            out.update((i, b) for i, b in conn.execute(q, {"ids": chunk}))
         return out
 
     def _apply(self, conn: Connection, net: dict[int, int], names: dict[int, str]) -> None:
@@ -238,20 +277,13 @@ class SqlLedger:
                 raise InsufficientFunds(names[i], current[i], -delta)
         params = [{"i": i, "d": d} for i, d in sorted(net.items()) if d != 0]
         if params:
-            conn.execute(
-                update(accounts)
-                .where(accounts.c.id == bindparam("i"))
-                .values(balance=accounts.c.balance + bindparam("d")),
-                params,
-            )
+            conn.execute(_UPD_BAL, params)
 
     def _replay(self, conn: Connection, key: str | None, fp: str) -> list[int] | None:
         """Ids of the operation already done under ``key`` (or ``None``); conflict if different."""
         if key is None:
             return None
-        old = conn.execute(
-            select(idempotency.c.fingerprint).where(idempotency.c.key == key)
-        ).scalar()
+        old = conn.execute(_SEL_FP, {"key": key}).scalar()
         if old is None:
             return None
         if old != fp:
@@ -392,22 +424,19 @@ class SqlLedger:
             if payee is not None:
                 net[ids[payee]] = amount
             self._apply(conn, net, {i: n for n, i in ids.items()})
-            tid = conn.execute(
-                insert(transfers)
-                .values(
-                    kind=kind.value,
-                    payer_id=None if payer is None else ids[payer],
-                    payee_id=None if payee is None else ids[payee],
-                    amount=amount,
-                    reason=reason,
-                    period=period,
-                    idempotency_key=key,
-                    created_at=time.time(),
-                )
-                .returning(transfers.c.id)
-            ).scalar_one()
+            row = {
+                "kind": kind.value,
+                "payer_id": None if payer is None else ids[payer],
+                "payee_id": None if payee is None else ids[payee],
+                "amount": amount,
+                "reason": reason,
+                "period": period,
+                "idempotency_key": key,
+                "created_at": time.time(),
+            }
+            tid = conn.execute(_INS_TRANSFER, row).scalar_one()
             if key is not None:
-                conn.execute(insert(idempotency).values(key=key, fingerprint=fp))
+                conn.execute(_INS_KEY, {"key": key, "fingerprint": fp})
             return Transfer(int(tid), kind, payer, payee, amount, reason, period, key)
 
         return self._tx(run)
@@ -498,7 +527,7 @@ class SqlLedger:
             )
             out = [int(i) for i in result.scalars()]
             if idempotency_key is not None:
-                conn.execute(insert(idempotency).values(key=idempotency_key, fingerprint=fp))
+                conn.execute(_INS_KEY, {"key": idempotency_key, "fingerprint": fp})
             return out
 
         return self._tx(run)
@@ -652,6 +681,9 @@ class SqlLedger:
 
     def close(self) -> None:
         self.engine.dispose()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
 
 def _read(conn: Connection, ids: Iterable[int]) -> dict[int, int]:
