@@ -115,9 +115,9 @@ def open_ledger(
     """
     url = resolve_url(db)
     u = parse_url(url)
-    if u.drivername == "sqlite" and u.database and u.database != ":memory:" and db is None:
-        # The default (or $MERKAT_DB) file: create its directory on first use.
-        Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    if url == default_url() and u.database:
+        # The default file under the user's data directory: create the directory on first use.
+        Path(u.database).parent.mkdir(parents=True, exist_ok=True)
     engine = make_engine(url, schema)
     try:
         if schema is not None and create and engine.dialect.name == "postgresql":

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import typer
 
 from merkat.bank import tokens
-from merkat.bank.db import open_ledger, resolve_url
+from merkat.bank.db import open_ledger, parse_url, resolve_url
 from merkat.bank.errors import (
     BadDatabaseURL,
     BankError,
@@ -143,12 +143,8 @@ def _emit_record(fmt: OutputFormat, title: str, data: dict[str, Any]) -> None:
 @app.command("init")
 def init(db: str | None = DbOption, output: OutputFormat = OutputOption) -> None:
     """Create the bank's tables (idempotent)."""
-    url = resolve_url(db)
-    _with_ledger(url, lambda _ledger: None, create=True)
-    with _errors():
-        from merkat.bank.db import parse_url
-
-        shown = parse_url(url).render_as_string(hide_password=True)
+    _with_ledger(db, lambda _ledger: None, create=True)
+    shown = parse_url(resolve_url(db)).render_as_string(hide_password=True)
     _emit_record(output, "bank", {"db": shown, "initialised": True})
 
 
