@@ -124,3 +124,11 @@ def test_cluster_validation() -> None:
         Cluster(1, 0)
     with pytest.raises(ValueError, match="memory"):
         Cluster(1, 1, 0)
+
+
+def test_csv_number_format() -> None:
+    from merkat.sim.metrics import _num
+
+    assert [_num(v) for v in (1.0, 1.0000001, 2.5, -1e-7, 342072.123456789)] == [
+        "1", "1", "2.5", "0", "342072.123457",
+    ]  # fmt: skip

@@ -65,9 +65,12 @@ def summarize(workload: Workload, schedule: Schedule, cluster: Cluster) -> dict[
 
 def _num(v: float) -> str:
     """A number for the CSV: integral values without decimals, others to 1e-6 s."""
+    if not math.isfinite(v):
+        return str(v)
     if v == math.floor(v):
         return str(int(v))
-    return f"{v:.6f}".rstrip("0")
+    text = f"{v:.6f}".rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
 
 
 def write_jobs_csv(path: str | Path, workload: Workload, schedule: Schedule) -> None:
