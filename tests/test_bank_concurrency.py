@@ -208,3 +208,18 @@ def _lookup(url: str, schema: str | None, keys: set[str]) -> list[tuple[str, str
                 out.append((t.idempotency_key, t.payer, t.payee, t.amount))
     ledger.close()
     return out
+
+
+def test_persistent_ledger_survives_reopen(database: tuple[str, str | None]) -> None:
+    url, schema = database
+    _seed(url, schema)
+    ledger = _open(url, schema)
+    ledger.transfer("u0", "u1", 3 * MICRO, "x")
+    ledger.close()
+    again = _open(url, schema)  # a new engine and object, same database
+    assert again.balances(["u0", "u1"]) == {
+        "u0": SEED_EACH - 3 * MICRO,
+        "u1": SEED_EACH + 3 * MICRO,
+    }
+    assert again.audit().ok
+    again.close()

@@ -14,7 +14,7 @@ from merkat.bank.errors import (
 )
 from merkat.bank.ledger import AccountKind, Ledger, TransferKind
 from merkat.bank.money import MICRO
-from test_bank_support import LedgerFactory, is_sql, ledger_fixture, make_ledger_fixture  # noqa: F401
+from test_bank_support import ledger_fixture, make_ledger_fixture  # noqa: F401
 
 C = MICRO  # one credit
 
@@ -172,17 +172,3 @@ def test_large_batch_exact_totals(ledger: Ledger) -> None:
     assert ledger.balance("p") == sum(1 + k for k in range(2000)) == 2_001_000
     assert sum(ledger.balances(apps).values()) == 200 * C - 2_001_000
     assert ledger.audit().ok
-
-
-def test_persistent_ledger_survives_reopen(make_ledger: LedgerFactory) -> None:
-    ledger = make_ledger()
-    if not is_sql(ledger):
-        pytest.skip("the in-memory ledger is not persistent")
-    from merkat.bank.sql import SqlLedger
-
-    assert isinstance(ledger, SqlLedger)
-    setup_users(ledger)
-    ledger.transfer("alice", "bob", 3 * C, "x")
-    again = SqlLedger(ledger.engine)  # a fresh object with no cache, same database
-    assert again.balances(["alice", "bob"]) == {"alice": 97 * C, "bob": 3 * C}
-    assert again.audit().ok
