@@ -153,15 +153,32 @@ def execute(run: Run) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Experiment:
-    """A named sweep: its runs, how rows become derived figures, and its figure."""
+    """A named sweep: its runs, how one run executes, how rows become derived figures, and
+    its figure.
+
+    ``runs(seeds, jobs, factors)`` lists picklable run descriptions; ``execute(run)`` (a
+    module-level function, so that a process pool or Dask can ship it) returns one row, a
+    JSON-ready dict with ``label``, ``seed`` and, for sweeps over load, ``interarrival_factor``;
+    keys starting with ``_`` (e.g. ``_wall_s``) are kept out of ``results.json``.
+    """
 
     name: str
     title: str
     claim: str
-    runs: Callable[[int, int | None, Sequence[float]], list[Run]]
+    runs: Callable[[int, int | None, Sequence[float]], Sequence[Any]]
     derive: Callable[[list[dict[str, Any]]], dict[str, Any]]
     plot: Callable[[dict[str, Any], Path], None]
     parameters: dict[str, Any] = field(default_factory=dict)
+    execute: Callable[[Any], dict[str, Any]] = execute
+    sweeps_load: bool = True  # runs over --factors and --jobs (trace experiments)
+
+
+def register(experiment: Experiment) -> Experiment:
+    """Add ``experiment`` to :data:`EXPERIMENTS` (a name may be registered once)."""
+    if experiment.name in EXPERIMENTS:
+        raise ValueError(f"experiment {experiment.name!r} is already registered")
+    EXPERIMENTS[experiment.name] = experiment
+    return experiment
 
 
 def _mean_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -481,14 +498,12 @@ def run_experiment(
         raise KeyError(f"unknown experiment {name!r}; known: {', '.join(sorted(EXPERIMENTS))}")
     exp = EXPERIMENTS[name]
     runs = exp.runs(seeds, jobs, factors)
-    rows = _execute_all(runs, workers, dask, progress)
+    rows = _execute_all(exp.execute, runs, workers, dask, progress)
     derived = exp.derive([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])
-    params = {
-        **exp.parameters,
-        "jobs": jobs or exp.parameters.get("jobs"),
-        "interarrival_factors": list(factors),
-        "seeds": seeds,
-    }
+    params = {**exp.parameters, "seeds": seeds}
+    if exp.sweeps_load:
+        params["jobs"] = jobs or exp.parameters.get("jobs")
+        params["interarrival_factors"] = list(factors)
     doc = {
         "experiment": name,
         "title": exp.title,
@@ -505,10 +520,10 @@ def run_experiment(
         "workers": workers,
         "runs": [
             {
-                "label": r["label"],
-                "interarrival_factor": r["interarrival_factor"],
-                "seed": r["seed"],
-                "wall_s": round(r["_wall_s"], 3),
+                "label": r.get("label"),
+                "interarrival_factor": r.get("interarrival_factor"),
+                "seed": r.get("seed"),
+                "wall_s": round(r.get("_wall_s", 0.0), 3),
             }
             for r in rows
         ],
@@ -518,7 +533,11 @@ def run_experiment(
 
 
 def _execute_all(
-    runs: list[Run], workers: int, dask: str | None, progress: Callable[[int, int], None] | None
+    fn: Callable[[Any], dict[str, Any]],
+    runs: Sequence[Any],
+    workers: int,
+    dask: str | None,
+    progress: Callable[[int, int], None] | None,
 ) -> list[dict[str, Any]]:
     if dask:
         try:
@@ -526,7 +545,7 @@ def _execute_all(
         except ImportError as exc:
             raise RuntimeError("--dask needs dask.distributed: pip install 'merkat[dask]'") from exc
         with Client(dask) as client:
-            futures = client.map(execute, runs, pure=False)
+            futures = client.map(fn, runs, pure=False)
             rows = client.gather(futures)
         if progress:
             progress(len(runs), len(runs))
@@ -534,15 +553,15 @@ def _execute_all(
     if workers <= 1:
         rows = []
         for k, run in enumerate(runs):
-            rows.append(execute(run))
+            rows.append(fn(run))
             if progress:
                 progress(k + 1, len(runs))
         return rows
     # Longest runs (market) first so that the pool's tail is short; results in input order.
-    order = sorted(range(len(runs)), key=lambda k: (runs[k].scheduler != "market", runs[k].factor))
+    order = sorted(range(len(runs)), key=lambda k: getattr(runs[k], "scheduler", "") != "market")
     results: dict[int, dict[str, Any]] = {}
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(execute, runs[k]): k for k in order}
+        futures = {pool.submit(fn, runs[k]): k for k in order}
         for done, fut in enumerate(as_completed(futures), 1):
             results[futures[fut]] = fut.result()
             if progress:
@@ -551,7 +570,10 @@ def _execute_all(
 
 
 def markdown(doc: dict[str, Any]) -> str:
-    """The rows (and efficiency, if any) as markdown tables."""
+    """The rows (and efficiency, if any) as markdown tables; an experiment whose derived data
+    carries its own ``markdown`` text gets that instead."""
+    if "markdown" in doc:
+        return str(doc["markdown"])
     lines = [
         f"# {doc['title']}",
         "",
