@@ -1,0 +1,63 @@
+"""``merkat bench period``: the scheduling-period loop on the themis-fig5 market run.
+
+One market simulation (deadline-strict controllers, in-memory bank, simulated backend) of the
+first ``--jobs`` HPC2N jobs on 240 hosts × 1 core, 5-minute periods, at one inter-arrival
+factor: the run ``merkat sim experiment themis-fig5`` repeats for each factor. Prints one JSON
+object: ``{jobs, periods, wall_s, ms_per_period, met_deadlines, migrations}`` (``wall_s`` is
+the simulation only, not reading the trace).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from merkat.cli import bench
+from merkat.cli._common import fail
+
+
+@bench.app.command("period")
+def bench_period(
+    interarrival_factor: float = typer.Option(
+        1.0, "--interarrival-factor", help="Inter-arrival times scaled by this factor (0.1-1.0)."
+    ),
+    jobs: int = typer.Option(1000, "--jobs", help="First N jobs of the trace."),
+    seed: int = typer.Option(0, "--seed", help="Workload and controller seed."),
+    hosts: int = typer.Option(240, "--hosts", help="Hosts (1 core each)."),
+    trace: Path | None = typer.Option(
+        None, "--trace", help="SWF trace (default: HPC2N from $MERKAT_TRACES or ../shared/traces)."
+    ),
+) -> None:
+    """Time one market run of the themis-fig5 sweep (JSON on stdout)."""
+    from merkat.sim.cluster import Cluster
+    from merkat.sim.market import simulate_market, summarize_market
+    from merkat.sim.swf import SwfError, read_swf
+    from merkat.sim.traces import HPC2N, find_trace
+    from merkat.sim.workload import build_workload
+
+    if not interarrival_factor > 0:
+        fail("--interarrival-factor: must be > 0")
+    if jobs < 1 or hosts < 1:
+        fail("--jobs and --hosts must be >= 1")
+    try:
+        path = trace if trace is not None else find_trace(HPC2N)
+        tr = read_swf(path)
+    except (FileNotFoundError, SwfError) as e:
+        fail(f"--trace: {e}")
+    cluster = Cluster(hosts, 1, None)
+    w = build_workload(tr, cluster, jobs=jobs, interarrival_factor=interarrival_factor, seed=seed)
+    out = simulate_market(w, cluster, seed=seed)
+    s = summarize_market(w, out, cluster)
+    periods = len(out.records)
+    doc = {
+        "jobs": len(w),
+        "periods": periods,
+        "wall_s": round(out.wall_s, 3),
+        "ms_per_period": round(1000 * out.wall_s / periods, 3) if periods else 0.0,
+        "met_deadlines": s["met_deadlines"],
+        "migrations": s["migrations"],
+    }
+    sys.stdout.write(json.dumps(doc) + "\n")
