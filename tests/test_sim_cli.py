@@ -206,3 +206,13 @@ def test_progress_bar_appears_only_after_a_second(capsys: pytest.CaptureFixture[
     slow(50)
     slow.close()
     quick.close()
+
+
+def test_plot_bins_are_time_averages() -> None:
+    import numpy as np
+
+    from merkat.sim.plots import _bin_means
+
+    # 2 cores busy on [0, 5), then none: bins [0, 10) and [10, 20).
+    got = _bin_means(np.array([0.0, 5.0]), np.array([2.0, -2.0]), np.array([0.0, 10.0, 20.0]))
+    assert got.tolist() == [1.0, 0.0]

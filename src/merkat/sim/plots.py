@@ -1,7 +1,7 @@
 """PNG plots of a run directory (``jobs.csv`` + ``summary.json``), with matplotlib's Agg backend.
 
-:func:`plot_run` writes ``queue_length.png`` and ``utilization.png`` (over time, sampled at
-``points`` evenly spaced instants) and ``wait_times.png`` (distribution of waits, log bins).
+:func:`plot_run` writes ``queue_length.png`` and ``utilization.png`` (over time, averaged over
+``points`` equal time bins) and ``wait_times.png`` (distribution of waits, log bins).
 """
 
 from __future__ import annotations
@@ -15,15 +15,19 @@ import numpy.typing as npt
 from merkat.sim.metrics import read_jobs_csv
 
 
-def _step_at(
-    times: npt.NDArray[np.float64], deltas: npt.NDArray[np.float64], at: npt.NDArray[np.float64]
+def _bin_means(
+    times: npt.NDArray[np.float64], deltas: npt.NDArray[np.float64], edges: npt.NDArray[np.float64]
 ) -> npt.NDArray[np.float64]:
-    """Value at each instant of ``at`` of the step function that jumps by ``deltas[k]`` at
-    ``times[k]`` (jumps at an instant count)."""
+    """Time average over each bin ``[edges[b], edges[b+1])`` of the step function that starts at
+    0 and jumps by ``deltas[k]`` at ``times[k]``."""
     order = np.argsort(times, kind="stable")
-    level = np.cumsum(deltas[order])
-    idx = np.searchsorted(times[order], at, side="right") - 1
-    out = np.where(idx >= 0, level[np.maximum(idx, 0)], 0.0)
+    t = times[order]
+    level = np.cumsum(deltas[order])  # value on [t[k], t[k+1])
+    area = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(t))])  # integral up to t[k]
+    idx = np.searchsorted(t, edges, side="right") - 1
+    safe = np.maximum(idx, 0)
+    at_edges = np.where(idx >= 0, area[safe] + level[safe] * (edges - t[safe]), 0.0)
+    out = np.diff(at_edges) / np.diff(edges)
     return np.asarray(out, dtype=np.float64)
 
 
@@ -50,21 +54,23 @@ def plot_run(
     paths: list[Path] = []
     if submit.size:
         t0 = float(submit.min())
-        at = np.linspace(t0, float(end.max()), points)
-        days = (at - t0) / 86400.0
-        queue = _step_at(
+        t1 = max(float(end.max()), t0 + 1.0)
+        edges = np.linspace(t0, t1, points + 1)
+        days = (edges[:-1] - t0) / 86400.0
+        width_h = (t1 - t0) / points / 3600.0
+        queue = _bin_means(
             np.concatenate([submit, start]),
             np.concatenate([np.ones_like(submit), -np.ones_like(start)]),
-            at,
+            edges,
         )
-        busy = _step_at(np.concatenate([start, end]), np.concatenate([procs, -procs]), at)
+        busy = _bin_means(np.concatenate([start, end]), np.concatenate([procs, -procs]), edges)
         for name, values, ylabel in (
             ("queue_length.png", queue, "waiting jobs"),
             ("utilization.png", busy / cores, "busy cores / total cores"),
         ):
             fig, ax = plt.subplots(figsize=(9, 3.5))
             ax.plot(days, values, drawstyle="steps-post", linewidth=0.7)
-            ax.set_xlabel("time since first submission (days)")
+            ax.set_xlabel(f"time since first submission (days); mean over bins of {width_h:.3g} h")
             ax.set_ylabel(ylabel)
             ax.set_title(label)
             fig.tight_layout()
@@ -80,7 +86,7 @@ def plot_run(
         ax.set_xscale("log")
     ax.set_xlabel("wait time (s), jobs that waited")
     ax.set_ylabel("jobs")
-    ax.set_title(f"{label}: {int((wait <= 0).sum())} of {wait.size} jobs did not wait")
+    ax.set_title(f"{label}\n{int((wait <= 0).sum())} of {wait.size} jobs did not wait", fontsize=10)
     fig.tight_layout()
     fig.savefig(out / "wait_times.png", dpi=100)
     plt.close(fig)
