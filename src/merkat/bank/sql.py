@@ -155,6 +155,18 @@ _UPD_BAL = (
 _SEL_FP = select(idempotency.c.fingerprint).where(idempotency.c.key == bindparam("key"))
 _INS_TRANSFER = insert(transfers).returning(transfers.c.id)
 _INS_KEY = insert(idempotency)
+_PG_UPD_BAL = text(
+    "UPDATE bank_accounts AS a SET balance = a.balance + v.d "
+    "FROM unnest(CAST(:ids AS BIGINT[]), CAST(:ds AS BIGINT[])) AS v(id, d) WHERE a.id = v.id"
+)
+_PG_NEXT_IDS = text(
+    "SELECT nextval(pg_get_serial_sequence('bank_transfers', 'id')) "
+    "FROM generate_series(1, :n) ORDER BY 1"
+)
+_PG_COPY = (
+    "COPY bank_transfers (id, kind, payer_id, payee_id, amount, reason, period, "
+    "idempotency_key, created_at) FROM STDIN"
+)
 
 _RETRYABLE_PG = {"40001", "40P01"}  # serialization failure, deadlock detected
 _RETRIES = 30
@@ -276,7 +288,12 @@ class SqlLedger:
             if current[i] + delta < 0:
                 raise InsufficientFunds(names[i], current[i], -delta)
         params = [{"i": i, "d": d} for i, d in sorted(net.items()) if d != 0]
-        if params:
+        if self._pg and len(params) > 1:
+            # One statement for the whole batch (executemany would send one per account).
+            conn.execute(
+                _PG_UPD_BAL, {"ids": [p["i"] for p in params], "ds": [p["d"] for p in params]}
+            )
+        elif params:
             conn.execute(_UPD_BAL, params)
 
     def _replay(self, conn: Connection, key: str | None, fp: str) -> list[int] | None:
@@ -509,6 +526,10 @@ class SqlLedger:
                 net[j] = net.get(j, 0) + amount
             self._apply(conn, net, {i: n for n, i in ids.items()})
             now = time.time()
+            if self._pg:
+                return self._pg_copy_transfers(
+                    conn, moves, ids, reason, period, idempotency_key, fp, now
+                )
             rows = [
                 {
                     "kind": "transfer",
@@ -531,6 +552,30 @@ class SqlLedger:
             return out
 
         return self._tx(run)
+
+    def _pg_copy_transfers(
+        self,
+        conn: Connection,
+        moves: list[Move],
+        ids: dict[str, int],
+        reason: str,
+        period: int | None,
+        key: str | None,
+        fp: str,
+        now: float,
+    ) -> list[int]:
+        """PostgreSQL bulk journal insert: reserve ids from the sequence, then ``COPY``
+        (several times faster than a multi-row ``INSERT ... RETURNING`` for 10,000 rows)."""
+        new_ids = [int(i) for i in conn.execute(_PG_NEXT_IDS, {"n": len(moves)}).scalars()]
+        raw: Any = conn.connection.dbapi_connection
+        with raw.cursor() as cur, cur.copy(_PG_COPY) as copy:
+            for tid, (payer, payee, amount) in zip(new_ids, moves, strict=True):
+                copy.write_row(
+                    (tid, "transfer", ids[payer], ids[payee], amount, reason, period, key, now)
+                )
+        if key is not None:
+            conn.execute(_INS_KEY, {"key": key, "fingerprint": fp})
+        return new_ids
 
     # --- journal -----------------------------------------------------------------------
 
