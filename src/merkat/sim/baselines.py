@@ -112,6 +112,10 @@ class Conservative(Fcfs):
         # The machine's real free cores now (jobs past estimate still hold theirs).
         actual_free_now = ctx.machine.total_free_cores
         for j in ctx.queue:
+            if actual_free_now == 0 or free[0] == 0:
+                # No later job can start now; the profile is rebuilt at the next pass anyway,
+                # so the remaining reservations need not be computed.
+                return
             p, dur = ctx.procs[j], ctx.estimate[j]
             k = _earliest_slot(times, free, p, dur)
             start = times[k]
