@@ -80,3 +80,21 @@ def test_bad_experiment_input(tmp_path: Path) -> None:
     assert code == 2 and "unknown experiment 'no-such'" in err
     code, _, err = run("themis-fig5", "--out", str(tmp_path), "--factors", "0.5,abc")
     assert code == 2 and "--factors" in err
+
+
+def test_sweep_on_a_dask_cluster_matches_the_local_pool(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    from merkat.sim.experiments import run_experiment
+
+    local = run_experiment("themis-fig5", tmp_path / "local", jobs=20, factors=(1.0,))
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
+        remote = run_experiment(
+            "themis-fig5",
+            tmp_path / "dask",
+            jobs=20,
+            factors=(1.0,),
+            dask=cluster.scheduler_address,
+        )
+    assert remote["rows"] == local["rows"] and remote["efficiency"] == local["efficiency"]
