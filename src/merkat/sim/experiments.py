@@ -608,3 +608,6 @@ def markdown(doc: dict[str, Any]) -> str:
             )
     lines.append("")
     return "\n".join(lines)
+
+
+import merkat.sim.experiments_merkat  # noqa: E402,F401  (registers issue 6's experiments)
