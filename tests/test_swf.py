@@ -129,7 +129,9 @@ def test_empty_trace(tmp_path: Path) -> None:
     assert len(tr) == 0 and tr.data.shape == (0, 18)
 
 
-def test_reads_full_hpc2n_in_under_2_s(traces: Path) -> None:
+def test_reads_full_hpc2n_quickly(traces: Path) -> None:
+    """The target is <= 2 s (about 1 s on the idle 2-core CI machine, see docs/benchmarks.md);
+    the assertion leaves room for a machine busy with the rest of the suite (-n 2)."""
     t = time.perf_counter()
     tr = read_swf(traces / "HPC2N-2002-2.2-cln.swf.gz")
     elapsed = time.perf_counter() - t
