@@ -274,15 +274,20 @@ def net_changes(moves: Sequence[Move]) -> dict[str, int]:
     return net
 
 
-def check_moves(moves: Sequence[Move]) -> None:
-    """Validate a batch: names and positive amounts (raises ``InvalidInput`` on the first bad one)."""
+def check_moves(moves: Sequence[Move], *, names: bool = True) -> None:
+    """Validate a batch: positive amounts, distinct payer and payee, and (``names``) valid
+    account names. Raises ``InvalidInput`` naming the first bad element (``moves[3].amount``).
+    Ledgers that look every name up anyway pass ``names=False`` (an unknown name is reported
+    by the lookup)."""
     for i, move in enumerate(moves):
         if len(move) != 3:
             raise InvalidInput(f"moves[{i}]", "must be (payer, payee, amount)")
         payer, payee, amount = move
-        check_name(payer, f"moves[{i}].payer")
-        check_name(payee, f"moves[{i}].payee")
-        check_amount(amount, f"moves[{i}].amount")
+        if amount.__class__ is not int or not 0 < amount <= MAX_AMOUNT:
+            check_amount(amount, f"moves[{i}].amount")
+        if names or not isinstance(payer, str) or not isinstance(payee, str):
+            check_name(payer, f"moves[{i}].payer")
+            check_name(payee, f"moves[{i}].payee")
         if payer == payee:
             raise InvalidInput(f"moves[{i}]", f"payer and payee are the same account {payer!r}")
 

@@ -155,6 +155,12 @@ _UPD_BAL = (
 _SEL_FP = select(idempotency.c.fingerprint).where(idempotency.c.key == bindparam("key"))
 _INS_TRANSFER = insert(transfers).returning(transfers.c.id)
 _INS_KEY = insert(idempotency)
+_SQLITE_UPD_BAL = "UPDATE bank_accounts SET balance = balance + ? WHERE id = ?"
+_SEL_MAX_ID = select(func.coalesce(func.max(transfers.c.id), 0))
+_SQLITE_INSERT = (
+    "INSERT INTO bank_transfers (id, kind, payer_id, payee_id, amount, reason, period, "
+    "idempotency_key, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 _PG_UPD_BAL = text(
     "UPDATE bank_accounts AS a SET balance = a.balance + v.d "
     "FROM unnest(CAST(:ids AS BIGINT[]), CAST(:ds AS BIGINT[])) AS v(id, d) WHERE a.id = v.id"
@@ -293,6 +299,9 @@ class SqlLedger:
             conn.execute(
                 _PG_UPD_BAL, {"ids": [p["i"] for p in params], "ds": [p["d"] for p in params]}
             )
+        elif len(params) > 50 and not self._pg:
+            raw: Any = conn.connection.dbapi_connection
+            raw.executemany(_SQLITE_UPD_BAL, [(p["d"], p["i"]) for p in params])
         elif params:
             conn.execute(_UPD_BAL, params)
 
@@ -508,7 +517,7 @@ class SqlLedger:
         check_period(period)
         check_key(idempotency_key)
         moves = list(moves)
-        check_moves(moves)
+        check_moves(moves, names=False)
         if not moves:
             return []
         fp = fingerprint("batch", moves) if idempotency_key is not None else ""
@@ -530,28 +539,39 @@ class SqlLedger:
                 return self._pg_copy_transfers(
                     conn, moves, ids, reason, period, idempotency_key, fp, now
                 )
-            rows = [
-                {
-                    "kind": "transfer",
-                    "payer_id": ids[payer],
-                    "payee_id": ids[payee],
-                    "amount": amount,
-                    "reason": reason,
-                    "period": period,
-                    "idempotency_key": idempotency_key,
-                    "created_at": now,
-                }
-                for payer, payee, amount in moves
-            ]
-            result = conn.execute(
-                insert(transfers).returning(transfers.c.id, sort_by_parameter_order=True), rows
+            return self._sqlite_insert_transfers(
+                conn, moves, ids, reason, period, idempotency_key, fp, now
             )
-            out = [int(i) for i in result.scalars()]
-            if idempotency_key is not None:
-                conn.execute(_INS_KEY, {"key": idempotency_key, "fingerprint": fp})
-            return out
 
         return self._tx(run)
+
+    def _sqlite_insert_transfers(
+        self,
+        conn: Connection,
+        moves: list[Move],
+        ids: dict[str, int],
+        reason: str,
+        period: int | None,
+        key: str | None,
+        fp: str,
+        now: float,
+    ) -> list[int]:
+        """SQLite bulk journal insert with the driver's ``executemany`` (C loop). Ids are
+        assigned explicitly after the current maximum: the transaction holds the write lock
+        (``BEGIN IMMEDIATE``), so nobody else can take them."""
+        first = int(conn.execute(_SEL_MAX_ID).scalar_one()) + 1
+        new_ids = list(range(first, first + len(moves)))
+        raw: Any = conn.connection.dbapi_connection
+        raw.executemany(
+            _SQLITE_INSERT,
+            [
+                (tid, "transfer", ids[payer], ids[payee], amount, reason, period, key, now)
+                for tid, (payer, payee, amount) in zip(new_ids, moves, strict=True)
+            ],
+        )
+        if key is not None:
+            conn.execute(_INS_KEY, {"key": key, "fingerprint": fp})
+        return new_ids
 
     def _pg_copy_transfers(
         self,
