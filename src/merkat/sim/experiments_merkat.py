@@ -241,8 +241,12 @@ def merkat6_arrivals(seed: int) -> list[float]:
     return (nominal + rng.uniform(-j, j, len(nominal))).tolist()
 
 
-def merkat6_scenario(deadline_min: float, seed: int = 0) -> tuple[Scenario, IterativeApp]:
-    """The scenario of one Merkat Fig. 6 run (not yet run), and its deadline application."""
+def merkat6_scenario(deadline_min: float, seed: int = 0, *, policy: str | None = None,
+                     params: dict[str, Any] | None = None) -> tuple[Scenario, IterativeApp]:
+    """The scenario of one Merkat Fig. 6 run (not yet run), and its deadline application.
+
+    ``policy``/``params`` replace the deadline application's controller (for
+    counterfactuals: the same run without adaptation)."""
     p = MERKAT6
     deadline = deadline_min * MIN
     cpu = p["vm"]["cpu"]
@@ -250,9 +254,9 @@ def merkat6_scenario(deadline_min: float, seed: int = 0) -> tuple[Scenario, Iter
                   reserve=p["reserve"])
     slo = IterativeApp(vms=1, work_total=p["ideal_s"], cpu=cpu, iteration=p["iteration_s"],
                        deadline=deadline)
-    sc.add(spec("slo", p["slo_policy"], cpu=cpu, budget=p["slo_budget"],
+    sc.add(spec("slo", policy or p["slo_policy"], cpu=cpu, budget=p["slo_budget"],
                 renewal=p["slo_renewal_per_period"], deadline=deadline,
-                params=p["slo_params"]), slo)
+                params=p["slo_params"] if params is None else params), slo)
     for i, at in enumerate(merkat6_arrivals(seed)):
         sc.add(spec(f"be{i + 1}", p["best_effort_policy"], cpu=cpu, submit=at,
                     budget=p["best_effort_budget"],
