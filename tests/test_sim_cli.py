@@ -132,6 +132,7 @@ def test_bad_trace_line(tmp_path: Path) -> None:
         "-o", "json",
     )  # fmt: skip
     assert code == 0 and json.loads(stdout)["skipped_lines"] == 1
+    assert json.loads(stdout)["bad_lines"] == [f"{p}:3: field 4 (run_time) is not a number: 'ten'"]
     code, _, stderr = run(
         "sim", "run", "--trace", str(p), "--scheduler", "fcfs", "--out", str(tmp_path / "o"),
         "--strict",

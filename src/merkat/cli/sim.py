@@ -154,6 +154,13 @@ def run_cmd(
     finally:
         for b in bars:
             b.close()
+    if summary["skipped_lines"]:
+        first = summary["bad_lines"][0] if summary["bad_lines"] else ""
+        stderr_console.print(
+            f"warning: skipped {summary['skipped_lines']} bad trace line(s); first: {first}",
+            markup=False,
+            highlight=False,
+        )
     emit(output, summary, lambda: _summary_table([(str(out), summary)]))
 
 

@@ -130,6 +130,7 @@ def run_trace(
             "simulate_s": round(sim_s, 4),
             "dropped_by_reason": workload.dropped,
             "skipped_lines": trace.skipped,
+            "bad_lines": trace.bad_lines[:5],
             "scheduler": opts.scheduler,
             "trace": str(opts.trace),
             "cluster": cluster.describe(),
