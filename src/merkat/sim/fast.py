@@ -33,6 +33,11 @@ Progress = Callable[[int], None] | None
 _TICK = 8192
 
 
+def _check(procs: Sequence[int], capacity: int) -> None:
+    if procs and (max(procs) > capacity or min(procs) < 0):
+        raise ValueError(f"every job needs between 0 and {capacity} cores")
+
+
 def fcfs_pool(
     submit: Sequence[float],
     run: Sequence[float],
@@ -40,11 +45,13 @@ def fcfs_pool(
     capacity: int,
     progress: Progress = None,
 ) -> list[float]:
-    """FCFS on one pool of ``capacity`` cores; every ``procs[i]`` must be in ``[1, capacity]``.
+    """FCFS on one pool of ``capacity`` cores; every ``procs[i]`` must be in ``[0, capacity]``
+    (ValueError otherwise).
 
     Start times are non-decreasing in queue order, so each job starts at the first time, not
     before its submit time nor the previous start, at which enough cores are free.
     """
+    _check(procs, capacity)
     n = len(submit)
     start = [0.0] * n
     ends: list[tuple[float, int]] = []  # heap of (end time, procs) of running jobs
@@ -79,6 +86,7 @@ def edf_pool(
 ) -> list[float]:
     """Non-preemptive EDF on one pool: the queue is ordered by (deadline, submit, job id)
     (ties after the deadline follow queue order, i.e. the index) and its head blocks it."""
+    _check(procs, capacity)
     n = len(submit)
     start = [0.0] * n
     ends: list[tuple[float, int]] = []
@@ -119,6 +127,7 @@ def easy_pool(
     progress: Progress = None,
 ) -> list[float]:
     """EASY backfilling on one pool (rules in the module docstring)."""
+    _check(procs, capacity)
     n = len(submit)
     start = [0.0] * n
     ends: list[tuple[float, int]] = []  # heap of (real end, index)
