@@ -410,7 +410,7 @@ class Scenario:
                               self.ledger.audit().ok)
 
     def _sample(self, app: App, m: Metrics | None) -> dict[str, Any]:
-        if m is None:  # ended (or ended this period)
+        if m is None or app.status in ENDED:  # ended before or during this period
             return {"status": app.status.value}
         running = [vm for vm in app.vms if vm.state is not VMState.SUSPENDED]
         model = self.models[app.spec.id]
