@@ -40,6 +40,7 @@ def test_reads_header_and_fields(tmp_path: Path) -> None:
     assert len(tr) == 2
     assert tr.header["MaxProcs"] == "8"
     assert tr.header_int("MaxProcs") == 8
+    assert tr.machine_size() == 8
     assert tr.header["Computer"] == "test machine"
     assert tr.header["Note"] == "first note\nsecond note"
     assert tr.field("run_time").tolist() == [100, 50.5]
@@ -127,6 +128,11 @@ def test_write_gz_is_deterministic(tmp_path: Path) -> None:
 def test_empty_trace(tmp_path: Path) -> None:
     tr = read_swf_text(tmp_path, "; MaxProcs: 4\n")
     assert len(tr) == 0 and tr.data.shape == (0, 18)
+
+
+def test_machine_size_falls_back_to_max_nodes(tmp_path: Path) -> None:
+    assert read_swf_text(tmp_path, "; MaxProcs: -1\n; MaxNodes: 64\n").machine_size() == 64
+    assert read_swf_text(tmp_path, "; Version: 2\n").machine_size() is None
 
 
 def test_reads_full_hpc2n_quickly(traces: Path) -> None:

@@ -290,7 +290,7 @@ def bench_sim(
         fail(str(e))
     read_s = time.perf_counter() - t0
     read_cpu_s = time.process_time() - c0
-    pool = cores or tr.header_int("MaxProcs") or tr.header_int("MaxNodes")
+    pool = cores or tr.machine_size()
     if not pool:
         fail("--cores: the trace has no MaxProcs; give --cores")
     cluster = Cluster.pool(pool)

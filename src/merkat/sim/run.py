@@ -104,7 +104,7 @@ def run_trace(
     callback. Raises :class:`merkat.sim.swf.SwfError` / ValueError on bad input."""
     t0 = time.perf_counter()
     trace = read_swf(opts.trace, strict=opts.strict)
-    max_procs = trace.header_int("MaxProcs") or trace.header_int("MaxNodes")
+    max_procs = trace.machine_size()
     cluster = cluster_for(opts, max_procs)
     workload = build_workload(
         trace,

@@ -78,6 +78,14 @@ class SwfTrace:
         except KeyError:
             raise KeyError(f"unknown SWF field {name!r}; known: {', '.join(FIELDS)}") from None
 
+    def machine_size(self) -> int | None:
+        """The header's MaxProcs, else MaxNodes, if positive; else None."""
+        for key in ("MaxProcs", "MaxNodes"):
+            value = self.header_int(key)
+            if value is not None and value > 0:
+                return value
+        return None
+
     def header_int(self, key: str) -> int | None:
         """Header ``key`` as an int, or None when absent or not an integer."""
         value = self.header.get(key)
