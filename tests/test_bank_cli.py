@@ -106,7 +106,7 @@ def test_refusals_and_errors(db: str, tmp_path: Path) -> None:
     code, _, err = bank("transfer", "alice", "bob", "10.000001", "--db", db)
     assert (code, err.strip()) == (1, "error: insufficient funds: 'alice' has 10, needs 10.000001")
     code, _, err = bank("transfer", "alice", "carol", "1", "--db", db)
-    assert (code, err.strip()) == (2, "error: unknown account: 'carol'")
+    assert (code, err.strip()) == (2, "error: payee: unknown account 'carol'")
     code, _, err = bank("account", "create", "x", "--kind", "bogus", "--db", db)
     assert code == 2 and "kind" in err
     code, _, err = bank("transfer", "alice", "bob", "1", "--idempotency-key", "k", "--db", db)

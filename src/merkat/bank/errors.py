@@ -20,11 +20,12 @@ class InvalidInput(BankError):
 
 
 class UnknownAccount(BankError):
-    """The named account does not exist."""
+    """The named account does not exist; ``field`` names the argument that named it."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__(f"unknown account: {name!r}")
+    def __init__(self, name: str, field: str = "account") -> None:
+        super().__init__(f"{field}: unknown account {name!r}")
         self.name = name
+        self.field = field
 
 
 class DuplicateAccount(BankError):

@@ -321,7 +321,7 @@ def check_new_account(
             raise InvalidInput("owner", f"an {k.value} account needs an owner")
         owner_account = lookup(owner)
         if owner_account is None:
-            raise UnknownAccount(owner)
+            raise UnknownAccount(owner, "owner")
         if k is AccountKind.application and owner_account.kind is not AccountKind.user:
             raise InvalidInput(
                 "owner", f"the owner of an application must be a user, {owner!r} is not"

@@ -76,7 +76,7 @@ class MemoryLedger:
         i = self._index.get(name)
         if i is None:
             check_name(name, field)
-            raise UnknownAccount(name)
+            raise UnknownAccount(name, field)
         return i
 
     def create_account(

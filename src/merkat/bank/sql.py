@@ -274,7 +274,7 @@ class SqlLedger:
         for n in missing:
             if n not in out:
                 check_name(n, field)
-                raise UnknownAccount(n)
+                raise UnknownAccount(n, field)
         return out
 
     def _lock_balances(self, conn: Connection, ids: Iterable[int]) -> dict[int, int]:
@@ -683,7 +683,7 @@ class SqlLedger:
             account = self._lookup(conn, user)
             if account is None:
                 check_name(user, "user")
-                raise UnknownAccount(user)
+                raise UnknownAccount(user, "user")
             if account.kind is not AccountKind.user:
                 raise InvalidInput(
                     "user", f"{user!r} is a {account.kind.value} account, not a user"
