@@ -233,12 +233,12 @@ def _merkat6_runs(seeds: int, jobs: int | None, factors: Sequence[float]) -> lis
 def merkat6_arrivals(seed: int) -> list[float]:
     """Best-effort submission times (s) of a seed (seed 0: the nominal ones)."""
     p = MERKAT6
-    nominal = np.array(p["best_effort_arrivals_min"]) * MIN
+    nominal = [float(m) * MIN for m in p["best_effort_arrivals_min"]]
     if seed == 0:
-        return nominal.tolist()
+        return nominal
     j = p["best_effort_jitter_min"] * MIN
-    rng = np.random.default_rng([seed, 6])
-    return (nominal + rng.uniform(-j, j, len(nominal))).tolist()
+    shift = np.random.default_rng([seed, 6]).uniform(-j, j, len(nominal))
+    return [a + float(d) for a, d in zip(nominal, shift, strict=True)]
 
 
 def merkat6_scenario(deadline_min: float, seed: int = 0, *, policy: str | None = None,

@@ -54,7 +54,9 @@ import numpy as np
 from merkat.backends.sim import _VM, RigidApp, SimBackend, TaskFarm
 from merkat.bank.memory import MemoryLedger
 from merkat.control.base import Controller
-from merkat.control.types import Metrics, Observation, Sense, VMState
+from merkat.control.formulas import judge
+from merkat.control.generic import MerkatHorizontal, resize
+from merkat.control.types import Demand, Metrics, Observation, Sense, VMState
 from merkat.market import RESOURCES, BalanceParams, Hosts
 from merkat.platform.period import ENDED, App, AppSpec, Platform
 
@@ -491,8 +493,6 @@ class FrameworkHorizontal(Controller):
     def __init__(self, *, keep_idle: float = 600.0, low: float = 0.75, high: float = 1.0,
                  horizon: int = 1, start_fraction: float = 1.0, seed: int = 0) -> None:
         super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
-        from merkat.control.generic import MerkatHorizontal
-
         if keep_idle < 0:
             raise ValueError(f"keep_idle must be >= 0 s, got {keep_idle}")
         self.keep_idle = keep_idle
@@ -500,7 +500,7 @@ class FrameworkHorizontal(Controller):
                                        start_fraction=start_fraction, seed=seed)
         self.idle_since: dict[str, float] = {}
 
-    def on_start(self, obs: Observation) -> Any:
+    def on_start(self, obs: Observation) -> Demand:
         return self.policy.on_start(obs)
 
     def on_monitor(self, obs: Observation) -> None:
@@ -514,10 +514,7 @@ class FrameworkHorizontal(Controller):
         for gone in set(self.idle_since) - seen:
             del self.idle_since[gone]
 
-    def reconfigure(self, obs: Observation) -> Any:
-        from merkat.control.formulas import judge
-        from merkat.control.generic import resize
-
+    def reconfigure(self, obs: Observation) -> Demand:
         m = obs.metrics
         if m.performance is None or m.reference is None:
             return self.keep(obs, reason="no metric")
