@@ -223,3 +223,53 @@ def test_persistent_ledger_survives_reopen(database: tuple[str, str | None]) -> 
     }
     assert again.audit().ok
     again.close()
+
+
+_BATCHES = textwrap.dedent(
+    """
+    import sys
+    from merkat.bank.db import open_ledger
+    url, schema = sys.argv[1], (sys.argv[2] or None)
+    users = [f"u{i}" for i in range(20)]
+    ledger = open_ledger(url, schema=schema)
+    moves = [(users[k % 20], users[(k + 1) % 20], 1 + k % 7) for k in range(2000)]
+    j = 0
+    while True:
+        ledger.transfer_many(moves, "period charge", period=j, idempotency_key=f"b-{j}")
+        print("ack", j, flush=True)
+        j += 1
+    """
+)
+
+
+def test_sigkill_during_batches_leaves_no_half_batch(database: tuple[str, str | None]) -> None:
+    url, schema = database
+    _seed(url, schema)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _BATCHES, url, schema or ""], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    acked = 0
+    try:
+        for _ in proc.stdout:
+            acked += 1
+            if acked == 3:
+                os.kill(proc.pid, signal.SIGKILL)  # most likely in the middle of batch 4
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+    ledger = _open(url, schema)
+    with ledger.engine.connect() as conn:
+        per_key = dict(
+            conn.execute(
+                select(transfers.c.idempotency_key, func.count())
+                .where(transfers.c.kind == "transfer")
+                .group_by(transfers.c.idempotency_key)
+            ).all()
+        )
+    assert all(per_key[f"b-{j}"] == 2000 for j in range(acked))
+    assert set(per_key.values()) == {2000}  # every batch whole, none half-written
+    assert len(per_key) in (acked, acked + 1)
+    assert ledger.audit().ok
+    ledger.close()
