@@ -215,7 +215,12 @@ class SqlLedger:
             yield
             return
         if self._lock_fd is None:
-            self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError:  # e.g. a read-only directory: rely on SQLite's own locking
+                self._lock_path = None
+                yield
+                return
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         try:
             yield
