@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -27,7 +28,7 @@ def bank(*args: str) -> tuple[int, str, str]:
     return r.exit_code, r.stdout, r.stderr
 
 
-def ok_json(*args: str) -> object:
+def ok_json(*args: str) -> Any:
     code, out, err = bank(*args, "-o", "json")
     assert code == 0, err
     return json.loads(out)
@@ -44,7 +45,7 @@ def test_mint_transfer_balance_history_audit(db: str) -> None:
         bank("account", "create", "vp", "--kind", "application", "--owner", "alice", "--db", db)[0]
         == 0
     )
-    [m] = ok_json("mint", "alice", "100.5", "--reason", "budget", "--db", db)  # type: ignore[misc]
+    [m] = ok_json("mint", "alice", "100.5", "--reason", "budget", "--db", db)
     assert m["amount"] == "100.5" and m["kind"] == "mint" and m["reason"] == "budget"
     t1 = ok_json("transfer", "alice", "bob", "12.25", "--idempotency-key", "k1", "--db", db)
     t2 = ok_json("transfer", "alice", "bob", "12.25", "--idempotency-key", "k1", "--db", db)
@@ -53,7 +54,7 @@ def test_mint_transfer_balance_history_audit(db: str) -> None:
     assert ok_json("balance", "alice", "--db", db) == {"account": "alice", "balance": "88.249999"}
     assert ok_json("balance", "bob", "--db", db) == {"account": "bob", "balance": "12.25"}
     hist = ok_json("history", "alice", "--db", db)
-    assert [(h["kind"], h["amount"], h["period"]) for h in hist] == [  # type: ignore[union-attr]
+    assert [(h["kind"], h["amount"], h["period"]) for h in hist] == [
         ("transfer", "0.000001", 4),
         ("transfer", "12.25", None),
         ("mint", "100.5", None),
@@ -67,7 +68,7 @@ def test_mint_transfer_balance_history_audit(db: str) -> None:
         "journal_mismatches": 0,
     }
     listed = ok_json("account", "list", "--db", db)
-    assert [(a["name"], a["kind"], a["owner"], a["balance"]) for a in listed] == [  # type: ignore[union-attr]
+    assert [(a["name"], a["kind"], a["owner"], a["balance"]) for a in listed] == [
         ("alice", "user", None, "88.249999"),
         ("bob", "user", None, "12.25"),
         ("vp", "application", "alice", "0.000001"),
@@ -75,7 +76,7 @@ def test_mint_transfer_balance_history_audit(db: str) -> None:
     code, out, _ = bank("balance", "alice", "--db", db)  # a table by default
     assert code == 0 and "88.249999" in out and "{" not in out
     ok_json("burn", "bob", "0.25", "--reason", "expiry", "--db", db)
-    assert ok_json("audit", "--db", db)["sum_of_balances"] == "100.25"  # type: ignore[index]
+    assert ok_json("audit", "--db", db)["sum_of_balances"] == "100.25"
 
 
 @pytest.mark.parametrize(
@@ -97,7 +98,7 @@ def test_bad_amount_is_refused_with_exit_2_and_no_change(
     assert code == 2
     assert err.strip() == f"error: {message}" or err.startswith(f"error: {message}")
     assert len(err.strip().splitlines()) == 1
-    assert ok_json("balance", "alice", "--db", db)["balance"] == "10"  # type: ignore[index]
+    assert ok_json("balance", "alice", "--db", db)["balance"] == "10"
 
 
 def test_refusals_and_errors(db: str, tmp_path: Path) -> None:
@@ -126,7 +127,7 @@ def test_refusals_and_errors(db: str, tmp_path: Path) -> None:
     assert code == 1 and "not initialised" in err
     code, _, err = bank("balance", "alice", "--db", f"sqlite:///{tmp_path / 'no' / 'dir.db'}")
     assert code == 1 and "cannot use database" in err
-    assert ok_json("balance", "alice", "--db", db)["balance"] == "9"  # type: ignore[index]
+    assert ok_json("balance", "alice", "--db", db)["balance"] == "9"
 
 
 def test_db_from_environment_then_user_data_dir(
@@ -136,10 +137,10 @@ def test_db_from_environment_then_user_data_dir(
     monkeypatch.setenv("MERKAT_DB", url)
     assert bank("init")[0] == 0
     users(url, "alice")
-    assert ok_json("account", "list")[0]["name"] == "alice"  # type: ignore[index]
+    assert ok_json("account", "list")[0]["name"] == "alice"
     monkeypatch.delenv("MERKAT_DB")
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    assert ok_json("init")["db"] == f"sqlite:///{tmp_path / 'data' / 'merkat' / 'bank.db'}"  # type: ignore[index]
+    assert ok_json("init")["db"] == f"sqlite:///{tmp_path / 'data' / 'merkat' / 'bank.db'}"
     assert (tmp_path / "data" / "merkat" / "bank.db").exists()
     assert ok_json("account", "list") == []
 
@@ -172,11 +173,11 @@ def test_keys_and_tokens(db: str, tmp_path: Path) -> None:
     assert (tmp_path / "alice.key.pub").exists() and (key.stat().st_mode & 0o777) == 0o600
     assert bank("key", "generate", str(key))[0] == 2  # no silent overwrite
     added = ok_json("key", "add", "alice", str(tmp_path / "alice.key.pub"), "--db", db)
-    assert added == {"user": "alice", "key_id": gen["key_id"]}  # type: ignore[index]
-    [t] = ok_json("transfer", "alice", "broker", "20", "--db", db)  # type: ignore[misc]
+    assert added == {"user": "alice", "key_id": gen["key_id"]}
+    [t] = ok_json("transfer", "alice", "broker", "20", "--db", db)
     token = ok_json(
         "token", "issue", str(t["id"]), "--key", str(key), "--identity", "/CN=Alice", "--db", db
-    )["token"]  # type: ignore[index]
+    )["token"]
     redeemed = ok_json("token", "redeem", token, "--db", db)
     assert redeemed == {
         "transfer": t["id"],
@@ -204,8 +205,8 @@ def test_keys_and_tokens(db: str, tmp_path: Path) -> None:
         db,
     )
     assert code == 2 and err.startswith("error: key: cannot read")
-    assert ok_json("balance", f"broker/token-{t['id']}", "--db", db)["balance"] == "20"  # type: ignore[index]
-    assert ok_json("audit", "--db", db)["ok"] is True  # type: ignore[index]
+    assert ok_json("balance", f"broker/token-{t['id']}", "--db", db)["balance"] == "20"
+    assert ok_json("audit", "--db", db)["ok"] is True
 
 
 def test_bench_bank_prints_json() -> None:

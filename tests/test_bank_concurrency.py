@@ -82,7 +82,7 @@ def _check(
     assert audit.ok, audit
     assert audit.minted == SEED_EACH * len(USERS) == audit.sum_of_balances
     with ledger.engine.connect() as conn:
-        counts = dict(
+        counts: dict[str, int] = dict(
             conn.execute(
                 select(transfers.c.idempotency_key, func.count())
                 .where(transfers.c.kind == "transfer")
@@ -261,7 +261,7 @@ def test_sigkill_during_batches_leaves_no_half_batch(database: tuple[str, str | 
         proc.wait()
     ledger = _open(url, schema)
     with ledger.engine.connect() as conn:
-        per_key = dict(
+        per_key: dict[str, int] = dict(
             conn.execute(
                 select(transfers.c.idempotency_key, func.count())
                 .where(transfers.c.kind == "transfer")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from merkat.bank.errors import (
@@ -91,8 +93,8 @@ def test_overdraw_refused_not_clipped(ledger: Ledger) -> None:
     ],
 )
 def test_bad_input_names_the_field_and_changes_nothing(
-    ledger: Ledger, args: tuple, field: str
-) -> None:  # type: ignore[type-arg]
+    ledger: Ledger, args: tuple[Any, ...], field: str
+) -> None:
     setup_users(ledger)
     with pytest.raises(InvalidInput) as err:
         ledger.transfer(*args)
