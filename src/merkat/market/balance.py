@@ -17,10 +17,12 @@ never worse than the starting mapping and never uses more migrations than the bu
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from merkat.market.share import proportional_share, proportional_share_small
 from merkat.market.types import NO_HOST, BalanceParams, FloatArray, Hosts, IntArray, VMs
@@ -75,7 +77,15 @@ class BalanceResult:
 
 
 class _Search:
-    """Mutable state of one tabu search; every update is local to the two nodes of a move."""
+    """Mutable state of one tabu search; every update is local to the two nodes of a move.
+
+    Numerics: every allocation, error and sum is computed by the same operations, on the same
+    values and in the same order as a straightforward numpy version (node clearings of up to
+    ``_SMALL`` VMs in plain Python by :func:`proportional_share_small`, larger ones by
+    :func:`proportional_share`), so the search is deterministic and its result does not depend
+    on how the bookkeeping is stored. Per-VM state the loop reads one element at a time is
+    kept in Python lists (numpy's per-call overhead dominates on the few VMs of two nodes).
+    """
 
     def __init__(
         self, hosts: Hosts, vms: VMs, host: IntArray, ideal: FloatArray, params: BalanceParams
@@ -83,80 +93,87 @@ class _Search:
         self.hosts, self.vms, self.ideal, self.params = hosts, vms, ideal, params
         self.host = host.copy()
         n_hosts, n_res = hosts.capacity.shape
+        self.n_res = n_res
         self.placed = self.host >= 0
-        order = np.argsort(self.host, kind="stable")
-        counts = np.bincount(self.host[self.placed], minlength=n_hosts)
-        first = int(np.count_nonzero(~self.placed))
-        bounds = np.concatenate(([0], np.cumsum(counts))) + first
-        self.members = [order[bounds[h] : bounds[h + 1]] for h in range(n_hosts)]
-        self.traded: list[bool] = [bool(np.any(vms.bid[:, r] > 0)) for r in range(n_res)]
-        self.alloc = np.zeros((len(vms), n_res))
-        self.bu = np.zeros((n_hosts, n_res))  # uncapped bids per node and resource
-        self.cl = np.zeros((n_hosts, n_res))  # capacity left to them
+        self.traded: list[int] = [r for r in range(n_res) if bool(np.any(vms.bid[:, r] > 0))]
         placed = np.flatnonzero(self.placed)
-        self.alloc[placed], self.bu[:], self.cl[:] = self.fill(
-            np.arange(n_hosts), self.host[placed], placed
-        )
+        self.bu = np.zeros((n_hosts, n_res))  # uncapped bids per node and resource
+        self.cl = hosts.capacity.copy()  # capacity left to them
+        alloc = np.zeros((len(vms), n_res))
+        self._fill_all(placed, alloc)
+        self.err = np.where(self.placed, vm_errors(alloc, ideal), 0.0)
+        self.n_placed = max(int(placed.size), 1)
+        self.sumsq = float(np.dot(self.err, self.err))
+
+    def _fill_all(self, placed: IntArray, alloc: FloatArray) -> None:
+        """The proportional share on every node for the current mapping."""
+        vms, cap = self.vms, self.hosts.capacity
+        group = self.host[placed]
+        if placed.size <= _SMALL:
+            # A few VMs: clear each occupied node in plain Python (an empty node keeps no
+            # uncapped bid and all its capacity, which is what the rule gives it).
+            bids, caps = vms.bid[placed].T.tolist(), vms.cap[placed].T.tolist()
+            rows: dict[int, list[int]] = {}
+            for j, g in enumerate(group.tolist()):
+                rows.setdefault(g, []).append(j)
+            capf = cap.tolist()
+            for r in self.traded:
+                b_r, c_r = bids[r], caps[r]
+                for g, js in rows.items():
+                    a, _, self.bu[g, r], self.cl[g, r] = proportional_share_small(
+                        [b_r[j] for j in js], [c_r[j] for j in js], capf[g][r]
+                    )
+                    alloc[placed[js], r] = a
+            return
+        for r in self.traded:
+            s = proportional_share(vms.bid[placed, r], vms.cap[placed, r], cap[:, r], group)
+            alloc[placed, r], self.bu[:, r], self.cl[:, r] = (
+                s.allocation,
+                s.uncapped_bids,
+                s.capacity_left,
+            )
+
+    def rms(self) -> float:
+        return math.sqrt(max(self.sumsq, 0.0) / self.n_placed)
+
+    def prepare(self) -> None:
+        """The state the moves need, built only when the search runs."""
+        hosts, vms = self.hosts, self.vms
+        n_hosts, n_res = hosts.capacity.shape
+        self.host_l: list[int] = self.host.tolist()
+        self.members: list[list[int]] = [[] for _ in range(n_hosts)]
+        for i in np.flatnonzero(self.placed).tolist():  # ascending VM index on each node
+            self.members[self.host_l[i]].append(i)
+        # Per resource, one flat list over VMs (no list per VM: fewer objects to allocate).
+        self.bid_t: list[list[float]] = vms.bid.T.tolist()
+        self.cap_t: list[list[float]] = vms.cap.T.tolist()
+        self.min_t: list[list[float]] = vms.minimum.T.tolist()
+        self.ideal_t: list[list[float]] = self.ideal.T.tolist()
+        self.capf: list[list[float]] = hosts.capacity.tolist()
+        placed = np.flatnonzero(self.placed)
         self.free = hosts.capacity.copy()
         for r in range(n_res):
             self.free[:, r] -= np.bincount(
                 self.host[placed], weights=vms.minimum[placed, r], minlength=n_hosts
             )
         self.has_cap = hosts.capacity > 0
-        self.err = np.where(self.placed, vm_errors(self.alloc, ideal), 0.0)
-        self.n_placed = max(int(placed.size), 1)
-        self.sumsq = float(np.dot(self.err, self.err))
+        self.all_have_cap = [bool(self.has_cap[:, r].all()) for r in range(n_res)]
         # Selection score: the VM's error when it may move, -1 otherwise (tabu, unplaced, or
         # a move would exceed the migration budget). Kept up to date locally.
-        self.initial = vms.host
+        self.initial_l: list[int] = vms.host.tolist()
         self.migrations = 0
-        self.is_tabu = np.zeros(len(vms), dtype=np.bool_)
-        self.score = np.full(len(vms), -1.0)
-        self.refresh(np.arange(len(vms)))
+        self.is_tabu = [False] * len(vms)
+        self.score = np.where(self.placed, self.err, -1.0)
 
-    def rms(self) -> float:
-        return float(np.sqrt(max(self.sumsq, 0.0) / self.n_placed))
-
-    def refresh(self, idx: IntArray) -> None:
-        """Recompute the selection score of VMs ``idx``."""
-        ok = self.placed[idx] & ~self.is_tabu[idx]
-        self.score[idx] = np.where(ok, self.err[idx], -1.0)
+    def set_tabu(self, v: int, tabu: bool) -> None:
+        """Mark ``v`` (placed) tabu or not, and update its selection score."""
+        self.is_tabu[v] = tabu
+        self.score[v] = -1.0 if tabu else self.err[v]
 
     def costs_migration(self, v: int) -> bool:
         """Whether moving ``v`` now would add one migration to the period's count."""
-        init = int(self.initial[v])
-        return init != NO_HOST and int(self.host[v]) == init
-
-    def fill(
-        self, nodes: IntArray, group: IntArray, members: IntArray
-    ) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """Proportional share on ``nodes``: VM ``members[j]`` sits on ``nodes[group[j]]``.
-
-        Returns the members' allocations and each node's uncapped bids and capacity left.
-        """
-        vms, cap = self.vms, self.hosts.capacity[nodes]
-        n_res = cap.shape[1]
-        alloc = np.zeros((members.size, n_res))
-        bu, cl = np.zeros((nodes.size, n_res)), cap.copy()
-        traded = [r for r in range(n_res) if self.traded[r]]
-        if members.size <= _SMALL:
-            # A few VMs: clear each node in plain Python (numpy's call overhead dominates).
-            bids, caps = vms.bid[members].T.tolist(), vms.cap[members].T.tolist()
-            rows: list[list[int]] = [[] for _ in range(nodes.size)]
-            for j, g in enumerate(group.tolist()):
-                rows[g].append(j)
-            for r in traded:
-                b_r, c_r, col = bids[r], caps[r], alloc[:, r]
-                for g, js in enumerate(rows):
-                    a, _, bu[g, r], cl[g, r] = proportional_share_small(
-                        [b_r[j] for j in js], [c_r[j] for j in js], float(cap[g, r])
-                    )
-                    col[js] = a
-            return alloc, bu, cl
-        for r in traded:
-            s = proportional_share(vms.bid[members, r], vms.cap[members, r], cap[:, r], group)
-            alloc[:, r], bu[:, r], cl[:, r] = s.allocation, s.uncapped_bids, s.capacity_left
-        return alloc, bu, cl
+        init = self.initial_l[v]
+        return init != NO_HOST and self.host_l[v] == init
 
     def destination(self, v: int) -> int:
         """The node (not v's own) minimising v's error, among the best few by estimate.
@@ -165,15 +182,22 @@ class _Search:
         the node's uncapped bids plus v's, times the capacity left to them, capped); the best
         ``params.candidates`` are then cleared exactly and the best of them is returned.
         """
-        src = int(self.host[v])
-        b, c, ideal, minimum = self.vms.bid[v], self.vms.cap[v], self.ideal[v], self.vms.minimum[v]
-        score = np.zeros(self.cl.shape[0])
-        feasible = np.ones(self.cl.shape[0], dtype=np.bool_)
+        src = self.host_l[v]
+        res = range(self.n_res)
+        b = [self.bid_t[r][v] for r in res]
+        c = [self.cap_t[r][v] for r in res]
+        ideal = [self.ideal_t[r][v] for r in res]
+        minimum = [self.min_t[r][v] for r in res]
+        n_nodes = self.cl.shape[0]
+        score = np.zeros(n_nodes)
+        feasible: npt.NDArray[np.bool_] | None = None  # None: every node but src
         with np.errstate(divide="ignore", invalid="ignore"):
-            for r in range(self.cl.shape[1]):
+            for r in range(self.n_res):
                 if b[r] > 0:
                     est = np.minimum(c[r], b[r] * self.cl[:, r] / (self.bu[:, r] + b[r]))
-                    feasible &= self.has_cap[:, r]
+                    if not self.all_have_cap[r]:
+                        feasible = self.has_cap[:, r].copy() if feasible is None else feasible
+                        feasible &= self.has_cap[:, r]
                     e = np.where(est > 0, np.abs(1.0 - ideal[r] / est), ERROR_LIMIT)
                 elif ideal[r] > 0:  # pragma: no cover - ideal is 0 when the bid is 0
                     e = np.full(score.shape, ERROR_LIMIT)
@@ -181,44 +205,118 @@ class _Search:
                     continue
                 np.maximum(score, e, out=score)
                 if minimum[r] > 0:
-                    feasible &= self.free[:, r] >= minimum[r]
-        feasible[src] = False
-        score[~feasible] = np.inf
-        n_ok = int(np.count_nonzero(feasible))
-        if n_ok == 0:
+                    fits = self.free[:, r] >= minimum[r]
+                    feasible = fits if feasible is None else feasible & fits
+        if feasible is None:
+            score[src] = np.inf
+            n_ok = n_nodes - 1
+        else:
+            feasible[src] = False
+            score[~feasible] = np.inf
+            n_ok = int(np.count_nonzero(feasible))
+        if n_ok <= 0:
             return NO_HOST
         k = min(self.params.candidates, n_ok)
         cands = np.argpartition(score, k - 1)[:k] if k < score.size else np.arange(score.size)
-        cands = np.sort(cands[np.isfinite(score[cands])])
-        # Evaluate every candidate exactly in one segmented clearing: node cands[g] with v added.
-        parts = [self.members[h] for h in cands.tolist()]
-        sizes = np.array([p.size + 1 for p in parts])
-        members = np.concatenate([np.append(p, v) for p in parts])
-        group = np.repeat(np.arange(cands.size), sizes)
-        alloc, _, _ = self.fill(cands, group, members)
-        mine = alloc[np.cumsum(sizes) - 1]
-        errs = vm_errors(mine, np.broadcast_to(ideal, mine.shape))
-        return int(cands[int(np.argmin(errs))])
+        nodes: list[int] = np.sort(cands[np.isfinite(score[cands])]).tolist()
+        # Evaluate every candidate exactly: node h with v added.
+        rows = [self.members[h] + [v] for h in nodes]
+        sizes = [len(row) for row in rows]
+        total = sum(sizes)
+        if total <= _SMALL:
+            mine = [[0.0] * self.n_res for _ in nodes]
+            for r in self.traded:
+                b_r, c_r = self.bid_t[r], self.cap_t[r]
+                for g, h in enumerate(nodes):
+                    row = rows[g]
+                    a = proportional_share_small(
+                        [b_r[j] for j in row], [c_r[j] for j in row], self.capf[h][r]
+                    )[0]
+                    mine[g][r] = a[-1]
+        else:
+            # One segmented clearing of all the candidates.
+            members = np.fromiter(
+                (j for row in rows for j in row), dtype=np.int64, count=total
+            )
+            group = np.repeat(np.arange(len(nodes)), sizes)
+            cap = self.hosts.capacity[nodes]
+            alloc = np.zeros((total, self.n_res))
+            for r in self.traded:
+                alloc[:, r] = proportional_share(
+                    self.vms.bid[members, r], self.vms.cap[members, r], cap[:, r], group
+                ).allocation
+            mine = alloc[np.cumsum(sizes) - 1].tolist()
+        if not mine:
+            raise ValueError("no candidate destination with a finite estimate")
+        best, best_err = 0, _vm_error(mine[0], ideal)
+        for g in range(1, len(mine)):
+            err_g = _vm_error(mine[g], ideal)
+            if err_g < best_err:
+                best, best_err = g, err_g
+        return nodes[best]
 
     def move(self, v: int, dst: int) -> None:
-        src = int(self.host[v])
-        init = int(self.initial[v])
+        src = self.host_l[v]
+        init = self.initial_l[v]
         if init != NO_HOST:  # leaving the initial host costs one, coming back refunds it
             self.migrations += int(dst != init) - int(src != init)
-        self.members[src] = self.members[src][self.members[src] != v]
-        self.members[dst] = np.append(self.members[dst], v)
+        ms, md = self.members[src], self.members[dst]
+        ms.remove(v)
+        md.append(v)
         self.host[v] = dst
-        self.free[src] += self.vms.minimum[v]
-        self.free[dst] -= self.vms.minimum[v]
-        m = np.concatenate((self.members[src], self.members[dst]))
-        group = np.repeat([0, 1], [self.members[src].size, self.members[dst].size])
-        nodes = np.array([src, dst])
-        alloc, self.bu[nodes], self.cl[nodes] = self.fill(nodes, group, m)
-        new_err = vm_errors(alloc, self.ideal[m])
-        self.sumsq += float(np.dot(new_err, new_err) - np.dot(self.err[m], self.err[m]))
-        self.alloc[m] = alloc
-        self.err[m] = new_err
-        self.refresh(m)
+        self.host_l[v] = dst
+        if any(self.min_t[r][v] for r in range(self.n_res)):
+            self.free[src] += self.vms.minimum[v]
+            self.free[dst] -= self.vms.minimum[v]
+        m = ms + md
+        n_src = len(ms)
+        if len(m) <= _SMALL:
+            alloc = [[0.0] * self.n_res for _ in m]
+            for r in self.traded:
+                b_r, c_r = self.bid_t[r], self.cap_t[r]
+                for h, part, offset in ((src, ms, 0), (dst, md, n_src)):
+                    a, _, self.bu[h, r], self.cl[h, r] = proportional_share_small(
+                        [b_r[j] for j in part], [c_r[j] for j in part], self.capf[h][r]
+                    )
+                    for k, x in enumerate(a):
+                        alloc[offset + k][r] = x
+        else:
+            nodes = np.array([src, dst])
+            m_arr = np.array(m, dtype=np.int64)
+            group = np.repeat([0, 1], [n_src, len(md)])
+            cap = self.hosts.capacity[nodes]
+            full = np.zeros((len(m), self.n_res))
+            for r in self.traded:
+                s = proportional_share(
+                    self.vms.bid[m_arr, r], self.vms.cap[m_arr, r], cap[:, r], group
+                )
+                full[:, r] = s.allocation
+                self.bu[nodes, r], self.cl[nodes, r] = s.uncapped_bids, s.capacity_left
+            alloc = full.tolist()
+        ideal_t, is_tabu, res = self.ideal_t, self.is_tabu, range(self.n_res)
+        new = [_vm_error(alloc[k], [ideal_t[r][j] for r in res]) for k, j in enumerate(m)]
+        idx = np.array(m, dtype=np.int64)
+        new_err = np.array(new)
+        old_err = self.err[idx]
+        self.sumsq += float(np.dot(new_err, new_err) - np.dot(old_err, old_err))
+        self.err[idx] = new_err
+        self.score[idx] = [-1.0 if is_tabu[j] else new[k] for k, j in enumerate(m)]
+
+
+def _vm_error(actual: list[float], ideal: list[float]) -> float:
+    """:func:`vm_errors` of one VM in plain Python: the same operations, so the same value."""
+    worst = 0.0
+    for a, i in zip(actual, ideal, strict=True):
+        if a > 0:
+            e = (a - i) / a
+        elif i > 0:
+            e = -ERROR_LIMIT
+        else:
+            continue
+        e = abs(min(max(e, -ERROR_LIMIT), ERROR_LIMIT))
+        if e > worst:
+            worst = e
+    return worst
 
 
 def balance(
@@ -235,6 +333,7 @@ def balance(
     if len(hosts) < 2 or not np.any(search.err[search.placed] > params.error_threshold):
         return BalanceResult(host.copy(), 0, rms0, rms0, ran=False)
 
+    search.prepare()
     best_host, best_rms = search.host.copy(), rms0
     tabu: deque[int] = deque()
     no_improve, it = 0, 0
@@ -250,13 +349,9 @@ def balance(
             search.move(v, dst)
         # v becomes tabu; the oldest tabu VM is released when the list is full.
         tabu.append(v)
-        search.is_tabu[v] = True
-        touched = [v]
+        search.set_tabu(v, True)
         if len(tabu) > params.tabu_size:
-            old = tabu.popleft()
-            search.is_tabu[old] = False
-            touched.append(old)
-        search.refresh(np.array(touched))
+            search.set_tabu(tabu.popleft(), False)
         rms = search.rms()
         if dst != NO_HOST and rms < best_rms * (1.0 - 1e-9):
             best_host, best_rms, no_improve = search.host.copy(), rms, 0

@@ -68,31 +68,67 @@ def proportional_share(
     m = np.asarray(caps, dtype=np.float64)
     cap_g = np.atleast_1d(np.asarray(capacity, dtype=np.float64))
     n, n_groups = b.shape[0], cap_g.shape[0]
-    g = np.zeros(n, dtype=np.int64) if group is None else np.asarray(group, dtype=np.int64)
 
     price = np.zeros(n_groups)
     uncapped_bids = np.zeros(n_groups)
     capacity_left = cap_g.copy()
     allocation = np.zeros(n)
     capped = np.zeros(n, dtype=np.bool_)
-    if n == 0:
+    if n == 0 or not b.any():
+        # No VM, or no bid at all (an untraded resource): nothing is allocated, every price is
+        # 0 and all the capacity is left (what the general rule below gives, without the work).
         return Shares(allocation, price, capped, uncapped_bids, capacity_left)
+    single = group is None or n_groups == 1
 
     # Bid per unit of cap: the VMs with the highest ratio reach their cap first.
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(b > 0, b / m, 0.0)  # cap 0 with a bid > 0 -> inf: capped first (at 0)
 
+    if single:
+        # One market: the same arithmetic as the segmented case below with every VM in group 0
+        # (a stable sort on the ratio alone gives the same order as the lexsort on (group,
+        # ratio); subtracting the group's starting prefix sum, 0.0, changes nothing).
+        order = np.argsort(-ratio, kind="stable")
+        sb, sm, sr = b[order], m[order], ratio[order]
+        sm0 = np.where(np.isinf(sm), 0.0, sm)
+        csb = np.concatenate(([0.0], np.cumsum(sb)))
+        csm = np.concatenate(([0.0], np.cumsum(sm0)))
+        before_b, before_m = csb[:-1], csm[:-1]
+        total_b = np.bincount(np.zeros(n, dtype=np.int64), weights=b, minlength=1)
+        left_b = np.maximum(total_b[0] - before_b, 0.0)
+        left_c = cap_g[0] - before_m
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            p = np.where(left_b <= 0.0, 0.0, np.where(left_c > 0.0, left_b / left_c, np.inf))
+        ok = sr <= p * (1.0 + _RTOL)
+        first0 = int(ok.argmax()) if ok.any() else n
+        if first0 < n:
+            price[0], uncapped_bids[0], capacity_left[0] = p[first0], left_b[first0], left_c[first0]
+        else:
+            # Every VM at its cap: no bid is left to set a price; the rest stays idle.
+            capacity_left[0] = cap_g[0] - (csm[n] - csm[0])
+        s_capped = np.arange(n) < first0
+        gp0 = price[0]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            s_alloc = np.where(s_capped, sm0, sb / gp0 if gp0 > 0 else 0.0)
+        s_alloc = np.where(np.isfinite(s_alloc), s_alloc, 0.0)
+        allocation[order] = s_alloc
+        capped[order] = s_capped
+        return Shares(allocation, price, capped, uncapped_bids, capacity_left)
+
+    g = np.asarray(group, dtype=np.int64)
     order = np.lexsort((-ratio, g))
     sb, sm, sg, sr = b[order], m[order], g[order], ratio[order]
     counts = np.bincount(g, minlength=n_groups)
     starts = np.cumsum(counts) - counts
 
     # Bids and caps of the VMs before position j in its group (the candidates to be capped).
+    sm0 = np.where(np.isinf(sm), 0.0, sm)
     csb = np.concatenate(([0.0], np.cumsum(sb)))
-    csm = np.concatenate(([0.0], np.cumsum(np.where(np.isinf(sm), 0.0, sm))))
+    csm = np.concatenate(([0.0], np.cumsum(sm0)))
     j = np.arange(n)
-    before_b = csb[j] - csb[starts[sg]]
-    before_m = csm[j] - csm[starts[sg]]
+    st = starts[sg]
+    before_b = csb[:-1] - csb[st]
+    before_m = csm[:-1] - csm[st]
     total_b = np.bincount(g, weights=b, minlength=n_groups)
 
     left_b = np.maximum(total_b[sg] - before_b, 0.0)
@@ -112,9 +148,10 @@ def proportional_share(
 
     # Per-group price and the two terms it is made of.
     sel = nonempty & ~all_capped
-    price[sel] = p[first[sel]]
-    uncapped_bids[sel] = left_b[first[sel]]
-    capacity_left[sel] = left_c[first[sel]]
+    fs = first[sel]
+    price[sel] = p[fs]
+    uncapped_bids[sel] = left_b[fs]
+    capacity_left[sel] = left_c[fs]
     if np.any(all_capped):
         # Every VM at its cap: no bid is left to set a price; the rest of capacity stays idle.
         last_cap = csm[ends[all_capped]] - csm[starts[all_capped]]
@@ -124,9 +161,7 @@ def proportional_share(
     s_capped = j < first_of
     gp = price[sg]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        s_alloc = np.where(
-            s_capped, np.where(np.isinf(sm), 0.0, sm), np.where(gp > 0, sb / gp, 0.0)
-        )
+        s_alloc = np.where(s_capped, sm0, np.where(gp > 0, sb / gp, 0.0))
     s_alloc = np.where(np.isfinite(s_alloc), s_alloc, 0.0)
     allocation[order] = s_alloc
     capped[order] = s_capped
