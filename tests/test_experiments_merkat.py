@@ -107,6 +107,21 @@ def test_batch_queue_is_fcfs_lock_step_and_restarts_interrupted_jobs() -> None:
     assert b.finished("t") is False
 
 
+def test_batch_queue_vm_can_migrate() -> None:
+    q = BatchQueue(submit=[0.0], procs=[1], run=[100.0], memory=900.0)
+    b = _batch_backend(q, 1)
+    b.apply(Plan(time=0.0, period=40.0, allocations={"t/vm0": {"cpu": 1.0, "memory": 900.0}}))
+    b.advance(0.0, 40.0)
+    assert q.running[0].left == pytest.approx(60.0)
+    b.apply(Plan(time=40.0, period=40.0, migrate=(("t/vm0", 0, 1),),
+                 allocations={"t/vm0": {"cpu": 1.0, "memory": 900.0}}))
+    assert b.counts["migration"] == 1 and b.vms["t/vm0"].host == 1
+    b.advance(40.0, 80.0)
+    # 900 MiB at 125 MiB/s: 7.2 s at 90 % speed, the job keeps running on its new host
+    assert list(q.running) == [0]
+    assert q.running[0].left == pytest.approx(60.0 - (40.0 - 0.1 * 7.2))
+
+
 def test_framework_keeps_busy_workers_and_releases_idle_ones_after_keep_idle() -> None:
     sc = Scenario(hosts=1, cores=8, period=40.0, reserve=1.0)
     farm = QueueFarm([4000.0] * 2, threshold=10.0)  # 2 long tasks: queue empty at once

@@ -208,6 +208,8 @@ class ScenarioBackend(SimBackend):
 
     def add_batch(self, app_id: str, model: BatchQueue) -> None:
         self.batches[app_id] = model
+        # also in ``apps``: the base class looks a VM's model up there (migration time)
+        self.apps[app_id] = model  # type: ignore[assignment]
 
     def metrics(self, app: str) -> Metrics:
         if app in self.batches:
@@ -237,13 +239,20 @@ class ScenarioBackend(SimBackend):
         super()._release(vm_id)
 
     def advance(self, t0: float, t1: float) -> None:
+        """:meth:`SimBackend.advance`, with :class:`BatchQueue` models advanced here."""
         by_app: dict[str, list[tuple[str, _VM]]] = {}
         for vm_id, vm in self.vms.items():
             by_app.setdefault(vm.app, []).append((vm_id, vm))
-        super().advance(t0, t1)  # the batches have no entry in self.apps
-        for app_id, model in self.batches.items():
-            if model.finish_time is None:
-                self._advance_batch(model, sorted(by_app.get(app_id, [])), t0, t1)
+        for app_id, model in self.apps.items():
+            if model.finish_time is not None:
+                continue
+            vms = by_app.get(app_id, [])
+            if app_id in self.batches:
+                self._advance_batch(self.batches[app_id], sorted(vms), t0, t1)
+            elif isinstance(model, RigidApp):
+                self._advance_rigid(model, vms, t0, t1)
+            else:
+                self._advance_farm(model, vms, t0, t1)
 
     def _advance_batch(self, q: BatchQueue, vms: list[tuple[str, _VM]], t0: float,
                        t1: float) -> None:
