@@ -248,6 +248,18 @@ def check_key(key: str | None) -> str | None:
     return key
 
 
+def check_identity(identity: str | None) -> str | None:
+    """Validate an account's identity binding: ``None`` or 1-1000 printable characters."""
+    if identity is not None and (
+        not isinstance(identity, str)
+        or not identity.strip()
+        or len(identity) > 1000
+        or not identity.isprintable()
+    ):
+        raise InvalidInput("identity", "must be 1-1000 printable characters")
+    return identity
+
+
 def check_period(period: int | None) -> int | None:
     """Validate a period: ``None`` or a non-negative ``int``."""
     if period is not None and (

@@ -28,6 +28,7 @@ from merkat.bank.ledger import (
     Transfer,
     TransferKind,
     check_amount,
+    check_identity,
     check_key,
     check_moves,
     check_name,
@@ -86,6 +87,7 @@ class MemoryLedger:
         owner: str | None = None,
         identity: str | None = None,
     ) -> Account:
+        check_identity(identity)
         k = check_new_account(name, kind, owner, self._lookup)
         account = Account(name, k, owner, identity)
         self._index[name] = len(self._accounts)

@@ -39,6 +39,7 @@ from merkat.bank.errors import (
     UnknownTransfer,
 )
 from merkat.bank.ledger import Ledger, Redemption, TransferKind
+from merkat.bank.ledger import check_identity as ledger_check_identity
 from merkat.bank.money import format_amount
 
 PREFIX = "mkt1"
@@ -155,13 +156,10 @@ def decode(token: str) -> tuple[Receipt, bytes, bytes]:
 
 
 def check_identity(identity: str) -> str:
-    if (
-        not isinstance(identity, str)
-        or not identity.strip()
-        or len(identity) > 1000
-        or not identity.isprintable()
-    ):
+    """A token's identity: 1-1000 printable characters (raises ``InvalidInput``)."""
+    if identity is None:
         raise InvalidInput("identity", "must be 1-1000 printable characters")
+    ledger_check_identity(identity)
     return identity
 
 
