@@ -361,7 +361,9 @@ def _merkat6_plot(doc: dict[str, Any], path: Path) -> None:
         s, c = r["series"], f"C{i}"
         t = s["time_min"]
         axes[0].plot(t, s["bid_cpu"], "-", color=c, label=r["label"])
-        axes[1].plot(t, s["alloc_cpu"], "-", color=c, label=r["label"])
+        axes[1].plot(t, s["alloc_cpu"], "-", color=c, label=f"{r['label']}: SLO VM")
+        axes[1].plot(t, s["best_effort_alloc_cpu"], "--", color=c, lw=0.7,
+                     label=f"{r['label']}: best-effort VMs")
         axes[2].plot(t, s["metric"], "-", color=c, lw=1, label=f"{r['label']}: iteration")
         axes[2].plot(t, s["reference"], ":", color=c, lw=1, label=f"{r['label']}: reference")
     arrivals = doc["runs"][0]["best_effort_arrivals_s"]
@@ -371,7 +373,8 @@ def _merkat6_plot(doc: dict[str, Any], path: Path) -> None:
         ax.set_xlabel("time (min)")
     axes[0].set(ylabel="CPU bid (credits per period)", title="(a) bid adaptation",
                 yscale="log")
-    axes[1].set(ylabel="CPU allocation (cores)", title="(b) CPU of the SLO VM", ylim=(0, 4.2))
+    axes[1].set(ylabel="CPU allocation (cores)", title="(b) CPU allocation", ylim=(0, 4.2))
+    axes[1].legend(fontsize=6)
     axes[2].set(ylabel="iteration time (s)", title="(c) iteration time", ylim=(0, 120))
     axes[0].legend(fontsize=7)
     axes[2].legend(fontsize=6, ncol=2)
