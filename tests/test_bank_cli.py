@@ -188,6 +188,8 @@ def test_keys_and_tokens(db: str, tmp_path: Path) -> None:
     }
     code, _, err = bank("token", "redeem", token, "--db", db)
     assert code == 1 and err.startswith("error: token already redeemed")
+    r = runner.invoke(app, ["bank", "token", "redeem", "-", "--db", db], input=token + "\n")
+    assert r.exit_code == 1 and r.stderr.startswith("error: token already redeemed")
     flipped = token[:-3] + ("A" if token[-3] != "A" else "B") + token[-2:]
     code, _, err = bank("token", "redeem", flipped, "--db", db)
     assert code == 1 and err.startswith("error: bad signature")

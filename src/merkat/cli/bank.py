@@ -293,9 +293,12 @@ def key_generate(
         help="Where to write the private key (PEM, mode 0600); the public key goes to FILE.pub.",
     ),
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
+    db: str | None = typer.Option(
+        None, "--db", help="Accepted like everywhere; key generation does not touch the bank."
+    ),
     output: OutputFormat = OutputOption,
 ) -> None:
-    """Generate an Ed25519 key pair for signing transfer tokens."""
+    """Generate an Ed25519 key pair for signing transfer tokens (local files only)."""
     public_file = private_key_file.with_name(private_key_file.name + ".pub")
     for f in (private_key_file, public_file):
         if f.exists() and not force:
