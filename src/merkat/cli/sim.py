@@ -28,7 +28,7 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-SCHEDULER_NAMES = ("fcfs", "edf", "easy", "conservative")
+SCHEDULER_NAMES = ("fcfs", "edf", "easy", "conservative", "market")
 HPC2N = "HPC2N-2002-2.2-cln.swf.gz"
 
 
@@ -73,7 +73,9 @@ def _check(cond: bool, message: str) -> None:
 @app.command("run")
 def run_cmd(
     trace: Path = typer.Option(..., "--trace", help="SWF trace (.swf or .swf.gz)."),
-    scheduler: str = typer.Option(..., "--scheduler", help="fcfs | edf | easy | conservative"),
+    scheduler: str = typer.Option(
+        ..., "--scheduler", help="fcfs | edf | easy | conservative | market"
+    ),
     out: Path = typer.Option(..., "--out", help="Directory for jobs.csv and summary.json."),
     jobs: int | None = typer.Option(None, "--jobs", help="Simulate at most N jobs."),
     skip: int = typer.Option(0, "--skip", help="Skip the first N job records of the trace."),
@@ -91,6 +93,12 @@ def run_cmd(
     deadline_max: float = typer.Option(10.0, "--deadline-factor-max"),
     budget_base: float = typer.Option(
         60.0, "--budget-base", help="B_base (budget = B_base/factor)."
+    ),
+    policy: str = typer.Option(
+        "deadline-strict", "--policy", help="With --scheduler market: the controllers' policy."
+    ),
+    period: float = typer.Option(
+        300.0, "--period", help="With --scheduler market: the scheduling period, seconds."
     ),
     output: OutputFormat = OutputOption,
 ) -> None:
@@ -124,6 +132,14 @@ def run_cmd(
         0 < deadline_min <= deadline_max, "--deadline-factor-min/max must satisfy 0 < min <= max"
     )
     _check(budget_base >= 0, f"--budget-base must be >= 0, got {budget_base}")
+    _check(period > 0, f"--period must be > 0 seconds, got {period}")
+    if scheduler == "market":
+        from merkat.control.registry import POLICIES
+
+        _check(
+            policy in POLICIES,
+            f"--policy must be one of {', '.join(sorted(POLICIES))}, got {policy!r}",
+        )
     opts = RunOptions(
         trace=trace,
         scheduler=scheduler,
@@ -137,6 +153,8 @@ def run_cmd(
         seed=seed,
         strict=strict,
         slo=SloConfig(deadline_min, deadline_max, budget_base),
+        policy=policy,
+        period=period,
     )
     bars: list[_LazyProgress] = []
     t0 = time.perf_counter()

@@ -73,10 +73,22 @@ def _num(v: float) -> str:
     return "0" if text == "-0" else text
 
 
-def write_jobs_csv(path: str | Path, workload: Workload, schedule: Schedule) -> None:
-    """``jobs.csv``: one row per job in queue order; byte-identical for identical inputs."""
-    met = met_mask(workload, schedule)
-    value = np.where(met, workload.budget, 0.0)
+def write_jobs_csv(
+    path: str | Path,
+    workload: Workload,
+    schedule: Schedule,
+    met: npt.NDArray[np.bool_] | None = None,
+    value: npt.NDArray[np.float64] | None = None,
+) -> None:
+    """``jobs.csv``: one row per job in queue order; byte-identical for identical inputs.
+
+    ``met`` and ``value`` default to the batch rule (ended by the deadline; value = budget);
+    a market run passes its own (a job it never started has ``nan`` start and end).
+    """
+    if met is None:
+        met = met_mask(workload, schedule)
+    if value is None:
+        value = np.where(met, workload.budget, 0.0)
     lines = [JOBS_CSV_HEADER]
     for jid, sub, st, en, p, dl, m, v in zip(
         workload.job_id.tolist(),

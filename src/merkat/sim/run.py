@@ -81,6 +81,8 @@ class RunOptions:
     seed: int = 0
     strict: bool = False
     slo: SloConfig = field(default_factory=SloConfig)
+    policy: str = "deadline-strict"  # the market's controllers (scheduler "market")
+    period: float = 300.0  # the market's scheduling period, seconds
 
 
 def cluster_for(opts: RunOptions, max_procs: int | None) -> Cluster:
@@ -117,11 +119,39 @@ def run_trace(
     )
     t1 = time.perf_counter()
     progress = progress_factory(len(workload)) if progress_factory else None
-    sched = schedule(workload, cluster, opts.scheduler, progress)
-    t2 = time.perf_counter()
-    opts.out.mkdir(parents=True, exist_ok=True)
-    write_jobs_csv(opts.out / "jobs.csv", workload, sched)
-    summary = summarize(workload, sched, cluster)
+    if opts.scheduler == "market":
+        from merkat.sim.market import MarketConfig, simulate_market, summarize_market
+
+        out = simulate_market(
+            workload,
+            cluster,
+            MarketConfig(
+                policy=opts.policy,
+                period=opts.period,
+                budget_base=opts.slo.budget_base,
+                budget_renewal=opts.slo.budget_renewal,
+            ),
+            seed=opts.seed,
+            progress=progress,
+        )
+        t2 = time.perf_counter()
+        opts.out.mkdir(parents=True, exist_ok=True)
+        write_jobs_csv(
+            opts.out / "jobs.csv",
+            workload,
+            Schedule(start=out.start, end=out.end),
+            met=out.met,
+            value=out.value,
+        )
+        summary = summarize_market(workload, out, cluster)
+        summary["policy"] = opts.policy
+        summary["period_s"] = opts.period
+    else:
+        sched = schedule(workload, cluster, opts.scheduler, progress)
+        t2 = time.perf_counter()
+        opts.out.mkdir(parents=True, exist_ok=True)
+        write_jobs_csv(opts.out / "jobs.csv", workload, sched)
+        summary = summarize(workload, sched, cluster)
     sim_s = t2 - t1
     summary.update(
         {
