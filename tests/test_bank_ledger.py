@@ -174,3 +174,25 @@ def test_large_batch_exact_totals(ledger: Ledger) -> None:
     assert ledger.balance("p") == sum(1 + k for k in range(2000)) == 2_001_000
     assert sum(ledger.balances(apps).values()) == 200 * C - 2_001_000
     assert ledger.audit().ok
+
+
+def test_mint_many_in_one_transaction(ledger: Ledger) -> None:
+    setup_users(ledger)
+    ids = ledger.mint_many([("bob", 2 * C), ("app", 3 * C), ("bob", 1)], "renewal", 9, "r-9")
+    assert len(ids) == 3
+    assert [ledger.get_transfer(i).kind for i in ids] == [TransferKind.mint] * 3
+    assert ledger.get_transfer(ids[1]).payee == "app" and ledger.get_transfer(ids[1]).payer is None
+    assert list(
+        ledger.mint_many([("bob", 2 * C), ("app", 3 * C), ("bob", 1)], "renewal", 9, "r-9")
+    ) == list(ids)
+    with pytest.raises(IdempotencyConflict):
+        ledger.mint_many([("bob", 5)], "renewal", 9, "r-9")
+    before = ledger.balances()
+    with pytest.raises(UnknownAccount):
+        ledger.mint_many([("bob", 5), ("ghost", 5)], "renewal")
+    with pytest.raises(InvalidInput, match=r"credits\[0\]\.amount"):
+        ledger.mint_many([("bob", 0)], "renewal")
+    assert ledger.balances() == before
+    assert ledger.balances(["bob", "app"]) == {"bob": 2 * C + 1, "app": 3 * C}
+    audit = ledger.audit()
+    assert audit.ok and audit.minted == 105 * C + 1

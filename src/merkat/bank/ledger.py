@@ -177,6 +177,16 @@ class Ledger(Protocol):
         """Apply all ``moves`` in one transaction (or none); returns their transfer ids."""
         ...
 
+    def mint_many(
+        self,
+        credits: Sequence[tuple[str, int]],
+        reason: str,
+        period: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Sequence[int]:
+        """Mint each ``(account, amount)`` in one transaction (or none); returns the ids."""
+        ...
+
     def get_transfer(self, transfer_id: int) -> Transfer:
         """The transfer with this id; raises ``UnknownTransfer``."""
         ...
@@ -302,6 +312,15 @@ def check_moves(moves: Sequence[Move], *, names: bool = True) -> None:
             check_name(payee, f"moves[{i}].payee")
         if payer == payee:
             raise InvalidInput(f"moves[{i}]", f"payer and payee are the same account {payer!r}")
+
+
+def check_credits(credits: Sequence[tuple[str, int]]) -> None:
+    """Validate a batch of mints: ``(account, positive amount)`` pairs."""
+    for i, credit in enumerate(credits):
+        if len(credit) != 2:
+            raise InvalidInput(f"credits[{i}]", "must be (account, amount)")
+        check_name(credit[0], f"credits[{i}].account")
+        check_amount(credit[1], f"credits[{i}].amount")
 
 
 def check_new_account(

@@ -28,6 +28,7 @@ from merkat.bank.ledger import (
     Transfer,
     TransferKind,
     check_amount,
+    check_credits,
     check_identity,
     check_key,
     check_moves,
@@ -43,7 +44,8 @@ from merkat.bank.ledger import (
 @dataclass(frozen=True)
 class _Batch:
     first_id: int
-    moves: tuple[Move, ...]
+    kind: TransferKind
+    moves: tuple[tuple[str | None, str | None, int], ...]
     reason: str
     period: int | None
     key: str | None
@@ -247,7 +249,43 @@ class MemoryLedger:
         ids = range(self._next_id, self._next_id + len(moves))
         self._next_id += len(moves)
         if self._journal:
-            self._batches.append(_Batch(ids.start, moves, reason, period, idempotency_key))
+            self._batches.append(
+                _Batch(ids.start, TransferKind.transfer, moves, reason, period, idempotency_key)
+            )
+            self._batch_starts.append(ids.start)
+        if idempotency_key is not None:
+            self._idem[idempotency_key] = (fp, ids)
+        return ids
+
+    def mint_many(
+        self,
+        credits: Sequence[tuple[str, int]],
+        reason: str,
+        period: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Sequence[int]:
+        check_reason(reason)
+        check_period(period)
+        check_key(idempotency_key)
+        check_credits(credits)
+        entries = tuple((None, account, amount) for account, amount in credits)
+        fp = fingerprint("mint-batch", entries) if idempotency_key is not None else ""
+        old = self._replay(idempotency_key, fp)
+        if old is not None:
+            assert isinstance(old, range)
+            return old
+        targets = [self._id(account) for _, account, _ in entries]  # all known, or raise
+        if not entries:
+            return range(self._next_id, self._next_id)
+        for i, (_, _, amount) in zip(targets, entries, strict=True):
+            self._bal[i] += amount
+            self._minted += amount
+        ids = range(self._next_id, self._next_id + len(entries))
+        self._next_id += len(entries)
+        if self._journal:
+            self._batches.append(
+                _Batch(ids.start, TransferKind.mint, entries, reason, period, idempotency_key)
+            )
             self._batch_starts.append(ids.start)
         if idempotency_key is not None:
             self._idem[idempotency_key] = (fp, ids)
@@ -257,9 +295,7 @@ class MemoryLedger:
 
     def _batch_transfer(self, b: _Batch, k: int) -> Transfer:
         payer, payee, amount = b.moves[k]
-        return Transfer(
-            b.first_id + k, TransferKind.transfer, payer, payee, amount, b.reason, b.period, b.key
-        )
+        return Transfer(b.first_id + k, b.kind, payer, payee, amount, b.reason, b.period, b.key)
 
     def get_transfer(self, transfer_id: int) -> Transfer:
         if transfer_id in self._single:

@@ -18,6 +18,7 @@ balances redistributed the same way (grid-cloud model §3.1, §5.1.2). See ``doc
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -32,6 +33,11 @@ def _positive(value: int, name: str, *, zero: bool = False) -> None:
         raise InvalidInput(
             name, f"must be a {'non-negative' if zero else 'positive'} integer, got {value!r}"
         )
+
+
+def _digest(names: Sequence[str]) -> str:
+    """A short stable digest of account names (tells two policy instances' keys apart)."""
+    return hashlib.sha256("\x00".join(names).encode()).hexdigest()[:12]
 
 
 def _due(period: int, every: int) -> bool:
@@ -79,7 +85,8 @@ class Allowance:
 @dataclass(frozen=True)
 class Renewal:
     """Mint each account's allowance every ``every`` periods (Themis: budgets renewed at a
-    rate, the accumulated budget capped). Returns ``{account: minted}``."""
+    rate, the accumulated budget capped), all accounts in one transaction. Returns
+    ``{account: minted}``; a second call for the same period and accounts mints nothing."""
 
     every: int = 1
 
@@ -97,14 +104,14 @@ class Renewal:
         if not _due(period, self.every) or not allowances:
             return {}
         plan = self.plan(ledger.balances(allowances), allowances)
-        done: dict[str, int] = {}
-        for account, amount in plan.items():
-            try:
-                ledger.mint(account, amount, "renewal", period, f"renewal/{period}/{account}")
-            except IdempotencyConflict:
-                continue  # already renewed this period (a re-run): skip, never twice
-            done[account] = amount
-        return done
+        if not plan:
+            return {}
+        key = f"renewal/{period}/{_digest(sorted(allowances))}"
+        try:
+            ledger.mint_many(list(plan.items()), "renewal", period, key)
+        except IdempotencyConflict:
+            return {}  # these accounts were already renewed in this period: never twice
+        return plan
 
 
 @dataclass(frozen=True)

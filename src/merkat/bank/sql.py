@@ -63,6 +63,7 @@ from merkat.bank.ledger import (
     Transfer,
     TransferKind,
     check_amount,
+    check_credits,
     check_identity,
     check_key,
     check_moves,
@@ -540,68 +541,79 @@ class SqlLedger:
                 net[i] = net.get(i, 0) - amount
                 net[j] = net.get(j, 0) + amount
             self._apply(conn, net, {i: n for n, i in ids.items()})
-            now = time.time()
-            if self._pg:
-                return self._pg_copy_transfers(
-                    conn, moves, ids, reason, period, idempotency_key, fp, now
-                )
-            return self._sqlite_insert_transfers(
-                conn, moves, ids, reason, period, idempotency_key, fp, now
-            )
+            rows: list[tuple[str, int | None, int | None, int]] = [
+                ("transfer", ids[payer], ids[payee], amount) for payer, payee, amount in moves
+            ]
+            return self._write_journal(conn, rows, reason, period, idempotency_key, fp)
 
         return self._tx(run)
 
-    def _sqlite_insert_transfers(
+    def _write_journal(
         self,
         conn: Connection,
-        moves: list[Move],
-        ids: dict[str, int],
+        rows: list[tuple[str, int | None, int | None, int]],
         reason: str,
         period: int | None,
         key: str | None,
         fp: str,
-        now: float,
     ) -> list[int]:
-        """SQLite bulk journal insert with the driver's ``executemany`` (C loop). Ids are
-        assigned explicitly after the current maximum: the transaction holds the write lock
-        (``BEGIN IMMEDIATE``), so nobody else can take them."""
-        first = int(conn.execute(_SEL_MAX_ID).scalar_one()) + 1
-        new_ids = list(range(first, first + len(moves)))
+        """Append ``(kind, payer_id, payee_id, amount)`` rows to the journal in bulk; return
+        their ids in order. SQLite: the driver's ``executemany`` (a C loop), ids assigned after
+        the current maximum (the transaction holds the write lock, nobody else can take them).
+        PostgreSQL: ids reserved from the sequence, then ``COPY`` (several times faster than a
+        multi-row ``INSERT ... RETURNING`` for 10,000 rows)."""
+        now = time.time()
         raw: Any = conn.connection.dbapi_connection
-        raw.executemany(
-            _SQLITE_INSERT,
-            [
-                (tid, "transfer", ids[payer], ids[payee], amount, reason, period, key, now)
-                for tid, (payer, payee, amount) in zip(new_ids, moves, strict=True)
-            ],
-        )
+        if self._pg:
+            new_ids = [int(i) for i in conn.execute(_PG_NEXT_IDS, {"n": len(rows)}).scalars()]
+            with raw.cursor() as cur, cur.copy(_PG_COPY) as copy:
+                for tid, (kind, src, dst, amount) in zip(new_ids, rows, strict=True):
+                    copy.write_row((tid, kind, src, dst, amount, reason, period, key, now))
+        else:
+            first = int(conn.execute(_SEL_MAX_ID).scalar_one()) + 1
+            new_ids = list(range(first, first + len(rows)))
+            raw.executemany(
+                _SQLITE_INSERT,
+                [
+                    (tid, kind, src, dst, amount, reason, period, key, now)
+                    for tid, (kind, src, dst, amount) in zip(new_ids, rows, strict=True)
+                ],
+            )
         if key is not None:
             conn.execute(_INS_KEY, {"key": key, "fingerprint": fp})
         return new_ids
 
-    def _pg_copy_transfers(
+    def mint_many(
         self,
-        conn: Connection,
-        moves: list[Move],
-        ids: dict[str, int],
+        credits: Sequence[tuple[str, int]],
         reason: str,
-        period: int | None,
-        key: str | None,
-        fp: str,
-        now: float,
-    ) -> list[int]:
-        """PostgreSQL bulk journal insert: reserve ids from the sequence, then ``COPY``
-        (several times faster than a multi-row ``INSERT ... RETURNING`` for 10,000 rows)."""
-        new_ids = [int(i) for i in conn.execute(_PG_NEXT_IDS, {"n": len(moves)}).scalars()]
-        raw: Any = conn.connection.dbapi_connection
-        with raw.cursor() as cur, cur.copy(_PG_COPY) as copy:
-            for tid, (payer, payee, amount) in zip(new_ids, moves, strict=True):
-                copy.write_row(
-                    (tid, "transfer", ids[payer], ids[payee], amount, reason, period, key, now)
-                )
-        if key is not None:
-            conn.execute(_INS_KEY, {"key": key, "fingerprint": fp})
-        return new_ids
+        period: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Sequence[int]:
+        check_reason(reason)
+        check_period(period)
+        check_key(idempotency_key)
+        credits = list(credits)
+        check_credits(credits)
+        if not credits:
+            return []
+        fp = fingerprint("mint-batch", [(None, a, x) for a, x in credits])
+
+        def run(conn: Connection) -> list[int]:
+            ids = self._resolve(conn, {a for a, _ in credits})
+            old = self._replay(conn, idempotency_key, fp)
+            if old is not None:
+                return old
+            net: dict[int, int] = {}
+            for account, amount in credits:
+                net[ids[account]] = net.get(ids[account], 0) + amount
+            self._apply(conn, net, {i: n for n, i in ids.items()})
+            rows: list[tuple[str, int | None, int | None, int]] = [
+                ("mint", None, ids[a], x) for a, x in credits
+            ]
+            return self._write_journal(conn, rows, reason, period, idempotency_key, fp)
+
+        return self._tx(run)
 
     # --- journal -----------------------------------------------------------------------
 
