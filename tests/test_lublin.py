@@ -90,3 +90,13 @@ def test_bad_arguments() -> None:
         lublin.generate(10, nodes=1)
     with pytest.raises(ValueError):
         lublin.generate(10, jobtype="weird")
+
+
+@pytest.mark.parametrize("nodes", [2, 3, 4, 8, 9, 16])
+def test_small_machines_keep_the_size_range_ordered(nodes: int) -> None:
+    p = lublin.PARAMS["typeless"].for_nodes(nodes)
+    assert p.ulow <= p.umed <= p.uhi
+    jobs = lublin.generate(500, seed=1, nodes=nodes)
+    size = jobs[:, 4]
+    assert size.min() >= 1 and size.max() <= nodes
+    assert (size == 1).any() and (size > 1).any()

@@ -70,9 +70,13 @@ class LublinParams:
 
     def for_nodes(self, nodes: int) -> LublinParams:
         """The set scaled to a machine of ``nodes`` nodes: UHi = log2(nodes), UMed keeps its
-        distance to UHi."""
+        distance to UHi. On small machines (UHi - 2.5 under ULow, i.e. up to 9 nodes) the
+        range is kept ordered: ULow <= UMed <= UHi, ULow lowered to UHi if needed
+        (docs/lublin.md)."""
         uhi = math.log2(nodes)
-        return replace(self, uhi=uhi, umed=uhi - (self.uhi - self.umed))
+        ulow = min(self.ulow, uhi)
+        umed = min(max(uhi - (self.uhi - self.umed), ulow), uhi)
+        return replace(self, uhi=uhi, umed=umed, ulow=ulow)
 
 
 PARAMS: dict[str, LublinParams] = {
