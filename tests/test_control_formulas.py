@@ -218,3 +218,12 @@ def test_observation_validates() -> None:
         ob(prices={"cpu": -1.0})
     with pytest.raises(ValueError, match="size"):
         ob(size=0)
+
+
+def test_scale_to_an_unbuyable_share_spends_the_limit_not_nan() -> None:
+    # A VM as large as the cluster: its start bid is infinite (no bid buys the whole resource).
+    from merkat.control.formulas import scale_to
+
+    out = scale_to({"cpu": math.inf, "memory": 2.0}, 10.0, {"cpu": 0.1, "memory": 0.5})
+    assert out == {"cpu": pytest.approx(9.5), "memory": 0.5}
+    assert all(math.isfinite(x) for x in out.values())

@@ -148,6 +148,11 @@ def scale_to(bid: Amounts, limit: float, floors: Mapping[str, float]) -> dict[st
         return dict(bid)
     if total <= 0:
         return {r: floors.get(r, 0.0) for r in bid}
+    if math.isinf(total):
+        # Some resource cannot be bought at any price (share_cost of the whole capacity): its
+        # ratio is unbounded, so it takes the whole limit, the others their floors.
+        return split_budget(limit, {r: 1.0 if math.isinf(b) else 0.0 for r, b in bid.items()},
+                            floors)
     return split_budget(limit, bid, floors)
 
 
