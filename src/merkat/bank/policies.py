@@ -242,8 +242,9 @@ class ChargeByUse:
         """Move each ``(application, amount)`` into the application's hold account (created on
         first use). Deposits an application cannot cover are skipped and listed as unpaid."""
         _check_entries(deposits, "deposits")
-        for app in {a for a, _ in deposits}:
-            if not ledger.has_account(hold_account(app)):
+        existing = {a.name for a in ledger.accounts(AccountKind.sub)}
+        for app in sorted({a for a, _ in deposits}):
+            if hold_account(app) not in existing:
                 ledger.create_account(hold_account(app), AccountKind.sub, owner=app)
         balances = ledger.balances({a for a, _ in deposits})
         paid, unpaid = _affordable(deposits, balances)
@@ -275,10 +276,9 @@ class ChargeByUse:
         """Charge each application ``min(used, held)`` and refund the rest of its hold."""
         for app, used in usage.items():
             _positive(used, f"usage[{app}]", zero=True)
-        holds = {}
-        for app in usage:
-            h = hold_account(app)
-            holds[app] = ledger.balance(h) if ledger.has_account(h) else 0
+        existing = {a.name for a in ledger.accounts(AccountKind.sub)}
+        held = ledger.balances([hold_account(a) for a in usage if hold_account(a) in existing])
+        holds = {app: held.get(hold_account(app), 0) for app in usage}
         moves, result = self.plan_settle(usage, holds, self.provider)
         ledger.transfer_many(moves, "charge by use", period, f"settle/{self.provider}/{period}")
         return result
