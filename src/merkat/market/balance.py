@@ -17,6 +17,7 @@ never worse than the starting mapping and never uses more migrations than the bu
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -24,7 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from merkat.market.share import proportional_share, proportional_share_small
+from merkat.market.share import (
+    Shares,
+    proportional_share,
+    proportional_share_small,
+    share_of_last,
+)
 from merkat.market.types import NO_HOST, BalanceParams, FloatArray, Hosts, IntArray, VMs
 
 _SMALL = 48
@@ -100,6 +106,9 @@ class _Search:
         self.bu = np.zeros((n_hosts, n_res))  # uncapped bids per node and resource
         self.cl = hosts.capacity.copy()  # capacity left to them
         alloc = np.zeros((len(vms), n_res))
+        # The vectorised clearings of the starting mapping, per traded resource (None when the
+        # nodes were cleared in plain Python): the enforceable allocation if nothing moves.
+        self.start_shares: dict[int, Shares] | None = None
         self._fill_all(placed, alloc)
         self.err = np.where(self.placed, vm_errors(alloc, ideal), 0.0)
         self.n_placed = max(int(placed.size), 1)
@@ -125,6 +134,7 @@ class _Search:
                     )
                     alloc[placed[js], r] = a
             return
+        self.start_shares = {}
         for r in self.traded:
             s = proportional_share(vms.bid[placed, r], vms.cap[placed, r], cap[:, r], group)
             alloc[placed, r], self.bu[:, r], self.cl[:, r] = (
@@ -132,6 +142,21 @@ class _Search:
                 s.uncapped_bids,
                 s.capacity_left,
             )
+            self.start_shares[r] = s
+
+    def start_enforceable(self) -> tuple[FloatArray, FloatArray] | None:
+        """What :func:`enforceable` gives for the starting mapping, from the clearings already
+        made (the same call on the same arrays), or None when they were not vectorised."""
+        if self.start_shares is None:
+            return None
+        n_res = self.hosts.capacity.shape[1]
+        alloc = np.zeros((len(self.vms), n_res))
+        prices = np.zeros((len(self.hosts), n_res))
+        placed = np.flatnonzero(self.placed)
+        for r, s in self.start_shares.items():  # untraded resources: nothing, at price 0
+            alloc[placed, r] = s.allocation
+            prices[:, r] = s.price
+        return alloc, prices
 
     def rms(self) -> float:
         return math.sqrt(max(self.sumsq, 0.0) / self.n_placed)
@@ -141,23 +166,40 @@ class _Search:
         hosts, vms = self.hosts, self.vms
         n_hosts, n_res = hosts.capacity.shape
         self.host_l: list[int] = self.host.tolist()
-        self.members: list[list[int]] = [[] for _ in range(n_hosts)]
-        for i in np.flatnonzero(self.placed).tolist():  # ascending VM index on each node
-            self.members[self.host_l[i]].append(i)
-        # Per resource, one flat list over VMs (no list per VM: fewer objects to allocate).
+        # Members of each node in ascending VM index, and per traded resource their bids and
+        # caps in the same order (built by slicing one host-sorted list).
+        placed = np.flatnonzero(self.placed)
+        on = self.host[placed]
+        by_node = placed[np.argsort(on, kind="stable")]
+        bounds = [0, *np.cumsum(np.bincount(on, minlength=n_hosts)).tolist()]
+        spans = list(itertools.pairwise(bounds))
+        sorted_vms = by_node.tolist()
+        self.members: list[list[int]] = [sorted_vms[a:z] for a, z in spans]
+        self.node_bids: dict[int, list[list[float]]] = {}
+        self.node_caps: dict[int, list[list[float]]] = {}
+        for r in self.traded:
+            bs, cs = vms.bid[by_node, r].tolist(), vms.cap[by_node, r].tolist()
+            self.node_bids[r] = [bs[a:z] for a, z in spans]
+            self.node_caps[r] = [cs[a:z] for a, z in spans]
+        # Per resource, one flat list over VMs.
         self.bid_t: list[list[float]] = vms.bid.T.tolist()
         self.cap_t: list[list[float]] = vms.cap.T.tolist()
         self.min_t: list[list[float]] = vms.minimum.T.tolist()
         self.ideal_t: list[list[float]] = self.ideal.T.tolist()
-        self.capf: list[list[float]] = hosts.capacity.tolist()
-        placed = np.flatnonzero(self.placed)
+        self.cap_node: list[list[float]] = hosts.capacity.T.tolist()  # [r][node]
+        self.has_min = bool((vms.minimum > 0).any())
+        # Resources that can make an error: those bid on, or with an ideal share (any other
+        # resource has a = â = 0 for every VM, an error of 0).
+        self.err_res = [
+            r for r in range(n_res) if r in self.traded or bool(np.any(self.ideal[:, r] > 0))
+        ]
         self.free = hosts.capacity.copy()
         for r in range(n_res):
-            self.free[:, r] -= np.bincount(
-                self.host[placed], weights=vms.minimum[placed, r], minlength=n_hosts
-            )
+            self.free[:, r] -= np.bincount(on, weights=vms.minimum[placed, r], minlength=n_hosts)
         self.has_cap = hosts.capacity > 0
         self.all_have_cap = [bool(self.has_cap[:, r].all()) for r in range(n_res)]
+        self.bu_col = [self.bu[:, r] for r in range(n_res)]  # views, updated in place
+        self.cl_col = [self.cl[:, r] for r in range(n_res)]
         # Selection score: the VM's error when it may move, -1 otherwise (tabu, unplaced, or
         # a move would exceed the migration budget). Kept up to date locally.
         self.initial_l: list[int] = vms.host.tolist()
@@ -183,29 +225,28 @@ class _Search:
         ``params.candidates`` are then cleared exactly and the best of them is returned.
         """
         src = self.host_l[v]
-        res = range(self.n_res)
-        b = [self.bid_t[r][v] for r in res]
-        c = [self.cap_t[r][v] for r in res]
-        ideal = [self.ideal_t[r][v] for r in res]
-        minimum = [self.min_t[r][v] for r in res]
         n_nodes = self.cl.shape[0]
         score = np.zeros(n_nodes)
         feasible: npt.NDArray[np.bool_] | None = None  # None: every node but src
         with np.errstate(divide="ignore", invalid="ignore"):
-            for r in range(self.n_res):
-                if b[r] > 0:
-                    est = np.minimum(c[r], b[r] * self.cl[:, r] / (self.bu[:, r] + b[r]))
+            for r in self.err_res:  # elsewhere v bids nothing and has no ideal share
+                b = self.bid_t[r][v]
+                if b > 0:
+                    est = np.minimum(
+                        self.cap_t[r][v], b * self.cl_col[r] / (self.bu_col[r] + b)
+                    )
                     if not self.all_have_cap[r]:
-                        feasible = self.has_cap[:, r].copy() if feasible is None else feasible
-                        feasible &= self.has_cap[:, r]
-                    e = np.where(est > 0, np.abs(1.0 - ideal[r] / est), ERROR_LIMIT)
-                elif ideal[r] > 0:  # pragma: no cover - ideal is 0 when the bid is 0
+                        fits = self.has_cap[:, r]
+                        feasible = fits.copy() if feasible is None else feasible & fits
+                    e = np.where(est > 0, np.abs(1.0 - self.ideal_t[r][v] / est), ERROR_LIMIT)
+                elif self.ideal_t[r][v] > 0:  # pragma: no cover - ideal is 0 when the bid is 0
                     e = np.full(score.shape, ERROR_LIMIT)
                 else:
                     continue
                 np.maximum(score, e, out=score)
-                if minimum[r] > 0:
-                    fits = self.free[:, r] >= minimum[r]
+                minimum = self.min_t[r][v]
+                if minimum > 0:
+                    fits = self.free[:, r] >= minimum
                     feasible = fits if feasible is None else feasible & fits
         if feasible is None:
             score[src] = np.inf
@@ -219,40 +260,48 @@ class _Search:
         k = min(self.params.candidates, n_ok)
         cands = np.argpartition(score, k - 1)[:k] if k < score.size else np.arange(score.size)
         nodes: list[int] = np.sort(cands[np.isfinite(score[cands])]).tolist()
-        # Evaluate every candidate exactly: node h with v added.
-        rows = [self.members[h] + [v] for h in nodes]
-        sizes = [len(row) for row in rows]
+        if not nodes:
+            raise ValueError("no candidate destination with a finite estimate")
+        # Evaluate every candidate exactly: node h with v added (v last); v's error there.
+        sizes = [len(self.members[h]) + 1 for h in nodes]
         total = sum(sizes)
+        errs = [0.0] * len(nodes)
         if total <= _SMALL:
-            mine = [[0.0] * self.n_res for _ in nodes]
-            for r in self.traded:
-                b_r, c_r = self.bid_t[r], self.cap_t[r]
-                for g, h in enumerate(nodes):
-                    row = rows[g]
-                    a = proportional_share_small(
-                        [b_r[j] for j in row], [c_r[j] for j in row], self.capf[h][r]
-                    )[0]
-                    mine[g][r] = a[-1]
+            for r in self.err_res:
+                i_v = self.ideal_t[r][v]
+                if r in self.traded:
+                    nb, nc, cap_r = self.node_bids[r], self.node_caps[r], self.cap_node[r]
+                    b_v, c_v = [self.bid_t[r][v]], [self.cap_t[r][v]]
+                    for g, h in enumerate(nodes):
+                        err = _rel_error(share_of_last(nb[h] + b_v, nc[h] + c_v, cap_r[h]), i_v)
+                        if err > errs[g]:
+                            errs[g] = err
+                else:
+                    err = _rel_error(0.0, i_v)
+                    errs = [max(x, err) for x in errs]
         else:
             # One segmented clearing of all the candidates.
-            members = np.fromiter(
-                (j for row in rows for j in row), dtype=np.int64, count=total
-            )
+            rows = [self.members[h] + [v] for h in nodes]
+            members = np.fromiter((j for row in rows for j in row), dtype=np.int64, count=total)
             group = np.repeat(np.arange(len(nodes)), sizes)
             cap = self.hosts.capacity[nodes]
-            alloc = np.zeros((total, self.n_res))
-            for r in self.traded:
-                alloc[:, r] = proportional_share(
-                    self.vms.bid[members, r], self.vms.cap[members, r], cap[:, r], group
-                ).allocation
-            mine = alloc[np.cumsum(sizes) - 1].tolist()
-        if not mine:
-            raise ValueError("no candidate destination with a finite estimate")
-        best, best_err = 0, _vm_error(mine[0], ideal)
-        for g in range(1, len(mine)):
-            err_g = _vm_error(mine[g], ideal)
-            if err_g < best_err:
-                best, best_err = g, err_g
+            last = np.cumsum(sizes) - 1
+            for r in self.err_res:
+                i_v = self.ideal_t[r][v]
+                if r in self.traded:
+                    mine = proportional_share(
+                        self.vms.bid[members, r], self.vms.cap[members, r], cap[:, r], group
+                    ).allocation[last].tolist()
+                else:
+                    mine = [0.0] * len(nodes)
+                for g, a in enumerate(mine):
+                    err = _rel_error(a, i_v)
+                    if err > errs[g]:
+                        errs[g] = err
+        best = 0
+        for g in range(1, len(errs)):
+            if errs[g] < errs[best]:
+                best = g
         return nodes[best]
 
     def move(self, v: int, dst: int) -> None:
@@ -261,62 +310,74 @@ class _Search:
         if init != NO_HOST:  # leaving the initial host costs one, coming back refunds it
             self.migrations += int(dst != init) - int(src != init)
         ms, md = self.members[src], self.members[dst]
-        ms.remove(v)
+        k_v = ms.index(v)
+        del ms[k_v]
         md.append(v)
+        for r in self.traded:
+            nb, nc = self.node_bids[r], self.node_caps[r]
+            del nb[src][k_v], nc[src][k_v]
+            nb[dst].append(self.bid_t[r][v])
+            nc[dst].append(self.cap_t[r][v])
         self.host[v] = dst
         self.host_l[v] = dst
-        if any(self.min_t[r][v] for r in range(self.n_res)):
+        if self.has_min:
             self.free[src] += self.vms.minimum[v]
             self.free[dst] -= self.vms.minimum[v]
         m = ms + md
-        n_src = len(ms)
+        new = [0.0] * len(m)
         if len(m) <= _SMALL:
-            alloc = [[0.0] * self.n_res for _ in m]
-            for r in self.traded:
-                b_r, c_r = self.bid_t[r], self.cap_t[r]
-                for h, part, offset in ((src, ms, 0), (dst, md, n_src)):
-                    a, _, self.bu[h, r], self.cl[h, r] = proportional_share_small(
-                        [b_r[j] for j in part], [c_r[j] for j in part], self.capf[h][r]
+            for r in self.err_res:
+                ideal_r = self.ideal_t[r]
+                if r in self.traded:
+                    nb, nc = self.node_bids[r], self.node_caps[r]
+                    a_src, _, self.bu[src, r], self.cl[src, r] = proportional_share_small(
+                        nb[src], nc[src], self.cap_node[r][src]
                     )
-                    for k, x in enumerate(a):
-                        alloc[offset + k][r] = x
+                    a_dst, _, self.bu[dst, r], self.cl[dst, r] = proportional_share_small(
+                        nb[dst], nc[dst], self.cap_node[r][dst]
+                    )
+                    alloc = a_src + a_dst
+                else:
+                    alloc = [0.0] * len(m)
+                for k, j in enumerate(m):
+                    e = _rel_error(alloc[k], ideal_r[j])
+                    if e > new[k]:
+                        new[k] = e
         else:
             nodes = np.array([src, dst])
             m_arr = np.array(m, dtype=np.int64)
-            group = np.repeat([0, 1], [n_src, len(md)])
+            group = np.repeat([0, 1], [len(ms), len(md)])
             cap = self.hosts.capacity[nodes]
-            full = np.zeros((len(m), self.n_res))
-            for r in self.traded:
-                s = proportional_share(
-                    self.vms.bid[m_arr, r], self.vms.cap[m_arr, r], cap[:, r], group
-                )
-                full[:, r] = s.allocation
-                self.bu[nodes, r], self.cl[nodes, r] = s.uncapped_bids, s.capacity_left
-            alloc = full.tolist()
-        ideal_t, is_tabu, res = self.ideal_t, self.is_tabu, range(self.n_res)
-        new = [_vm_error(alloc[k], [ideal_t[r][j] for r in res]) for k, j in enumerate(m)]
+            for r in self.err_res:
+                ideal_r = self.ideal_t[r]
+                if r in self.traded:
+                    s = proportional_share(
+                        self.vms.bid[m_arr, r], self.vms.cap[m_arr, r], cap[:, r], group
+                    )
+                    self.bu[nodes, r], self.cl[nodes, r] = s.uncapped_bids, s.capacity_left
+                    alloc = s.allocation.tolist()
+                else:
+                    alloc = [0.0] * len(m)
+                for k, j in enumerate(m):
+                    e = _rel_error(alloc[k], ideal_r[j])
+                    if e > new[k]:
+                        new[k] = e
         idx = np.array(m, dtype=np.int64)
         new_err = np.array(new)
         old_err = self.err[idx]
         self.sumsq += float(np.dot(new_err, new_err) - np.dot(old_err, old_err))
         self.err[idx] = new_err
+        is_tabu = self.is_tabu
         self.score[idx] = [-1.0 if is_tabu[j] else new[k] for k, j in enumerate(m)]
 
 
-def _vm_error(actual: list[float], ideal: list[float]) -> float:
-    """:func:`vm_errors` of one VM in plain Python: the same operations, so the same value."""
-    worst = 0.0
-    for a, i in zip(actual, ideal, strict=True):
-        if a > 0:
-            e = (a - i) / a
-        elif i > 0:
-            e = -ERROR_LIMIT
-        else:
-            continue
-        e = abs(min(max(e, -ERROR_LIMIT), ERROR_LIMIT))
-        if e > worst:
-            worst = e
-    return worst
+def _rel_error(a: float, ideal: float) -> float:
+    """``|e|`` of one allocation as :func:`allocation_errors` computes it (the same IEEE
+    operations, so the same value), in plain Python."""
+    if a > 0:
+        e = (a - ideal) / a
+        return abs(min(max(e, -ERROR_LIMIT), ERROR_LIMIT))
+    return ERROR_LIMIT if ideal > 0 else 0.0
 
 
 def balance(
@@ -328,10 +389,18 @@ def balance(
     migration, moving it back refunds it, and VMs new this period (``NO_HOST`` there) move
     freely. Returns the best mapping found (``host`` itself when balancing is not needed).
     """
+    return search_mapping(hosts, vms, host, ideal, params)[0]
+
+
+def search_mapping(
+    hosts: Hosts, vms: VMs, host: IntArray, ideal: FloatArray, params: BalanceParams
+) -> tuple[BalanceResult, _Search]:
+    """:func:`balance`, and the search's state (for :func:`merkat.market.clear` to reuse the
+    starting mapping's clearing when the mapping does not change)."""
     search = _Search(hosts, vms, host, ideal, params)
     rms0 = search.rms()
     if len(hosts) < 2 or not np.any(search.err[search.placed] > params.error_threshold):
-        return BalanceResult(host.copy(), 0, rms0, rms0, ran=False)
+        return BalanceResult(host.copy(), 0, rms0, rms0, ran=False), search
 
     search.prepare()
     best_host, best_rms = search.host.copy(), rms0
@@ -361,4 +430,4 @@ def balance(
             no_improve += 1
             if no_improve >= params.max_no_improve:
                 break
-    return BalanceResult(best_host, it, rms0, best_rms, ran=True)
+    return BalanceResult(best_host, it, rms0, best_rms, ran=True), search

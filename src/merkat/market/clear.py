@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from merkat.market.balance import BalanceResult, balance, enforceable, vm_errors
+from merkat.market.balance import BalanceResult, enforceable, search_mapping, vm_errors
 from merkat.market.placement import worst_fit_decreasing
 from merkat.market.share import proportional_share
 from merkat.market.types import (
@@ -113,10 +113,13 @@ def clear(
     t1 = clock()
     host = worst_fit_decreasing(hosts, vms)
     t2 = clock()
-    result = balance(hosts, vms, host, ideal, params)
+    start = host
+    result, search = search_mapping(hosts, vms, host, ideal, params)
     host = result.host
     t3 = clock()
-    allocation, node_price = enforceable(hosts, vms, host)
+    # The mapping the search started from is often kept: its node clearings are then reused.
+    reused = search.start_enforceable() if np.array_equal(host, start) else None
+    allocation, node_price = reused if reused is not None else enforceable(hosts, vms, host)
     error = np.where(host >= 0, vm_errors(allocation, ideal), np.nan)
     moved = np.flatnonzero((vms.host != NO_HOST) & (host != vms.host))
     migrations = tuple(Migration(int(i), int(vms.host[i]), int(host[i])) for i in moved)

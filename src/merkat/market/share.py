@@ -178,15 +178,42 @@ def proportional_share_small(
     Returns ``(allocations, price, uncapped_bids, capacity_left)``. Tested equal to the
     vectorised version on random markets.
     """
+    order, first, price, left_b, left_c = _small_market(bids, caps, capacity)
+    alloc = [0.0] * len(bids)
+    inf = math.inf
+    for pos, i in enumerate(order):
+        if pos < first:
+            alloc[i] = 0.0 if caps[i] == inf else caps[i]
+        elif 0.0 < price < inf:
+            alloc[i] = bids[i] / price
+    return alloc, price, left_b, left_c
+
+
+def share_of_last(bids: list[float], caps: list[float], capacity: float) -> float:
+    """The allocation of the last VM of a small market: ``proportional_share_small(bids,
+    caps, capacity)[0][-1]`` without the others' (the load balancer asks, for each candidate
+    node, what a VM would get there)."""
+    order, first, price, _, _ = _small_market(bids, caps, capacity)
+    last = len(bids) - 1
+    if order.index(last) < first:
+        c = caps[last]
+        return 0.0 if c == math.inf else c
+    return bids[last] / price if 0.0 < price < math.inf else 0.0
+
+
+def _small_market(
+    bids: list[float], caps: list[float], capacity: float
+) -> tuple[list[int], int, float, float, float]:
+    """Water-filling on one small market: ``(order, first, price, uncapped_bids,
+    capacity_left)``, where ``order`` lists the VMs by decreasing bid per unit of cap (ties in
+    input order) and the VMs before position ``first`` are capped."""
     n = len(bids)
-    ratio = [
-        (b / m if m > 0 else math.inf) if b > 0 else 0.0 for b, m in zip(bids, caps, strict=True)
-    ]
-    order = sorted(range(n), key=lambda i: -ratio[i])
+    inf = math.inf
+    ratio = [(b / m if m > 0 else inf) if b > 0 else 0.0 for b, m in zip(bids, caps, strict=True)]
+    # Decreasing ratio, ties in input order (sorted is stable, also with reverse=True).
+    order = sorted(range(n), key=ratio.__getitem__, reverse=True) if n > 1 else list(range(n))
     total_b = sum(bids)
     before_b = before_m = 0.0
-    first = n
-    price = 0.0
     left_b, left_c = 0.0, capacity
     for pos, i in enumerate(order):
         left_b = max(total_b - before_b, 0.0)
@@ -194,24 +221,16 @@ def proportional_share_small(
         if left_b <= 0.0:
             p = 0.0
         elif left_c > 0.0:
-            p = left_b / left_c if left_c > left_b / _BIG else math.inf
+            p = left_b / left_c if left_c > left_b / _BIG else inf
         else:
-            p = math.inf
+            p = inf
         if ratio[i] <= p * (1.0 + _RTOL):
-            first, price = pos, p
-            break
+            return order, pos, p, left_b, left_c
         before_b += bids[i]
-        if caps[i] != math.inf:
+        if caps[i] != inf:
             before_m += caps[i]
-    alloc = [0.0] * n
-    if first == n:  # every VM capped: no price, the rest is idle
-        left_b, left_c = 0.0, capacity - before_m
-    for pos, i in enumerate(order):
-        if pos < first:
-            alloc[i] = 0.0 if caps[i] == math.inf else caps[i]
-        elif 0.0 < price < math.inf:
-            alloc[i] = bids[i] / price
-    return alloc, price, left_b, left_c
+    # Every VM capped (or none): no price, the rest is idle.
+    return order, n, 0.0, 0.0, capacity - before_m
 
 
 _BIG = 1e300
