@@ -144,12 +144,13 @@ class CreditManager:
     ) -> dict[str, int]:
         if not _due(period, self.every) or not allowances:
             return {}
+        known = {a.name: a.owner for a in ledger.accounts(AccountKind.application)}
         owners: dict[str, str] = {}
         for app in allowances:
-            account = ledger.get_account(app)
-            if account.owner is None:
-                raise InvalidInput("application", f"{app!r} has no owner")
-            owners[app] = account.owner
+            owner = known.get(app)
+            if owner is None:
+                raise InvalidInput("allowances", f"{app!r} is not an application account")
+            owners[app] = owner
         balances = ledger.balances(set(allowances) | set(owners.values()))
         moves = self.plan(balances, owners, allowances)
         ledger.transfer_many(moves, "credit manager", period, f"credit-manager/{period}")
