@@ -221,7 +221,7 @@ def _small_market(
         if left_b <= 0.0:
             p = 0.0
         elif left_c > 0.0:
-            p = left_b / left_c if left_c > left_b / _BIG else inf
+            p = left_b / left_c  # as the vectorised rule (inf if it overflows)
         else:
             p = inf
         if ratio[i] <= p * (1.0 + _RTOL):
@@ -232,5 +232,3 @@ def _small_market(
     # Every VM capped (or none): no price, the rest is idle.
     return order, n, 0.0, 0.0, capacity - before_m
 
-
-_BIG = 1e300
