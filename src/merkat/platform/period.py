@@ -100,6 +100,12 @@ class VMRecord:
     bid: dict[str, float] = field(default_factory=dict)
     alloc: dict[str, float] = field(default_factory=dict)
     new: bool = True  # created this period (not yet placed)
+    # The controller's view of this VM and the (state, alloc, bid) objects it was built from:
+    # reused while none of them is replaced (bid and alloc dicts are replaced, never mutated,
+    # and kept when a new value equals the old one).
+    view: tuple[VMState, dict[str, float], dict[str, float], VMView] | None = field(
+        default=None, repr=False, compare=False
+    )
 
 
 @dataclass
@@ -118,6 +124,7 @@ class App:
     resumes: int = 0
     vm_count: int = 0  # VMs ever created (for unique ids)
     spent: int = 0  # micro-credits paid
+    const: _AppConst | None = field(default=None, repr=False, compare=False)
 
     @property
     def active(self) -> bool:
@@ -183,6 +190,11 @@ class Platform:
         self.renewal = Renewal()
         self.charger = ChargeByBid(self.provider)
         self._reserve = np.array([self.reserve.get(r, 0.0) for r in RESOURCES])
+        # Per traded-resource tuple: (prices it was built from, prices, past prices).
+        self._shared: dict[
+            tuple[str, ...],
+            tuple[dict[str, float], dict[str, float], tuple[dict[str, float], ...]],
+        ] = {}
 
     # --- submission -------------------------------------------------------------------
 
@@ -241,6 +253,7 @@ class Platform:
         self.prices = {r: float(result.price[k]) for k, r in enumerate(RESOURCES)}
         self.price_history.append(self.prices)
         del self.price_history[: -self.history_size]
+        self._shared.clear()
 
         # 4. apply
         plan = self._plan(now, bidding, result, ops)
@@ -279,31 +292,74 @@ class Platform:
         """What ``app``'s controller sees this period."""
         spec = app.spec
         trade = spec.trade
+        const = app.const or self._const(app)
+        shared = self._shared.get(trade)
+        if shared is None or shared[0] is not self.prices:
+            shared = self._shared_view(trade)
         renewal = self.allowances.get(app.account)
+        views = []
+        for vm in app.vms:
+            cached = vm.view
+            if (
+                cached is not None
+                and cached[0] is vm.state
+                and cached[1] is vm.alloc
+                and cached[2] is vm.bid
+            ):
+                views.append(cached[3])
+                continue
+            alloc, bid = vm.alloc, vm.bid
+            view = VMView(
+                vm.id,
+                vm.state,
+                {r: alloc.get(r, 0.0) for r in trade},
+                {r: bid.get(r, 0.0) for r in trade},
+            )
+            vm.view = (vm.state, alloc, bid, view)
+            views.append(view)
         return Observation(
             time=now,
             period=self.period,
-            prices={r: self.prices[r] for r in trade},
-            capacity={r: self.capacity[r] for r in trade},
-            vm_size={r: spec.vm_size[r] for r in trade},
+            prices=shared[1],
+            capacity=const.capacity,
+            vm_size=const.vm_size,
             budget=Budget(balance / MICRO, renewal.rate / MICRO if renewal else 0.0),
-            bid_min={r: float(self.reserve.get(r, 0.0)) for r in trade},
-            vms=tuple(
-                VMView(
-                    vm.id,
-                    vm.state,
-                    {r: vm.alloc.get(r, 0.0) for r in trade},
-                    {r: vm.bid.get(r, 0.0) for r in trade},
-                )
-                for vm in app.vms
-            ),
+            bid_min=const.bid_min,
+            vms=tuple(views),
             metrics=self.backend.metrics(spec.id),
-            price_history=tuple({r: p[r] for r in trade} for p in self.price_history[:-1]),
+            price_history=shared[2],
             deadline=spec.deadline,
             submit_time=spec.submit_time,
             size=spec.size,
             nvms_max=spec.nvms_max,
         )
+
+    def _shared_view(
+        self, trade: tuple[str, ...]
+    ) -> tuple[dict[str, float], dict[str, float], tuple[dict[str, float], ...]]:
+        """This period's prices and past prices restricted to ``trade``, built once per period
+        and shared by the observations (which never mutate them)."""
+        shared = (
+            self.prices,
+            {r: self.prices[r] for r in trade},
+            tuple({r: p[r] for r in trade} for p in self.price_history[:-1]),
+        )
+        self._shared[trade] = shared
+        return shared
+
+    def _const(self, app: App) -> _AppConst:
+        """What never changes in ``app``'s observations and market rows (built on first use)."""
+        spec = app.spec
+        trade = spec.trade
+        const = _AppConst(
+            vm_size={r: spec.vm_size[r] for r in trade},
+            capacity={r: self.capacity[r] for r in trade},
+            bid_min={r: float(self.reserve.get(r, 0.0)) for r in trade},
+            cap_row=[spec.vm_size.get(r, 0.0) for r in RESOURCES],
+            min_row=[spec.vm_min.get(r, 0.0) for r in RESOURCES],
+        )
+        app.const = const
+        return const
 
     def _reconcile(self, app: App, demand: Demand, now: float, balance: int, ops: _Ops) -> None:
         """Turn a demand into VM records; the bids of the period never exceed the balance."""
@@ -364,11 +420,17 @@ class Platform:
                         bid=dict(demand.new_vm_bid),
                     )
                 )
+        trade = app.spec.trade
+        src: Mapping[str, float] | None = None
+        bid: dict[str, float] = {}
         for vm in app.vms:
-            vm.bid = {
-                r: float(demand.bid_for(vm.id).get(r, 0.0)) if r in app.spec.trade else 0.0
-                for r in RESOURCES
-            }
+            # VMs usually bid alike: one dict per distinct bid, kept if the VM's is equal.
+            b = demand.bid_for(vm.id)
+            if b is not src and (src is None or b != src):
+                bid = {r: float(b.get(r, 0.0)) if r in trade else 0.0 for r in RESOURCES}
+            src = b
+            if bid != vm.bid:
+                vm.bid = bid
         self._within_budget(app, balance)
 
     def _within_budget(self, app: App, balance: int) -> None:
@@ -379,7 +441,14 @@ class Platform:
         the reserve price for its VMs bids the reserve and is charged what it has (the charge
         policy then leaves its VMs unpaid, which the next period's balance shows).
         """
-        total = sum(sum(vm.bid.values()) for vm in app.vms)
+        total: float = 0
+        last: dict[str, float] | None = None
+        x: float = 0
+        for vm in app.vms:
+            if vm.bid is not last:
+                last = vm.bid
+                x = sum(last.values())
+            total += x
         if total <= 0 or to_micro(total) <= balance:
             return
         k = balance / MICRO / total
@@ -392,19 +461,33 @@ class Platform:
     # --- step 3: the market's input ---------------------------------------------------
 
     def _market_vms(self, bidding: Sequence[VMRecord]) -> VMs:
-        n = len(bidding)
-        bid = np.zeros((n, len(RESOURCES)))
-        cap = np.zeros((n, len(RESOURCES)))
-        minimum = np.zeros((n, len(RESOURCES)))
-        host = np.empty(n, dtype=np.int64)
-        for i, vm in enumerate(bidding):
-            spec = self.apps[vm.app].spec
-            for k, r in enumerate(RESOURCES):
-                bid[i, k] = vm.bid.get(r, 0.0)
-                cap[i, k] = spec.vm_size.get(r, 0.0)
-                minimum[i, k] = spec.vm_min.get(r, 0.0)
-            host[i] = vm.host
-        return VMs(ids=tuple(vm.id for vm in bidding), bid=bid, cap=cap, host=host, minimum=minimum)
+        n, n_res = len(bidding), len(RESOURCES)
+        bids: list[float] = []
+        caps: list[float] = []
+        mins: list[float] = []
+        last_bid: dict[str, float] | None = None
+        bid_row: list[float] = []
+        last_app = None
+        const: _AppConst | None = None
+        for vm in bidding:
+            if vm.app != last_app:
+                last_app = vm.app
+                app = self.apps[vm.app]
+                const = app.const or self._const(app)
+            assert const is not None
+            if vm.bid is not last_bid:
+                last_bid = vm.bid
+                bid_row = [last_bid.get(r, 0.0) for r in RESOURCES]
+            bids += bid_row
+            caps += const.cap_row
+            mins += const.min_row
+        return VMs(
+            ids=tuple([vm.id for vm in bidding]),
+            bid=np.array(bids, dtype=np.float64).reshape(n, n_res),
+            cap=np.array(caps, dtype=np.float64).reshape(n, n_res),
+            host=np.array([vm.host for vm in bidding], dtype=np.int64),
+            minimum=np.array(mins, dtype=np.float64).reshape(n, n_res),
+        )
 
     # --- step 4: the plan -------------------------------------------------------------
 
@@ -413,10 +496,15 @@ class Platform:
         resume: list[VMPlacement] = []
         migrate: list[tuple[str, int, int]] = []
         allocations: dict[str, dict[str, float]] = {}
+        zero = {r: 0.0 for r in RESOURCES}
+        hosts: list[int] = result.host.tolist()
+        rows: list[list[float]] = result.allocation.tolist()
+        starting = (VMState.BOOTING, VMState.RESUMING, VMState.MIGRATING)
         for i, vm in enumerate(bidding):
-            h = int(result.host[i])
+            h = hosts[i]
             if h == NO_HOST:  # nowhere to go this period: stays queued, gets nothing
-                vm.alloc = {r: 0.0 for r in RESOURCES}
+                if vm.alloc != zero:
+                    vm.alloc = dict(zero)
                 continue
             if vm.new:
                 (resume if vm.state is VMState.RESUMING else create).append(
@@ -426,8 +514,10 @@ class Platform:
             elif h != vm.host:
                 migrate.append((vm.id, vm.host, h))
             vm.host = h
-            vm.alloc = {r: float(result.allocation[i, k]) for k, r in enumerate(RESOURCES)}
-            if vm.state in (VMState.BOOTING, VMState.RESUMING, VMState.MIGRATING):
+            alloc = dict(zip(RESOURCES, rows[i], strict=True))
+            if alloc != vm.alloc:  # else keep the old (equal) dict
+                vm.alloc = alloc
+            if vm.state in starting:
                 vm.state = VMState.RUNNING  # the backend models the delay; next period it runs
             allocations[vm.id] = vm.alloc
         return Plan(
@@ -445,9 +535,14 @@ class Platform:
 
     def _charge(self, bidding: Sequence[VMRecord]) -> int:
         per_app: dict[str, int] = {}
+        last: dict[str, float] | None = None
+        x = 0
         for vm in bidding:
             if vm.host != NO_HOST:
-                per_app[vm.app] = per_app.get(vm.app, 0) + to_micro(sum(vm.bid.values()))
+                if vm.bid is not last:
+                    last = vm.bid
+                    x = to_micro(sum(last.values()))
+                per_app[vm.app] = per_app.get(vm.app, 0) + x
         names = sorted(per_app)
         bills = [(self.apps[a].account, per_app[a]) for a in names]
         if not bills:
@@ -456,6 +551,18 @@ class Platform:
         for k in result.paid:
             self.apps[names[k]].spent += bills[k][1]
         return result.total
+
+
+@dataclass(frozen=True)
+class _AppConst:
+    """An application's constant observation parts (restricted to the resources it trades)
+    and its VMs' constant market rows (cap and minimum per resource, in market order)."""
+
+    vm_size: dict[str, float]
+    capacity: dict[str, float]
+    bid_min: dict[str, float]
+    cap_row: list[float]
+    min_row: list[float]
 
 
 @dataclass
