@@ -120,14 +120,25 @@ class SimBackend:
     apps: dict[str, RigidApp | TaskFarm] = field(default_factory=dict)
     vms: dict[str, _VM] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
+    # Applications that may still progress (keys of ``apps`` whose model was unfinished when
+    # last seen), so that :meth:`advance` does not scan every application ever added.
+    _live: dict[str, None] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _seen: int = field(default=0, init=False, repr=False, compare=False)
 
     def add_app(self, app_id: str, model: RigidApp | TaskFarm) -> None:
+        consistent = self._seen == len(self.apps)
         self.apps[app_id] = model
+        self._live[app_id] = None
+        if consistent:  # else ``apps`` was changed directly: advance rescans it
+            self._seen = len(self.apps)
 
     # --- Backend ---------------------------------------------------------------------
 
     def metrics(self, app: str) -> Metrics:
-        return self.apps[app].metrics()
+        model = self.apps[app]
+        if model.finish_time is None and app not in self._live:
+            self._live[app] = None  # more work after finishing (e.g. TaskFarm.add_tasks)
+        return model.metrics()
 
     def finished(self, app: str) -> bool:
         return self.apps[app].finish_time is not None
@@ -178,14 +189,24 @@ class SimBackend:
         by_app: dict[str, list[tuple[str, _VM]]] = {}
         for vm_id, vm in self.vms.items():
             by_app.setdefault(vm.app, []).append((vm_id, vm))
-        for app_id, model in self.apps.items():
-            if model.finish_time is not None:
+        apps, live = self.apps, self._live
+        if len(apps) != self._seen:  # ``apps`` changed directly, not by add_app: rescan it
+            live.update(dict.fromkeys(a for a, m in apps.items() if m.finish_time is None))
+            self._seen = len(apps)
+        # Each application progresses on its own: the order they are visited in is irrelevant.
+        done = []
+        for app_id in live:
+            model = apps.get(app_id)
+            if model is None or model.finish_time is not None:
+                done.append(app_id)
                 continue
             vms = by_app.get(app_id, [])
             if isinstance(model, RigidApp):
                 self._advance_rigid(model, vms, t0, t1)
             else:
                 self._advance_farm(model, vms, t0, t1)
+        for app_id in done:
+            del live[app_id]
 
     def _speed(self, model: RigidApp | TaskFarm, vm: _VM, t0: float, t1: float) -> float:
         cpu = vm.alloc.get("cpu", 0.0) / model.cpu if model.cpu > 0 else 1.0
@@ -203,8 +224,11 @@ class SimBackend:
         if len(vms) < model.vms:
             model.last_rate = 0.0 if vms else None
             return
-        rate = min(self._speed(model, vm, t0, t1) for _, vm in vms)
-        begin = max([t0] + [vm.ready_at for _, vm in vms])
+        if vms and type(self)._speed is SimBackend._speed:
+            rate, begin = self._rigid_pace(model, vms, t0, t1)
+        else:
+            rate = min(self._speed(model, vm, t0, t1) for _, vm in vms)
+            begin = max([t0] + [vm.ready_at for _, vm in vms])
         usable = max(0.0, t1 - begin)
         left = model.work_total - model.work_done
         if rate > 0 and rate * usable >= left:
@@ -213,6 +237,30 @@ class SimBackend:
         else:
             model.work_done += rate * usable
         model.last_rate = rate * usable / (t1 - t0)
+
+    def _rigid_pace(
+        self, model: RigidApp, vms: list[tuple[str, _VM]], t0: float, t1: float
+    ) -> tuple[float, float]:
+        """The slowest VM's :meth:`_speed` and the latest of ``t0`` and the VMs' ready times,
+        in one pass (the same arithmetic, inlined)."""
+        full_cpu, memory = model.cpu, model.memory
+        use_memory = self.trade_memory and memory > 0
+        overhead = self.migration_overhead
+        rate = math.inf
+        begin = t0
+        for _, vm in vms:
+            alloc = vm.alloc
+            speed = min(1.0, alloc.get("cpu", 0.0) / full_cpu if full_cpu > 0 else 1.0)
+            if use_memory:
+                speed *= min(1.0, alloc.get("memory", 0.0) / memory)
+            if vm.migrating_until > t0:
+                frac = (min(vm.migrating_until, t1) - t0) / (t1 - t0)
+                speed *= 1.0 - overhead * frac
+            if speed < rate:
+                rate = speed
+            if vm.ready_at > begin:
+                begin = vm.ready_at
+        return rate, begin
 
     def _advance_farm(
         self, model: TaskFarm, vms: list[tuple[str, _VM]], t0: float, t1: float

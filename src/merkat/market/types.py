@@ -92,6 +92,9 @@ class VMs:
             ("max", self.cap, True),
             ("min", self.minimum, False),
         ):
+            # Fast check first (NaN fails ``>= 0``); the slow one names the offending entry.
+            if (arr >= 0).all() and (allow_inf or np.isfinite(arr).all()):
+                continue
             bad = np.argwhere(np.isnan(arr) | (arr < 0) | (~allow_inf & np.isinf(arr)))
             if bad.size:
                 i, r = (int(x) for x in bad[0])

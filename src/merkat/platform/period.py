@@ -498,7 +498,10 @@ class Platform:
         allocations: dict[str, dict[str, float]] = {}
         zero = {r: 0.0 for r in RESOURCES}
         hosts: list[int] = result.host.tolist()
-        rows: list[list[float]] = result.allocation.tolist()
+        cols: list[list[float]] = result.allocation.T.tolist()  # one list per resource
+        two = len(RESOURCES) == 2  # CPU and memory: compared without building a dict
+        r0, r1 = RESOURCES[0], RESOURCES[-1]
+        c0, c1 = cols[0], cols[-1]
         starting = (VMState.BOOTING, VMState.RESUMING, VMState.MIGRATING)
         for i, vm in enumerate(bidding):
             h = hosts[i]
@@ -514,9 +517,15 @@ class Platform:
             elif h != vm.host:
                 migrate.append((vm.id, vm.host, h))
             vm.host = h
-            alloc = dict(zip(RESOURCES, rows[i], strict=True))
-            if alloc != vm.alloc:  # else keep the old (equal) dict
-                vm.alloc = alloc
+            old = vm.alloc  # kept when equal (the controller's view of it stays valid)
+            if two:
+                a0, a1 = c0[i], c1[i]
+                if len(old) != 2 or old.get(r0) != a0 or old.get(r1) != a1:
+                    vm.alloc = {r0: a0, r1: a1}
+            else:
+                alloc = {r: col[i] for r, col in zip(RESOURCES, cols, strict=True)}
+                if alloc != old:
+                    vm.alloc = alloc
             if vm.state in starting:
                 vm.state = VMState.RUNNING  # the backend models the delay; next period it runs
             allocations[vm.id] = vm.alloc
