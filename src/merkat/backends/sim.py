@@ -47,14 +47,23 @@ class RigidApp:
     work_done: float = 0.0
     finish_time: float | None = None
     last_rate: float | None = None
+    _metrics: Metrics | None = field(default=None, init=False, repr=False, compare=False)
 
     def metrics(self) -> Metrics:
-        return Metrics(
-            work_done=self.work_done,
-            work_total=self.work_total,
-            progress_rate=self.last_rate,
-            ideal_rate=1.0,
-        )
+        m = self._metrics  # unchanged while the app waits or is suspended: reuse it
+        if (
+            m is None
+            or m.work_done is not self.work_done
+            or m.work_total is not self.work_total
+            or m.progress_rate is not self.last_rate
+        ):
+            m = self._metrics = Metrics(
+                work_done=self.work_done,
+                work_total=self.work_total,
+                progress_rate=self.last_rate,
+                ideal_rate=1.0,
+            )
+        return m
 
 
 @dataclass

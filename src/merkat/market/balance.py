@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 from merkat.market.share import (
     Shares,
+    first_share_of_added,
     proportional_share,
     proportional_share_small,
     share_of_last,
@@ -175,12 +176,23 @@ class _Search:
         spans = list(itertools.pairwise(bounds))
         sorted_vms = by_node.tolist()
         self.members: list[list[int]] = [sorted_vms[a:z] for a, z in spans]
+        # Also each node's sum of bids (summed left to right, as ``sum`` does) and largest bid
+        # per unit of cap: most candidate clearings need nothing else (first_share_of_added).
         self.node_bids: dict[int, list[list[float]]] = {}
         self.node_caps: dict[int, list[list[float]]] = {}
+        self.node_sum: dict[int, list[float]] = {}
+        self.node_rmax: dict[int, list[float]] = {}
+        self.ratio_t: dict[int, list[float]] = {}
         for r in self.traded:
             bs, cs = vms.bid[by_node, r].tolist(), vms.cap[by_node, r].tolist()
             self.node_bids[r] = [bs[a:z] for a, z in spans]
             self.node_caps[r] = [cs[a:z] for a, z in spans]
+            self.node_sum[r] = [sum(b) for b in self.node_bids[r]]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(vms.bid[:, r] > 0, vms.bid[:, r] / vms.cap[:, r], 0.0)
+            self.ratio_t[r] = ratio.tolist()
+            rs = ratio[by_node].tolist()
+            self.node_rmax[r] = [max(rs[a:z], default=-math.inf) for a, z in spans]
         # Per resource, one flat list over VMs.
         self.bid_t: list[list[float]] = vms.bid.T.tolist()
         self.cap_t: list[list[float]] = vms.cap.T.tolist()
@@ -271,9 +283,14 @@ class _Search:
                 i_v = self.ideal_t[r][v]
                 if r in self.traded:
                     nb, nc, cap_r = self.node_bids[r], self.node_caps[r], self.cap_node[r]
-                    b_v, c_v = [self.bid_t[r][v]], [self.cap_t[r][v]]
+                    sums, rmaxs = self.node_sum[r], self.node_rmax[r]
+                    b_v, c_v, r_v = self.bid_t[r][v], self.cap_t[r][v], self.ratio_t[r][v]
                     for g, h in enumerate(nodes):
-                        err = _rel_error(share_of_last(nb[h] + b_v, nc[h] + c_v, cap_r[h]), i_v)
+                        rm = rmaxs[h] if rmaxs[h] > r_v else r_v
+                        a = first_share_of_added(sums[h] + b_v, rm, b_v, cap_r[h])
+                        if a is None:
+                            a = share_of_last(nb[h] + [b_v], nc[h] + [c_v], cap_r[h])
+                        err = _rel_error(a, i_v)
                         if err > errs[g]:
                             errs[g] = err
                 else:
@@ -316,8 +333,14 @@ class _Search:
         for r in self.traded:
             nb, nc = self.node_bids[r], self.node_caps[r]
             del nb[src][k_v], nc[src][k_v]
-            nb[dst].append(self.bid_t[r][v])
+            b_v = self.bid_t[r][v]
+            nb[dst].append(b_v)
             nc[dst].append(self.cap_t[r][v])
+            ratio_r, sums, rmaxs = self.ratio_t[r], self.node_sum[r], self.node_rmax[r]
+            sums[src] = sum(nb[src])
+            rmaxs[src] = max([ratio_r[j] for j in ms], default=-math.inf)
+            sums[dst] = sums[dst] + b_v  # = sum(nb[dst]): v is last
+            rmaxs[dst] = max(rmaxs[dst], ratio_r[v])
         self.host[v] = dst
         self.host_l[v] = dst
         if self.has_min:

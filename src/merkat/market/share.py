@@ -201,6 +201,34 @@ def share_of_last(bids: list[float], caps: list[float], capacity: float) -> floa
     return bids[last] / price if 0.0 < price < math.inf else 0.0
 
 
+def first_share_of_added(
+    total_b: float, ratio_max: float, bid: float, capacity: float
+) -> float | None:
+    """:func:`share_of_last` in O(1) when no VM of the market is capped, else None.
+
+    ``total_b`` is ``sum(bids)`` (which Python sums left to right, so ``sum(others) + bid``
+    when the VM is added last); ``ratio_max`` the largest bid per unit of cap among the VMs.
+    This is the first step of the water-filling: if the VM with the highest ratio is not
+    capped at the price all bids set, nobody is, and the VM gets ``bid / price``.
+    """
+    left_b = max(total_b - 0.0, 0.0)
+    left_c = capacity - 0.0
+    if left_b <= 0.0:
+        p = 0.0
+    elif left_c > 0.0:
+        p = left_b / left_c
+    else:
+        p = math.inf
+    if ratio_max <= p * (1.0 + _RTOL):
+        return bid / p if 0.0 < p < math.inf else 0.0
+    return None
+
+
+def bid_ratio(bid: float, cap: float) -> float:
+    """A VM's bid per unit of cap, as the water-filling orders VMs (0 without a bid)."""
+    return (bid / cap if cap > 0 else math.inf) if bid > 0 else 0.0
+
+
 def _small_market(
     bids: list[float], caps: list[float], capacity: float
 ) -> tuple[list[int], int, float, float, float]:

@@ -125,6 +125,10 @@ class App:
     vm_count: int = 0  # VMs ever created (for unique ids)
     spent: int = 0  # micro-credits paid
     const: _AppConst | None = field(default=None, repr=False, compare=False)
+    # The VM views of the last observation: valid until the VM records change, which only
+    # happens in Platform._reconcile (which drops them) and Platform._plan (on running apps,
+    # whose views _reconcile has dropped earlier in the same period).
+    views: tuple[VMView, ...] | None = field(default=None, repr=False, compare=False)
 
     @property
     def active(self) -> bool:
@@ -245,8 +249,12 @@ class Platform:
                 del self.active[app.spec.id]
 
         # 3. clear
-        bidding = [
-            vm for a in self.active.values() for vm in a.vms if vm.state is not VMState.SUSPENDED
+        bidding = [  # a waiting app has no VM, a suspended one only suspended VMs
+            vm
+            for a in self.active.values()
+            if a.status is AppStatus.RUNNING
+            for vm in a.vms
+            if vm.state is not VMState.SUSPENDED
         ]
         result = self._clear(self._market_vms(bidding))
         self.prices = {r: float(result.price[k]) for k, r in enumerate(RESOURCES)}
@@ -296,6 +304,30 @@ class Platform:
         if shared is None or shared[0] is not self.prices:
             shared = self._shared_view(trade)
         renewal = self.allowances.get(app.account)
+        views = app.views
+        if views is None or len(views) != len(app.vms):
+            views = app.views = self._views(app)
+        return Observation(
+            time=now,
+            period=self.period,
+            prices=shared[1],
+            capacity=const.capacity,
+            vm_size=const.vm_size,
+            budget=Budget(balance / MICRO, renewal.rate / MICRO if renewal else 0.0),
+            bid_min=const.bid_min,
+            vms=views,
+            metrics=self.backend.metrics(spec.id),
+            price_history=shared[2],
+            deadline=spec.deadline,
+            submit_time=spec.submit_time,
+            size=spec.size,
+            nvms_max=spec.nvms_max,
+        )
+
+    @staticmethod
+    def _views(app: App) -> tuple[VMView, ...]:
+        """The controller's view of each VM of ``app`` (reused per VM while unchanged)."""
+        trade = app.spec.trade
         views = []
         for vm in app.vms:
             cached = vm.view
@@ -316,22 +348,7 @@ class Platform:
             )
             vm.view = (vm.state, alloc, bid, view)
             views.append(view)
-        return Observation(
-            time=now,
-            period=self.period,
-            prices=shared[1],
-            capacity=const.capacity,
-            vm_size=const.vm_size,
-            budget=Budget(balance / MICRO, renewal.rate / MICRO if renewal else 0.0),
-            bid_min=const.bid_min,
-            vms=tuple(views),
-            metrics=self.backend.metrics(spec.id),
-            price_history=shared[2],
-            deadline=spec.deadline,
-            submit_time=spec.submit_time,
-            size=spec.size,
-            nvms_max=spec.nvms_max,
-        )
+        return tuple(views)
 
     def _shared_view(
         self, trade: tuple[str, ...]
@@ -363,6 +380,9 @@ class Platform:
     def _reconcile(self, app: App, demand: Demand, now: float, balance: int, ops: _Ops) -> None:
         """Turn a demand into VM records; the bids of the period never exceed the balance."""
         action = demand.action
+        if action is Action.NONE and app.status is not AppStatus.RUNNING:
+            return  # waiting or suspended, and staying so: no VM bids, nothing changes
+        app.views = None  # the VM records change below (and in this period's plan)
         if action is Action.STOP:
             ops.destroy.extend(vm.id for vm in app.vms)
             app.vms = []
