@@ -326,27 +326,33 @@ class Platform:
 
     @staticmethod
     def _views(app: App) -> tuple[VMView, ...]:
-        """The controller's view of each VM of ``app`` (reused per VM while unchanged)."""
+        """The controller's view of each VM of ``app``: reused per VM while its state,
+        allocation and bid are the same objects; otherwise rebuilt, sharing the restricted
+        allocation and bid mappings that are still valid (views never mutate them)."""
         trade = app.spec.trade
         views = []
+        last_bid: dict[str, float] | None = None
+        bid_view: Mapping[str, float] = {}
+        alloc_view: Mapping[str, float]
         for vm in app.vms:
             cached = vm.view
-            if (
-                cached is not None
-                and cached[0] is vm.state
-                and cached[1] is vm.alloc
-                and cached[2] is vm.bid
-            ):
-                views.append(cached[3])
-                continue
-            alloc, bid = vm.alloc, vm.bid
-            view = VMView(
-                vm.id,
-                vm.state,
-                {r: alloc.get(r, 0.0) for r in trade},
-                {r: bid.get(r, 0.0) for r in trade},
-            )
-            vm.view = (vm.state, alloc, bid, view)
+            state, alloc, bid = vm.state, vm.alloc, vm.bid
+            if cached is not None and cached[1] is alloc:
+                if cached[2] is bid and cached[0] is state:
+                    views.append(cached[3])
+                    continue
+                alloc_view = cached[3].alloc
+            else:
+                alloc_view = _restrict(alloc, trade)
+            if bid is not last_bid:
+                last_bid = bid
+                bid_view = (
+                    cached[3].bid
+                    if cached is not None and cached[2] is bid
+                    else _restrict(bid, trade)
+                )
+            view = VMView(vm.id, state, alloc_view, bid_view)
+            vm.view = (state, alloc, bid, view)
             views.append(view)
         return tuple(views)
 
@@ -597,6 +603,16 @@ class Platform:
         for k in result.paid:
             self.apps[names[k]].spent += bills[k][1]
         return result.total
+
+
+def _restrict(amounts: Mapping[str, float], trade: tuple[str, ...]) -> dict[str, float]:
+    """``{r: amounts.get(r, 0.0) for r in trade}``, without the comprehension's overhead for
+    the usual one or two resources."""
+    if len(trade) == 1:
+        return {trade[0]: amounts.get(trade[0], 0.0)}
+    if len(trade) == 2:
+        return {trade[0]: amounts.get(trade[0], 0.0), trade[1]: amounts.get(trade[1], 0.0)}
+    return {r: amounts.get(r, 0.0) for r in trade}
 
 
 def _same_input(a: VMs, b: VMs) -> bool:
