@@ -193,18 +193,18 @@ class _Search:
             self.ratio_t[r] = ratio.tolist()
             rs = ratio[by_node].tolist()
             self.node_rmax[r] = [max(rs[a:z], default=-math.inf) for a, z in spans]
-        # Per resource, one flat list over VMs.
-        self.bid_t: list[list[float]] = vms.bid.T.tolist()
-        self.cap_t: list[list[float]] = vms.cap.T.tolist()
-        self.min_t: list[list[float]] = vms.minimum.T.tolist()
-        self.ideal_t: list[list[float]] = self.ideal.T.tolist()
-        self.cap_node: list[list[float]] = hosts.capacity.T.tolist()  # [r][node]
-        self.has_min = bool((vms.minimum > 0).any())
         # Resources that can make an error: those bid on, or with an ideal share (any other
-        # resource has a = â = 0 for every VM, an error of 0).
+        # resource has a = â = 0 for every VM, an error of 0, and no say in a destination).
         self.err_res = [
             r for r in range(n_res) if r in self.traded or bool(np.any(self.ideal[:, r] > 0))
         ]
+        # Per resource that counts, one flat list over VMs.
+        self.bid_t = {r: vms.bid[:, r].tolist() for r in self.err_res}
+        self.cap_t = {r: vms.cap[:, r].tolist() for r in self.err_res}
+        self.ideal_t = {r: self.ideal[:, r].tolist() for r in self.err_res}
+        self.has_min = bool((vms.minimum > 0).any())
+        self.min_t = {r: vms.minimum[:, r].tolist() for r in self.err_res} if self.has_min else {}
+        self.cap_node: list[list[float]] = hosts.capacity.T.tolist()  # [r][node]
         self.free = hosts.capacity.copy()
         for r in range(n_res):
             self.free[:, r] -= np.bincount(on, weights=vms.minimum[placed, r], minlength=n_hosts)
@@ -240,26 +240,25 @@ class _Search:
         n_nodes = self.cl.shape[0]
         score = np.zeros(n_nodes)
         feasible: npt.NDArray[np.bool_] | None = None  # None: every node but src
-        with np.errstate(divide="ignore", invalid="ignore"):
-            for r in self.err_res:  # elsewhere v bids nothing and has no ideal share
-                b = self.bid_t[r][v]
-                if b > 0:
-                    est = np.minimum(
-                        self.cap_t[r][v], b * self.cl_col[r] / (self.bu_col[r] + b)
-                    )
-                    if not self.all_have_cap[r]:
-                        fits = self.has_cap[:, r]
-                        feasible = fits.copy() if feasible is None else feasible & fits
-                    e = np.where(est > 0, np.abs(1.0 - self.ideal_t[r][v] / est), ERROR_LIMIT)
-                elif self.ideal_t[r][v] > 0:  # pragma: no cover - ideal is 0 when the bid is 0
-                    e = np.full(score.shape, ERROR_LIMIT)
-                else:
-                    continue
-                np.maximum(score, e, out=score)
-                minimum = self.min_t[r][v]
-                if minimum > 0:
-                    fits = self.free[:, r] >= minimum
-                    feasible = fits if feasible is None else feasible & fits
+        # (numpy's divide/invalid warnings are off for the whole search: see search_mapping)
+        for r in self.err_res:  # elsewhere v bids nothing and has no ideal share
+            b = self.bid_t[r][v]
+            if b > 0:
+                est = np.minimum(
+                    self.cap_t[r][v], b * self.cl_col[r] / (self.bu_col[r] + b)
+                )
+                if not self.all_have_cap[r]:
+                    fits = self.has_cap[:, r]
+                    feasible = fits.copy() if feasible is None else feasible & fits
+                e = np.where(est > 0, np.abs(1.0 - self.ideal_t[r][v] / est), ERROR_LIMIT)
+            elif self.ideal_t[r][v] > 0:  # pragma: no cover - ideal is 0 when the bid is 0
+                e = np.full(score.shape, ERROR_LIMIT)
+            else:
+                continue
+            np.maximum(score, e, out=score)
+            if self.has_min and self.min_t[r][v] > 0:
+                fits = self.free[:, r] >= self.min_t[r][v]
+                feasible = fits if feasible is None else feasible & fits
         if feasible is None:
             score[src] = np.inf
             n_ok = n_nodes - 1
@@ -426,6 +425,15 @@ def search_mapping(
         return BalanceResult(host.copy(), 0, rms0, rms0, ran=False), search
 
     search.prepare()
+    with np.errstate(divide="ignore", invalid="ignore"):  # in destination's estimates
+        it, best_host, best_rms = _search_loop(search, params, rms0)
+    return BalanceResult(best_host, it, rms0, best_rms, ran=True), search
+
+
+def _search_loop(
+    search: _Search, params: BalanceParams, rms0: float
+) -> tuple[int, IntArray, float]:
+    """The tabu search's iterations: (iterations, best mapping, its rms)."""
     best_host, best_rms = search.host.copy(), rms0
     tabu: deque[int] = deque()
     no_improve, it = 0, 0
@@ -453,4 +461,4 @@ def search_mapping(
             no_improve += 1
             if no_improve >= params.max_no_improve:
                 break
-    return BalanceResult(best_host, it, rms0, best_rms, ran=True), search
+    return it, best_host, best_rms

@@ -122,7 +122,12 @@ def clear(
     allocation, node_price = reused if reused is not None else enforceable(hosts, vms, host)
     error = np.where(host >= 0, vm_errors(allocation, ideal), np.nan)
     moved = np.flatnonzero((vms.host != NO_HOST) & (host != vms.host))
-    migrations = tuple(Migration(int(i), int(vms.host[i]), int(host[i])) for i in moved)
+    migrations = tuple(
+        Migration(i, src, dst)
+        for i, src, dst in zip(
+            moved.tolist(), vms.host[moved].tolist(), host[moved].tolist(), strict=True
+        )
+    )
     t4 = clock()
     timings = {"allocate_s": (t1 - t0) + (t4 - t3), "place_s": t2 - t1, "balance_s": t3 - t2}
     return Clearing(price, ideal, allocation, host, error, node_price, migrations, result, timings)
