@@ -17,7 +17,6 @@ never worse than the starting mapping and never uses more migrations than the bu
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -167,32 +166,36 @@ class _Search:
         hosts, vms = self.hosts, self.vms
         n_hosts, n_res = hosts.capacity.shape
         self.host_l: list[int] = self.host.tolist()
-        # Members of each node in ascending VM index, and per traded resource their bids and
-        # caps in the same order (built by slicing one host-sorted list).
+        # Per node, built on first use (:meth:`load`) from host-sorted lists: its members in
+        # ascending VM index and, per traded resource, their bids and caps in the same order,
+        # the sum of the bids (left to right, as ``sum`` does) and the largest bid per unit
+        # of cap (most candidate clearings need nothing else: first_share_of_added).
         placed = np.flatnonzero(self.placed)
         on = self.host[placed]
         by_node = placed[np.argsort(on, kind="stable")]
-        bounds = [0, *np.cumsum(np.bincount(on, minlength=n_hosts)).tolist()]
-        spans = list(itertools.pairwise(bounds))
-        sorted_vms = by_node.tolist()
-        self.members: list[list[int]] = [sorted_vms[a:z] for a, z in spans]
-        # Also each node's sum of bids (summed left to right, as ``sum`` does) and largest bid
-        # per unit of cap: most candidate clearings need nothing else (first_share_of_added).
+        self.bounds: list[int] = [0, *np.cumsum(np.bincount(on, minlength=n_hosts)).tolist()]
+        self.sorted_vms: list[int] = by_node.tolist()
+        self.loaded = [False] * n_hosts
+        self.members: list[list[int]] = [[] for _ in range(n_hosts)]
         self.node_bids: dict[int, list[list[float]]] = {}
         self.node_caps: dict[int, list[list[float]]] = {}
         self.node_sum: dict[int, list[float]] = {}
         self.node_rmax: dict[int, list[float]] = {}
         self.ratio_t: dict[int, list[float]] = {}
+        self.sorted_cols: dict[int, tuple[list[float], list[float], list[float]]] = {}
         for r in self.traded:
-            bs, cs = vms.bid[by_node, r].tolist(), vms.cap[by_node, r].tolist()
-            self.node_bids[r] = [bs[a:z] for a, z in spans]
-            self.node_caps[r] = [cs[a:z] for a, z in spans]
-            self.node_sum[r] = [sum(b) for b in self.node_bids[r]]
             with np.errstate(divide="ignore", invalid="ignore"):
                 ratio = np.where(vms.bid[:, r] > 0, vms.bid[:, r] / vms.cap[:, r], 0.0)
             self.ratio_t[r] = ratio.tolist()
-            rs = ratio[by_node].tolist()
-            self.node_rmax[r] = [max(rs[a:z], default=-math.inf) for a, z in spans]
+            self.sorted_cols[r] = (
+                vms.bid[by_node, r].tolist(),
+                vms.cap[by_node, r].tolist(),
+                ratio[by_node].tolist(),
+            )
+            self.node_bids[r] = [[] for _ in range(n_hosts)]
+            self.node_caps[r] = [[] for _ in range(n_hosts)]
+            self.node_sum[r] = [0.0] * n_hosts
+            self.node_rmax[r] = [-math.inf] * n_hosts
         # Resources that can make an error: those bid on, or with an ideal share (any other
         # resource has a = â = 0 for every VM, an error of 0, and no say in a destination).
         self.err_res = [
@@ -218,6 +221,21 @@ class _Search:
         self.migrations = 0
         self.is_tabu = [False] * len(vms)
         self.score = np.where(self.placed, self.err, -1.0)
+
+    def load(self, h: int) -> None:
+        """Build node ``h``'s lists from the starting mapping (before any move touches it)."""
+        self.loaded[h] = True
+        a, z = self.bounds[h], self.bounds[h + 1]
+        if a == z:
+            return  # empty: no member, no bid (sum 0), ratio -inf: as initialised
+        self.members[h] = self.sorted_vms[a:z]
+        for r in self.traded:
+            bs, cs, rs = self.sorted_cols[r]
+            nb = bs[a:z]
+            self.node_bids[r][h] = nb
+            self.node_caps[r][h] = cs[a:z]
+            self.node_sum[r][h] = sum(nb)
+            self.node_rmax[r][h] = max(rs[a:z])
 
     def set_tabu(self, v: int, tabu: bool) -> None:
         """Mark ``v`` (placed) tabu or not, and update its selection score."""
@@ -274,6 +292,10 @@ class _Search:
         if not nodes:
             raise ValueError("no candidate destination with a finite estimate")
         # Evaluate every candidate exactly: node h with v added (v last); v's error there.
+        loaded = self.loaded
+        for h in nodes:
+            if not loaded[h]:
+                self.load(h)
         sizes = [len(self.members[h]) + 1 for h in nodes]
         total = sum(sizes)
         errs = [0.0] * len(nodes)
@@ -325,6 +347,10 @@ class _Search:
         init = self.initial_l[v]
         if init != NO_HOST:  # leaving the initial host costs one, coming back refunds it
             self.migrations += int(dst != init) - int(src != init)
+        if not self.loaded[src]:
+            self.load(src)
+        if not self.loaded[dst]:
+            self.load(dst)
         ms, md = self.members[src], self.members[dst]
         k_v = ms.index(v)
         del ms[k_v]

@@ -19,7 +19,8 @@ live service calls it with the wall clock and a real backend. No clock is read h
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -351,7 +352,7 @@ class Platform:
                     if cached is not None and cached[2] is bid
                     else _restrict(bid, trade)
                 )
-            view = VMView(vm.id, state, alloc_view, bid_view)
+            view = _new_view(vm.id, state, alloc_view, bid_view)
             vm.view = (state, alloc, bid, view)
             views.append(view)
         return tuple(views)
@@ -603,6 +604,35 @@ class Platform:
         for k in result.paid:
             self.apps[names[k]].spent += bills[k][1]
         return result.total
+
+
+def _view_maker() -> Callable[[str, VMState, Mapping[str, float], Mapping[str, float]], VMView]:
+    """``VMView(id, state, alloc, bid)``. VMView is a frozen dataclass whose ``__init__`` sets
+    each field through ``object.__setattr__``; when it is exactly the plain record expected
+    (these fields, ``busy`` defaulting to True, no ``__post_init__``, no slots), the same
+    object is built by filling its ``__dict__``, twice as fast (thousands per period)."""
+    fields = dataclasses.fields(VMView)
+    plain = (
+        [f.name for f in fields] == ["id", "state", "alloc", "bid", "busy"]
+        and fields[-1].default is True
+        and not hasattr(VMView, "__post_init__")
+        and not hasattr(VMView, "__slots__")
+    )
+    if not plain:  # pragma: no cover - VMView changed: use its constructor
+        return VMView
+    new = object.__new__
+
+    def make(
+        vm_id: str, state: VMState, alloc: Mapping[str, float], bid: Mapping[str, float]
+    ) -> VMView:
+        view: VMView = new(VMView)
+        view.__dict__.update(id=vm_id, state=state, alloc=alloc, bid=bid, busy=True)
+        return view
+
+    return make
+
+
+_new_view = _view_maker()
 
 
 def _restrict(amounts: Mapping[str, float], trade: tuple[str, ...]) -> dict[str, float]:
