@@ -20,12 +20,14 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from merkat.market.share import (
     Shares,
+    bid_ratio,
     first_share_of_added,
     proportional_share,
     proportional_share_small,
@@ -176,24 +178,15 @@ class _Search:
         self.bounds: list[int] = [0, *np.cumsum(np.bincount(on, minlength=n_hosts)).tolist()]
         self.sorted_vms: list[int] = by_node.tolist()
         self.loaded = [False] * n_hosts
-        self.members: list[list[int]] = [[] for _ in range(n_hosts)]
+        unset = cast(list[list[Any]], [None] * n_hosts)  # each entry set by load() before use
+        self.members: list[list[int]] = unset.copy()
         self.node_bids: dict[int, list[list[float]]] = {}
         self.node_caps: dict[int, list[list[float]]] = {}
         self.node_sum: dict[int, list[float]] = {}
         self.node_rmax: dict[int, list[float]] = {}
-        self.ratio_t: dict[int, list[float]] = {}
-        self.sorted_cols: dict[int, tuple[list[float], list[float], list[float]]] = {}
         for r in self.traded:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(vms.bid[:, r] > 0, vms.bid[:, r] / vms.cap[:, r], 0.0)
-            self.ratio_t[r] = ratio.tolist()
-            self.sorted_cols[r] = (
-                vms.bid[by_node, r].tolist(),
-                vms.cap[by_node, r].tolist(),
-                ratio[by_node].tolist(),
-            )
-            self.node_bids[r] = [[] for _ in range(n_hosts)]
-            self.node_caps[r] = [[] for _ in range(n_hosts)]
+            self.node_bids[r] = unset.copy()
+            self.node_caps[r] = unset.copy()
             self.node_sum[r] = [0.0] * n_hosts
             self.node_rmax[r] = [-math.inf] * n_hosts
         # Resources that can make an error: those bid on, or with an ideal share (any other
@@ -208,9 +201,12 @@ class _Search:
         self.has_min = bool((vms.minimum > 0).any())
         self.min_t = {r: vms.minimum[:, r].tolist() for r in self.err_res} if self.has_min else {}
         self.cap_node: list[list[float]] = hosts.capacity.T.tolist()  # [r][node]
-        self.free = hosts.capacity.copy()
-        for r in range(n_res):
-            self.free[:, r] -= np.bincount(on, weights=vms.minimum[placed, r], minlength=n_hosts)
+        self.free = hosts.capacity.copy()  # what each node can still hold (VM minimums)
+        if self.has_min:
+            for r in range(n_res):
+                self.free[:, r] -= np.bincount(
+                    on, weights=vms.minimum[placed, r], minlength=n_hosts
+                )
         self.has_cap = hosts.capacity > 0
         self.all_have_cap = [bool(self.has_cap[:, r].all()) for r in range(n_res)]
         self.bu_col = [self.bu[:, r] for r in range(n_res)]  # views, updated in place
@@ -226,16 +222,14 @@ class _Search:
         """Build node ``h``'s lists from the starting mapping (before any move touches it)."""
         self.loaded[h] = True
         a, z = self.bounds[h], self.bounds[h + 1]
-        if a == z:
-            return  # empty: no member, no bid (sum 0), ratio -inf: as initialised
-        self.members[h] = self.sorted_vms[a:z]
+        members = self.members[h] = self.sorted_vms[a:z]
         for r in self.traded:
-            bs, cs, rs = self.sorted_cols[r]
-            nb = bs[a:z]
-            self.node_bids[r][h] = nb
-            self.node_caps[r][h] = cs[a:z]
-            self.node_sum[r][h] = sum(nb)
-            self.node_rmax[r][h] = max(rs[a:z])
+            b_r, c_r = self.bid_t[r], self.cap_t[r]
+            nb = self.node_bids[r][h] = [b_r[j] for j in members]
+            nc = self.node_caps[r][h] = [c_r[j] for j in members]
+            if members:  # else no bid (sum 0) and no ratio (-inf), as initialised
+                self.node_sum[r][h] = sum(nb)
+                self.node_rmax[r][h] = max(map(bid_ratio, nb, nc))
 
     def set_tabu(self, v: int, tabu: bool) -> None:
         """Mark ``v`` (placed) tabu or not, and update its selection score."""
@@ -305,7 +299,8 @@ class _Search:
                 if r in self.traded:
                     nb, nc, cap_r = self.node_bids[r], self.node_caps[r], self.cap_node[r]
                     sums, rmaxs = self.node_sum[r], self.node_rmax[r]
-                    b_v, c_v, r_v = self.bid_t[r][v], self.cap_t[r][v], self.ratio_t[r][v]
+                    b_v, c_v = self.bid_t[r][v], self.cap_t[r][v]
+                    r_v = bid_ratio(b_v, c_v)
                     for g, h in enumerate(nodes):
                         rm = rmaxs[h] if rmaxs[h] > r_v else r_v
                         a = first_share_of_added(sums[h] + b_v, rm, b_v, cap_r[h])
@@ -361,11 +356,11 @@ class _Search:
             b_v = self.bid_t[r][v]
             nb[dst].append(b_v)
             nc[dst].append(self.cap_t[r][v])
-            ratio_r, sums, rmaxs = self.ratio_t[r], self.node_sum[r], self.node_rmax[r]
+            sums, rmaxs = self.node_sum[r], self.node_rmax[r]
             sums[src] = sum(nb[src])
-            rmaxs[src] = max([ratio_r[j] for j in ms], default=-math.inf)
+            rmaxs[src] = max(map(bid_ratio, nb[src], nc[src]), default=-math.inf)
             sums[dst] = sums[dst] + b_v  # = sum(nb[dst]): v is last
-            rmaxs[dst] = max(rmaxs[dst], ratio_r[v])
+            rmaxs[dst] = max(rmaxs[dst], bid_ratio(b_v, self.cap_t[r][v]))
         self.host[v] = dst
         self.host_l[v] = dst
         if self.has_min:
