@@ -259,9 +259,11 @@ class SimBackend:
         begin = t0
         for _, vm in vms:
             alloc = vm.alloc
-            speed = min(1.0, alloc.get("cpu", 0.0) / full_cpu if full_cpu > 0 else 1.0)
+            cpu = alloc.get("cpu", 0.0) / full_cpu if full_cpu > 0 else 1.0
+            speed = cpu if cpu < 1.0 else 1.0  # min(1.0, cpu)
             if use_memory:
-                speed *= min(1.0, alloc.get("memory", 0.0) / memory)
+                mem = alloc.get("memory", 0.0) / memory
+                speed *= mem if mem < 1.0 else 1.0
             if vm.migrating_until > t0:
                 frac = (min(vm.migrating_until, t1) - t0) / (t1 - t0)
                 speed *= 1.0 - overhead * frac

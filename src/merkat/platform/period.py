@@ -590,12 +590,20 @@ class Platform:
         per_app: dict[str, int] = {}
         last: dict[str, float] | None = None
         x = 0
+        app: str | None = None  # VMs come grouped by application: sum each run, then add
+        run = 0
         for vm in bidding:
             if vm.host != NO_HOST:
                 if vm.bid is not last:
                     last = vm.bid
                     x = to_micro(sum(last.values()))
-                per_app[vm.app] = per_app.get(vm.app, 0) + x
+                if vm.app != app:
+                    if app is not None:
+                        per_app[app] = per_app.get(app, 0) + run
+                    app, run = vm.app, 0
+                run += x
+        if app is not None:
+            per_app[app] = per_app.get(app, 0) + run
         names = sorted(per_app)
         bills = [(self.apps[a].account, per_app[a]) for a in names]
         if not bills:
