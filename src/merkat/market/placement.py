@@ -51,13 +51,13 @@ def worst_fit_decreasing(hosts: Hosts, vms: VMs) -> IntArray:
     order = new[np.argsort(-total_bid, kind="stable")]
     heap = [(max(lr), h) for h, lr in enumerate(load_r)]
     heapq.heapify(heap)
-    bids = vms.bid.tolist()
-    mins = vms.minimum.tolist()
+    bids = vms.bid[order].tolist()  # rows of the new VMs only, in placement order
+    mins = vms.minimum[order].tolist()
     n_res = cap.shape[1]
     # Feasibility only needs checking when some VM has a minimum or some node lacks a resource.
     check = bool((vms.minimum[new] > 0).any() or (cap <= 0).any())
-    for i in order.tolist():
-        b, mn = bids[i], mins[i]
+    for k, i in enumerate(order.tolist()):
+        b, mn = bids[k], mins[k]
         if check:
             chosen = _pop_feasible(heap, b, mn, free, inv_cap, n_res)
             if chosen == NO_HOST:

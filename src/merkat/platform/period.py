@@ -488,31 +488,38 @@ class Platform:
 
     def _market_vms(self, bidding: Sequence[VMRecord]) -> VMs:
         n, n_res = len(bidding), len(RESOURCES)
+        ids: list[str] = []
+        hosts: list[int] = []
         bids: list[float] = []
-        caps: list[float] = []
-        mins: list[float] = []
+        caps: list[list[float]] = []  # one row per run of VMs of the same application
+        mins: list[list[float]] = []
+        runs: list[int] = []
         last_bid: dict[str, float] | None = None
         bid_row: list[float] = []
         last_app = None
-        const: _AppConst | None = None
         for vm in bidding:
-            if vm.app != last_app:
-                last_app = vm.app
-                app = self.apps[vm.app]
-                const = app.const or self._const(app)
-            assert const is not None
+            ids.append(vm.id)
+            hosts.append(vm.host)
             if vm.bid is not last_bid:
                 last_bid = vm.bid
                 bid_row = [last_bid.get(r, 0.0) for r in RESOURCES]
             bids += bid_row
-            caps += const.cap_row
-            mins += const.min_row
+            if vm.app != last_app:
+                last_app = vm.app
+                app = self.apps[vm.app]
+                const = app.const or self._const(app)
+                caps.append(const.cap_row)
+                mins.append(const.min_row)
+                runs.append(1)
+            else:
+                runs[-1] += 1
+        shape = (n, n_res)
         return VMs(
-            ids=tuple([vm.id for vm in bidding]),
-            bid=np.array(bids, dtype=np.float64).reshape(n, n_res),
-            cap=np.array(caps, dtype=np.float64).reshape(n, n_res),
-            host=np.array([vm.host for vm in bidding], dtype=np.int64),
-            minimum=np.array(mins, dtype=np.float64).reshape(n, n_res),
+            ids=tuple(ids),
+            bid=np.array(bids, dtype=np.float64).reshape(shape),
+            cap=np.repeat(np.array(caps, dtype=np.float64).reshape(-1, n_res), runs, axis=0),
+            host=np.array(hosts, dtype=np.int64),
+            minimum=np.repeat(np.array(mins, dtype=np.float64).reshape(-1, n_res), runs, axis=0),
         )
 
     def _clear(self, vms: VMs) -> Clearing:
