@@ -133,6 +133,12 @@ class SimBackend:
     # last seen), so that :meth:`advance` does not scan every application ever added.
     _live: dict[str, None] = field(default_factory=dict, init=False, repr=False, compare=False)
     _seen: int = field(default=0, init=False, repr=False, compare=False)
+    # ``vms`` grouped by application (each group in ``vms`` order), kept up to date by apply
+    # and _release; rebuilt by advance when its size disagrees with ``vms``.
+    _by_app: dict[str, dict[str, _VM]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _n_indexed: int = field(default=0, init=False, repr=False, compare=False)
 
     def add_app(self, app_id: str, model: RigidApp | TaskFarm) -> None:
         consistent = self._seen == len(self.apps)
@@ -167,10 +173,10 @@ class SimBackend:
         for p in plan.resume:
             ops_per_host[p.host] += 1
         for p in plan.create:
-            self.vms[p.vm] = _VM(p.app, p.host, {}, t + self.boot_s)
+            self._put(p.vm, _VM(p.app, p.host, {}, t + self.boot_s))
             self.counts["boot"] += 1
         for p in plan.resume:
-            self.vms[p.vm] = _VM(p.app, p.host, {}, t + self.resume_s)
+            self._put(p.vm, _VM(p.app, p.host, {}, t + self.resume_s))
             self.counts["resume"] += 1
         for vm_id, src, dst in plan.migrate:
             vm = self.vms[vm_id]
@@ -182,10 +188,22 @@ class SimBackend:
         for vm_id, alloc in plan.allocations.items():
             self.vms[vm_id].alloc = alloc
 
+    def _put(self, vm_id: str, vm: _VM) -> None:
+        replaced = vm_id in self.vms
+        self.vms[vm_id] = vm
+        if replaced:  # keeps its place in ``vms``: let advance regroup
+            self._n_indexed = -1
+        else:
+            self._by_app.setdefault(vm.app, {})[vm_id] = vm
+            self._n_indexed += 1
+
     def _release(self, vm_id: str) -> None:
         vm = self.vms.pop(vm_id, None)
         if vm is None:
             return
+        group = self._by_app.get(vm.app)
+        if group is not None and group.pop(vm_id, None) is not None:
+            self._n_indexed -= 1
         model = self.apps[vm.app]
         if isinstance(model, TaskFarm) and vm_id in model.running:
             _, total = model.running.pop(vm_id)
@@ -195,9 +213,12 @@ class SimBackend:
 
     def advance(self, t0: float, t1: float) -> None:
         """Let the applications progress from ``t0`` to ``t1`` with their allocations."""
-        by_app: dict[str, list[tuple[str, _VM]]] = {}
-        for vm_id, vm in self.vms.items():
-            by_app.setdefault(vm.app, []).append((vm_id, vm))
+        if self._n_indexed != len(self.vms):
+            self._by_app = {}
+            for vm_id, vm in self.vms.items():
+                self._by_app.setdefault(vm.app, {})[vm_id] = vm
+            self._n_indexed = len(self.vms)
+        by_app = self._by_app
         apps, live = self.apps, self._live
         if len(apps) != self._seen:  # ``apps`` changed directly, not by add_app: rescan it
             live.update(dict.fromkeys(a for a, m in apps.items() if m.finish_time is None))
@@ -209,7 +230,8 @@ class SimBackend:
             if model is None or model.finish_time is not None:
                 done.append(app_id)
                 continue
-            vms = by_app.get(app_id, [])
+            group = by_app.get(app_id)
+            vms = list(group.items()) if group else []
             if isinstance(model, RigidApp):
                 self._advance_rigid(model, vms, t0, t1)
             else:
