@@ -281,8 +281,10 @@ class _Search:
         if n_ok <= 0:
             return NO_HOST
         k = min(self.params.candidates, n_ok)
-        cands = np.argpartition(score, k - 1)[:k] if k < score.size else np.arange(score.size)
-        nodes: list[int] = np.sort(cands[np.isfinite(score[cands])]).tolist()
+        cands = score.argpartition(k - 1)[:k] if k < score.size else np.arange(score.size)
+        finite = cands[np.isfinite(score[cands])]  # a copy: sorted in place
+        finite.sort()
+        nodes: list[int] = finite.tolist()
         if not nodes:
             raise ValueError("no candidate destination with a finite estimate")
         # Evaluate every candidate exactly: node h with v added (v last); v's error there.
@@ -442,7 +444,8 @@ def search_mapping(
     starting mapping's clearing when the mapping does not change)."""
     search = _Search(hosts, vms, host, ideal, params)
     rms0 = search.rms()
-    if len(hosts) < 2 or not np.any(search.err[search.placed] > params.error_threshold):
+    # (an unplaced VM's error is 0 and stays 0, so no need to select the placed ones)
+    if len(hosts) < 2 or not (search.err > params.error_threshold).any():
         return BalanceResult(host.copy(), 0, rms0, rms0, ran=False), search
 
     search.prepare()
@@ -459,7 +462,7 @@ def _search_loop(
     tabu: deque[int] = deque()
     no_improve, it = 0, 0
     while it < params.max_iterations:
-        v = int(np.argmax(search.score))
+        v = int(search.score.argmax())
         if search.score[v] < 0:
             break  # every placed VM is tabu
         if search.costs_migration(v) and search.migrations >= params.max_migrations:
@@ -476,7 +479,7 @@ def _search_loop(
         rms = search.rms()
         if dst != NO_HOST and rms < best_rms * (1.0 - 1e-9):
             best_host, best_rms, no_improve = search.host.copy(), rms, 0
-            if not np.any(search.err[search.placed] > params.error_threshold):
+            if not (search.err > params.error_threshold).any():
                 break
         else:
             no_improve += 1
