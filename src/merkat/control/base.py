@@ -149,9 +149,11 @@ class Controller(ABC):
     @staticmethod
     def uniform(obs: Observation, bid: Amounts, action: Action = Action.NONE,
                 reason: str = "") -> Demand:
-        """Every VM of the application bids ``bid``; the VM count is unchanged."""
-        return Demand(action, nvms=len(obs.vms), bids={vm.id: dict(bid) for vm in obs.vms},
-                      new_vm_bid=dict(bid), reason=reason)
+        """Every VM of the application bids ``bid``; the VM count is unchanged. The VMs share
+        one (read-only) bid mapping."""
+        same = dict(bid)
+        return Demand(action, nvms=len(obs.vms), bids=dict.fromkeys([vm.id for vm in obs.vms], same),
+                      new_vm_bid=same, reason=reason)
 
     @staticmethod
     def wait(obs: Observation, reason: str) -> Demand:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from enum import Enum
 
 CPU = "cpu"
@@ -175,9 +176,9 @@ class Observation:
             return Phase.SUSPENDED
         return Phase.RUNNING
 
-    @property
+    @cached_property
     def active_vms(self) -> tuple[VMView, ...]:
-        """The VMs that are not suspended."""
+        """The VMs that are not suspended (computed once per observation)."""
         return tuple(vm for vm in self.vms if vm.state is not VMState.SUSPENDED)
 
     @property
