@@ -279,7 +279,7 @@ SLO_CLUSTER = {"hosts": 120, "cores_per_host": 2, "memory_per_host": 2048.0}
 
 
 def _slo2_runs(seeds: int, jobs: int | None, factors: Sequence[float]) -> list[Run]:
-    base = {"hosts": 120, "cores_per_host": 2, "jobs": jobs or 1000}
+    base: dict[str, Any] = {"hosts": 120, "cores_per_host": 2, "jobs": jobs or 1000}
     runs: list[Run] = []
     for f in factors:
         for k in range(seeds):
@@ -378,7 +378,7 @@ def _slo2_plot(doc: dict[str, Any], path: Path) -> None:
 
 
 def _slo3_runs(seeds: int, jobs: int | None, factors: Sequence[float]) -> list[Run]:
-    base = {"hosts": 120, "cores_per_host": 2, "jobs": jobs or 1000}
+    base: dict[str, Any] = {"hosts": 120, "cores_per_host": 2, "jobs": jobs or 1000}
     return [
         r
         for f in factors
@@ -544,7 +544,7 @@ def _execute_all(
             from dask.distributed import Client
         except ImportError as exc:
             raise RuntimeError("--dask needs dask.distributed: pip install 'merkat[dask]'") from exc
-        with Client(dask) as client:
+        with Client(dask) as client:  # type: ignore[no-untyped-call]
             futures = client.map(fn, runs, pure=False)
             rows = client.gather(futures)
         if progress:
