@@ -98,3 +98,20 @@ def test_sweep_on_a_dask_cluster_matches_the_local_pool(tmp_path: Path) -> None:
             dask=cluster.scheduler_address,
         )
     assert remote["rows"] == local["rows"] and remote["efficiency"] == local["efficiency"]
+
+
+def test_batch_jobs_partial_work_is_counted_at_the_deadline() -> None:
+    import numpy as np
+
+    from merkat.sim.experiments import baseline_work_at_deadline
+    from merkat.sim.workload import Workload
+
+    w = Workload.from_arrays(
+        submit=[0.0, 0.0, 0.0],
+        run=[100.0, 100.0, 100.0],
+        procs=[1, 1, 1],
+        deadline_factor=[2.0, 2.0, 2.0],
+    )
+    # Deadline 200: started at 0 (all done), at 150 (half done), at 250 (nothing done).
+    frac = baseline_work_at_deadline(w, np.array([0.0, 150.0, 250.0]))
+    assert frac.tolist() == [1.0, 0.5, 0.0]
