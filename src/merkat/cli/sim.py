@@ -22,6 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from merkat.cli import bench
 from merkat.cli._common import OutputFormat, OutputOption, emit, fail, print_json, print_table
 from merkat.cli._common import stderr as stderr_console
+from merkat.sim.traces import HPC2N, find_trace
 
 app = typer.Typer(
     help="Trace-driven simulator: batch baselines (FCFS, EDF, EASY) on SWF workloads.",
@@ -29,7 +30,6 @@ app = typer.Typer(
 )
 
 SCHEDULER_NAMES = ("fcfs", "edf", "easy", "conservative", "market")
-HPC2N = "HPC2N-2002-2.2-cln.swf.gz"
 
 
 class _LazyProgress:
@@ -263,16 +263,10 @@ def lublin_cmd(
 
 
 def _find_default_trace() -> Path | None:
-    candidates = []
-    env = os.environ.get("MERKAT_TRACES")
-    if env:
-        candidates.append(Path(env) / HPC2N)
-    repo = Path(__file__).resolve().parents[3]
-    candidates += [
-        repo.parent / "shared" / "traces" / HPC2N,
-        Path.cwd().parent / "shared" / "traces" / HPC2N,
-    ]
-    return next((c for c in candidates if c.is_file()), None)
+    try:
+        return find_trace(HPC2N)
+    except FileNotFoundError:
+        return None
 
 
 @bench.app.command("sim")
