@@ -192,3 +192,34 @@ def test_task_farm_workers_take_tasks_in_order() -> None:
     b.advance(0.0, 100.0)
     assert farm.done == 3 and farm.finish_time == pytest.approx(100.0)
     assert not math.isnan(farm.finish_time)
+
+
+def test_controllers_see_idle_workers_as_not_busy() -> None:
+    ledger = MemoryLedger()
+    backend = SimBackend(trade_memory=False, boot_s=0.0)
+    platform = Platform(
+        Hosts(("h0",), np.array([[4.0, 4096.0]])),
+        ledger,
+        backend,
+        period=60.0,
+        reserve={"cpu": 0.01},
+    )
+    backend.add_app("farm", TaskFarm([30.0, 600.0, 600.0]))
+    platform.submit(
+        AppSpec(
+            id="farm",
+            policy="best-effort",
+            size=3,
+            vm_size={"cpu": 1.0},
+            submit_time=0.0,
+            budget=100.0,
+            trade=("cpu",),
+        )
+    )
+    platform.run_period(0.0)
+    backend.advance(0.0, 60.0)  # the 30 s task is done; its worker has nothing left to take
+    app = platform.apps["farm"]
+    obs = platform.observe(app, 60.0, ledger.balance(app.account))
+    busy = {v.id: v.busy for v in obs.vms}
+    assert sorted(busy.values()) == [False, True, True]
+    assert backend.idle("farm") == {v for v, b in busy.items() if not b}

@@ -158,6 +158,14 @@ class SimBackend:
     def finished(self, app: str) -> bool:
         return self.apps[app].finish_time is not None
 
+    def idle(self, app: str) -> frozenset[str]:
+        """A task farm's workers without a task; rigid applications have none."""
+        model = self.apps[app]
+        if not isinstance(model, TaskFarm):
+            return frozenset()
+        return frozenset(v for v, vm in self.vms.items() if vm.app == app
+                         and v not in model.running)
+
     def apply(self, plan: Plan) -> None:
         t = plan.time
         for vm_id in plan.destroy:

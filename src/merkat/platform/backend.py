@@ -58,3 +58,9 @@ class Backend(Protocol):
     def finished(self, app: str) -> bool:
         """Whether ``app``'s work is complete (its controller will then stop it)."""
         ...
+
+    def idle(self, app: str) -> frozenset[str]:
+        """The VMs of ``app`` that run no task now (a master-worker's idle workers), which a
+        horizontal policy releases first. Empty when every VM is busy or the notion does not
+        apply (rigid applications)."""
+        ...

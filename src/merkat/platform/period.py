@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -308,6 +308,9 @@ class Platform:
         views = app.views
         if views is None or len(views) != len(app.vms):
             views = app.views = self._views(app)
+        idle = self.backend.idle(spec.id) if app.status is AppStatus.RUNNING else frozenset()
+        if idle:  # idle workers, released first by horizontal policies (VMView.busy)
+            views = tuple(replace(v, busy=False) if v.id in idle else v for v in views)
         return Observation(
             time=now,
             period=self.period,
