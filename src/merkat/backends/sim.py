@@ -163,6 +163,9 @@ class SimBackend:
         model = self.apps[app]
         if not isinstance(model, TaskFarm):
             return frozenset()
+        if self._n_indexed == len(self.vms):  # the per-application grouping is current
+            mine = self._by_app.get(app, {})
+            return frozenset(v for v in mine if v not in model.running)
         return frozenset(v for v, vm in self.vms.items() if vm.app == app
                          and v not in model.running)
 
