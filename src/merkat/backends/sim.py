@@ -130,7 +130,9 @@ class SimBackend:
     vms: dict[str, _VM] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
     # Applications that may still progress (keys of ``apps`` whose model was unfinished when
-    # last seen), so that :meth:`advance` does not scan every application ever added.
+    # last seen), so that :meth:`advance` does not scan every application ever added. An
+    # application without VMs leaves it once advanced (advancing it again would change
+    # nothing) and comes back when a VM is created or resumed for it, or when it is observed.
     _live: dict[str, None] = field(default_factory=dict, init=False, repr=False, compare=False)
     _seen: int = field(default=0, init=False, repr=False, compare=False)
     # ``vms`` grouped by application (each group in ``vms`` order), kept up to date by apply
@@ -202,6 +204,7 @@ class SimBackend:
     def _put(self, vm_id: str, vm: _VM) -> None:
         replaced = vm_id in self.vms
         self.vms[vm_id] = vm
+        self._live[vm.app] = None  # it may progress again
         if replaced:  # keeps its place in ``vms``: let advance regroup
             self._n_indexed = -1
         else:
@@ -224,13 +227,14 @@ class SimBackend:
 
     def advance(self, t0: float, t1: float) -> None:
         """Let the applications progress from ``t0`` to ``t1`` with their allocations."""
+        apps, live = self.apps, self._live
         if self._n_indexed != len(self.vms):
             self._by_app = {}
             for vm_id, vm in self.vms.items():
                 self._by_app.setdefault(vm.app, {})[vm_id] = vm
             self._n_indexed = len(self.vms)
+            live.update(dict.fromkeys(self._by_app))
         by_app = self._by_app
-        apps, live = self.apps, self._live
         if len(apps) != self._seen:  # ``apps`` changed directly, not by add_app: rescan it
             live.update(dict.fromkeys(a for a, m in apps.items() if m.finish_time is None))
             self._seen = len(apps)
@@ -247,6 +251,8 @@ class SimBackend:
                 self._advance_rigid(model, vms, t0, t1)
             else:
                 self._advance_farm(model, vms, t0, t1)
+            if not vms:  # no VM (waiting, suspended, stopped): a fixed point until it has one
+                done.append(app_id)
         for app_id in done:
             del live[app_id]
 

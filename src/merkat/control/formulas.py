@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from itertools import repeat
 
 from merkat.control.types import Amounts, Observation, Sense
 
@@ -214,8 +215,10 @@ def app_alloc(obs: Observation) -> dict[str, float]:
     Zero when no VM is active.
     """
     active = obs.active_vms
-    return {r: min((vm.alloc.get(r, 0.0) for vm in active), default=0.0)
-            for r in obs.resources}
+    if not active:
+        return dict.fromkeys(obs.resources, 0.0)
+    allocs = [vm.alloc for vm in active]
+    return {r: min([a.get(r, 0.0) for a in allocs]) for r in obs.resources}
 
 
 def current_bid(obs: Observation) -> dict[str, float]:
@@ -223,7 +226,14 @@ def current_bid(obs: Observation) -> dict[str, float]:
     active = obs.active_vms or obs.vms
     if not active:
         return {r: obs.bid_min.get(r, 0.0) for r in obs.resources}
-    return {r: sum(vm.bid.get(r, 0.0) for vm in active) / len(active) for r in obs.resources}
+    n = len(active)
+    bids = [vm.bid for vm in active]
+    first = bids[0]
+    if bids.count(first) == n:
+        # The VMs bid alike (Controller.uniform shares one mapping): the same sum of the same
+        # values, without one lookup per VM.
+        return {r: sum(repeat(first.get(r, 0.0), n)) / n for r in obs.resources}
+    return {r: sum([b.get(r, 0.0) for b in bids]) / n for r in obs.resources}
 
 
 def alloc_fraction(alloc: Amounts, size: Amounts) -> float:

@@ -13,7 +13,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from functools import cached_property
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -165,8 +164,12 @@ class Observation:
     @property
     def resources(self) -> tuple[str, ...]:
         """The resources this application trades: those of its VM template, in market order."""
-        known = [r for r in RESOURCES if r in self.vm_size]
-        return (*known, *sorted(r for r in self.vm_size if r not in RESOURCES))
+        cached = self.__dict__.get("_resources")
+        if cached is None:
+            known = [r for r in RESOURCES if r in self.vm_size]
+            cached = (*known, *sorted(r for r in self.vm_size if r not in RESOURCES))
+            self.__dict__["_resources"] = cached  # frozen: cache beside the fields
+        return cached
 
     @property
     def phase(self) -> Phase:
@@ -176,10 +179,21 @@ class Observation:
             return Phase.SUSPENDED
         return Phase.RUNNING
 
-    @cached_property
+    @property
     def active_vms(self) -> tuple[VMView, ...]:
-        """The VMs that are not suspended (computed once per observation)."""
-        return tuple(vm for vm in self.vms if vm.state is not VMState.SUSPENDED)
+        """The VMs that are not suspended (computed once per observation; ``vms`` itself when
+        none is suspended)."""
+        cached = self.__dict__.get("_active_vms")
+        if cached is None:
+            vms = self.vms
+            suspended = VMState.SUSPENDED
+            cached = vms
+            for vm in vms:
+                if vm.state is suspended:
+                    cached = tuple([v for v in vms if v.state is not suspended])
+                    break
+            self.__dict__["_active_vms"] = cached  # frozen: cache beside the fields
+        return cached
 
     @property
     def time_to_deadline(self) -> float | None:

@@ -452,9 +452,10 @@ class Platform:
         trade = app.spec.trade
         src: Mapping[str, float] | None = None
         bid: dict[str, float] = {}
+        bids, new_bid = demand.bids, demand.new_vm_bid
         for vm in app.vms:
             # VMs usually bid alike: one dict per distinct bid, kept if the VM's is equal.
-            b = demand.bid_for(vm.id)
+            b = bids.get(vm.id, new_bid)  # Demand.bid_for, inlined
             if b is not src and (src is None or b != src):
                 bid = {r: float(b.get(r, 0.0)) if r in trade else 0.0 for r in RESOURCES}
             src = b
