@@ -215,6 +215,22 @@ def test_sim_backend_advances_only_applications_that_can_progress(
     assert visited == [] and b.apps["a7"].work_done == pytest.approx(50.0)
 
 
+def test_submission_refuses_a_bad_vm_size_before_touching_the_bank() -> None:
+    """Observations are no longer checked every period: their parts are checked once, at
+    submission, and a refused application leaves no account behind."""
+    ledger = MemoryLedger()
+    platform = Platform(one_host(), ledger, SimBackend())
+    spec = AppSpec(
+        id="bad", policy="deadline-strict", size=1, vm_size={"cpu": math.nan, "memory": 1.0},
+        submit_time=0.0, budget=10.0,
+    )
+    with pytest.raises(ValueError, match=r"'bad': vm_size\['cpu'\] must be a finite number"):
+        platform.submit(spec)
+    assert not ledger.has_account("app:bad") and "bad" not in platform.apps
+    with pytest.raises(ValueError, match=r"reserve\['cpu'\]"):
+        Platform(one_host(), MemoryLedger(), SimBackend(), reserve={"cpu": -1.0})
+
+
 def test_task_farm_workers_take_tasks_in_order() -> None:
     b = SimBackend(trade_memory=False, boot_s=0.0)
     farm = TaskFarm([50.0, 50.0, 50.0])

@@ -88,6 +88,7 @@ class SLOController(Controller):
         self.backoff: int | None = None  # drawn max_iterations of the pending suspension
         self.waited = 0  # suspend_iterations
         self.short = False  # this period, Alg. 1 wanted more than bid_max
+        self._alloc_min: tuple[Amounts, dict[str, float]] | None = None
 
     # --- start and resume: SLO Alg. 1 lines 1-7 -------------------------------------------
 
@@ -164,10 +165,17 @@ class SLOController(Controller):
         size = obs.vm_size
         cap = self.vm_bid_max(obs, len(obs.vms))
         bid = self.scaler.step(current_bid(obs), direction, gap(v, ref), app_alloc(obs),
-                               {r: self.min_fraction * s for r, s in size.items()}, size,
-                               obs.prices, obs.bid_min, cap)
+                               self.alloc_min(size), size, obs.prices, obs.bid_min, cap)
         self.short = self.scaler.wanted > cap * (1 + 1e-12)
         return self.uniform(obs, bid)
+
+    def alloc_min(self, size: Amounts) -> Amounts:
+        """Alg. 1's alloc_min: ``min_fraction`` of the VM size (kept while the size mapping
+        is the same object, as it is from one observation to the next)."""
+        cached = self._alloc_min
+        if cached is None or cached[0] is not size:
+            cached = self._alloc_min = (size, {r: self.min_fraction * s for r, s in size.items()})
+        return cached[1]
 
     # --- suspend: SLO Alg. 1 lines 9-15 ----------------------------------------------------
 

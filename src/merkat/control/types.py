@@ -115,6 +115,13 @@ class Budget:
     renewal: float = 0.0
 
 
+def check_amounts(name: str, amounts: Amounts) -> None:
+    """Raise ValueError naming the first amount that is not a finite number >= 0."""
+    for r, x in amounts.items():
+        if not (x >= 0 and math.isfinite(x)):
+            raise ValueError(f"{name}[{r!r}] must be a finite number >= 0, got {x}")
+
+
 @dataclass(frozen=True)
 class Observation:
     """Everything one decision may use; built by the period loop, never mutated.
@@ -151,15 +158,10 @@ class Observation:
             raise ValueError(f"size must be >= 1, got {self.size}")
         if self.nvms_max < 1:
             raise ValueError(f"nvms_max must be >= 1, got {self.nvms_max}")
-        for name, amounts in (
-            ("prices", self.prices),
-            ("capacity", self.capacity),
-            ("vm_size", self.vm_size),
-            ("bid_min", self.bid_min),
-        ):
-            for r, x in amounts.items():
-                if not (x >= 0 and math.isfinite(x)):
-                    raise ValueError(f"{name}[{r!r}] must be a finite number >= 0, got {x}")
+        check_amounts("prices", self.prices)
+        check_amounts("capacity", self.capacity)
+        check_amounts("vm_size", self.vm_size)
+        check_amounts("bid_min", self.bid_min)
 
     @property
     def resources(self) -> tuple[str, ...]:

@@ -31,7 +31,9 @@ class Plan:
     ``destroy``: VMs to release. ``suspend``: VMs to suspend (they keep their memory image but no
     host resources). ``create``: new VMs and where. ``resume``: suspended VMs and where they
     restart. ``migrate``: ``(vm, from_host, to_host)``. ``allocations``: for every VM that runs
-    this period, its CPU (cores) and memory (MiB) allocation: the limits to enforce.
+    this period, its allocation of each resource its application trades (CPU in cores, memory
+    in MiB): the limits to enforce. A resource the application does not trade (memory in a
+    CPU-only market) is absent: it is reserved as requested, not limited.
     """
 
     time: float

@@ -38,6 +38,7 @@ from merkat.control.types import (
     Observation,
     VMState,
     VMView,
+    check_amounts,
 )
 from merkat.market import NO_HOST, RESOURCES, BalanceParams, Clearing, Hosts, VMs, clear
 from merkat.platform.backend import Backend, Plan, VMPlacement
@@ -92,7 +93,8 @@ class AppSpec:
 
 @dataclass
 class VMRecord:
-    """The platform's view of one VM."""
+    """The platform's view of one VM. ``bid`` and ``alloc`` hold the resources its application
+    trades (:attr:`AppSpec.trade`), in that order; the others are neither bid for nor limited."""
 
     id: str
     app: str
@@ -101,12 +103,10 @@ class VMRecord:
     bid: dict[str, float] = field(default_factory=dict)
     alloc: dict[str, float] = field(default_factory=dict)
     new: bool = True  # created this period (not yet placed)
-    # The controller's view of this VM and the (state, alloc, bid) objects it was built from:
-    # reused while none of them is replaced (bid and alloc dicts are replaced, never mutated,
-    # and kept when a new value equals the old one).
-    view: tuple[VMState, dict[str, float], dict[str, float], VMView] | None = field(
-        default=None, repr=False, compare=False
-    )
+    # The controller's view of this VM: reused while its state, alloc and bid are the same
+    # objects (bid and alloc dicts are replaced, never mutated, and kept when a new value
+    # equals the old one; the view shares them).
+    view: VMView | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -183,6 +183,7 @@ class Platform:
     def __post_init__(self) -> None:
         if not self.period > 0:
             raise ValueError(f"period must be > 0 seconds, got {self.period}")
+        check_amounts("reserve", self.reserve)
         if not self.ledger.has_account(self.provider):
             self.ledger.create_account(self.provider, AccountKind.provider)
         self.capacity = {
@@ -210,6 +211,13 @@ class Platform:
             raise ValueError(f"application {spec.id!r} already exists")
         if spec.size < 1:
             raise ValueError(f"application {spec.id!r}: size must be >= 1")
+        if spec.nvms_max < 1:
+            raise ValueError(f"application {spec.id!r}: nvms_max must be >= 1")
+        try:  # checked here once, not in every observation (before any account exists)
+            check_amounts("vm_size", {r: spec.vm_size.get(r, 0.0) for r in spec.trade})
+            check_amounts("vm_min", spec.vm_min)
+        except ValueError as e:
+            raise ValueError(f"application {spec.id!r}: {e}") from None
         ledger = self.ledger
         if not ledger.has_account(spec.owner):
             ledger.create_account(spec.owner, AccountKind.user)
@@ -250,25 +258,20 @@ class Platform:
                 del self.active[app.spec.id]
 
         # 3. clear
-        bidding = [  # a waiting app has no VM, a suspended one only suspended VMs
-            vm
-            for a in self.active.values()
-            if a.status is AppStatus.RUNNING
-            for vm in a.vms
-            if vm.state is not VMState.SUSPENDED
-        ]
-        result = self._clear(self._market_vms(bidding))
+        runs = self._bidding()
+        bidding = [vm for _, vms in runs for vm in vms]
+        result = self._clear(self._market_vms(runs, len(bidding)))
         self.prices = {r: float(result.price[k]) for k, r in enumerate(RESOURCES)}
         self.price_history.append(self.prices)
         del self.price_history[: -self.history_size]
         self._shared.clear()
 
         # 4. apply
-        plan = self._plan(now, bidding, result, ops)
+        plan = self._plan(now, runs, result, ops)
         self.backend.apply(plan)
 
         # 5. charge
-        charged = self._charge(bidding)
+        charged = self._charge(runs)
 
         # 6. record
         alloc = result.allocation.sum(axis=0) if bidding else np.zeros(len(RESOURCES))
@@ -311,7 +314,7 @@ class Platform:
         idle = self.backend.idle(spec.id) if app.status is AppStatus.RUNNING else frozenset()
         if idle:  # idle workers, released first by horizontal policies (VMView.busy)
             views = tuple(replace(v, busy=False) if v.id in idle else v for v in views)
-        return Observation(
+        return _new_observation(  # its parts were checked once: spec at submission, prices
             time=now,
             period=self.period,
             prices=shared[1],
@@ -330,33 +333,16 @@ class Platform:
 
     @staticmethod
     def _views(app: App) -> tuple[VMView, ...]:
-        """The controller's view of each VM of ``app``: reused per VM while its state,
-        allocation and bid are the same objects; otherwise rebuilt, sharing the restricted
-        allocation and bid mappings that are still valid (views never mutate them)."""
-        trade = app.spec.trade
+        """The controller's view of each VM of ``app``, reused per VM while its state,
+        allocation and bid are the same objects (views share the VM's mappings, which are
+        replaced, never mutated)."""
         views = []
-        last_bid: dict[str, float] | None = None
-        bid_view: Mapping[str, float] = {}
-        alloc_view: Mapping[str, float]
         for vm in app.vms:
-            cached = vm.view
-            state, alloc, bid = vm.state, vm.alloc, vm.bid
-            if cached is not None and cached[1] is alloc:
-                if cached[2] is bid and cached[0] is state:
-                    views.append(cached[3])
-                    continue
-                alloc_view = cached[3].alloc
-            else:
-                alloc_view = _restrict(alloc, trade)
-            if bid is not last_bid:
-                last_bid = bid
-                bid_view = (
-                    cached[3].bid
-                    if cached is not None and cached[2] is bid
-                    else _restrict(bid, trade)
-                )
-            view = _new_view(vm.id, state, alloc_view, bid_view)
-            vm.view = (state, alloc, bid, view)
+            view = vm.view
+            if view is None or view.alloc is not vm.alloc or view.bid is not vm.bid or (
+                view.state is not vm.state
+            ):
+                view = vm.view = _new_view(vm.id, vm.state, vm.alloc, vm.bid)
             views.append(view)
         return tuple(views)
 
@@ -365,9 +351,11 @@ class Platform:
     ) -> tuple[dict[str, float], dict[str, float], tuple[dict[str, float], ...]]:
         """This period's prices and past prices restricted to ``trade``, built once per period
         and shared by the observations (which never mutate them)."""
+        prices = {r: self.prices[r] for r in trade}
+        check_amounts("prices", prices)
         shared = (
             self.prices,
-            {r: self.prices[r] for r in trade},
+            prices,
             tuple({r: p[r] for r in trade} for p in self.price_history[:-1]),
         )
         self._shared[trade] = shared
@@ -383,7 +371,12 @@ class Platform:
             bid_min={r: float(self.reserve.get(r, 0.0)) for r in trade},
             cap_row=[spec.vm_size.get(r, 0.0) for r in RESOURCES],
             min_row=[spec.vm_min.get(r, 0.0) for r in RESOURCES],
+            columns=tuple((r, RESOURCES.index(r) if r in RESOURCES else -1) for r in trade),
+            zero=dict.fromkeys(trade, 0.0),
         )
+        check_amounts("capacity", const.capacity)
+        check_amounts("vm_size", const.vm_size)
+        check_amounts("bid_min", const.bid_min)
         app.const = const
         return const
 
@@ -449,7 +442,7 @@ class Platform:
                         bid=dict(demand.new_vm_bid),
                     )
                 )
-        trade = app.spec.trade
+        trade = app.spec.trade  # a VM's bid holds the traded resources only
         src: Mapping[str, float] | None = None
         bid: dict[str, float] = {}
         bids, new_bid = demand.bids, demand.new_vm_bid
@@ -457,7 +450,7 @@ class Platform:
             # VMs usually bid alike: one dict per distinct bid, kept if the VM's is equal.
             b = bids.get(vm.id, new_bid)  # Demand.bid_for, inlined
             if b is not src and (src is None or b != src):
-                bid = {r: float(b.get(r, 0.0)) if r in trade else 0.0 for r in RESOURCES}
+                bid = {r: float(b.get(r, 0.0)) for r in trade}
             src = b
             if bid != vm.bid:
                 vm.bid = bid
@@ -483,47 +476,66 @@ class Platform:
             return
         k = balance / MICRO / total
         for vm in app.vms:
-            vm.bid = {
-                r: max(b * k, self.reserve.get(r, 0.0) if r in app.spec.trade else 0.0)
-                for r, b in vm.bid.items()
-            }
+            vm.bid = {r: max(b * k, self.reserve.get(r, 0.0)) for r, b in vm.bid.items()}
 
     # --- step 3: the market's input ---------------------------------------------------
 
-    def _market_vms(self, bidding: Sequence[VMRecord]) -> VMs:
-        n, n_res = len(bidding), len(RESOURCES)
+    def _bidding(self) -> list[tuple[App, list[VMRecord]]]:
+        """The VMs that bid this period, in runs of one application each (in the order of
+        ``active``): a waiting app has no VM, a suspended one only suspended VMs."""
+        runs = []
+        suspended = VMState.SUSPENDED
+        for a in self.active.values():
+            if a.status is AppStatus.RUNNING:
+                vms = a.vms
+                for vm in vms:
+                    if vm.state is suspended:
+                        vms = [v for v in vms if v.state is not suspended]
+                        break
+                if vms:
+                    runs.append((a, vms))
+        return runs
+
+    def _market_vms(self, runs: Sequence[tuple[App, list[VMRecord]]], n: int) -> VMs:
+        """The market's input: one row per bidding VM, application by application. VMs that
+        share one bid mapping (the usual case) share its row."""
+        n_res = len(RESOURCES)
         ids: list[str] = []
         hosts: list[int] = []
         bids: list[float] = []
-        caps: list[list[float]] = []  # one row per run of VMs of the same application
+        caps: list[list[float]] = []  # one row per application
         mins: list[list[float]] = []
-        runs: list[int] = []
-        last_bid: dict[str, float] | None = None
-        bid_row: list[float] = []
-        last_app = None
-        for vm in bidding:
-            ids.append(vm.id)
-            hosts.append(vm.host)
-            if vm.bid is not last_bid:
-                last_bid = vm.bid
-                bid_row = [last_bid.get(r, 0.0) for r in RESOURCES]
-            bids += bid_row
-            if vm.app != last_app:
-                last_app = vm.app
-                app = self.apps[vm.app]
-                const = app.const or self._const(app)
-                caps.append(const.cap_row)
-                mins.append(const.min_row)
-                runs.append(1)
+        counts: list[int] = []
+        for app, vms in runs:
+            ids += [vm.id for vm in vms]
+            hosts += [vm.host for vm in vms]
+            first = vms[0].bid
+            row = [first.get(r, 0.0) for r in RESOURCES]
+            shared = True
+            for vm in vms:
+                if vm.bid is not first:
+                    shared = False
+                    break
+            if shared:
+                bids += row * len(vms)
             else:
-                runs[-1] += 1
+                last_bid = first
+                for vm in vms:
+                    if vm.bid is not last_bid:
+                        last_bid = vm.bid
+                        row = [last_bid.get(r, 0.0) for r in RESOURCES]
+                    bids += row
+            const = app.const or self._const(app)
+            caps.append(const.cap_row)
+            mins.append(const.min_row)
+            counts.append(len(vms))
         shape = (n, n_res)
         return VMs(
             ids=tuple(ids),
             bid=np.array(bids, dtype=np.float64).reshape(shape),
-            cap=np.repeat(np.array(caps, dtype=np.float64).reshape(-1, n_res), runs, axis=0),
+            cap=np.repeat(np.array(caps, dtype=np.float64).reshape(-1, n_res), counts, axis=0),
             host=np.array(hosts, dtype=np.int64),
-            minimum=np.repeat(np.array(mins, dtype=np.float64).reshape(-1, n_res), runs, axis=0),
+            minimum=np.repeat(np.array(mins, dtype=np.float64).reshape(-1, n_res), counts, axis=0),
         )
 
     def _clear(self, vms: VMs) -> Clearing:
@@ -546,44 +558,51 @@ class Platform:
 
     # --- step 4: the plan -------------------------------------------------------------
 
-    def _plan(self, now: float, bidding: Sequence[VMRecord], result: Any, ops: _Ops) -> Plan:
+    def _plan(
+        self, now: float, runs: Sequence[tuple[App, list[VMRecord]]], result: Any, ops: _Ops
+    ) -> Plan:
         create: list[VMPlacement] = []
         resume: list[VMPlacement] = []
         migrate: list[tuple[str, int, int]] = []
         allocations: dict[str, dict[str, float]] = {}
-        zero = {r: 0.0 for r in RESOURCES}
         hosts: list[int] = result.host.tolist()
         cols: list[list[float]] = result.allocation.T.tolist()  # one list per resource
-        two = len(RESOURCES) == 2  # CPU and memory: compared without building a dict
-        r0, r1 = RESOURCES[0], RESOURCES[-1]
-        c0, c1 = cols[0], cols[-1]
         starting = (VMState.BOOTING, VMState.RESUMING, VMState.MIGRATING)
-        for i, vm in enumerate(bidding):
-            h = hosts[i]
-            if h == NO_HOST:  # nowhere to go this period: stays queued, gets nothing
-                if vm.alloc != zero:
-                    vm.alloc = dict(zero)
-                continue
-            if vm.new:
-                (resume if vm.state is VMState.RESUMING else create).append(
-                    VMPlacement(vm.id, vm.app, h)
-                )
-                vm.new = False
-            elif h != vm.host:
-                migrate.append((vm.id, vm.host, h))
-            vm.host = h
-            old = vm.alloc  # kept when equal (the controller's view of it stays valid)
-            if two:
-                a0, a1 = c0[i], c1[i]
-                if len(old) != 2 or old.get(r0) != a0 or old.get(r1) != a1:
-                    vm.alloc = {r0: a0, r1: a1}
-            else:
-                alloc = {r: col[i] for r, col in zip(RESOURCES, cols, strict=True)}
-                if alloc != old:
-                    vm.alloc = alloc
-            if vm.state in starting:
-                vm.state = VMState.RUNNING  # the backend models the delay; next period it runs
-            allocations[vm.id] = vm.alloc
+        running = VMState.RUNNING
+        i = 0
+        for app, vms in runs:
+            const = app.const or self._const(app)
+            columns, zero = const.columns, const.zero
+            one = len(columns) == 1 and columns[0][1] >= 0  # one resource (CPU-only markets)
+            r0, c0 = (columns[0][0], cols[columns[0][1]]) if one else ("", [])
+            for vm in vms:
+                h = hosts[i]
+                if h == NO_HOST:  # nowhere to go this period: stays queued, gets nothing
+                    if vm.alloc != zero:
+                        vm.alloc = zero
+                    i += 1
+                    continue
+                if vm.new:
+                    (resume if vm.state is VMState.RESUMING else create).append(
+                        VMPlacement(vm.id, vm.app, h)
+                    )
+                    vm.new = False
+                elif h != vm.host:
+                    migrate.append((vm.id, vm.host, h))
+                vm.host = h
+                old = vm.alloc  # kept when equal (the controller's view of it stays valid)
+                if one:
+                    a0 = c0[i]
+                    if len(old) != 1 or old.get(r0) != a0:
+                        vm.alloc = {r0: a0}
+                else:
+                    alloc = {r: cols[k][i] if k >= 0 else 0.0 for r, k in columns}
+                    if alloc != old:
+                        vm.alloc = alloc
+                if vm.state in starting:
+                    vm.state = running  # the backend models the delay; next period it runs
+                allocations[vm.id] = vm.alloc
+                i += 1
         return Plan(
             time=now,
             period=self.period,
@@ -597,24 +616,21 @@ class Platform:
 
     # --- step 5: charging ------------------------------------------------------------
 
-    def _charge(self, bidding: Sequence[VMRecord]) -> int:
+    def _charge(self, runs: Sequence[tuple[App, list[VMRecord]]]) -> int:
+        """Every placed VM pays its bid (in micro-credits, rounded per VM) in one transaction."""
         per_app: dict[str, int] = {}
-        last: dict[str, float] | None = None
-        x = 0
-        app: str | None = None  # VMs come grouped by application: sum each run, then add
-        run = 0
-        for vm in bidding:
-            if vm.host != NO_HOST:
-                if vm.bid is not last:
-                    last = vm.bid
-                    x = to_micro(sum(last.values()))
-                if vm.app != app:
-                    if app is not None:
-                        per_app[app] = per_app.get(app, 0) + run
-                    app, run = vm.app, 0
-                run += x
-        if app is not None:
-            per_app[app] = per_app.get(app, 0) + run
+        for app, vms in runs:
+            last: dict[str, float] | None = None
+            x = 0
+            run = 0
+            for vm in vms:
+                if vm.host != NO_HOST:
+                    if vm.bid is not last:
+                        last = vm.bid
+                        x = to_micro(sum(last.values()))
+                    run += x
+            if last is not None:
+                per_app[app.spec.id] = per_app.get(app.spec.id, 0) + run
         names = sorted(per_app)
         bills = [(self.apps[a].account, per_app[a]) for a in names]
         if not bills:
@@ -654,14 +670,29 @@ def _view_maker() -> Callable[[str, VMState, Mapping[str, float], Mapping[str, f
 _new_view = _view_maker()
 
 
-def _restrict(amounts: Mapping[str, float], trade: tuple[str, ...]) -> dict[str, float]:
-    """``{r: amounts.get(r, 0.0) for r in trade}``, without the comprehension's overhead for
-    the usual one or two resources."""
-    if len(trade) == 1:
-        return {trade[0]: amounts.get(trade[0], 0.0)}
-    if len(trade) == 2:
-        return {trade[0]: amounts.get(trade[0], 0.0), trade[1]: amounts.get(trade[1], 0.0)}
-    return {r: amounts.get(r, 0.0) for r in trade}
+def _observation_maker() -> Callable[..., Observation]:
+    """``Observation(**fields)`` without its ``__post_init__`` checks, which the platform makes
+    once instead (an application's sizes, capacity and reserve when its constant parts are
+    built, the prices once per period; period, size and nvms_max at submission). Built by
+    filling ``__dict__`` while Observation is the plain frozen record expected."""
+    names = {f.name for f in dataclasses.fields(Observation)}
+    expected = {
+        "time", "period", "prices", "capacity", "vm_size", "budget", "bid_min", "vms",
+        "metrics", "price_history", "deadline", "submit_time", "size", "nvms_max",
+    }
+    if names != expected or hasattr(Observation, "__slots__"):  # pragma: no cover
+        return Observation
+    new = object.__new__
+
+    def make(**fields: Any) -> Observation:
+        obs: Observation = new(Observation)
+        obs.__dict__.update(fields)
+        return obs
+
+    return make
+
+
+_new_observation = _observation_maker()
 
 
 def _same_input(a: VMs, b: VMs) -> bool:
@@ -685,6 +716,8 @@ class _AppConst:
     bid_min: dict[str, float]
     cap_row: list[float]
     min_row: list[float]
+    columns: tuple[tuple[str, int], ...]  # (traded resource, its market column or -1)
+    zero: dict[str, float]  # no allocation (never mutated)
 
 
 @dataclass
