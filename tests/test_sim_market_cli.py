@@ -57,3 +57,15 @@ def test_market_run_bad_policy_and_period(trace: str, tmp_path: Path) -> None:
     assert code == 2 and "--policy must be one of" in err and "deadline-strict" in err
     code, _, err = sim_run(trace, tmp_path, "--scheduler", "market", "--period", "0")
     assert code == 2 and "--period must be > 0" in err
+
+
+def test_bench_period_prints_json_and_refuses_negative_job_counts(trace: str) -> None:
+    r = runner.invoke(app, ["bench", "period", "--jobs", "60", "--trace", trace])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["jobs"] == 60 and doc["periods"] > 0
+    assert 0 <= doc["met_deadlines"] <= 60 and doc["ms_per_period"] > 0
+    again = json.loads(runner.invoke(app, ["bench", "period", "--jobs", "60", "--trace", trace]).stdout)
+    assert (again["met_deadlines"], again["migrations"]) == (doc["met_deadlines"], doc["migrations"])
+    bad = runner.invoke(app, ["bench", "period", "--jobs", "-1", "--trace", trace])
+    assert bad.exit_code == 2 and "--jobs must be >= 0" in bad.stderr

@@ -28,7 +28,7 @@ from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from merkat.control.types import Metrics
+from merkat.control.types import Metrics, new_metrics
 from merkat.platform.backend import Plan
 
 
@@ -57,7 +57,7 @@ class RigidApp:
             or m.work_total is not self.work_total
             or m.progress_rate is not self.last_rate
         ):
-            m = self._metrics = Metrics(
+            m = self._metrics = new_metrics(
                 work_done=self.work_done,
                 work_total=self.work_total,
                 progress_rate=self.last_rate,

@@ -19,6 +19,7 @@ import typer
 
 from merkat.cli import bench
 from merkat.cli._common import fail
+from merkat.cli.sim import _LazyProgress
 
 
 @bench.app.command("period")
@@ -26,7 +27,9 @@ def bench_period(
     interarrival_factor: float = typer.Option(
         1.0, "--interarrival-factor", help="Inter-arrival times scaled by this factor (0.1-1.0)."
     ),
-    jobs: int = typer.Option(1000, "--jobs", help="First N jobs of the trace."),
+    jobs: int = typer.Option(
+        1000, "--jobs", help="First N jobs of the trace; 0: every job (the full-trace target)."
+    ),
     seed: int = typer.Option(0, "--seed", help="Workload and controller seed."),
     hosts: int = typer.Option(240, "--hosts", help="Hosts (1 core each)."),
     trace: Path | None = typer.Option(
@@ -42,17 +45,25 @@ def bench_period(
 
     if not interarrival_factor > 0:
         fail("--interarrival-factor: must be > 0")
-    if jobs < 1 or hosts < 1:
-        fail("--jobs and --hosts must be >= 1")
+    if jobs < 0:
+        fail(f"--jobs must be >= 0 (0: every job), got {jobs}")
+    if hosts < 1:
+        fail(f"--hosts must be >= 1, got {hosts}")
     try:
         path = trace if trace is not None else find_trace(HPC2N)
         tr = read_swf(path)
     except (FileNotFoundError, SwfError) as e:
         fail(f"--trace: {e}")
     cluster = Cluster(hosts, 1, None)
-    w = build_workload(tr, cluster, jobs=jobs, interarrival_factor=interarrival_factor, seed=seed)
+    w = build_workload(
+        tr, cluster, jobs=jobs or None, interarrival_factor=interarrival_factor, seed=seed
+    )
+    bar = _LazyProgress(len(w), "market", time.perf_counter())  # on stderr, after 1 s
     cpu = time.process_time()
-    out = simulate_market(w, cluster, seed=seed)
+    try:
+        out = simulate_market(w, cluster, seed=seed, progress=bar)
+    finally:
+        bar.close()
     cpu = time.process_time() - cpu
     s = summarize_market(w, out, cluster)
     periods = len(out.records)

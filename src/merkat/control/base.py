@@ -27,7 +27,7 @@ from typing import ClassVar
 import numpy as np
 
 from merkat.control.formulas import current_bid, scale_to, spend_limit, start_bid
-from merkat.control.types import Action, Amounts, Demand, Observation, Phase
+from merkat.control.types import Action, Amounts, Demand, Observation, Phase, new_demand
 
 Seed = int | np.random.Generator
 
@@ -152,8 +152,10 @@ class Controller(ABC):
         """Every VM of the application bids ``bid``; the VM count is unchanged. The VMs share
         one (read-only) bid mapping."""
         same = dict(bid)
-        return Demand(action, nvms=len(obs.vms), bids=dict.fromkeys([vm.id for vm in obs.vms], same),
-                      new_vm_bid=same, reason=reason)
+        vms = obs.vms
+        return new_demand(action=action, nvms=len(vms),
+                          bids=dict.fromkeys([vm.id for vm in vms], same), new_vm_bid=same,
+                          reason=reason)
 
     @staticmethod
     def wait(obs: Observation, reason: str) -> Demand:

@@ -9,10 +9,12 @@ the observation actually carries.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any, TypeVar
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -237,3 +239,56 @@ class Demand:
         kept = sum(sum(b.values()) for b in self.bids.values())
         new = max(0, self.nvms - len(self.bids)) * sum(self.new_vm_bid.values())
         return kept + new
+
+
+# --- fast construction of the records above ---------------------------------------------------
+
+_R = TypeVar("_R")
+
+
+def record_builder(cls: type[_R]) -> Callable[..., _R]:
+    """``cls(**fields)`` for a frozen dataclass, built by filling the instance's ``__dict__``.
+
+    A frozen dataclass's ``__init__`` sets every field through ``object.__setattr__``; the
+    period loop builds thousands of these records per period, and filling ``__dict__`` is
+    about twice as fast. The builder takes the fields as keyword arguments, with the same
+    defaults (and default factories), so a missing or unknown field is a TypeError as with
+    ``cls``. ``__post_init__`` is *not* run: use this only where its checks are made
+    elsewhere (the platform checks an observation's parts once, not per period). Falls back
+    to ``cls`` itself if ``cls`` has slots or its own ``__new__``.
+    """
+    if not dataclasses.is_dataclass(cls) or hasattr(cls, "__slots__") or (
+        cls.__new__ is not object.__new__
+    ):
+        return cls
+    fields = dataclasses.fields(cls)
+    params, lines = [], []
+    env: dict[str, Any] = {"_cls": cls, "_new": object.__new__, "_MISSING": dataclasses.MISSING}
+    for f in fields:
+        if f.default is not dataclasses.MISSING:
+            env[f"_d_{f.name}"] = f.default
+            params.append(f"{f.name}=_d_{f.name}")
+        elif f.default_factory is not dataclasses.MISSING:
+            env[f"_f_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=_MISSING")
+            lines.append(f"    if {f.name} is _MISSING: {f.name} = _f_{f.name}()")
+        else:
+            params.append(f.name)
+    body = "\n".join(lines)
+    assign = ", ".join(f"{f.name}={f.name}" for f in fields)
+    src = (
+        f"def build(*, {', '.join(params)}):\n{body}\n"
+        f"    obj = _new(_cls)\n    obj.__dict__.update({assign})\n    return obj\n"
+    )
+    exec(src, env)
+    build: Callable[..., _R] = env["build"]
+    build.__qualname__ = build.__name__ = f"new_{cls.__name__}"
+    return build
+
+
+new_vm_view = record_builder(VMView)
+new_metrics = record_builder(Metrics)
+new_budget = record_builder(Budget)
+new_demand = record_builder(Demand)
+new_observation_unchecked = record_builder(Observation)
+"""An :class:`Observation` without its ``__post_init__`` checks (the caller made them)."""

@@ -19,8 +19,7 @@ live service calls it with the wall clock and a real backend. No clock is read h
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -33,12 +32,14 @@ from merkat.control.base import Controller
 from merkat.control.registry import make_policy
 from merkat.control.types import (
     Action,
-    Budget,
     Demand,
     Observation,
     VMState,
     VMView,
     check_amounts,
+    new_budget,
+    new_observation_unchecked,
+    new_vm_view,
 )
 from merkat.market import NO_HOST, RESOURCES, BalanceParams, Clearing, Hosts, VMs, clear
 from merkat.platform.backend import Backend, Plan, VMPlacement
@@ -314,13 +315,14 @@ class Platform:
         idle = self.backend.idle(spec.id) if app.status is AppStatus.RUNNING else frozenset()
         if idle:  # idle workers, released first by horizontal policies (VMView.busy)
             views = tuple(replace(v, busy=False) if v.id in idle else v for v in views)
-        return _new_observation(  # its parts were checked once: spec at submission, prices
+        return new_observation_unchecked(  # its parts are checked once (submit, prices)
             time=now,
             period=self.period,
             prices=shared[1],
             capacity=const.capacity,
             vm_size=const.vm_size,
-            budget=Budget(balance / MICRO, renewal.rate / MICRO if renewal else 0.0),
+            budget=new_budget(balance=balance / MICRO,
+                              renewal=renewal.rate / MICRO if renewal else 0.0),
             bid_min=const.bid_min,
             vms=views,
             metrics=self.backend.metrics(spec.id),
@@ -342,7 +344,7 @@ class Platform:
             if view is None or view.alloc is not vm.alloc or view.bid is not vm.bid or (
                 view.state is not vm.state
             ):
-                view = vm.view = _new_view(vm.id, vm.state, vm.alloc, vm.bid)
+                view = vm.view = new_vm_view(id=vm.id, state=vm.state, alloc=vm.alloc, bid=vm.bid)
             views.append(view)
         return tuple(views)
 
@@ -639,60 +641,6 @@ class Platform:
         for k in result.paid:
             self.apps[names[k]].spent += bills[k][1]
         return result.total
-
-
-def _view_maker() -> Callable[[str, VMState, Mapping[str, float], Mapping[str, float]], VMView]:
-    """``VMView(id, state, alloc, bid)``. VMView is a frozen dataclass whose ``__init__`` sets
-    each field through ``object.__setattr__``; when it is exactly the plain record expected
-    (these fields, ``busy`` defaulting to True, no ``__post_init__``, no slots), the same
-    object is built by filling its ``__dict__``, twice as fast (thousands per period)."""
-    fields = dataclasses.fields(VMView)
-    plain = (
-        [f.name for f in fields] == ["id", "state", "alloc", "bid", "busy"]
-        and fields[-1].default is True
-        and not hasattr(VMView, "__post_init__")
-        and not hasattr(VMView, "__slots__")
-    )
-    if not plain:  # pragma: no cover - VMView changed: use its constructor
-        return VMView
-    new = object.__new__
-
-    def make(
-        vm_id: str, state: VMState, alloc: Mapping[str, float], bid: Mapping[str, float]
-    ) -> VMView:
-        view: VMView = new(VMView)
-        view.__dict__.update(id=vm_id, state=state, alloc=alloc, bid=bid, busy=True)
-        return view
-
-    return make
-
-
-_new_view = _view_maker()
-
-
-def _observation_maker() -> Callable[..., Observation]:
-    """``Observation(**fields)`` without its ``__post_init__`` checks, which the platform makes
-    once instead (an application's sizes, capacity and reserve when its constant parts are
-    built, the prices once per period; period, size and nvms_max at submission). Built by
-    filling ``__dict__`` while Observation is the plain frozen record expected."""
-    names = {f.name for f in dataclasses.fields(Observation)}
-    expected = {
-        "time", "period", "prices", "capacity", "vm_size", "budget", "bid_min", "vms",
-        "metrics", "price_history", "deadline", "submit_time", "size", "nvms_max",
-    }
-    if names != expected or hasattr(Observation, "__slots__"):  # pragma: no cover
-        return Observation
-    new = object.__new__
-
-    def make(**fields: Any) -> Observation:
-        obs: Observation = new(Observation)
-        obs.__dict__.update(fields)
-        return obs
-
-    return make
-
-
-_new_observation = _observation_maker()
 
 
 def _same_input(a: VMs, b: VMs) -> bool:
