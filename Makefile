@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck bench clean
+.PHONY: run test lint typecheck bench clean compiled pure
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,5 +29,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-clean:
+## compiled: build the simulation core with mypyc (optional, ~1.5x faster, same results)
+compiled: $(STAMP)
+	PYTHON=$(abspath $(BIN)/python) scripts/compile.sh
+
+## pure: remove the compiled build (back to pure Python)
+pure:
+	rm -rf src/build
+	find src -name '*.so' -delete
+
+clean: pure
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

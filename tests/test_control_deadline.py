@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from merkat.control import (
@@ -152,7 +154,7 @@ def test_horizontal_deadline_releases_idle_workers_when_well_ahead() -> None:
 
 def test_horizontal_deadline_without_task_information_holds() -> None:
     o = farm(2, 3)
-    o = Observation(**{**o.__dict__, "metrics": Metrics()})
+    o = replace(o, metrics=Metrics())
     d = make_policy("horizontal-deadline").decide(o)
     assert d.nvms == 2
     assert d.release == ()

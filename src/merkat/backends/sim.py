@@ -27,11 +27,15 @@ import math
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
+
+from mypy_extensions import mypyc_attr
 
 from merkat.control.types import Metrics, new_metrics
 from merkat.platform.backend import Plan
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass
 class RigidApp:
     """``vms`` tasks in lock-step; ``work_total`` seconds of work at full size.
@@ -48,6 +52,9 @@ class RigidApp:
     finish_time: float | None = None
     last_rate: float | None = None
     _metrics: Metrics | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._metrics = None
 
     def metrics(self) -> Metrics:
         m = self._metrics  # unchanged while the app waits or is suspended: reuse it
@@ -66,6 +73,7 @@ class RigidApp:
         return m
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass
 class TaskFarm:
     """A bag of tasks (durations in seconds at full speed) served by its VMs (workers)."""
@@ -106,6 +114,18 @@ class TaskFarm:
         )
 
 
+class AppModel(Protocol):
+    """What :class:`SimBackend` needs of an application model: :class:`RigidApp`,
+    :class:`TaskFarm`, or one of a scenario's own (:mod:`merkat.sim.scenarios`)."""
+
+    cpu: float
+    memory: float
+    finish_time: float | None
+    last_rate: float | None
+
+    def metrics(self) -> Metrics: ...
+
+
 @dataclass
 class _VM:
     app: str
@@ -115,6 +135,7 @@ class _VM:
     migrating_until: float = -math.inf
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass
 class SimBackend:
     """Simulated VMs and applications behind the :class:`~merkat.platform.backend.Backend`
@@ -126,7 +147,7 @@ class SimBackend:
     bandwidth: float = 125.0
     migration_overhead: float = 0.10
     trade_memory: bool = True
-    apps: dict[str, RigidApp | TaskFarm] = field(default_factory=dict)
+    apps: dict[str, AppModel] = field(default_factory=dict)
     vms: dict[str, _VM] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
     # Applications that may still progress (keys of ``apps`` whose model was unfinished when
@@ -142,7 +163,10 @@ class SimBackend:
     )
     _n_indexed: int = field(default=0, init=False, repr=False, compare=False)
 
-    def add_app(self, app_id: str, model: RigidApp | TaskFarm) -> None:
+    def __post_init__(self) -> None:  # the private state, also when compiled (docs/benchmarks)
+        self._live, self._seen, self._by_app, self._n_indexed = {}, 0, {}, 0
+
+    def add_app(self, app_id: str, model: AppModel) -> None:
         consistent = self._seen == len(self.apps)
         self.apps[app_id] = model
         self._live[app_id] = None
@@ -249,14 +273,16 @@ class SimBackend:
             vms = list(group.items()) if group else []
             if isinstance(model, RigidApp):
                 self._advance_rigid(model, vms, t0, t1)
-            else:
+            elif isinstance(model, TaskFarm):
                 self._advance_farm(model, vms, t0, t1)
+            else:
+                raise TypeError(f"{app_id}: no progress model for {type(model).__name__}")
             if not vms:  # no VM (waiting, suspended, stopped): a fixed point until it has one
                 done.append(app_id)
         for app_id in done:
             del live[app_id]
 
-    def _speed(self, model: RigidApp | TaskFarm, vm: _VM, t0: float, t1: float) -> float:
+    def _speed(self, model: AppModel, vm: _VM, t0: float, t1: float) -> float:
         cpu = vm.alloc.get("cpu", 0.0) / model.cpu if model.cpu > 0 else 1.0
         speed = min(1.0, cpu)
         if self.trade_memory and model.memory > 0:

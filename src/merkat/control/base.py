@@ -25,6 +25,7 @@ from abc import ABC, abstractmethod
 from typing import ClassVar
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from merkat.control.formulas import current_bid, scale_to, spend_limit, start_bid
 from merkat.control.types import Action, Amounts, Demand, Observation, Phase, new_demand
@@ -56,6 +57,7 @@ class Ewma:
         return dict(self.value)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Controller(ABC):
     """One application's controller. Subclasses implement :meth:`reconfigure` at least.
 

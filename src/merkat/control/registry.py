@@ -50,8 +50,10 @@ class PolicyError(ValueError):
 def policy_params(name: str) -> dict[str, Any]:
     """The parameters of policy ``name`` and their defaults."""
     cls = _lookup(name)
-    return {p.name: p.default for p in inspect.signature(cls.__init__).parameters.values()
-            if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    # (the class's signature: a compiled build reports its keyword parameters as positional)
+    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_ONLY)
+    return {p.name: p.default for p in inspect.signature(cls).parameters.values()
+            if p.kind in kinds and p.default is not inspect.Parameter.empty}
 
 
 def make_policy(name: str, **params: Any) -> Controller:

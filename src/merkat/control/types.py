@@ -117,6 +117,16 @@ class Budget:
     renewal: float = 0.0
 
 
+class _NoCache(dict[str, Any]):
+    """Where an instance has no ``__dict__`` to cache in: forgets what it is given."""
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        pass
+
+
+_NO_CACHE = _NoCache()
+
+
 def check_amounts(name: str, amounts: Amounts) -> None:
     """Raise ValueError naming the first amount that is not a finite number >= 0."""
     for r, x in amounts.items():
@@ -168,11 +178,12 @@ class Observation:
     @property
     def resources(self) -> tuple[str, ...]:
         """The resources this application trades: those of its VM template, in market order."""
-        cached = self.__dict__.get("_resources")
+        cache = getattr(self, "__dict__", _NO_CACHE)  # (a compiled build has none)
+        cached: tuple[str, ...] | None = cache.get("_resources")
         if cached is None:
             known = [r for r in RESOURCES if r in self.vm_size]
             cached = (*known, *sorted(r for r in self.vm_size if r not in RESOURCES))
-            self.__dict__["_resources"] = cached  # frozen: cache beside the fields
+            cache["_resources"] = cached  # frozen: cache beside the fields
         return cached
 
     @property
@@ -187,7 +198,8 @@ class Observation:
     def active_vms(self) -> tuple[VMView, ...]:
         """The VMs that are not suspended (computed once per observation; ``vms`` itself when
         none is suspended)."""
-        cached = self.__dict__.get("_active_vms")
+        cache = getattr(self, "__dict__", _NO_CACHE)  # (a compiled build has none)
+        cached: tuple[VMView, ...] | None = cache.get("_active_vms")
         if cached is None:
             vms = self.vms
             suspended = VMState.SUSPENDED
@@ -196,7 +208,7 @@ class Observation:
                 if vm.state is suspended:
                     cached = tuple([v for v in vms if v.state is not suspended])
                     break
-            self.__dict__["_active_vms"] = cached  # frozen: cache beside the fields
+            cache["_active_vms"] = cached  # frozen: cache beside the fields
         return cached
 
     @property
@@ -236,9 +248,11 @@ class Demand:
 
     def total(self) -> float:
         """Credits per period this demand offers, over all its VMs and resources."""
-        kept = sum(sum(b.values()) for b in self.bids.values())
-        new = max(0, self.nvms - len(self.bids)) * sum(self.new_vm_bid.values())
-        return kept + new
+        kept = 0.0
+        for b in self.bids.values():
+            kept += sum(b.values())
+        extra = self.nvms - len(self.bids)
+        return kept + extra * sum(self.new_vm_bid.values()) if extra > 0 else kept
 
 
 # --- fast construction of the records above ---------------------------------------------------
@@ -258,7 +272,7 @@ def record_builder(cls: type[_R]) -> Callable[..., _R]:
     to ``cls`` itself if ``cls`` has slots or its own ``__new__``.
     """
     if not dataclasses.is_dataclass(cls) or hasattr(cls, "__slots__") or (
-        cls.__new__ is not object.__new__
+        cls.__new__ is not object.__new__ or "__dict__" not in dir(cls)  # compiled: no dict
     ):
         return cls
     fields = dataclasses.fields(cls)

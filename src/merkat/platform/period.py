@@ -25,6 +25,7 @@ from enum import StrEnum
 from typing import Any
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from merkat.bank.ledger import AccountKind, Ledger
 from merkat.bank.policies import Allowance, ChargeByBid, InitialBudget, Renewal
@@ -158,6 +159,7 @@ class PeriodRecord:
     charged: int  # micro-credits
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass
 class Platform:
     """The applications manager and market scheduler of one cluster (Merkat §4).
@@ -466,9 +468,9 @@ class Platform:
         the reserve price for its VMs bids the reserve and is charged what it has (the charge
         policy then leaves its VMs unpaid, which the next period's balance shows).
         """
-        total: float = 0
+        total: float = 0.0
         last: dict[str, float] | None = None
-        x: float = 0
+        x: float = 0.0
         for vm in app.vms:
             if vm.bid is not last:
                 last = vm.bid

@@ -209,7 +209,7 @@ class ScenarioBackend(SimBackend):
     def add_batch(self, app_id: str, model: BatchQueue) -> None:
         self.batches[app_id] = model
         # also in ``apps``: the base class looks a VM's model up there (migration time)
-        self.apps[app_id] = model  # type: ignore[assignment]
+        self.apps[app_id] = model
 
     def metrics(self, app: str) -> Metrics:
         if app in self.batches:
@@ -251,13 +251,13 @@ class ScenarioBackend(SimBackend):
                 self._advance_batch(self.batches[app_id], sorted(vms), t0, t1)
             elif isinstance(model, RigidApp):
                 self._advance_rigid(model, vms, t0, t1)
-            else:
+            elif isinstance(model, TaskFarm):
                 self._advance_farm(model, vms, t0, t1)
 
     def _advance_batch(self, q: BatchQueue, vms: list[tuple[str, _VM]], t0: float,
                        t1: float) -> None:
         """Event loop over [t0, t1]: arrivals, VMs becoming ready, job completions."""
-        speed = {vm_id: self._speed(q, vm, t0, t1) for vm_id, vm in vms}  # type: ignore[arg-type]
+        speed = {vm_id: self._speed(q, vm, t0, t1) for vm_id, vm in vms}
         ready = {vm_id: max(t0, vm.ready_at) for vm_id, vm in vms}
         work_before = sum(j.run - j.left for j in q.jobs)
         now = t0
