@@ -281,10 +281,8 @@ def check_period(period: int | None) -> int | None:
 
 def fingerprint(kind: str, moves: Iterable[tuple[str | None, str | None, int]]) -> str:
     """A digest identifying an operation, to tell a retry from a reuse of its idempotency key."""
-    h = hashlib.sha256(kind.encode())
-    for payer, payee, amount in moves:
-        h.update(f"\x00{payer}\x01{payee}\x02{amount}".encode())
-    return h.hexdigest()
+    text = "".join([f"\x00{payer}\x01{payee}\x02{amount}" for payer, payee, amount in moves])
+    return hashlib.sha256((kind + text).encode()).hexdigest()  # = one update per move
 
 
 def net_changes(moves: Sequence[Move]) -> dict[str, int]:

@@ -267,7 +267,13 @@ class MemoryLedger:
         check_reason(reason)
         check_period(period)
         check_key(idempotency_key)
-        check_credits(credits)
+        index = self._index
+        try:  # known accounts (valid names) and positive int amounts: no per-entry checks
+            for account, amount in credits:
+                if amount.__class__ is not int or amount <= 0 or account not in index:
+                    raise TypeError
+        except (TypeError, ValueError):
+            check_credits(credits)  # raises the precise InvalidInput (an unknown account: below)
         entries = tuple((None, account, amount) for account, amount in credits)
         fp = fingerprint("mint-batch", entries) if idempotency_key is not None else ""
         old = self._replay(idempotency_key, fp)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -49,8 +50,13 @@ class PolicyError(ValueError):
 
 def policy_params(name: str) -> dict[str, Any]:
     """The parameters of policy ``name`` and their defaults."""
-    cls = _lookup(name)
-    # (the class's signature: a compiled build reports its keyword parameters as positional)
+    return dict(_params(_lookup(name)))
+
+
+@functools.lru_cache(maxsize=256)
+def _params(cls: type[Controller]) -> dict[str, Any]:
+    """A class's keyword parameters (read once per class: a simulation makes one controller
+    per job). A compiled build (``make compiled``) reports them as positional-only."""
     kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_ONLY)
     return {p.name: p.default for p in inspect.signature(cls).parameters.values()
             if p.kind in kinds and p.default is not inspect.Parameter.empty}

@@ -125,6 +125,7 @@ class _NoCache(dict[str, Any]):
 
 
 _NO_CACHE = _NoCache()
+_RESOURCES_OF: dict[tuple[str, ...], tuple[str, ...]] = {}  # Observation.resources, by template
 
 
 def check_amounts(name: str, amounts: Amounts) -> None:
@@ -178,12 +179,13 @@ class Observation:
     @property
     def resources(self) -> tuple[str, ...]:
         """The resources this application trades: those of its VM template, in market order."""
-        cache = getattr(self, "__dict__", _NO_CACHE)  # (a compiled build has none)
-        cached: tuple[str, ...] | None = cache.get("_resources")
-        if cached is None:
-            known = [r for r in RESOURCES if r in self.vm_size]
-            cached = (*known, *sorted(r for r in self.vm_size if r not in RESOURCES))
-            cache["_resources"] = cached  # frozen: cache beside the fields
+        names = tuple(self.vm_size)
+        cached = _RESOURCES_OF.get(names)
+        if cached is None:  # a handful of distinct templates: computed once each
+            known = [r for r in RESOURCES if r in names]
+            cached = (*known, *sorted(r for r in names if r not in RESOURCES))
+            if len(_RESOURCES_OF) < 1024:
+                _RESOURCES_OF[names] = cached
         return cached
 
     @property
