@@ -265,3 +265,22 @@ def test_controllers_see_idle_workers_as_not_busy() -> None:
     busy = {v.id: v.busy for v in obs.vms}
     assert sorted(busy.values()) == [False, True, True]
     assert backend.idle("farm") == {v for v, b in busy.items() if not b}
+
+
+def test_market_simulation_pauses_the_garbage_collector_and_restores_it() -> None:
+    import gc
+
+    w = Workload.from_arrays(submit=[0.0], run=[600.0], procs=[1], deadline_factor=[5.0])
+    cluster = Cluster(2, 1, None)
+    assert gc.isenabled()
+    out = simulate_market(w, cluster)
+    assert gc.isenabled() and bool(out.met[0])
+    gc.disable()
+    try:
+        simulate_market(w, cluster)
+        assert not gc.isenabled()  # a caller's choice is kept
+    finally:
+        gc.enable()
+    with pytest.raises(ValueError):
+        simulate_market(w, cluster, policies=["deadline-strict", "best-effort"])
+    assert gc.isenabled()
