@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 stdout = Console(soft_wrap=True)
@@ -67,3 +69,41 @@ def emit(fmt: OutputFormat, data: Any, table: Callable[[], None]) -> None:
         print_json(data)
     else:
         table()
+
+
+class LazyProgress:
+    """A rich progress bar on stderr that appears only once the run has lasted a second."""
+
+    def __init__(self, total: int, label: str, t0: float) -> None:
+        self.total = total
+        self.label = label
+        self.done = 0
+        self.t0 = t0
+        self.bar: Progress | None = None
+        self.task: Any = None
+        self.drawn = 0.0
+
+    def __call__(self, advance: int) -> None:
+        self.done += advance
+        now = time.perf_counter()
+        if self.bar is None:
+            if now - self.t0 < 1.0:
+                return
+            self.bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total} jobs"),
+                TimeRemainingColumn(),
+                console=stderr,
+                transient=True,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task(self.label, total=self.total)
+        elif now - self.drawn < 0.1 and self.done < self.total:
+            return  # redrawn ten times a second at most: cheap on runs of 200,000 jobs
+        self.drawn = now
+        self.bar.update(self.task, completed=min(self.done, self.total))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

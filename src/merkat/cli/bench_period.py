@@ -18,8 +18,7 @@ from pathlib import Path
 import typer
 
 from merkat.cli import bench
-from merkat.cli._common import fail
-from merkat.cli.sim import _LazyProgress
+from merkat.cli._common import LazyProgress, fail
 
 
 @bench.app.command("period")
@@ -58,7 +57,7 @@ def bench_period(
     w = build_workload(
         tr, cluster, jobs=jobs or None, interarrival_factor=interarrival_factor, seed=seed
     )
-    bar = _LazyProgress(len(w), "market", time.perf_counter())  # on stderr, after 1 s
+    bar = LazyProgress(len(w), "market", time.perf_counter())  # on stderr, after 1 s
     cpu = time.process_time()
     try:
         out = simulate_market(w, cluster, seed=seed, progress=bar)

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from merkat.cli import bench
+from merkat.cli._common import LazyProgress as _LazyProgress
 from merkat.cli._common import OutputFormat, OutputOption, emit, fail, print_json, print_table
 from merkat.cli._common import stderr as stderr_console
 from merkat.sim.traces import HPC2N, find_trace
@@ -30,44 +30,6 @@ app = typer.Typer(
 )
 
 SCHEDULER_NAMES = ("fcfs", "edf", "easy", "conservative", "market")
-
-
-class _LazyProgress:
-    """A rich progress bar on stderr that appears only once the run has lasted a second."""
-
-    def __init__(self, total: int, label: str, t0: float) -> None:
-        self.total = total
-        self.label = label
-        self.done = 0
-        self.t0 = t0
-        self.bar: Progress | None = None
-        self.task: Any = None
-        self.drawn = 0.0
-
-    def __call__(self, advance: int) -> None:
-        self.done += advance
-        now = time.perf_counter()
-        if self.bar is None:
-            if now - self.t0 < 1.0:
-                return
-            self.bar = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                TextColumn("{task.completed}/{task.total} jobs"),
-                TimeRemainingColumn(),
-                console=stderr_console,
-                transient=True,
-            )
-            self.bar.start()
-            self.task = self.bar.add_task(self.label, total=self.total)
-        elif now - self.drawn < 0.1 and self.done < self.total:
-            return  # redrawn ten times a second at most: cheap on runs of 200,000 jobs
-        self.drawn = now
-        self.bar.update(self.task, completed=min(self.done, self.total))
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 def _check(cond: bool, message: str) -> None:
