@@ -69,3 +69,46 @@ def test_bench_period_prints_json_and_refuses_negative_job_counts(trace: str) ->
     assert (again["met_deadlines"], again["migrations"]) == (doc["met_deadlines"], doc["migrations"])
     bad = runner.invoke(app, ["bench", "period", "--jobs", "-1", "--trace", trace])
     assert bad.exit_code == 2 and "--jobs must be >= 0" in bad.stderr
+
+
+def burst_trace(path: Path, bursts: int = 440, per_burst: int = 10) -> str:
+    """An SWF trace of short one-core jobs in bursts four hours apart (the cluster empties
+    between them), long enough for ``--workers 2`` to cut it."""
+    from merkat.sim.swf import empty_row, write_swf
+
+    rows = []
+    for b in range(bursts):
+        for k in range(per_burst):
+            row = empty_row()
+            row[0], row[1], row[3] = len(rows) + 1, 4 * 3600 * b + 60 * k, 600 + 30 * k
+            row[4] = row[7] = 1 + k % 3
+            row[8], row[10] = 1200, 1
+            rows.append(row)
+    write_swf(path, {"MaxProcs": "8"}, rows)
+    return str(path)
+
+
+def test_market_run_on_two_workers_writes_the_same_files(tmp_path: Path) -> None:
+    trace = burst_trace(tmp_path / "bursts.swf")
+    flags = ["--scheduler", "market", "--hosts", "8", "--cores-per-host", "1"]
+    code, out1, err = sim_run(trace, tmp_path / "w1", *flags, "--jobs", "4400")
+    assert code == 0, err
+    code, out2, err = sim_run(trace, tmp_path / "w2", *flags, "--jobs", "4400", "--workers", "2")
+    assert code == 0, err
+    assert (tmp_path / "w1" / "jobs.csv").read_bytes() == (tmp_path / "w2" / "jobs.csv").read_bytes()
+    s1, s2 = json.loads(out1), json.loads(out2)
+    assert s1["pieces"] == [] and len(s2["pieces"]) == 2  # cut in two, one piece per process
+    assert s2["pieces"][0]["first_job"] == 0 and s2["pieces"][1]["last_job"] == 4399
+    assert s2["pieces"][1]["first_job"] == s2["pieces"][0]["last_job"] + 1
+    timing = {"wall_s", "simulate_s", "jobs_per_s", "workers", "pieces"}
+    assert {k: v for k, v in s1.items() if k not in timing} == {
+        k: v for k, v in s2.items() if k not in timing
+    }
+    assert s1["jobs"] == 4400 and s1["met_deadlines"] > 0 and s1["ledger_audit_ok"]
+
+
+def test_workers_must_be_positive(trace: str, tmp_path: Path) -> None:
+    code, _, err = sim_run(trace, tmp_path, "--scheduler", "market", "--workers", "0")
+    assert code == 2 and "--workers must be >= 1, got 0" in err
+    bad = runner.invoke(app, ["bench", "period", "--workers", "0", "--trace", trace])
+    assert bad.exit_code == 2 and "--workers must be >= 1, got 0" in bad.stderr

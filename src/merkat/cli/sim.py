@@ -67,6 +67,10 @@ def run_cmd(
     period: float = typer.Option(
         300.0, "--period", help="With --scheduler market: the scheduling period, seconds."
     ),
+    workers: int = typer.Option(
+        1, "--workers", help="With --scheduler market: cut the trace where the cluster is empty "
+        "and run the pieces on this many processes (same results).",
+    ),
     output: OutputFormat = OutputOption,
 ) -> None:
     """Replay a trace under one scheduler; write DIR/jobs.csv and DIR/summary.json.
@@ -100,6 +104,7 @@ def run_cmd(
     )
     _check(budget_base >= 0, f"--budget-base must be >= 0, got {budget_base}")
     _check(period > 0, f"--period must be > 0 seconds, got {period}")
+    _check(workers >= 1, f"--workers must be >= 1, got {workers}")
     if scheduler == "market":
         from merkat.control.registry import POLICIES
 
@@ -122,6 +127,7 @@ def run_cmd(
         slo=SloConfig(deadline_min, deadline_max, budget_base),
         policy=policy,
         period=period,
+        workers=workers,
     )
     bars: list[_LazyProgress] = []
     t0 = time.perf_counter()

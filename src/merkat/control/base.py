@@ -65,9 +65,16 @@ class Controller(ABC):
     (:func:`~merkat.control.formulas.spend_limit`). ``start_fraction``: the default start
     bid buys this fraction of the VM size at the current price. ``seed``: the controller's own
     random generator (:attr:`rng`); every policy accepts one, those that draw use it.
+
+    ``reads_price_history``: a policy that predicts from past prices sets it True to receive
+    :attr:`Observation.price_history <merkat.control.types.Observation.price_history>`; for
+    the others it is empty. What a controller cannot see cannot change its decisions: a
+    simulation whose policies ignore the history can be cut wherever the cluster is empty and
+    its pieces run in parallel (:mod:`merkat.sim.segments`).
     """
 
     name: ClassVar[str] = "controller"
+    reads_price_history: ClassVar[bool] = False
 
     def __init__(self, *, horizon: int = 1, start_fraction: float = 1.0,
                  seed: Seed = 0) -> None:

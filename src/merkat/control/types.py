@@ -158,7 +158,8 @@ class Observation:
     vms: tuple[VMView, ...] = ()
     metrics: Metrics = field(default_factory=Metrics)
     price_history: tuple[Amounts, ...] = ()
-    """Past prices, oldest first (the current prices are in ``prices``)."""
+    """Past prices, oldest first (the current prices are in ``prices``); empty unless the
+    controller declares ``reads_price_history`` (:class:`~merkat.control.base.Controller`)."""
     deadline: float | None = None
     submit_time: float = 0.0
     size: int = 1

@@ -328,7 +328,7 @@ class Platform:
             bid_min=const.bid_min,
             vms=views,
             metrics=self.backend.metrics(spec.id),
-            price_history=shared[2],
+            price_history=shared[2] if const.history else (),
             deadline=spec.deadline,
             submit_time=spec.submit_time,
             size=spec.size,
@@ -377,6 +377,7 @@ class Platform:
             min_row=[spec.vm_min.get(r, 0.0) for r in RESOURCES],
             columns=tuple((r, RESOURCES.index(r) if r in RESOURCES else -1) for r in trade),
             zero=dict.fromkeys(trade, 0.0),
+            history=type(app.controller).reads_price_history,
         )
         check_amounts("capacity", const.capacity)
         check_amounts("vm_size", const.vm_size)
@@ -668,6 +669,7 @@ class _AppConst:
     min_row: list[float]
     columns: tuple[tuple[str, int], ...]  # (traded resource, its market column or -1)
     zero: dict[str, float]  # no allocation (never mutated)
+    history: bool  # the controller reads past prices (Controller.reads_price_history)
 
 
 @dataclass

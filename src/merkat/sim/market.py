@@ -18,9 +18,10 @@ from __future__ import annotations
 import gc
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -69,6 +70,9 @@ class MarketOutcome:
     audit_ok: bool
     max_cores_allocated: float
     wall_s: float
+    # With workers > 1, how the run was cut (merkat.sim.segments): per piece used, in job
+    # order, {"piece", "first_job", "last_job", "wall_s"}; empty for one process.
+    pieces: tuple[dict[str, Any], ...] = ()
 
 
 def _hosts(cluster: Cluster) -> tuple[Hosts, bool]:
@@ -87,31 +91,143 @@ def simulate_market(
     policies: Sequence[str] | None = None,
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
+    workers: int = 1,
 ) -> MarketOutcome:
     """Run ``workload`` on ``cluster`` under the market; ``policies`` gives one policy name per
-    job (default: ``config.policy`` for all). Controllers draw from ``seed + job index``."""
+    job (default: ``config.policy`` for all). Controllers draw from ``seed + job index``.
+
+    ``workers`` > 1 cuts the trace where the cluster is empty and runs the pieces on that many
+    processes (:mod:`merkat.sim.segments`): the same outcome, byte for byte, sooner."""
     cfg = config or MarketConfig()
-    # The period loop allocates millions of short-lived, acyclic records; the cyclic garbage
-    # collector's passes over a heap that grows to ~2 GB on the full HPC2N trace cost ~5 % of
-    # the run and free nothing (docs/benchmarks.md). Paused for the run, restored after.
-    gc_was_enabled = gc.isenabled()
+    n = len(workload)
+    names = tuple(policies) if policies is not None else (cfg.policy,) * n
+    if len(names) != n:
+        raise ValueError(f"{len(names)} policies for {n} jobs")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    if workers > 1:
+        from merkat.sim.segments import simulate_parallel
+
+        return simulate_parallel(workload, cluster, cfg, names, seed, progress, workers)
+    t_wall = time.perf_counter()
+    with paused_gc():
+        seg = run_segment(workload, cluster, cfg, names, seed, 0, progress)
+    return seg.outcome(workload, names, 0, time.perf_counter() - t_wall)
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused, and restored after (also on an error).
+
+    The period loop allocates millions of short-lived, acyclic records; the collector's passes
+    over a heap that grows to ~2 GB on the full HPC2N trace cost ~5 % of the run and free
+    nothing (docs/benchmarks.md)."""
+    was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _simulate(workload, cluster, cfg, policies, seed, progress)
+        yield
     finally:
-        if gc_was_enabled:
+        if was_enabled:
             gc.enable()
 
 
-def _simulate(
+class Handoff(Protocol):
+    """How a run that is one piece of a cut trace meets its successors
+    (:mod:`merkat.sim.segments`)."""
+
+    def idle(self, i: int) -> int | None:
+        """The cluster is empty, in the state a fresh platform has, before job ``i``: the
+        segment to hand the rest of the run to, or None to go on."""
+
+    def passed(self, i: int) -> None:
+        """Every job before ``i`` is submitted: whether the run was idle before any of them is
+        settled."""
+
+
+@dataclass
+class Segment:
+    """One market run from job ``start`` (the whole run when ``start`` is 0 and nothing handed
+    it over): its platform, backend and bank as they ended, and where it stopped."""
+
+    platform: Platform
+    backend: SimBackend
+    ledger: MemoryLedger
+    ids: list[str]
+    start: int
+    stop: int = 0  # first job not run here (every job from ``start`` when it is len(workload))
+    handoff: int | None = None  # the segment that runs the jobs from ``stop`` on
+    # Per idle point i (the cluster empty before job i, as a fresh platform): the number of
+    # period records and the backend's operation counts then.
+    at_idle: dict[int, tuple[int, dict[str, int]]] = field(default_factory=dict)
+
+    def jobs(
+        self, workload: Workload, names: tuple[str, ...], lo: int, hi: int
+    ) -> dict[str, Any]:
+        """Per-job results of jobs ``lo`` to ``hi`` (ran here), as :class:`MarketOutcome`'s
+        fields ``start`` … ``reasons``, plus ``suspended`` (bool per job)."""
+        m = hi - lo
+        start = np.full(m, np.nan)
+        end = np.full(m, np.nan)
+        finished = np.zeros(m, dtype=np.bool_)
+        met = np.zeros(m, dtype=np.bool_)
+        value = np.zeros(m)
+        work = np.zeros(m)
+        suspended = np.zeros(m, dtype=np.bool_)
+        apps, models, ids = self.platform.apps, self.backend.apps, self.ids
+        for k in range(lo, hi):
+            app = apps[ids[k]]
+            model = models[ids[k]]
+            assert isinstance(model, RigidApp)
+            x = k - lo
+            if app.start_time is not None:
+                start[x] = app.start_time
+            done = model.finish_time is not None
+            finished[x] = done
+            end[x] = (
+                model.finish_time if done
+                else (app.end_time if app.end_time is not None else np.nan)
+            )
+            met[x] = done and model.finish_time <= workload.deadline[k] + 1e-9
+            work[x] = model.work_done / model.work_total if model.work_total > 0 else 1.0
+            value[x] = _value(names[k], workload, k, start[x], end[x], done, work[x])
+            suspended[x] = app.suspensions > 0
+        return {
+            "start": start, "end": end, "finished": finished, "met": met, "value": value,
+            "work_done": work, "reasons": tuple(apps[ids[k]].reason for k in range(lo, hi)),
+            "suspended": suspended,
+        }
+
+    def outcome(self, workload: Workload, names: tuple[str, ...], lo: int, wall_s: float
+                ) -> MarketOutcome:
+        """The :class:`MarketOutcome` of a run that did every job itself."""
+        j = self.jobs(workload, names, lo, len(workload))
+        records = self.platform.records
+        return MarketOutcome(
+            j["start"], j["end"], j["finished"], j["met"], j["value"], j["work_done"], names,
+            j["reasons"], records, dict(self.backend.counts), int(j["suspended"].sum()),
+            self.ledger.audit().ok, max_cpu(records), wall_s,
+        )
+
+
+def max_cpu(records: Sequence[PeriodRecord]) -> float:
+    """The most CPU allocated in any period (0 without periods)."""
+    return max((r.allocated["cpu"] for r in records), default=0.0)
+
+
+def run_segment(
     workload: Workload,
     cluster: Cluster,
     cfg: MarketConfig,
-    policies: Sequence[str] | None,
+    names: tuple[str, ...],
     seed: int,
+    start: int,
     progress: Callable[[int], None] | None,
-) -> MarketOutcome:
-    t_wall = time.perf_counter()
+    handoff: Handoff | None = None,
+) -> Segment:
+    """The period loop over the jobs from ``start`` on, from a fresh platform: submit each job
+    at the first period boundary at or after its arrival, run a period, let the backend
+    advance to the next boundary; jump over idle time to the next arrival. With ``handoff``,
+    ask it at every idle point whether to stop there."""
     hosts, memory_limited = _hosts(cluster)
     trade_memory = memory_limited if cfg.trade_memory is None else cfg.trade_memory
     trade = ("cpu", "memory") if trade_memory else ("cpu",)
@@ -126,68 +242,41 @@ def _simulate(
         balance=cfg.balance,
     )
     n = len(workload)
-    names = tuple(policies) if policies is not None else (cfg.policy,) * n
-    if len(names) != n:
-        raise ValueError(f"{len(names)} policies for {n} jobs")
     P = cfg.period
     submit = workload.submit.tolist()
     ids = [str(j) for j in workload.job_id.tolist()]
-    t = math.floor(submit[0] / P) * P if n else 0.0
-    i = 0
-    max_cores = 0.0
+    seg = Segment(platform, backend, ledger, ids, start)
+    fresh = _state(platform)
+    t = math.floor(submit[start] / P) * P if start < n else 0.0
+    i = start
     while i < n or platform.active:
-        if not platform.active and i < n and submit[i] > t:
-            t = max(t, math.ceil(submit[i] / P) * P)  # nothing runs: jump to the next arrival
+        if not platform.active and i < n:
+            if handoff is not None and _state(platform) == fresh:
+                seg.at_idle[i] = (len(platform.records), dict(backend.counts))
+                to = handoff.idle(i)
+                if to is not None:
+                    seg.stop, seg.handoff = i, to
+                    return seg
+            if submit[i] > t:  # nothing runs: jump to the next arrival
+                t = max(t, math.ceil(submit[i] / P) * P)
         while i < n and submit[i] <= t:
             _submit(platform, backend, workload, i, ids[i], names[i], cfg, trade)
             i += 1
             if progress:
                 progress(1)
-        record = platform.run_period(t)
-        max_cores = max(max_cores, record.allocated["cpu"])
+        if handoff is not None:
+            handoff.passed(i)
+        platform.run_period(t)
         backend.advance(t, t + P)
         t += P
+    seg.stop = n
+    return seg
 
-    start = np.full(n, np.nan)
-    end = np.full(n, np.nan)
-    finished = np.zeros(n, dtype=np.bool_)
-    met = np.zeros(n, dtype=np.bool_)
-    value = np.zeros(n)
-    work = np.zeros(n)
-    suspended = 0
-    reasons = tuple(platform.apps[ids[k]].reason for k in range(n))
-    for k in range(n):
-        app = platform.apps[ids[k]]
-        model = backend.apps[ids[k]]
-        assert isinstance(model, RigidApp)
-        if app.start_time is not None:
-            start[k] = app.start_time
-        done = model.finish_time is not None
-        finished[k] = done
-        end[k] = (
-            model.finish_time if done else (app.end_time if app.end_time is not None else np.nan)
-        )
-        met[k] = done and model.finish_time <= workload.deadline[k] + 1e-9
-        work[k] = model.work_done / model.work_total if model.work_total > 0 else 1.0
-        value[k] = _value(names[k], workload, k, start[k], end[k], done, work[k])
-        suspended += int(app.suspensions > 0)
-    audit = ledger.audit()
-    return MarketOutcome(
-        start,
-        end,
-        finished,
-        met,
-        value,
-        work,
-        names,
-        reasons,
-        platform.records,
-        dict(backend.counts),
-        suspended,
-        audit.ok,
-        max_cores,
-        time.perf_counter() - t_wall,
-    )
+
+def _state(platform: Platform) -> tuple[str, ...]:
+    """What an empty platform carries into the next period that a controller can see: the
+    last prices, bit for bit (sign of zero included; docs/simulator-market.md)."""
+    return tuple(float.hex(platform.prices[r]) for r in sorted(platform.prices))
 
 
 def _submit(

@@ -83,6 +83,7 @@ class RunOptions:
     slo: SloConfig = field(default_factory=SloConfig)
     policy: str = "deadline-strict"  # the market's controllers (scheduler "market")
     period: float = 300.0  # the market's scheduling period, seconds
+    workers: int = 1  # the market's run on this many processes (merkat.sim.segments)
 
 
 def cluster_for(opts: RunOptions, max_procs: int | None) -> Cluster:
@@ -133,6 +134,7 @@ def run_trace(
             ),
             seed=opts.seed,
             progress=progress,
+            workers=opts.workers,
         )
         t2 = time.perf_counter()
         opts.out.mkdir(parents=True, exist_ok=True)
@@ -146,6 +148,8 @@ def run_trace(
         summary = summarize_market(workload, out, cluster)
         summary["policy"] = opts.policy
         summary["period_s"] = opts.period
+        summary["workers"] = opts.workers
+        summary["pieces"] = list(out.pieces)  # how --workers cut the run (timing: varies)
     else:
         sched = schedule(workload, cluster, opts.scheduler, progress)
         t2 = time.perf_counter()
