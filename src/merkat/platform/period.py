@@ -450,15 +450,23 @@ class Platform:
         trade = app.spec.trade  # a VM's bid holds the traded resources only
         src: Mapping[str, float] | None = None
         bid: dict[str, float] = {}
+        fresh = False  # ``bid`` is new and no VM holds it yet
         bids, new_bid = demand.bids, demand.new_vm_bid
         for vm in app.vms:
-            # VMs usually bid alike: one dict per distinct bid, kept if the VM's is equal.
+            # VMs usually bid alike: one dict per distinct bid, shared by the VMs that bid it
+            # (the market's rows, the charge and the controllers' sums go by shared dicts);
+            # the first VM's dict is kept when it is equal (its controller view stays valid).
             b = bids.get(vm.id, new_bid)  # Demand.bid_for, inlined
             if b is not src and (src is None or b != src):
                 bid = {r: float(b.get(r, 0.0)) for r in trade}
+                fresh = True
             src = b
-            if bid != vm.bid:
-                vm.bid = bid
+            if vm.bid is not bid:
+                if fresh and vm.bid == bid:
+                    bid = vm.bid
+                else:
+                    vm.bid = bid
+            fresh = False
         self._within_budget(app, balance)
 
     def _within_budget(self, app: App, balance: int) -> None:
@@ -480,8 +488,13 @@ class Platform:
         if total <= 0 or to_micro(total) <= balance:
             return
         k = balance / MICRO / total
-        for vm in app.vms:
-            vm.bid = {r: max(b * k, self.reserve.get(r, 0.0)) for r, b in vm.bid.items()}
+        last = None
+        scaled: dict[str, float] = {}
+        for vm in app.vms:  # VMs that shared a bid share its scaled one
+            if vm.bid is not last:
+                last = vm.bid
+                scaled = {r: max(b * k, self.reserve.get(r, 0.0)) for r, b in last.items()}
+            vm.bid = scaled
 
     # --- step 3: the market's input ---------------------------------------------------
 
