@@ -11,7 +11,6 @@ import pytest
 from merkat.backends.sim import RigidApp, SimBackend
 from merkat.bank.memory import MemoryLedger
 from merkat.control.base import Controller
-from merkat.control.slo import DeadlineStrict
 from merkat.control.types import Demand, Observation
 from merkat.market import Hosts
 from merkat.platform.period import AppSpec, Platform
@@ -137,21 +136,27 @@ def test_a_failing_piece_is_reported_not_waited_for(
         simulate_parallel(w, CLUSTER, MarketConfig(), names, 0, None, 2, [30])
 
 
-class _Historian(DeadlineStrict):
+class _Probe(Controller):
+    """Starts at once, keeps its bids, and notes how many past prices it was shown (derived
+    from Controller, the class a compiled build lets interpreted code subclass)."""
+
+    seen: ClassVar[list[int]] = []
+
+    def decide(self, obs: Observation) -> Demand:
+        type(self).seen.append(len(obs.price_history))
+        return super().decide(obs)
+
+    def reconfigure(self, obs: Observation) -> Demand:
+        return self.keep(obs)
+
+
+class _Historian(_Probe):
     reads_price_history = True
     seen: ClassVar[list[int]] = []
 
-    def decide(self, obs: Observation) -> Demand:
-        _Historian.seen.append(len(obs.price_history))
-        return super().decide(obs)
 
-
-class _Plain(DeadlineStrict):
+class _Plain(_Probe):
     seen: ClassVar[list[int]] = []
-
-    def decide(self, obs: Observation) -> Demand:
-        _Plain.seen.append(len(obs.price_history))
-        return super().decide(obs)
 
 
 def test_only_controllers_that_declare_it_see_past_prices() -> None:
