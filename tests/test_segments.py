@@ -127,7 +127,7 @@ def test_a_failing_piece_is_reported_not_waited_for(
     real = segments.run_segment
 
     def broken(*args: Any, **kwargs: Any) -> Any:
-        if args[5] > 0:  # a piece on its own process (forked: it sees this patch)
+        if args[4] > 0:  # start: a piece on its own process (forked: it sees this patch)
             raise ArithmeticError("injected")
         return real(*args, **kwargs)
 

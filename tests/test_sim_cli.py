@@ -196,12 +196,12 @@ def test_bench_sim_prints_json(small_trace: Path) -> None:
 def test_progress_bar_appears_only_after_a_second(capsys: pytest.CaptureFixture[str]) -> None:
     import time
 
-    from merkat.cli.sim import _LazyProgress
+    from merkat.cli._common import LazyProgress
 
-    quick = _LazyProgress(100, "sim", time.perf_counter())
+    quick = LazyProgress(100, "sim", time.perf_counter())
     quick(50)
     assert quick.bar is None  # under a second: no bar
-    slow = _LazyProgress(100, "sim", time.perf_counter() - 2.0)
+    slow = LazyProgress(100, "sim", time.perf_counter() - 2.0)
     slow(50)
     assert slow.bar is not None and slow.done == 50
     slow(50)

@@ -19,8 +19,15 @@ from typing import Any
 import typer
 
 from merkat.cli import bench
-from merkat.cli._common import LazyProgress as _LazyProgress
-from merkat.cli._common import OutputFormat, OutputOption, emit, fail, print_json, print_table
+from merkat.cli._common import (
+    LazyProgress,
+    OutputFormat,
+    OutputOption,
+    emit,
+    fail,
+    print_json,
+    print_table,
+)
 from merkat.cli._common import stderr as stderr_console
 from merkat.sim.traces import HPC2N, find_trace
 
@@ -129,11 +136,11 @@ def run_cmd(
         period=period,
         workers=workers,
     )
-    bars: list[_LazyProgress] = []
+    bars: list[LazyProgress] = []
     t0 = time.perf_counter()
 
     def factory(total: int) -> Callable[[int], None]:
-        bars.append(_LazyProgress(total, f"simulating ({scheduler})", t0))
+        bars.append(LazyProgress(total, f"simulating ({scheduler})", t0))
         return bars[-1]
 
     try:

@@ -94,7 +94,9 @@ def simulate_market(
     workers: int = 1,
 ) -> MarketOutcome:
     """Run ``workload`` on ``cluster`` under the market; ``policies`` gives one policy name per
-    job (default: ``config.policy`` for all). Controllers draw from ``seed + job index``.
+    job (default: ``config.policy`` for all). Each controller draws from its own generator,
+    seeded with its job's index; ``seed`` does not change them (the workload's own draws, made
+    by :func:`~merkat.sim.workload.build_workload`, take the seed).
 
     ``workers`` > 1 cuts the trace where the cluster is empty and runs the pieces on that many
     processes (:mod:`merkat.sim.segments`): the same outcome, byte for byte, sooner."""
@@ -111,8 +113,8 @@ def simulate_market(
         return simulate_parallel(workload, cluster, cfg, names, seed, progress, workers)
     t_wall = time.perf_counter()
     with paused_gc():
-        seg = run_segment(workload, cluster, cfg, names, seed, 0, progress)
-    return seg.outcome(workload, names, 0, time.perf_counter() - t_wall)
+        seg = run_segment(workload, cluster, cfg, names, 0, progress)
+    return seg.outcome(workload, names, time.perf_counter() - t_wall)
 
 
 @contextmanager
@@ -197,10 +199,9 @@ class Segment:
             "suspended": suspended,
         }
 
-    def outcome(self, workload: Workload, names: tuple[str, ...], lo: int, wall_s: float
-                ) -> MarketOutcome:
+    def outcome(self, workload: Workload, names: tuple[str, ...], wall_s: float) -> MarketOutcome:
         """The :class:`MarketOutcome` of a run that did every job itself."""
-        j = self.jobs(workload, names, lo, len(workload))
+        j = self.jobs(workload, names, 0, len(workload))
         records = self.platform.records
         return MarketOutcome(
             j["start"], j["end"], j["finished"], j["met"], j["value"], j["work_done"], names,
@@ -219,7 +220,6 @@ def run_segment(
     cluster: Cluster,
     cfg: MarketConfig,
     names: tuple[str, ...],
-    seed: int,
     start: int,
     progress: Callable[[int], None] | None,
     handoff: Handoff | None = None,

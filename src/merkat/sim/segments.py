@@ -4,8 +4,8 @@
 stopped, none waits or is suspended), what the rest of a market run does depends only on the
 jobs still to come and on what the empty platform carries over that a controller can see:
 
-- the jobs' own parameters and random generators (each controller draws from ``seed + job
-  index``, not from a shared stream);
+- the jobs' own parameters and random generators (each controller draws from its own,
+  seeded with its job's index, not from a shared stream);
 - the last prices (an empty market clears at 0, like a fresh platform's), compared bit for bit;
 - the time of the next period: the first boundary at or after the next arrival, whichever way
   the run got there (the loop submits every job at the first boundary at or after its
@@ -135,17 +135,15 @@ class _Handoff:
         self.progress.value = i
 
 
-def _piece(
-    k: int, seg: Segment, workload: Workload, names: tuple[str, ...], lo: int
-) -> dict[str, Any]:
-    """What the caller needs of a piece that ran from its start to ``seg.stop``, valid from
-    job ``lo`` (its start here; the merge narrows it)."""
+def _piece(k: int, seg: Segment, workload: Workload, names: tuple[str, ...]) -> dict[str, Any]:
+    """What the caller needs of a piece that ran from its start to ``seg.stop`` (the merge
+    keeps the part from where the piece before it handed over)."""
     return {
         "piece": k,
         "start": seg.start,
         "stop": seg.stop,
         "handoff": seg.handoff,
-        "jobs": seg.jobs(workload, names, lo, seg.stop),
+        "jobs": seg.jobs(workload, names, seg.start, seg.stop),
         "records": seg.platform.records,
         "counts": dict(seg.backend.counts),
         "at_idle": seg.at_idle,
@@ -159,7 +157,6 @@ def _child(
     cluster: Cluster,
     cfg: MarketConfig,
     names: tuple[str, ...],
-    seed: int,
     board: _Board,
     results: Any,
 ) -> None:
@@ -172,10 +169,10 @@ def _child(
     try:
         with paused_gc():
             seg = run_segment(
-                workload, cluster, cfg, names, seed, board.starts[k], None,
+                workload, cluster, cfg, names, board.starts[k], None,
                 _Handoff(board, k, lambda: time.sleep(_POLL_S)),
             )
-        out = _piece(k, seg, workload, names, seg.start)
+        out = _piece(k, seg, workload, names)
         # as plain tuples: cheaper to pickle, and a compiled (mypyc) frozen record cannot be
         # unpickled field by field
         out["records"] = [_as_tuple(r) for r in out["records"]]
@@ -241,7 +238,7 @@ def simulate_parallel(
     procs = {
         k: ctx.Process(
             target=_child,
-            args=(k, workload, cluster, cfg, names, seed, board, results),
+            args=(k, workload, cluster, cfg, names, board, results),
             name=f"merkat-piece-{k}",
             daemon=True,
         )
@@ -300,12 +297,12 @@ def simulate_parallel(
             p.start()
         with paused_gc():
             seg0 = run_segment(
-                workload, cluster, cfg, names, seed, 0, count, _Handoff(board, 0, wait)
+                workload, cluster, cfg, names, 0, count, _Handoff(board, 0, wait)
             )
         board.progress[0].value = n + 1
         collect(block=False)
         t_first = time.perf_counter() - t_wall
-        first = _piece(0, seg0, workload, names, 0)
+        first = _piece(0, seg0, workload, names)
         chain = [(first, 0)]
         piece = first
         while piece["handoff"] is not None:
