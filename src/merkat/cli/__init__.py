@@ -9,7 +9,7 @@ import typer
 
 import merkat.cli.bench_period  # noqa: F401  (registers `merkat bench period`)
 from merkat import __version__
-from merkat.cli import bank, bench, experiment, market, sim
+from merkat.cli import bank, bench, experiment, market, report, sim
 
 app = typer.Typer(
     name="merkat",
@@ -21,6 +21,7 @@ app.add_typer(market.app, name="market")
 app.add_typer(bank.app, name="bank")
 app.add_typer(sim.app, name="sim")
 app.add_typer(bench.app, name="bench")
+app.command("report")(report.report_cmd)
 _ = experiment  # registers `merkat sim experiment` on the sim app
 
 
