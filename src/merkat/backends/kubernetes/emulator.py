@@ -1,0 +1,481 @@
+"""A stateful emulator of the part of the Kubernetes API merkat uses, as an HTTP transport.
+
+No emulator on PyPI covers pod binding and the ``resize`` subresource (``kmock`` 0.8 is a
+request/response mock to be scripted per test, ``mockernetes`` does not exist), so this module
+emulates them at the HTTP level: :class:`KubeEmulator` is an ``httpx2.MockTransport`` handler
+(the HTTP library lightkube uses), so the real lightkube client sends real requests — paths,
+verbs, query strings, content types, JSON bodies — and gets API-server responses back.
+
+What it emulates (Kubernetes 1.33+ semantics):
+
+- ``GET /api/v1/nodes``; ``GET`` pods in a namespace or in all namespaces with an equality
+  ``labelSelector``; ``POST``/``GET``/``DELETE`` a pod; ``POST .../pods/{name}/binding``;
+  ``PATCH .../pods/{name}/resize`` (strategic merge on the container named in the body);
+  ``GET .../pods/{name}/log``; ``POST /api/v1/namespaces``.
+- Errors as the API server sends them (``Status`` bodies): 404 NotFound, 409 AlreadyExists (a
+  pod of the same name still terminating) and 409 Conflict on binding an already bound pod,
+  422 Invalid (limit below request, a QoS class change, a memory limit decrease when the
+  memory ``resizePolicy`` is ``NotRequired``, a resize of a pod not bound to a node).
+- The kubelet: a bound pod is admitted when its requests fit the node's allocatable next to
+  the other pods' *allocated* resources (else phase Failed, reason ``OutOfcpu``/``OutOfmemory``);
+  a resize is actuated at once when it fits, ``Deferred`` when it would fit the node but not
+  now (retried whenever something on the node shrinks or leaves, as the kubelet does), and
+  ``Infeasible`` when it exceeds the node's allocatable. Status is reported through the
+  ``PodResizePending`` condition and ``status.containerStatuses[].resources``.
+- Faults for tests: :meth:`KubeEmulator.fail` makes the next matching requests fail with a
+  given status; ``linger`` keeps a deleted pod "terminating" for that many further requests;
+  :meth:`remove_node` deletes a node (its pods stay until :meth:`gc`, like the pod GC).
+
+Every request is recorded in :attr:`KubeEmulator.calls` as ``(verb, path, query, body)``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
+
+import httpx2
+
+from merkat.backends.kubernetes.objects import (
+    CONTAINER,
+    DEFERRED,
+    INFEASIBLE,
+    Json,
+    Size,
+    cpu_millis,
+    desired_size,
+    fmt_cpu,
+    fmt_memory,
+    memory_bytes,
+    parse_quantity,
+    resources_block,
+    size_of,
+)
+
+SERVER = "https://kubernetes.emulator"
+TOKEN = "merkat-emulator-token"
+_POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)(?:/(binding|resize|log|status))?$")
+_PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
+
+
+@dataclass
+class Call:
+    verb: str
+    path: str
+    query: dict[str, str]
+    body: Any
+    content_type: str = ""
+
+
+@dataclass
+class _Fault:
+    verb: str
+    pattern: re.Pattern[str]
+    status: int
+    reason: str
+    times: int
+
+
+@dataclass
+class KubeEmulator:
+    """The emulated API server; pass :meth:`transport` to ``lightkube.Client``."""
+
+    linger: int = 0
+    nodes: dict[str, Json] = field(default_factory=dict)
+    pods: dict[tuple[str, str], Json] = field(default_factory=dict)
+    namespaces: set[str] = field(default_factory=lambda: {"default"})
+    calls: list[Call] = field(default_factory=list)
+    record: bool = True
+    logs: dict[tuple[str, str], str] = field(default_factory=dict)
+    _faults: list[_Fault] = field(default_factory=list)
+    _terminating: dict[tuple[str, str], int] = field(default_factory=dict)
+    _rv: int = 0
+
+    # --- setup and inspection (not API calls) -------------------------------------------
+
+    def add_node(self, name: str, cpu: str | float = 4, memory: str = "8Gi", *,
+                 ready: bool = True, unschedulable: bool = False) -> None:
+        self.nodes[name] = {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "resourceVersion": self._next_rv()},
+            "spec": {"unschedulable": True} if unschedulable else {},
+            "status": {
+                "allocatable": {"cpu": str(cpu), "memory": memory, "pods": "110"},
+                "capacity": {"cpu": str(cpu), "memory": memory, "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            },
+        }
+
+    def remove_node(self, name: str) -> None:
+        """The node leaves the cluster; its pods remain (phase Unknown) until :meth:`gc`."""
+        del self.nodes[name]
+        for pod in self.pods.values():
+            if pod["spec"].get("nodeName") == name:
+                pod["status"]["phase"] = "Unknown"
+
+    def gc(self) -> None:
+        """The pod garbage collector: pods bound to nodes that no longer exist are deleted."""
+        for key in [k for k, p in self.pods.items()
+                    if p["spec"].get("nodeName") and p["spec"]["nodeName"] not in self.nodes]:
+            del self.pods[key]
+
+    def fail(self, verb: str, path_regex: str, status: int, *, times: int = 1,
+             reason: str = "") -> None:
+        """The next ``times`` requests ``verb`` on a path matching ``path_regex`` answer
+        ``status`` (409 Conflict, 500...) without any effect."""
+        self._faults.append(_Fault(verb.upper(), re.compile(path_regex), status,
+                                   reason or _REASONS.get(status, "InternalError"), times))
+
+    def pod(self, namespace: str, name: str) -> Json:
+        return self.pods[(namespace, name)]
+
+    def finish(self, namespace: str, name: str, code: int = 0) -> None:
+        """The pod's container exits with ``code`` (phase Succeeded or Failed)."""
+        self.pods[(namespace, name)]["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
+
+    def used(self, node: str) -> Size:
+        """What the kubelet of ``node`` has allocated to its running pods."""
+        cpu = mem = 0
+        for pod in self.pods.values():
+            if pod["spec"].get("nodeName") == node and pod["status"].get("phase") in (
+                    "Running", "Pending"):
+                s = _allocated(pod)
+                if s is not None:
+                    cpu += s.cpu
+                    mem += s.memory or 0
+        return Size(cpu, mem)
+
+    def transport(self) -> httpx2.MockTransport:
+        return httpx2.MockTransport(self.handle)
+
+    # --- the API ---------------------------------------------------------------------------
+
+    def handle(self, request: httpx2.Request) -> httpx2.Response:
+        verb, path = request.method, request.url.path
+        query = {k: v[-1] for k, v in parse_qs(request.url.query.decode()).items()}
+        ctype = request.headers.get("content-type", "")
+        body = json.loads(request.content) if request.content else None
+        if self.record:
+            self.calls.append(Call(verb, path, query, body, ctype))
+        if request.headers.get("authorization") != f"Bearer {TOKEN}":
+            return _status(401, "Unauthorized", "Unauthorized")
+        for key in list(self._terminating):  # deleted pods go away after `linger` requests
+            self._terminating[key] -= 1
+            if self._terminating[key] < 0:
+                del self._terminating[key]
+                self.pods.pop(key, None)
+                self._kubelet(None)
+        for f in self._faults:
+            if f.times > 0 and f.verb == verb and f.pattern.search(path):
+                f.times -= 1
+                return _status(f.status, f.reason, f"injected fault on {verb} {path}")
+        try:
+            return self._route(verb, path, query, body, ctype)
+        except _ApiError as e:
+            return _status(e.code, e.reason, e.message)
+
+    def _route(self, verb: str, path: str, query: dict[str, str], body: Any,
+               ctype: str) -> httpx2.Response:
+        if path == "/api/v1/nodes" and verb == "GET":
+            return _ok(_list("NodeList", list(self.nodes.values()), self._rv))
+        if path == "/api/v1/pods" and verb == "GET":
+            return _ok(self._list_pods(None, query))
+        if path == "/api/v1/namespaces" and verb == "POST":
+            name = body["metadata"]["name"]
+            if name in self.namespaces:
+                raise _ApiError(409, "AlreadyExists", f'namespaces "{name}" already exists')
+            self.namespaces.add(name)
+            return _ok({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}, 201)
+        m = _PODS.match(path)
+        if m:
+            if verb == "GET":
+                return _ok(self._list_pods(m.group(1), query))
+            if verb == "POST":
+                return _ok(self._create(m.group(1), body), 201)
+        m = _POD.match(path)
+        if m:
+            ns, name, sub = m.group(1), m.group(2), m.group(3)
+            pod = self.pods.get((ns, name))
+            if pod is None or ((ns, name) in self._terminating and sub is not None):
+                raise _ApiError(404, "NotFound", f'pods "{name}" not found')
+            if sub is None and verb == "GET":
+                return _ok(pod)
+            if sub is None and verb == "DELETE":
+                return _ok(self._delete(ns, name, pod))
+            if sub == "binding" and verb == "POST":
+                return _ok(self._bind(pod, body), 201)
+            if sub == "resize" and verb == "PATCH":
+                return _ok(self._resize(pod, body, ctype))
+            if sub == "log" and verb == "GET":
+                return httpx2.Response(200, text=self.logs.get((ns, name), ""))
+        raise _ApiError(404, "NotFound", f"the server could not find the requested resource "
+                        f"({verb} {path})")
+
+    def _list_pods(self, namespace: str | None, query: dict[str, str]) -> Json:
+        want = _selector(query.get("labelSelector", ""))
+        items = [p for (ns, _), p in self.pods.items()
+                 if (namespace is None or ns == namespace)
+                 and all(p["metadata"].get("labels", {}).get(k) == v for k, v in want.items())]
+        return _list("PodList", items, self._rv)
+
+    def _create(self, ns: str, body: Json) -> Json:
+        if ns not in self.namespaces:
+            raise _ApiError(404, "NotFound", f'namespaces "{ns}" not found')
+        if body.get("kind") != "Pod":
+            raise _ApiError(400, "BadRequest", "expected a Pod")
+        meta = body.get("metadata") or {}
+        name = meta.get("name") or ""
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name) or len(name) > 63:
+            raise _ApiError(422, "Invalid", f'Pod "{name}" is invalid: metadata.name')
+        if (ns, name) in self.pods:
+            raise _ApiError(409, "AlreadyExists", f'pods "{name}" already exists')
+        c = _container(body)
+        if c is None:
+            raise _ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.containers')
+        self._check_resources(name, c.get("resources") or {})
+        pod: Json = json.loads(json.dumps(body))
+        pod["metadata"].update(namespace=ns, uid=f"uid-{self._next_rv()}",
+                               resourceVersion=self._next_rv())
+        pod["status"] = {"phase": "Pending"}
+        self.pods[(ns, name)] = pod
+        if pod["spec"].get("nodeName"):
+            self._admit(pod)
+        return pod
+
+    def _delete(self, ns: str, name: str, pod: Json) -> Json:
+        if (ns, name) in self._terminating:
+            return pod
+        node = pod["spec"].get("nodeName")
+        if self.linger > 0 and node in self.nodes:
+            pod["metadata"]["deletionTimestamp"] = "now"
+            pod["status"]["phase"] = "Succeeded"  # its resources are freed at once
+            self._terminating[(ns, name)] = self.linger
+        else:
+            del self.pods[(ns, name)]
+        self._kubelet(node)
+        return pod
+
+    def _bind(self, pod: Json, body: Json) -> Json:
+        name = pod["metadata"]["name"]
+        if pod["spec"].get("nodeName"):
+            raise _ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding '
+                            f'"{name}": pod {name} is already assigned to node '
+                            f'"{pod["spec"]["nodeName"]}"')
+        target = (body.get("target") or {}).get("name")
+        if body.get("kind") != "Binding" or not target:
+            raise _ApiError(400, "BadRequest", "expected a Binding with a target node")
+        pod["spec"]["nodeName"] = target
+        pod["metadata"]["resourceVersion"] = self._next_rv()
+        self._admit(pod)
+        return {"apiVersion": "v1", "kind": "Status", "status": "Success", "code": 201}
+
+    def _resize(self, pod: Json, body: Json, ctype: str) -> Json:
+        name = pod["metadata"]["name"]
+        if ctype.split(";")[0] not in ("application/strategic-merge-patch+json",
+                                       "application/merge-patch+json"):
+            raise _ApiError(415, "UnsupportedMediaType", f"unsupported patch type {ctype!r}")
+        if not pod["spec"].get("nodeName"):
+            raise _ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec: Forbidden: '
+                            "pod resize is only allowed on pods bound to a node")
+        patch = [c for c in (body.get("spec") or {}).get("containers") or ()]
+        if set(body) - {"spec"} or set(body.get("spec") or {}) - {"containers"} or any(
+                set(c) - {"name", "resources"} for c in patch):
+            raise _ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec: Forbidden: only '
+                            "cpu and memory resources are mutable")
+        cur = _container(pod)
+        assert cur is not None
+        for c in patch:
+            if c.get("name") != cur["name"]:
+                raise _ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.containers'
+                                f'[name="{c.get("name")}"]: Not found')
+        new = json.loads(json.dumps(cur.get("resources") or {}))
+        for c in patch:
+            for part in ("requests", "limits"):
+                new.setdefault(part, {}).update((c.get("resources") or {}).get(part) or {})
+        self._check_resources(name, new)
+        old = cur.get("resources") or {}
+        if _qos(old) != _qos(new):
+            raise _ApiError(422, "Invalid", f'Pod "{name}" is invalid: metadata: Invalid value:'
+                            ' "Guaranteed": Pod QOS Class may not change as a result of resizing')
+        policy = {p["resourceName"]: p["restartPolicy"] for p in cur.get("resizePolicy") or ()}
+        old_mem = (old.get("limits") or {}).get("memory")
+        new_mem = (new.get("limits") or {}).get("memory")
+        if (old_mem is not None and new_mem is not None
+                and memory_bytes(new_mem) < memory_bytes(old_mem)
+                and policy.get("memory", "NotRequired") == "NotRequired"):
+            raise _ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.containers[0]'
+                            '.resources.limits[memory]: Forbidden: memory limits cannot be '
+                            "decreased unless resizePolicy is RestartContainer")
+        cur["resources"] = new
+        pod["metadata"]["resourceVersion"] = self._next_rv()
+        pod["metadata"]["generation"] = pod["metadata"].get("generation", 1) + 1
+        self._kubelet(pod["spec"]["nodeName"])
+        return pod
+
+    def _check_resources(self, name: str, res: Json) -> None:
+        req, lim = res.get("requests") or {}, res.get("limits") or {}
+        try:
+            for r, q in list(req.items()) + list(lim.items()):
+                (cpu_millis if r == "cpu" else memory_bytes)(q)
+        except ValueError as e:
+            raise _ApiError(422, "Invalid", f'Pod "{name}" is invalid: {e}') from None
+        for r in ("cpu", "memory"):
+            if r in req and r in lim:
+                conv = cpu_millis if r == "cpu" else memory_bytes
+                if conv(req[r]) > conv(lim[r]):
+                    raise _ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.containers'
+                                    f"[0].resources.requests: Invalid value: \"{req[r]}\": must"
+                                    f" be less than or equal to {r} limit of {lim[r]}")
+
+    # --- the kubelet ---------------------------------------------------------------------
+
+    def _admit(self, pod: Json) -> None:
+        node = pod["spec"]["nodeName"]
+        want = desired_size(pod) or Size(0, 0)
+        if node not in self.nodes:
+            pod["status"] = {"phase": "Pending", "reason": "NodeNotFound"}
+            return
+        free = self._free(node)
+        short = ("cpu" if want.cpu > free.cpu else
+                 "memory" if (want.memory or 0) > (free.memory or 0) else None)
+        if short:
+            pod["status"] = {"phase": "Failed", "reason": f"OutOf{short}",
+                             "message": f"Pod was rejected: Node didn't have enough resource: "
+                                        f"{short}"}
+            return
+        pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+                         "containerStatuses": [{
+                             "name": CONTAINER, "ready": True, "restartCount": 0,
+                             "image": (_container(pod) or {}).get("image", ""), "imageID": "", "started": True,
+                             "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+                             "resources": resources_block(want)}]}
+
+    def _free(self, node: str, exclude: Json | None = None) -> Size:
+        alloc = self.nodes[node]["status"]["allocatable"]
+        used = self.used(node)
+        mine = _allocated(exclude) if exclude is not None else None
+        return Size(cpu_millis(alloc["cpu"]) - used.cpu + (mine.cpu if mine else 0),
+                    memory_bytes(alloc["memory"]) - (used.memory or 0)
+                    + ((mine.memory or 0) if mine else 0))
+
+    def _kubelet(self, node: str | None) -> None:
+        """Actuate the pending resizes of ``node`` (all nodes: ``None``) that fit, oldest first."""
+        for pod in list(self.pods.values()):
+            where = pod["spec"].get("nodeName")
+            if not where or (node is not None and where != node) or where not in self.nodes:
+                continue
+            if pod["status"].get("phase") != "Running":
+                continue
+            want, have = desired_size(pod), _allocated(pod)
+            if want is None or want == have:
+                continue
+            alloc = self.nodes[where]["status"]["allocatable"]
+            free = self._free(where, exclude=pod)
+            conds = [c for c in pod["status"].get("conditions", [])
+                     if c["type"] not in ("PodResizePending", "PodResizeInProgress")]
+            if want.cpu > cpu_millis(alloc["cpu"]) or (want.memory or 0) > memory_bytes(
+                    alloc["memory"]):
+                conds.append({"type": "PodResizePending", "status": "True",
+                              "reason": INFEASIBLE, "message": "Node didn't have enough "
+                              f"capacity: cpu, requested: {want.cpu}, capacity: "
+                              f"{cpu_millis(alloc['cpu'])}"})
+            elif want.cpu > free.cpu or (want.memory or 0) > (free.memory or 0):
+                conds.append({"type": "PodResizePending", "status": "True",
+                              "reason": DEFERRED, "message": "Node didn't have enough resource"})
+            else:
+                pod["status"]["containerStatuses"][0]["resources"] = resources_block(want)
+            pod["status"]["conditions"] = conds
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+
+class _ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+
+_REASONS = {404: "NotFound", 409: "Conflict", 422: "Invalid", 500: "InternalError",
+            503: "ServiceUnavailable", 429: "TooManyRequests"}
+
+
+def _status(code: int, reason: str, message: str) -> httpx2.Response:
+    return httpx2.Response(code, json={"apiVersion": "v1", "kind": "Status", "metadata": {},
+                                       "status": "Failure", "message": message,
+                                       "reason": reason, "code": code})
+
+
+def _ok(obj: Json, code: int = 200) -> httpx2.Response:
+    return httpx2.Response(code, json=obj)
+
+
+def _list(kind: str, items: list[Json], rv: int) -> Json:
+    return {"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": str(rv)},
+            "items": items}
+
+
+def _selector(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for term in filter(None, text.split(",")):
+        k, sep, v = term.partition("=")
+        if not sep or k.endswith("!"):
+            raise _ApiError(400, "BadRequest", f"the emulator supports k=v selectors: {term!r}")
+        out[k] = v.lstrip("=")
+    return out
+
+
+def _container(pod: Json) -> Json | None:
+    cs = (pod.get("spec") or {}).get("containers") or []
+    return cs[0] if cs else None
+
+
+def _allocated(pod: Json) -> Size | None:
+    for c in (pod.get("status") or {}).get("containerStatuses") or ():
+        return size_of(c.get("resources"))
+    return None
+
+
+def _qos(res: Json) -> str:
+    req, lim = res.get("requests") or {}, res.get("limits") or {}
+    if not req and not lim:
+        return "BestEffort"
+    if all(r in lim and parse_quantity(lim[r]) == parse_quantity(req.get(r, lim[r]))
+           for r in ("cpu", "memory")):
+        return "Guaranteed"
+    return "Burstable"
+
+
+def emulated_client(emulator: KubeEmulator, namespace: str = "default") -> Any:
+    """A real ``lightkube.Client`` whose requests go to ``emulator``."""
+    from lightkube import Client, KubeConfig
+
+    return Client(KubeConfig.from_dict(kubeconfig(namespace)), transport=emulator.transport(),
+                  trust_env=False)
+
+
+def kubeconfig(namespace: str = "default", server: str = SERVER) -> Json:
+    """A kubeconfig (as a dict) for the emulator, with a bearer token it checks."""
+    return {
+        "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
+        "clusters": [{"name": "emulator", "cluster": {"server": server}}],
+        "users": [{"name": "merkat", "user": {"token": TOKEN}}],
+        "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "merkat",
+                                                      "namespace": namespace}}],
+    }
+
+
+def quantities(size: Size) -> dict[str, str]:
+    """``{"cpu": "1500m", "memory": "512Mi"}`` (test helper)."""
+    out = {"cpu": fmt_cpu(size.cpu)}
+    if size.memory is not None:
+        out["memory"] = fmt_memory(size.memory)
+    return out
+
+
+Handler = Callable[[httpx2.Request], httpx2.Response]
