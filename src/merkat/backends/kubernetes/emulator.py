@@ -363,7 +363,13 @@ class KubeEmulator:
                     + ((mine.memory or 0) if mine else 0))
 
     def _kubelet(self, node: str | None) -> None:
-        """Actuate the pending resizes of ``node`` (all nodes: ``None``) that fit, oldest first."""
+        """Actuate the pending resizes of ``node`` (all nodes: ``None``) that fit, oldest first,
+        and retry the deferred ones after each actuation (as the kubelet does)."""
+        while self._kubelet_pass(node):
+            pass
+
+    def _kubelet_pass(self, node: str | None) -> bool:
+        actuated = False
         for pod in list(self.pods.values()):
             where = pod["spec"].get("nodeName")
             if not where or (node is not None and where != node) or where not in self.nodes:
@@ -388,7 +394,9 @@ class KubeEmulator:
                               "reason": DEFERRED, "message": "Node didn't have enough resource"})
             else:
                 pod["status"]["containerStatuses"][0]["resources"] = resources_block(want)
+                actuated = True
             pod["status"]["conditions"] = conds
+        return actuated
 
     def _next_rv(self) -> str:
         self._rv += 1
