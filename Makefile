@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck bench clean compiled pure
+.PHONY: run test lint typecheck bench clean compiled pure vendor chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,15 @@ run: $(STAMP)
 test: $(STAMP)
 	PGURL=$$(scripts/postgres.sh --if-available) && \
 	MERKAT_TEST_POSTGRES_URL="$${MERKAT_TEST_POSTGRES_URL:-$$PGURL}" $(BIN)/python -m pytest -n 2 -q
+
+## vendor: re-fetch the dashboard's charting library (uPlot, from npm) into the package
+vendor:
+	scripts/vendor-uplot.sh
+
+## chromium: install Debian's chromium for the browser tests (tests marked browser) if missing
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
