@@ -18,6 +18,7 @@ A merkat VM ``"<platform>/vm<n>"`` is one pod with one container named ``vm``:
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -85,9 +86,11 @@ def fmt_memory(nbytes: int) -> str:
 
 
 def cores_to_millis(cores: float) -> int:
-    """A market allocation in cores → millicores (nearest, at least 1m: a zero CPU limit would
-    mean "no limit")."""
-    return max(1, round(cores * 1000))
+    """A market allocation in cores → millicores, rounded down (so the allocations of a node,
+    which the market keeps within its capacity, still fit once rounded: rounding to the nearest
+    made 1.8885 + 2.1115 cores 4001m on a 4-core node, and the grow Deferred), at least 1m (a
+    zero CPU limit would mean "no limit")."""
+    return max(1, math.floor(cores * 1000 + 1e-6))
 
 
 def mib_to_bytes(mib: float) -> int:
