@@ -387,3 +387,26 @@ def test_quantities_and_names() -> None:
     odd = pod_name("My_App.v2/vm3")
     assert odd != pod_name("my-app-v2/vm3") and len(odd) <= 63
     assert dns_label("x" * 80) != dns_label("x" * 81) and len(dns_label("x" * 80)) == 63
+
+
+def test_connect_reads_a_kubeconfig_and_reports_bad_ones_in_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import yaml
+
+    from merkat.backends.kubernetes.backend import KubeConfigError, connect
+    from merkat.backends.kubernetes.emulator import kubeconfig
+
+    with pytest.raises(KubeConfigError, match="not found"):
+        connect(str(tmp_path / "missing"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("clusters: [")
+    with pytest.raises(KubeConfigError, match="bad.yaml"):
+        connect(str(bad))
+    good = tmp_path / "config"
+    good.write_text(yaml.safe_dump(kubeconfig(server="https://127.0.0.1:1")))
+    with pytest.raises(KubeConfigError, match="Context 'other' not found"):
+        connect(str(good), context="other")
+    b = connect(str(good), namespace="team", retries=0)
+    assert b.namespace == "team"
+    report = b.apply_report(plan())  # nothing listens there: reported, not raised
+    (op,) = report.ops
+    assert op.op == "refresh" and not op.ok and "ConnectError" in op.reason
