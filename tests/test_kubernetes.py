@@ -399,7 +399,7 @@ def test_connect_reads_a_kubeconfig_and_reports_bad_ones_in_one_line(tmp_path) -
         connect(str(tmp_path / "missing"))
     bad = tmp_path / "bad.yaml"
     bad.write_text("clusters: [")
-    with pytest.raises(KubeConfigError, match="bad.yaml"):
+    with pytest.raises(KubeConfigError, match=r"bad\.yaml"):
         connect(str(bad))
     good = tmp_path / "config"
     good.write_text(yaml.safe_dump(kubeconfig(server="https://127.0.0.1:1")))
