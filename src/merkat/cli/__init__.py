@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import typer
 
+import merkat.cli.bench_kubernetes  # registers `merkat bench kubernetes`
 import merkat.cli.bench_period  # noqa: F401  (registers `merkat bench period`)
 from merkat import __version__
 from merkat.cli import bank, bench, experiment, market, report, sim

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,6 +94,8 @@ class KubeEmulator:
     logs: dict[tuple[str, str], str] = field(default_factory=dict)
     _faults: list[_Fault] = field(default_factory=list)
     _terminating: dict[tuple[str, str], int] = field(default_factory=dict)
+    _on_node: dict[str, dict[tuple[str, str], None]] = field(default_factory=dict)
+    busy_s: float = 0.0  # time spent answering (the benchmark tells it from the client's)
     _rv: int = 0
 
     # --- setup and inspection (not API calls) -------------------------------------------
@@ -121,7 +124,7 @@ class KubeEmulator:
         """The pod garbage collector: pods bound to nodes that no longer exist are deleted."""
         for key in [k for k, p in self.pods.items()
                     if p["spec"].get("nodeName") and p["spec"]["nodeName"] not in self.nodes]:
-            del self.pods[key]
+            self._forget(key)
 
     def fail(self, verb: str, path_regex: str, status: int, *, times: int = 1,
              reason: str = "") -> None:
@@ -140,8 +143,9 @@ class KubeEmulator:
     def used(self, node: str) -> Size:
         """What the kubelet of ``node`` has allocated to its running pods."""
         cpu = mem = 0
-        for pod in self.pods.values():
-            if pod["spec"].get("nodeName") == node and pod["status"].get("phase") in (
+        for key in self._on_node.get(node, {}):
+            pod = self.pods[key]
+            if pod["status"].get("phase") in (
                     "Running", "Pending"):
                 s = _allocated(pod)
                 if s is not None:
@@ -155,6 +159,13 @@ class KubeEmulator:
     # --- the API ---------------------------------------------------------------------------
 
     def handle(self, request: httpx2.Request) -> httpx2.Response:
+        t0 = time.perf_counter()
+        try:
+            return self._handle(request)
+        finally:
+            self.busy_s += time.perf_counter() - t0
+
+    def _handle(self, request: httpx2.Request) -> httpx2.Response:
         verb, path = request.method, request.url.path
         query = {k: v[-1] for k, v in parse_qs(request.url.query.decode()).items()}
         ctype = request.headers.get("content-type", "")
@@ -167,7 +178,7 @@ class KubeEmulator:
             self._terminating[key] -= 1
             if self._terminating[key] < 0:
                 del self._terminating[key]
-                self.pods.pop(key, None)
+                self._forget(key)
                 self._kubelet(None)
         for f in self._faults:
             if f.times > 0 and f.verb == verb and f.pattern.search(path):
@@ -243,6 +254,7 @@ class KubeEmulator:
         pod["status"] = {"phase": "Pending"}
         self.pods[(ns, name)] = pod
         if pod["spec"].get("nodeName"):
+            self._on_node.setdefault(pod["spec"]["nodeName"], {})[(ns, name)] = None
             self._admit(pod)
         return pod
 
@@ -255,7 +267,7 @@ class KubeEmulator:
             pod["status"]["phase"] = "Succeeded"  # its resources are freed at once
             self._terminating[(ns, name)] = self.linger
         else:
-            del self.pods[(ns, name)]
+            self._forget((ns, name))
         self._kubelet(node)
         return pod
 
@@ -269,6 +281,7 @@ class KubeEmulator:
         if body.get("kind") != "Binding" or not target:
             raise _ApiError(400, "BadRequest", "expected a Binding with a target node")
         pod["spec"]["nodeName"] = target
+        self._on_node.setdefault(target, {})[(pod["metadata"]["namespace"], name)] = None
         pod["metadata"]["resourceVersion"] = self._next_rv()
         self._admit(pod)
         return {"apiVersion": "v1", "kind": "Status", "status": "Success", "code": 201}
@@ -370,7 +383,8 @@ class KubeEmulator:
 
     def _kubelet_pass(self, node: str | None) -> bool:
         actuated = False
-        for pod in list(self.pods.values()):
+        keys = list(self.pods) if node is None else list(self._on_node.get(node, {}))
+        for pod in [self.pods[k] for k in keys]:
             where = pod["spec"].get("nodeName")
             if not where or (node is not None and where != node) or where not in self.nodes:
                 continue
@@ -397,6 +411,11 @@ class KubeEmulator:
                 actuated = True
             pod["status"]["conditions"] = conds
         return actuated
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        pod = self.pods.pop(key, None)
+        if pod is not None:
+            self._on_node.get(pod["spec"].get("nodeName") or "", {}).pop(key, None)
 
     def _next_rv(self) -> str:
         self._rv += 1

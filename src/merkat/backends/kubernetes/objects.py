@@ -17,6 +17,7 @@ A merkat VM ``"<platform>/vm<n>"`` is one pod with one container named ``vm``:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -65,11 +66,13 @@ def parse_quantity(q: str | int | float) -> Decimal:
         raise QuantityError(f"not a Kubernetes quantity: {q!r}") from None
 
 
+@functools.lru_cache(maxsize=8192)  # a cluster's pods repeat a few quantities
 def cpu_millis(q: str | int | float) -> int:
     """CPU quantity → millicores (rounded up, as the API server does)."""
     return int((parse_quantity(q) * 1000).to_integral_value(rounding="ROUND_CEILING"))
 
 
+@functools.lru_cache(maxsize=8192)
 def memory_bytes(q: str | int | float) -> int:
     return int(parse_quantity(q).to_integral_value(rounding="ROUND_CEILING"))
 
