@@ -410,3 +410,61 @@ def test_connect_reads_a_kubeconfig_and_reports_bad_ones_in_one_line(tmp_path) -
     report = b.apply_report(plan())  # nothing listens there: reported, not raised
     (op,) = report.ops
     assert op.op == "refresh" and not op.ok and "ConnectError" in op.reason
+
+
+def _rbac_verb(verb: str, path: str) -> tuple[str, str, bool]:
+    """``(resource, RBAC verb, cluster-wide)`` of one API request."""
+    parts = path.strip("/").split("/")[2:]  # after api/v1
+    cluster_wide = parts[0] != "namespaces" or len(parts) == 1
+    if parts[0] == "namespaces" and len(parts) > 2:
+        parts = parts[2:]
+    resource = parts[0] + (f"/{parts[2]}" if len(parts) > 2 else "")
+    named = len(parts) > 1
+    rbac = {"GET": "get" if named else "list", "POST": "create", "DELETE": "delete",
+            "PATCH": "patch"}[verb]
+    return resource, rbac, cluster_wide
+
+
+def test_the_shipped_rbac_grants_every_call_the_backend_makes() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    deploy = Path(__file__).parent.parent / "deploy" / "kubernetes"
+
+    def grants(*files: str) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+        ns_rules, cluster_rules = set(), set()
+        for f in files:
+            for doc in yaml.safe_load_all((deploy / f).read_text()):
+                if doc["kind"] in ("Role", "ClusterRole"):
+                    into = cluster_rules if doc["kind"] == "ClusterRole" else ns_rules
+                    for rule in doc["rules"]:
+                        into |= {(r, v) for r in rule["resources"] for v in rule["verbs"]}
+        return ns_rules, cluster_rules
+
+    def exercise(namespace: str | None) -> KubeEmulator:
+        emu = cluster(nodes=3)
+        b = KubernetesBackend(emulated_client(emu, NS), namespace=namespace,
+                              sleep=lambda s: None)
+        b.add_app("a", PodTemplate(owner="alice"))
+        b.refresh()
+        create = (VMPlacement("a/vm1", "a", 0), VMPlacement("a/vm2", "a", 1))
+        b.apply_report(plan(create=create, allocations={p.vm: {"cpu": 1} for p in create}))
+        b.apply_report(plan(60, migrate=(("a/vm1", 0, 2),), allocations={
+            "a/vm1": {"cpu": 1}, "a/vm2": {"cpu": 2}}))
+        emu.remove_node("node-1")
+        b.apply_report(plan(120, suspend=("a/vm1",)))
+        return emu
+
+    ns_rules, cluster_rules = grants("rbac.yaml")
+    emu = exercise(NS)
+    needed = {_rbac_verb(c.verb, c.path) for c in emu.calls}
+    assert {(r, v) for r, v, _ in needed} >= {("pods", "create"), ("pods/binding", "create"),
+                                              ("pods/resize", "patch"), ("pods", "delete"),
+                                              ("nodes", "list"), ("pods", "list")}
+    for resource, verb, wide in needed:
+        assert (resource, verb) in (cluster_rules if wide else ns_rules), (resource, verb)
+    _, cluster_rules = grants("rbac.yaml", "rbac-per-user.yaml")
+    emu = exercise(None)
+    for resource, verb, _ in {_rbac_verb(c.verb, c.path) for c in emu.calls}:
+        assert (resource, verb) in cluster_rules, (resource, verb)
