@@ -1,7 +1,13 @@
 """Shared CLI plumbing: output formats, one-line errors, JSON/table emission.
 
 Conventions (Slurm/kubectl style): data on stdout, logs and errors on stderr, a table by
-default and ``-o json`` for scripts, exit code 2 for bad input, 1 for other failures.
+default and ``-o json`` for scripts, exit code 2 for bad input, 1 for other failures
+(:mod:`merkat.cli.errors` is the one error path).
+
+Start-up matters (scripts call ``merkat`` in loops): this module and every command module
+import only the standard library, typer and light ``merkat`` modules at their top; rich is
+imported when something is printed with it, and numpy, scipy, matplotlib, SQLAlchemy... inside
+the command that needs them (``tests/test_cli_startup.py`` checks it).
 """
 
 from __future__ import annotations
@@ -11,18 +17,34 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from enum import StrEnum
-from typing import Any, NoReturn
+from functools import cache
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
-stdout = Console(soft_wrap=True)
-stderr = Console(stderr=True, soft_wrap=True)
+from merkat.cli.errors import EXIT_BAD_INPUT, EXIT_FAILURE, debug, print_error
 
-EXIT_BAD_INPUT = 2
-EXIT_FAILURE = 1
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILURE"]
+
+
+@cache
+def out_console() -> Console:
+    """The rich console on stdout (created, and rich imported, on first use)."""
+    from rich.console import Console
+
+    return Console(soft_wrap=True)
+
+
+@cache
+def err_console() -> Console:
+    """The rich console on stderr, for progress bars and messages to humans."""
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
 
 
 class OutputFormat(StrEnum):
@@ -36,8 +58,13 @@ OutputOption = typer.Option(
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    """Print a one-line error on stderr and exit with ``code``."""
-    print(f"error: {message}", file=sys.stderr)
+    """Print a one-line error on stderr and exit with ``code`` (under ``--debug``, the traceback
+    of the exception being handled, if any, first)."""
+    if debug() and sys.exc_info()[1] is not None:
+        import traceback
+
+        traceback.print_exc()
+    print_error(message)
     raise typer.Exit(code)
 
 
@@ -47,12 +74,14 @@ def print_json(data: Any) -> None:
 
 
 def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    from rich.table import Table
+
     table = Table(title=title)
     for c in columns:
         table.add_column(c)
     for r in rows:
         table.add_row(*[_fmt(v) for v in r])
-    stdout.print(table)
+    out_console().print(table)
 
 
 def _fmt(v: Any) -> str:
@@ -89,12 +118,14 @@ class LazyProgress:
         if self.bar is None:
             if now - self.t0 < 1.0:
                 return
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
             self.bar = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
                 TextColumn("{task.completed}/{task.total} jobs"),
                 TimeRemainingColumn(),
-                console=stderr,
+                console=err_console(),
                 transient=True,
             )
             self.bar.start()

@@ -15,12 +15,10 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from merkat.bank import tokens
-from merkat.bank.db import open_ledger, parse_url, resolve_url
 from merkat.bank.errors import (
     BadDatabaseURL,
     BankError,
@@ -32,7 +30,6 @@ from merkat.bank.errors import (
 )
 from merkat.bank.ledger import AccountKind, Transfer
 from merkat.bank.money import format_amount, parse_amount
-from merkat.bank.sql import SqlLedger
 from merkat.cli import bench
 from merkat.cli._common import (
     EXIT_BAD_INPUT,
@@ -43,6 +40,12 @@ from merkat.cli._common import (
     fail,
     print_table,
 )
+
+if TYPE_CHECKING:
+    from merkat.bank.sql import SqlLedger
+
+# SQLAlchemy (merkat.bank.db, .sql) and cryptography (merkat.bank.tokens) are imported inside
+# the commands that use them: `merkat --help` needs neither, `bank balance` no cryptography.
 
 app = typer.Typer(
     help="The bank: accounts, transfers, audit, keys and transfer tokens.", no_args_is_help=True
@@ -86,6 +89,8 @@ def _errors() -> Iterator[None]:
 
 
 def _with_ledger(db: str | None, fn: Callable[[SqlLedger], T], *, create: bool = False) -> T:
+    from merkat.bank.db import open_ledger
+
     with _errors():
         ledger = open_ledger(db, create=create)
         try:
@@ -143,6 +148,8 @@ def _emit_record(fmt: OutputFormat, title: str, data: dict[str, Any]) -> None:
 @app.command("init")
 def init(db: str | None = DbOption, output: OutputFormat = OutputOption) -> None:
     """Create the bank's tables (idempotent)."""
+    from merkat.bank.db import parse_url, resolve_url
+
     _with_ledger(db, lambda _ledger: None, create=True)
     shown = parse_url(resolve_url(db)).render_as_string(hide_password=True)
     _emit_record(output, "bank", {"db": shown, "initialised": True})
@@ -299,6 +306,8 @@ def key_generate(
     output: OutputFormat = OutputOption,
 ) -> None:
     """Generate an Ed25519 key pair for signing transfer tokens (local files only)."""
+    from merkat.bank import tokens
+
     public_file = private_key_file.with_name(private_key_file.name + ".pub")
     for f in (private_key_file, public_file):
         if f.exists() and not force:
@@ -330,6 +339,8 @@ def key_add(
     output: OutputFormat = OutputOption,
 ) -> None:
     """Register (or replace) a user's public key."""
+    from merkat.bank import tokens
+
     with _errors():
         raw = tokens.load_public_key(
             tokens.read_file(public_key_file, "public_key_file"), "public_key_file"
@@ -351,6 +362,8 @@ def token_issue(
     output: OutputFormat = OutputOption,
 ) -> None:
     """Sign a receipt of one of your transfers, bound to an identity; print the token."""
+    from merkat.bank import tokens
+
     with _errors():
         private = tokens.load_private_key(tokens.read_file(key, "key"), "key")
     token = _with_ledger(db, lambda L: tokens.issue(L, transfer_id, identity, private))
@@ -367,6 +380,8 @@ def token_redeem(
     output: OutputFormat = OutputOption,
 ) -> None:
     """Redeem a token once: fund a new sub-account of the payee bound to the token's identity."""
+    from merkat.bank import tokens
+
     text = sys.stdin.read() if token == "-" else token
     r = _with_ledger(db, lambda L: tokens.redeem(L, text))
     data = {

@@ -7,17 +7,14 @@ import time
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from merkat.cli._common import fail
-from merkat.cli._common import stderr as stderr_console
+from merkat.cli._common import err_console, fail
 from merkat.cli.sim import app as sim_app
-from merkat.sim.experiments import EXPERIMENTS, FACTORS, run_experiment
 
 
-def _factors(text: str | None) -> tuple[float, ...]:
+def _factors(text: str | None, default: tuple[float, ...]) -> tuple[float, ...]:
     if text is None:
-        return FACTORS
+        return default
     try:
         values = tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
@@ -29,7 +26,9 @@ def _factors(text: str | None) -> tuple[float, ...]:
 
 @sim_app.command("experiment")
 def experiment(
-    name: str = typer.Argument(..., help=f"One of: {', '.join(sorted(EXPERIMENTS))}."),
+    name: str = typer.Argument(
+        ..., help="Experiment name, e.g. themis-fig5 (an unknown name lists the known ones)."
+    ),
     out: Path = typer.Option(..., "--out", help="Directory for results.json, results.md, PNG."),
     seeds: int = typer.Option(1, "--seeds", min=1, help="Seeds per configuration (0..K-1)."),
     workers: int = typer.Option(1, "--workers", min=1, help="Processes for the sweep."),
@@ -44,9 +43,20 @@ def experiment(
     ),
 ) -> None:
     """Run a paper's experiment; print where its results are and the headline figures."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from merkat.sim.experiments import EXPERIMENTS, FACTORS, run_experiment
+
     if name not in EXPERIMENTS:
         fail(f"unknown experiment {name!r}; known: {', '.join(sorted(EXPERIMENTS))}")
-    fs = _factors(factors)
+    fs = _factors(factors, FACTORS)
+    stderr_console = err_console()
     t0 = time.perf_counter()
     with Progress(
         TextColumn(f"{name}"),

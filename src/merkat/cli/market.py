@@ -10,9 +10,6 @@ import typer
 
 from merkat.cli import bench
 from merkat.cli._common import OutputFormat, OutputOption, emit, fail, print_json, print_table
-from merkat.market import MarketError, clear
-from merkat.market.generate import random_market
-from merkat.market.io import clearing_to_dict, parse_market
 
 app = typer.Typer(help="The proportional-share market.", no_args_is_help=True)
 
@@ -23,6 +20,9 @@ def clear_cmd(
     output: OutputFormat = OutputOption,
 ) -> None:
     """Clear one period: prices, ideal and enforceable allocations, placement, migrations."""
+    from merkat.market import MarketError, clear
+    from merkat.market.io import clearing_to_dict, parse_market
+
     try:
         text = file.read_text()
     except OSError as exc:
@@ -80,6 +80,9 @@ def bench_market(
     ),
 ) -> None:
     """Time one full clear of a random cluster: allocate, place, balance."""
+    from merkat.market import clear
+    from merkat.market.generate import random_market
+
     h, v = random_market(vms, hosts, seed, placed)
     t0 = time.perf_counter()
     result = clear(h, v)

@@ -24,11 +24,11 @@ from merkat.cli._common import (
     OutputFormat,
     OutputOption,
     emit,
+    err_console,
     fail,
     print_json,
     print_table,
 )
-from merkat.cli._common import stderr as stderr_console
 from merkat.sim.traces import HPC2N, find_trace
 
 app = typer.Typer(
@@ -154,7 +154,7 @@ def run_cmd(
             b.close()
     if summary["skipped_lines"]:
         first = summary["bad_lines"][0] if summary["bad_lines"] else ""
-        stderr_console.print(
+        err_console().print(
             f"warning: skipped {summary['skipped_lines']} bad trace line(s); first: {first}",
             markup=False,
             highlight=False,
