@@ -142,6 +142,8 @@ class KubernetesBackend:
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
     templates: dict[str, PodTemplate] = field(default_factory=dict)
+    # Per-VM templates (the live service's launchers: app, vm -> template), before ``templates``.
+    template_of: Callable[[str, str], PodTemplate | None] | None = None
     api_calls: int = 0
     node_ids: list[str] = field(default_factory=list)
     capacity: dict[str, tuple[float, float] | None] = field(default_factory=dict)
@@ -294,7 +296,7 @@ class KubernetesBackend:
             if p is None:
                 ops.append(OpReport("resize", vm, False, "no pod for this VM"))
                 continue
-            want = self._size(p.app, alloc, p.desired)
+            want = self._size(p.app, alloc, p.desired, vm)
             if want == p.desired:
                 continue
             if p.desired is not None and want.cpu <= p.desired.cpu and (
@@ -313,14 +315,22 @@ class KubernetesBackend:
 
     # --- operations -----------------------------------------------------------------
 
-    def _template(self, app: str) -> PodTemplate:
+    def _template(self, app: str, vm: str | None = None) -> PodTemplate:
+        if vm is not None and self.template_of is not None:
+            t = self.template_of(app, vm)
+            if t is not None:
+                return t
         return self.templates.get(app) or self.default_template
 
-    def _size(self, app: str, alloc: Mapping[str, float], current: Size | None) -> Size:
-        t = self._template(app)
+    def _size(self, app: str, alloc: Mapping[str, float], current: Size | None,
+              vm: str | None = None) -> Size:
+        """The pod size for a market allocation: CPU rounded down to the millicore; memory the
+        allocation (never under the template's ``memory_mib``, the VM's floor) when traded, the
+        template's size otherwise."""
+        t = self._template(app, vm)
         cpu = cores_to_millis(alloc.get("cpu", 0.0))
         if "memory" in alloc:
-            mem: int | None = mib_to_bytes(alloc["memory"])
+            mem: int | None = mib_to_bytes(max(alloc["memory"], t.memory_mib))
             if (current is not None and current.memory is not None and mem is not None
                     and mem < current.memory and not t.memory_restart):
                 mem = current.memory  # NotRequired memory cannot shrink (docs/kubernetes.md)
@@ -330,10 +340,10 @@ class KubernetesBackend:
             mem = None
         return Size(cpu, mem)
 
-    def _ns(self, app: str) -> str:
+    def _ns(self, app: str, vm: str | None = None) -> str:
         if self.namespace is not None:
             return self.namespace
-        ns = dns_label(f"merkat-{self._template(app).owner}")
+        ns = dns_label(f"merkat-{self._template(app, vm).owner}")
         if ns not in self._namespaces:
             from lightkube.resources.core_v1 import Namespace
 
@@ -355,11 +365,11 @@ class KubernetesBackend:
             node = self.node_ids[host] if 0 <= host < len(self.node_ids) else f"#{host}"
             return OpReport(op, vm, False, f"node {node} is gone or not schedulable", node=node)
         node = self.node_ids[host]
-        template = self._template(app)
-        size = self._size(app, alloc, None)
+        template = self._template(app, vm)
+        size = self._size(app, alloc, None, vm)
         t0 = self.clock()
         try:
-            ns = self._ns(app)
+            ns = self._ns(app, vm)
             manifest = pod_manifest(instance=self.instance, vm=vm, namespace=ns,
                                     template=template, size=size,
                                     node=node if self.bind == "node-name" else None)

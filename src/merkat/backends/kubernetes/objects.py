@@ -178,9 +178,10 @@ def pod_name(vm: str, cluster: str = "vms") -> str:
 @dataclass(frozen=True)
 class PodTemplate:
     """How the VMs of one application run: the container ``image`` and ``command`` (the
-    virtual cluster's command; empty: the image's own), ``env``, the memory the VM holds when
-    memory is not traded (MiB; 0: no memory request/limit), the merkat ``owner`` (the namespace
-    in per-user mode) and the virtual ``cluster`` name (a label)."""
+    virtual cluster's command; empty: the image's own), ``env``, ``memory_mib`` the memory the
+    VM holds when memory is not traded and its floor when it is (MiB; 0: no memory
+    request/limit when not traded), the merkat ``owner`` (the namespace in per-user mode) and
+    the virtual ``cluster`` name (a label)."""
 
     image: str = PAUSE_IMAGE
     command: tuple[str, ...] = ()

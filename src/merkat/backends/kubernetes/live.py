@@ -1,0 +1,174 @@
+"""The Kubernetes backend as the live service drives it (the service's ``LiveBackend``).
+
+:class:`KubernetesLive` wraps a :class:`~merkat.backends.kubernetes.backend.KubernetesBackend`
+with what the applications manager asks of a live backend, the same surface as the local
+backend's: ``register(app, launcher)`` (how each VM starts: ``launcher(app, vm, index)`` gives
+the command, environment, virtual cluster and memory floor — run by ``/bin/sh -c`` in the
+configured ``image``), ``set_metrics``, ``poll`` (pods that exited since the last call),
+``describe``, ``node_list``, ``log_path`` (the pod's log fetched through the API into a file,
+so log monitors read it unchanged), ``report`` (the last period's operations, each with
+``op``, ``vm``, ``error``) and ``close``.
+
+``close`` leaves the pods running: a restarted server re-adopts them by label (the point of
+running on a cluster); delete them with ``kubectl delete pods -l merkat.io/instance=NAME``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from merkat.backends.kubernetes.backend import KubernetesBackend, OpReport, _Failed
+from merkat.backends.kubernetes.objects import PodTemplate
+from merkat.control.types import Metrics
+from merkat.platform.backend import Plan
+
+DEFAULT_IMAGE = "python:3.12-slim"
+
+
+@dataclass(frozen=True)
+class KubeNode:
+    """A node as the API shows it (``cpus``: no cpuset on Kubernetes)."""
+
+    name: str
+    cores: float
+    memory: float
+    cpus: str = "-"
+    schedulable: bool = True
+
+
+@dataclass(frozen=True)
+class Result:
+    """One operation as the applications manager reads it: ``error`` None on success."""
+
+    op: str
+    vm: str
+    error: str | None = None
+    seconds: float = 0.0
+    state: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @classmethod
+    def of(cls, r: OpReport) -> Result:
+        return cls(r.op, r.vm, None if r.ok else r.reason, r.seconds, r.state)
+
+
+class KubernetesLive:
+    """Pods for the live service (module doc). ``logs``: where pod logs are copied."""
+
+    def __init__(self, kube: KubernetesBackend, *, logs: Path, image: str = DEFAULT_IMAGE,
+                 owner_of: dict[str, str] | None = None) -> None:
+        self.kube = kube
+        self.logs = Path(logs)
+        self.image = image
+        self.owner_of = owner_of if owner_of is not None else {}
+        self.launchers: dict[str, Any] = {}
+        self.monitored: dict[str, str] = {}
+        self.report: list[Result] = []
+        self.enforced = True
+        self.warning: str | None = None
+        self._exited: set[str] = set()
+        kube.template_of = self._template
+        try:
+            adopted = kube.adopt()
+        except _Failed as e:
+            self.warning = f"Kubernetes API not reachable: {e.reason}"
+            adopted = {}
+        self.adopted = adopted
+        if not kube.node_ids and self.warning is None:
+            self.warning = "no schedulable Kubernetes node"
+
+    # --- what the applications manager tells us -------------------------------------------
+
+    def register(self, app: str, launcher: Any) -> None:
+        self.launchers[app] = launcher
+        self.monitored.setdefault(app, f"{app}/vm1")
+
+    def set_metrics(self, app: str, metrics: Metrics) -> None:
+        self.kube.push_metrics(app, metrics)
+
+    def _template(self, app: str, vm: str) -> PodTemplate | None:
+        launcher = self.launchers.get(app)
+        if launcher is None:
+            return None
+        tail = vm.rpartition("/vm")[2]
+        index = int(tail) - 1 if tail.isdigit() else 0
+        launch = launcher(app, vm, index)
+        env = {"MERKAT_PLATFORM": app, "MERKAT_VM": vm, "MERKAT_INDEX": str(launch.index),
+               "MERKAT_CLUSTER": launch.cluster, **dict(launch.env)}
+        return PodTemplate(image=self.image, command=("/bin/sh", "-c", launch.command),
+                           env=env, memory_mib=float(launch.memory_floor),
+                           owner=self.owner_of.get(app, "users"), cluster=launch.cluster)
+
+    # --- the Backend seam -------------------------------------------------------------
+
+    def apply(self, plan: Plan) -> None:
+        report = self.kube.apply_report(plan)
+        self.report = [Result.of(r) for r in report.ops]
+
+    def metrics(self, app: str) -> Metrics:
+        return self.kube.metrics(app)
+
+    def finished(self, app: str) -> bool:
+        return self.kube.finished(app)
+
+    def idle(self, app: str) -> frozenset[str]:
+        return self.kube.idle(app)
+
+    # --- health, description -----------------------------------------------------------
+
+    def poll(self) -> list[Result]:
+        """Pods whose container exited since the last call (0: ``exit``; else an error)."""
+        out: list[Result] = []
+        for vm, p in self.kube.pods.items():
+            if vm in self._exited or p.phase not in ("Succeeded", "Failed"):
+                continue
+            self._exited.add(vm)
+            out.append(Result("exit", vm, None if p.phase == "Succeeded" else
+                              "the pod failed (kubectl describe pod for the reason)"))
+        return out
+
+    def describe(self, vm: str) -> dict[str, Any] | None:
+        p = self.kube.pods.get(vm)
+        if p is None:
+            return None
+        size = p.desired.as_market() if p.desired else {}
+        return {"node": p.node, "process": p.phase.lower(), "pod": f"{p.namespace}/{p.name}",
+                "resize": p.state, "cgroup": None,
+                "limits": {"cpu": size.get("cpu"), "memory": size.get("memory")}}
+
+    def node_list(self) -> list[KubeNode]:
+        out = []
+        for name in self.kube.node_ids:
+            cap = self.kube.capacity.get(name)
+            out.append(KubeNode(name, cap[0] if cap else 0.0, cap[1] if cap else 0.0,
+                                schedulable=cap is not None))
+        return out
+
+    def log_path(self, vm: str, tail_lines: int = 1000) -> str | None:
+        """The pod's log (its last ``tail_lines`` lines) copied to ``logs/<app>/<vm>.log``."""
+        p = self.kube.pods.get(vm)
+        if p is None:
+            return None
+        path = self.logs / p.app / f"{vm.rpartition('/')[2]}.log"
+        try:
+            lines = self.kube._call(lambda: list(self.kube.client.log(
+                p.name, namespace=p.namespace, container="vm", tail_lines=tail_lines)),
+                retry=False)
+        except _Failed:
+            return str(path) if path.exists() else None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(lines))
+        tmp.replace(path)
+        return str(path)
+
+    def close(self) -> None:
+        """Close the client; the pods keep running (re-adopted by the next server)."""
+        with contextlib.suppress(Exception):
+            self.kube.client.close()

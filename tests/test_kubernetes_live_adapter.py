@@ -1,0 +1,93 @@
+"""The Kubernetes backend under the live service's interface (launchers, poll, describe, nodes,
+logs through the API), on the emulator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from merkat.backends.kubernetes import KubernetesBackend
+from merkat.backends.kubernetes.emulator import KubeEmulator, emulated_client
+from merkat.backends.kubernetes.live import KubernetesLive
+from merkat.control.types import Metrics
+from merkat.platform.backend import Plan, VMPlacement
+
+pytestmark = pytest.mark.kubernetes
+
+
+@dataclass(frozen=True)
+class Launch:  # what the service's launchers return
+    command: str
+    cluster: str = "default"
+    index: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    memory_floor: float = 0.0
+
+
+def setup(tmp_path: Path) -> tuple[KubeEmulator, KubernetesLive]:
+    emu = KubeEmulator()
+    emu.namespaces.add("merkat")
+    emu.add_node("node-a", "4", "8Gi")
+    emu.add_node("node-b", "2", "4Gi", unschedulable=True)
+    kube = KubernetesBackend(emulated_client(emu, "merkat"), namespace="merkat",
+                             sleep=lambda s: None)
+    return emu, KubernetesLive(kube, logs=tmp_path / "logs", image="python:3.12-slim")
+
+
+def test_launchers_become_pod_commands_env_and_memory(tmp_path: Path) -> None:
+    emu, live = setup(tmp_path)
+    assert live.warning is None and live.enforced
+    assert [(n.name, n.cores, n.memory, n.schedulable) for n in live.node_list()] == [
+        ("node-a", 4.0, 8192.0, True), ("node-b", 0.0, 0.0, False)]
+    live.register("solver", lambda app, vm, i: Launch(
+        f"python -m solver --rank {i}", "workers", i, {"SOLVER_ITERS": "100"}, None, 256.0))
+    live.apply(Plan(0.0, 40.0, create=(VMPlacement("solver/vm2", "solver", 0),),
+                    allocations={"solver/vm2": {"cpu": 1.5}}))
+    assert [(r.op, r.vm, r.error) for r in live.report] == [("create", "solver/vm2", None)]
+    pod = emu.pod("merkat", "solver-workers-2")
+    (c,) = pod["spec"]["containers"]
+    assert c["image"] == "python:3.12-slim"
+    assert c["command"] == ["/bin/sh", "-c", "python -m solver --rank 1"]
+    assert {e["name"]: e["value"] for e in c["env"]} == {
+        "MERKAT_CLUSTER": "workers", "MERKAT_INDEX": "1", "MERKAT_PLATFORM": "solver",
+        "MERKAT_VM": "solver/vm2", "SOLVER_ITERS": "100"}
+    assert c["resources"]["limits"] == {"cpu": "1500m", "memory": "256Mi"}
+    d = live.describe("solver/vm2")
+    assert d is not None and d["process"] == "pending"  # until the next read of the pods
+    live.kube.refresh()
+    d = live.describe("solver/vm2")
+    assert d is not None and d["node"] == "node-a" and d["process"] == "running"
+    assert d["limits"] == {"cpu": 1.5, "memory": 256.0} and d["pod"] == "merkat/solver-workers-2"
+    live.set_metrics("solver", Metrics(work_done=3.0, work_total=10.0))
+    assert live.metrics("solver").work_done == 3.0
+
+
+def test_logs_are_read_through_the_api_and_exits_are_polled(tmp_path: Path) -> None:
+    emu, live = setup(tmp_path)
+    live.register("a", lambda app, vm, i: Launch("echo hi"))
+    live.apply(Plan(0.0, 40.0, create=(VMPlacement("a/vm1", "a", 0),),
+                    allocations={"a/vm1": {"cpu": 1.0}}))
+    emu.logs[("merkat", "a-default-1")] = "iteration 1 took 30.0 s\niteration 2 took 29.5 s\n"
+    path = live.log_path("a/vm1")
+    assert path is not None
+    assert Path(path).read_text().splitlines()[-1] == "iteration 2 took 29.5 s"
+    assert live.monitored["a"] == "a/vm1"
+    assert live.poll() == []
+    emu.finish("merkat", "a-default-1", code=1)
+    live.apply(Plan(40.0, 40.0, allocations={"a/vm1": {"cpu": 1.0}}))
+    (r,) = live.poll()
+    assert (r.op, r.vm) == ("exit", "a/vm1") and r.error is not None
+    assert live.poll() == []  # once
+
+
+def test_a_new_server_re_adopts_the_pods_and_close_leaves_them(tmp_path: Path) -> None:
+    emu, live = setup(tmp_path)
+    live.apply(Plan(0.0, 40.0, create=(VMPlacement("a/vm1", "a", 0),),
+                    allocations={"a/vm1": {"cpu": 1.0}}))
+    live.close()
+    kube = KubernetesBackend(emulated_client(emu, "merkat"), namespace="merkat")
+    again = KubernetesLive(kube, logs=tmp_path / "logs")
+    assert again.adopted == {"a/vm1": "node-a"} and len(emu.pods) == 1
