@@ -506,3 +506,40 @@ def quantities(size: Size) -> dict[str, str]:
 
 
 Handler = Callable[[httpx2.Request], httpx2.Response]
+
+
+def serve(emulator: KubeEmulator, host: str = "127.0.0.1", port: int = 0) -> Any:
+    """Serve ``emulator`` over plain HTTP (a ``ThreadingHTTPServer``, not yet started: call
+    ``serve_forever``); its kubeconfig is :func:`kubeconfig` with ``server`` the returned
+    server's ``url`` attribute. For trying ``merkat server --backend kubernetes`` without a
+    cluster (``merkat kubernetes emulator``)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _any(self) -> None:
+            n = int(self.headers.get("content-length") or 0)
+            body = self.rfile.read(n) if n else b""
+            url = f"http://{self.headers.get('host', 'emulator')}{self.path}"
+            req = httpx2.Request(self.command, url, headers=dict(self.headers.items()),
+                                 content=body)
+            with lock:
+                resp = emulator.handle(req)
+            data = resp.content
+            self.send_response(resp.status_code)
+            self.send_header("content-type", resp.headers.get("content-type",
+                                                              "application/json"))
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _any
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.url = f"http://{host}:{server.server_address[1]}"  # type: ignore[attr-defined]
+    return server
