@@ -83,6 +83,7 @@ def _register() -> None:
         bench_kubernetes,
         bench_period,
         experiment,
+        kubernetes,
         market,
         report,
         sim,
@@ -93,6 +94,7 @@ def _register() -> None:
     app.add_typer(bank.app, name="bank")
     app.add_typer(sim.app, name="sim")
     app.add_typer(bench.app, name="bench")
+    app.add_typer(kubernetes.app, name="kubernetes")
     app.command("report")(report.report_cmd)
     # these register `sim experiment`, `bench period|kubernetes|startup` on the apps above
     _ = (experiment, bench_period, bench_kubernetes, startup)
