@@ -1,0 +1,382 @@
+"""The local backend: every VM is a process tree in its own cgroup on this machine.
+
+:class:`LocalBackend` implements :class:`merkat.platform.backend.Backend`. The machine is split
+into logical *nodes* (a cpuset and a share of the memory each, :class:`Node`); the platform's
+host index ``h`` is ``nodes[h]``. For each operation of a :class:`~merkat.platform.backend.Plan`:
+
+- **create** — a cgroup ``merkat/<app>/<vm>`` pinned to the node's cpuset, then the VM's
+  command (``/bin/sh -c``) started in a new session *inside* the group (the child joins the
+  group before ``exec``), its output appended to ``<logs>/<app>/<vm>.log``; its environment
+  names its platform, cluster, index and master (``MERKAT_PLATFORM``, ``MERKAT_CLUSTER``,
+  ``MERKAT_INDEX``, ``MERKAT_VM``, ``MERKAT_MASTER``) plus what the launcher adds;
+- **allocations** — CPU cores as a CFS quota, memory MiB as a memory limit;
+- **suspend / resume** — the freezer (SIGSTOP/SIGCONT without one); a resumed VM moves to
+  its new node's cpuset;
+- **migrate** — the running VM's cpuset becomes the new node's (vCPUs pinned, Merkat §5.1);
+- **destroy** — SIGTERM then SIGKILL to the group, then the group is removed.
+
+Without a writable cgroup hierarchy the processes still run, unenforced (:attr:`enforced` is
+False and :attr:`warning` says why). Errors never raise: each operation's outcome is an
+:class:`OpResult` in :attr:`LocalBackend.report` (the last plan's) — errors from the world are
+data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from merkat.backends.local.cgroups import CgroupTree, Limits
+from merkat.control.types import Metrics
+from merkat.platform.backend import Plan
+
+__all__ = ["Launch", "LocalBackend", "Node", "OpResult", "VMProcess", "split_machine"]
+
+
+@dataclass(frozen=True)
+class Node:
+    """A logical node: ``cpus`` a cpuset list ("0-1"), ``cores`` how many, ``memory`` MiB."""
+
+    name: str
+    cpus: str
+    cores: float
+    memory: float
+
+
+def split_machine(n: int = 1, memory: float | None = None) -> list[Node]:
+    """``n`` logical nodes splitting this machine's CPUs (round-robin) and ``memory`` MiB
+    (default: the machine's physical memory) evenly."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(
+        range(os.cpu_count() or 1))
+    if memory is None:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+    n = max(1, min(n, len(cpus)))
+    return [Node(f"node{k}", ",".join(str(c) for c in cpus[k::n]), float(len(cpus[k::n])),
+                 float(memory) / n) for k in range(n)]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start one VM: its command, extra environment, working directory, cluster."""
+
+    command: str
+    cluster: str = "default"
+    index: int = 0
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    memory_floor: float = 0.0  # MiB: the memory limit never goes under this (the VM's minimum)
+
+
+@dataclass(frozen=True)
+class OpResult:
+    """The outcome of one operation of a plan: ``error`` is None on success."""
+
+    op: str
+    vm: str
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class VMProcess:
+    """One VM as the backend runs it."""
+
+    id: str
+    app: str
+    node: int
+    launch: Launch
+    cgroup: str
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+    state: str = "running"  # running | suspended | exited | failed
+    restarts: int = 0
+    exit_code: int | None = None
+
+
+Launcher = Callable[[str, str, int], Launch]
+"""``launcher(app, vm, index)`` → how to start the ``index``-th VM (0-based) of ``app``."""
+
+
+class LocalBackend:
+    """VMs as cgroup-limited process trees on logical nodes of this machine (module doc)."""
+
+    def __init__(self, nodes: list[Node], logs: Path, *, cgroup_root: Path | None = None,
+                 prefix: str = "merkat", max_restarts: int = 3) -> None:
+        self.nodes = nodes
+        self.logs = Path(logs)
+        self.tree = CgroupTree(cgroup_root or Path("/sys/fs/cgroup"), prefix)
+        self.max_restarts = max_restarts
+        self.vms: dict[str, VMProcess] = {}
+        self.launchers: dict[str, Launcher] = {}
+        self.monitored: dict[str, str] = {}  # app -> the VM whose process ends the app
+        self.metrics_of: dict[str, Metrics] = {}
+        self.report: list[OpResult] = []
+        self._lock = threading.RLock()
+        self.enforced = self.tree.enforced and self.tree.create("") is None
+        self.warning = None if self.enforced else (
+            f"cgroups not writable under {self.tree.root} (need root and cgroup v1 or v2): "
+            "VMs run unenforced")
+
+    # --- what the applications manager tells us ------------------------------------------
+
+    def register(self, app: str, launcher: Launcher) -> None:
+        """How ``app``'s VMs start (called by the applications manager before submitting)."""
+        self.launchers[app] = launcher
+
+    def set_metrics(self, app: str, metrics: Metrics) -> None:
+        self.metrics_of[app] = metrics
+
+    # --- Backend ---------------------------------------------------------------------------
+
+    def apply(self, plan: Plan) -> None:
+        """Carry out ``plan``; each operation's outcome lands in :attr:`report`."""
+        with self._lock:
+            report: list[OpResult] = []
+            for vm in plan.destroy:
+                report.append(OpResult("destroy", vm, self._destroy(vm)))
+            for vm in plan.suspend:
+                report.append(OpResult("suspend", vm, self._suspend(vm)))
+            for p in plan.create:
+                report.append(OpResult("create", p.vm, self._create(p.vm, p.app, p.host)))
+            for p in plan.resume:
+                report.append(OpResult("resume", p.vm, self._resume(p.vm, p.host)))
+            for vm, _src, dst in plan.migrate:
+                report.append(OpResult("migrate", vm, self._move(vm, dst)))
+            for vm, alloc in plan.allocations.items():
+                err = self._limit(vm, alloc)
+                if err:
+                    report.append(OpResult("limit", vm, err))
+            self.report = report
+
+    def metrics(self, app: str) -> Metrics:
+        with self._lock:
+            if self.finished(app):  # the monitored process ended: the work is done
+                m = self.metrics_of.get(app, Metrics())
+                total = m.work_total if m.work_total is not None else max(m.work_done, 1.0)
+                return Metrics(work_done=total, work_total=total)
+            return self.metrics_of.get(app, Metrics())
+
+    def finished(self, app: str) -> bool:
+        vm = self.vms.get(self.monitored.get(app, ""))
+        return vm is not None and vm.state == "exited" and vm.exit_code == 0
+
+    def idle(self, app: str) -> frozenset[str]:
+        return frozenset()
+
+    # --- health ----------------------------------------------------------------------------
+
+    def poll(self) -> list[OpResult]:
+        """Reap exited processes; restart a failed one (non-zero exit) up to ``max_restarts``
+        times (Merkat §4.2.2's health check). Returns what happened."""
+        out: list[OpResult] = []
+        with self._lock:
+            for vm in list(self.vms.values()):
+                if vm.proc is None or vm.state not in ("running",):
+                    continue
+                code = vm.proc.poll()
+                if code is None:
+                    continue
+                vm.exit_code = code
+                if code == 0:
+                    vm.state = "exited"
+                    out.append(OpResult("exit", vm.id))
+                elif vm.restarts < self.max_restarts:
+                    vm.restarts += 1
+                    err = self._spawn(vm)
+                    out.append(OpResult("restart", vm.id, err and f"restart failed: {err}"))
+                else:
+                    vm.state = "failed"
+                    out.append(OpResult("exit", vm.id, f"exited with code {code} "
+                                        f"after {vm.restarts} restarts"))
+        return out
+
+    def vm(self, vm: str) -> VMProcess | None:
+        return self.vms.get(vm)
+
+    def limits(self, vm: str) -> Limits:
+        """The limits the kernel holds for ``vm`` now."""
+        p = self.vms.get(vm)
+        return self.tree.limits(_group(vm)) if p and self.enforced else Limits()
+
+    def describe(self, vm: str) -> dict[str, Any] | None:
+        """What the API shows of ``vm``: node, process state, pid, restarts, cgroup, limits."""
+        p = self.vms.get(vm)
+        if p is None:
+            return None
+        lim = self.limits(vm)
+        return {"node": self._node(p.node).name, "process": p.state,
+                "pid": p.proc.pid if p.proc else None, "restarts": p.restarts,
+                "exit_code": p.exit_code, "cgroup": p.cgroup if self.enforced else None,
+                "cluster": p.launch.cluster, "limits": {"cpu": lim.cpu, "memory": lim.memory,
+                                                        "cpus": lim.cpus}}
+
+    def node_list(self) -> list[Node]:
+        return list(self.nodes)
+
+    def log_path(self, vm: str) -> str | None:
+        p = self.vms.get(vm)
+        return str(p.log) if p else None
+
+    def close(self) -> None:
+        """Destroy every VM (the server is shutting down)."""
+        with self._lock:
+            for vm in list(self.vms):
+                self._destroy(vm)
+            if self.enforced:  # the empty application groups, then the prefix
+                for d in self.tree.dirs("").values():
+                    for sub in sorted(d.glob("**/"), key=lambda p: -len(p.parts)):
+                        with contextlib.suppress(OSError):
+                            sub.rmdir()
+
+    # --- operations --------------------------------------------------------------------------
+
+    def _create(self, vm: str, app: str, host: int) -> str | None:
+        launcher = self.launchers.get(app)
+        if launcher is None:
+            return f"no launcher registered for application {app!r}"
+        index = sum(1 for v in self.vms.values() if v.app == app)
+        try:
+            launch = launcher(app, vm, index)
+        except Exception as exc:  # a bad template reaches us as data
+            return f"cannot prepare VM: {exc}"
+        log = self.logs / _safe(app) / f"{_safe(vm.rsplit('/', 1)[-1])}.log"
+        p = VMProcess(vm, app, host, launch, self.tree.path(_group(vm)), log)
+        self.vms[vm] = p
+        if self.enforced:
+            err = self.tree.create(_group(vm)) or self.tree.set_limits(
+                _group(vm), Limits(cpus=self._node(host).cpus))
+            if err:
+                p.state = "failed"
+                return err
+        return self._spawn(p)
+
+    def _spawn(self, p: VMProcess) -> str | None:
+        p.log.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.update({"MERKAT_PLATFORM": p.app, "MERKAT_VM": p.id,
+                    "MERKAT_CLUSTER": p.launch.cluster, "MERKAT_INDEX": str(p.launch.index),
+                    "MERKAT_NODE": self._node(p.node).name, "MERKAT_CPUS": self._node(p.node).cpus})
+        env.update(p.launch.env)
+        procs = [str(d / "cgroup.procs") for d in self.tree.dirs(_group(p.id)).values()] \
+            if self.enforced else []
+
+        def join() -> None:  # in the child, before exec: join the VM's groups
+            for path in procs:
+                fd = os.open(path, os.O_WRONLY)
+                try:
+                    os.write(fd, b"0")
+                finally:
+                    os.close(fd)
+
+        try:
+            with open(p.log, "ab") as out:
+                p.proc = subprocess.Popen(
+                    ["/bin/sh", "-c", p.launch.command], stdout=out, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, env=env, cwd=p.launch.cwd or None,
+                    start_new_session=True, preexec_fn=join if procs else None)
+        except (OSError, subprocess.SubprocessError) as exc:
+            p.state = "failed"
+            return f"cannot start {p.launch.command!r}: {exc}"
+        p.state = "running"
+        p.exit_code = None
+        return None
+
+    def _destroy(self, vm: str) -> str | None:
+        p = self.vms.pop(vm, None)
+        if p is None:
+            return None
+        err = None
+        if self.enforced:
+            err = self.tree.remove(_group(vm))
+        if p.proc is not None and p.proc.poll() is None:
+            _killpg(p.proc.pid, signal.SIGCONT)
+            _killpg(p.proc.pid, signal.SIGTERM)
+            try:
+                p.proc.wait(2.0)
+            except subprocess.TimeoutExpired:
+                _killpg(p.proc.pid, signal.SIGKILL)
+                p.proc.wait()
+        return err
+
+    def _suspend(self, vm: str) -> str | None:
+        p = self.vms.get(vm)
+        if p is None:
+            return "unknown VM"
+        if p.state != "running":
+            return None
+        p.state = "suspended"
+        if self.enforced:
+            return self.tree.freeze(_group(vm))
+        if p.proc is not None:
+            _killpg(p.proc.pid, signal.SIGSTOP)
+        return None
+
+    def _resume(self, vm: str, host: int) -> str | None:
+        p = self.vms.get(vm)
+        if p is None:
+            return "unknown VM"
+        err = self._move(vm, host)
+        if p.state == "suspended":
+            p.state = "running"
+            if self.enforced:
+                err = self.tree.thaw(_group(vm)) or err
+            elif p.proc is not None:
+                _killpg(p.proc.pid, signal.SIGCONT)
+        return err
+
+    def _move(self, vm: str, host: int) -> str | None:
+        p = self.vms.get(vm)
+        if p is None:
+            return "unknown VM"
+        p.node = host
+        if not self.enforced:
+            return None
+        return self.tree.set_limits(_group(vm), Limits(cpus=self._node(host).cpus))
+
+    def _limit(self, vm: str, alloc: Mapping[str, float]) -> str | None:
+        if not self.enforced or vm not in self.vms:
+            return None
+        cpu = alloc.get("cpu")
+        mem = alloc.get("memory")
+        return self.tree.set_limits(_group(vm), Limits(
+            cpu=cpu if cpu is not None and cpu > 0 else (0.001 if cpu is not None else None),
+            memory=max(mem, self.vms[vm].launch.memory_floor) if mem else None))
+
+    def _node(self, host: int) -> Node:
+        return self.nodes[host] if 0 <= host < len(self.nodes) else self.nodes[0]
+
+
+def _group(vm: str) -> str:
+    """A VM id ``app/vmN`` → its group name below the prefix (``app/vmN``, made safe)."""
+    return "/".join(_safe(part) for part in vm.split("/"))
+
+
+def _safe(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", s) or "_"
+
+
+def _killpg(pid: int, sig: int) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(pid, sig)
+
+
+def wait_for(cond: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
+    """Poll ``cond`` until true or ``timeout`` seconds (a test and demo helper)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()

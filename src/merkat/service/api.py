@@ -1,0 +1,322 @@
+"""The REST API under ``/api/v1`` (FastAPI; OpenAPI at ``/api/v1/openapi.json``).
+
+:func:`create_app` is the app factory: it takes a :class:`~merkat.service.manager.Manager`
+(which holds the store, the platform and the backend) and returns the ASGI app; extensions
+(the dashboard, Prometheus ``/metrics``) add routers to it. Every route but ``/health`` needs
+an API key (``Authorization: Bearer KEY`` or ``X-API-Key: KEY``): no or bad key → 401. A user
+sees her own platforms, accounts and events; an admin sees all; someone else's object → 404.
+Invalid bodies → 422 with ``detail`` one line naming the field (``errors``: pydantic's list).
+Amounts of money are decimal strings ("12.5"), as in the bank's CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from pydantic import BaseModel, Field
+
+from merkat.bank.errors import BankError
+from merkat.bank.money import format_amount, parse_amount
+from merkat.service.db import StoreError, User
+from merkat.service.manager import Manager, NotFound
+from merkat.service.templates import METRIC_FIELDS, TemplateError, parse, validate
+
+PREFIX = "/api/v1"
+
+
+class MetricsBody(BaseModel):
+    """Metrics an application pushes (any subset of :data:`METRIC_FIELDS`)."""
+
+    model_config = {"extra": "forbid"}
+    performance: float | None = None
+    reference: float | None = None
+    work_done: float | None = Field(None, ge=0)
+    work_total: float | None = Field(None, ge=0)
+    progress_rate: float | None = Field(None, ge=0)
+    ideal_rate: float | None = Field(None, gt=0)
+    tasks_left: int | None = Field(None, ge=0)
+    task_time_avg: float | None = Field(None, ge=0)
+    task_time_max: float | None = Field(None, ge=0)
+
+
+class TransferBody(BaseModel):
+    model_config = {"extra": "forbid", "populate_by_name": True}
+    source: str = Field(alias="from", min_length=1)
+    to: str = Field(min_length=1)
+    amount: str = Field(min_length=1, max_length=40)
+    reason: str = Field("transfer", max_length=200)
+    idempotency_key: str | None = Field(None, max_length=200)
+
+
+class TokenBody(BaseModel):
+    model_config = {"extra": "forbid"}
+    token: str = Field(min_length=1, max_length=10_000)
+
+
+class KeyBody(BaseModel):
+    model_config = {"extra": "forbid"}
+    public_key: str = Field(min_length=1, max_length=10_000)
+
+
+def current_user(request: Request, authorization: Annotated[str | None, Header()] = None,
+                 x_api_key: Annotated[str | None, Header()] = None) -> User:
+    """The caller, from her API key; 401 without a valid one."""
+    key = x_api_key
+    if key is None and authorization and authorization.lower().startswith("bearer "):
+        key = authorization[7:].strip()
+    found = request.app.state.manager.store.user_by_key(key) if key else None
+    if found is None:
+        raise HTTPException(401, "missing or invalid API key",
+                            headers={"WWW-Authenticate": "Bearer"})
+    return found  # type: ignore[no-any-return]
+
+
+Me = Annotated[User, Depends(current_user)]
+
+
+def create_app(manager: Manager) -> FastAPI:
+    """The ASGI app of the service around ``manager`` (module doc)."""
+    app = FastAPI(title="merkat", version="1", openapi_url=f"{PREFIX}/openapi.json",
+                  docs_url=f"{PREFIX}/docs", redoc_url=None)
+    app.state.manager = manager
+    store = manager.store
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errs = exc.errors()
+        first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
+        loc = [str(x) for x in first["loc"] if x not in ("body", "query", "path")]
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        return JSONResponse({"detail": f"{'.'.join(loc) or 'body'}: {msg}",
+                             "errors": json.loads(json.dumps(errs, default=str))}, 422)
+
+    def own_platform(name: str, me: User) -> Any:
+        row = store.platform(name)
+        if row is None or (row.owner != me.name and not me.admin):
+            raise HTTPException(404, f"no platform {name!r}")
+        return row
+
+    def own_account(name: str, me: User) -> None:
+        if me.admin:
+            if not store.ledger.has_account(name):
+                raise HTTPException(404, f"no account {name!r}")
+            return
+        if name not in manager.accounts_of(me.name):
+            raise HTTPException(404, f"no account {name!r}")
+
+    r = APIRouter(prefix=PREFIX)
+
+    @r.get("/health")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "period": manager.platform.index,
+                "enforced": bool(manager.backend.enforced)}
+
+    @r.get("/users/me")
+    def me_(me: Me) -> dict[str, Any]:
+        return {"name": me.name, "admin": me.admin}
+
+    # --- platforms ---------------------------------------------------------------------------
+
+    @r.post("/platforms", status_code=201)
+    async def submit(request: Request, me: Me) -> dict[str, Any]:
+        """Submit a template: a JSON object, or YAML / XML text (Content-Type
+        application/yaml or application/xml)."""
+        body = (await request.body()).decode(errors="replace")
+        ctype = request.headers.get("content-type", "")
+        try:
+            if "json" in ctype:
+                try:
+                    data = json.loads(body)
+                except ValueError:
+                    raise HTTPException(422, "body: not valid JSON") from None
+                t = validate(data, "template")
+            else:
+                t = parse(body, "template", "xml" if "xml" in ctype else None)
+            row = await asyncio.to_thread(manager.submit, me.name, t)
+        except TemplateError as exc:
+            raise HTTPException(422, str(exc).removeprefix("template: ")) from None
+        except StoreError as exc:
+            code = 409 if "already exists" in str(exc) else 422
+            raise HTTPException(code, str(exc)) from None
+        return _platform(row)
+
+    @r.get("/platforms")
+    def platforms(me: Me) -> dict[str, Any]:
+        rows = store.platforms(None if me.admin else me.name)
+        return {"items": [_platform(p) for p in rows]}
+
+    @r.get("/platforms/{name}")
+    def platform(name: str, me: Me) -> dict[str, Any]:
+        row = own_platform(name, me)
+        out = _platform(row)
+        out["template"] = row.template
+        out["vms"] = manager.vms(name)
+        out["spent"] = manager.spent(name)
+        return out
+
+    @r.post("/platforms/{name}/stop")
+    def stop(name: str, me: Me) -> dict[str, Any]:
+        own_platform(name, me)
+        try:
+            manager.stop(name)
+        except NotFound:
+            raise HTTPException(404, f"no platform {name!r}") from None
+        return _platform(store.platform(name))
+
+    @r.get("/platforms/{name}/logs", response_class=PlainTextResponse)
+    def logs(name: str, me: Me, tail: Annotated[int, Query(ge=1, le=100_000)] = 100) -> str:
+        own_platform(name, me)
+        return manager.logs(name, tail)
+
+    @r.post("/platforms/{name}/metrics", status_code=202)
+    def metrics(name: str, body: MetricsBody, me: Me) -> dict[str, Any]:
+        own_platform(name, me)
+        values = {k: float(v) for k, v in body.model_dump().items()
+                  if v is not None and k in METRIC_FIELDS}
+        manager.push_metrics(name, values)
+        return {"accepted": values}
+
+    # --- market ----------------------------------------------------------------------------
+
+    @r.get("/prices")
+    def prices(me: Me) -> dict[str, Any]:
+        hist = store.prices(limit=1)
+        last = hist[-1] if hist else {"time": None, "cpu": 0.0, "memory": 0.0, "period": None}
+        return {"time": last["time"], "period": last["period"], "cpu": last["cpu"],
+                "memory": last["memory"]}
+
+    @r.get("/prices/history")
+    def price_history(me: Me, since: float = 0.0,
+                      limit: Annotated[int, Query(ge=1, le=100_000)] = 1000) -> dict[str, Any]:
+        return {"items": store.prices(since, limit)}
+
+    @r.get("/nodes")
+    def nodes(me: Me) -> dict[str, Any]:
+        with manager.lock:
+            used: dict[str, dict[str, float]] = {}
+            for a in manager.platform.apps.values():
+                for vm in a.vms:
+                    if vm.host >= 0:
+                        u = used.setdefault(manager.platform.hosts.ids[vm.host],
+                                            {"cpu": 0.0, "memory": 0.0})
+                        for k in u:
+                            u[k] += vm.alloc.get(k, 0.0)
+            items = [{"name": n.name, "cpus": n.cpus, "cores": n.cores, "memory": n.memory,
+                      "allocated": used.get(n.name, {"cpu": 0.0, "memory": 0.0})}
+                     for n in manager.backend.node_list()]
+        return {"items": items, "enforced": bool(manager.backend.enforced),
+                "warning": manager.backend.warning}
+
+    @r.get("/allocations")
+    def allocations(me: Me) -> dict[str, Any]:
+        items = []
+        with manager.lock:
+            names = [a for a in manager.platform.apps if me.admin or
+                     manager.platform.apps[a].spec.owner == me.name]
+        for name in names:
+            for vm in manager.vms(name):
+                items.append({"platform": name, "vm": vm["id"], "node": vm["node"],
+                              "state": vm["state"], "bid": vm["bid"],
+                              "allocation": vm["allocation"]})
+        return {"items": items}
+
+    # --- bank ---------------------------------------------------------------------------------
+
+    @r.get("/accounts")
+    def accounts(me: Me) -> dict[str, Any]:
+        names = ([a.name for a in store.ledger.accounts()] if me.admin
+                 else manager.accounts_of(me.name))
+        bal = store.ledger.balances(names) if names else {}
+        return {"items": [{"name": n, "balance": format_amount(bal[n])} for n in names]}
+
+    @r.get("/accounts/{name}")
+    def account(name: str, me: Me) -> dict[str, Any]:
+        own_account(name, me)
+        return {"name": name, "balance": format_amount(store.ledger.balance(name))}
+
+    @r.get("/accounts/{name}/history")
+    def history(name: str, me: Me,
+                limit: Annotated[int, Query(ge=1, le=10_000)] = 100) -> dict[str, Any]:
+        own_account(name, me)
+        return {"items": [{"id": t.id, "kind": str(t.kind), "from": t.payer, "to": t.payee,
+                           "amount": format_amount(t.amount), "reason": t.reason,
+                           "period": t.period}
+                          for t in store.ledger.history(name, limit)]}
+
+    @r.post("/transfers", status_code=201)
+    def transfer(body: TransferBody, me: Me) -> dict[str, Any]:
+        own_account(body.source, me)
+        if not store.ledger.has_account(body.to):
+            raise HTTPException(404, f"no account {body.to!r}")
+        try:
+            amount = parse_amount(body.amount, "amount")
+            t = store.ledger.transfer(body.source, body.to, amount, body.reason,
+                                      idempotency_key=body.idempotency_key)
+        except BankError as exc:
+            raise HTTPException(422, str(exc)) from None
+        return {"id": t.id, "from": body.source, "to": body.to,
+                "amount": format_amount(t.amount)}
+
+    @r.post("/keys", status_code=201)
+    def register_key(body: KeyBody, me: Me) -> dict[str, Any]:
+        from merkat.bank import tokens
+
+        try:
+            raw = tokens.load_public_key(body.public_key.encode(), "public_key")
+            store.ledger.register_key(me.name, raw)
+        except BankError as exc:
+            raise HTTPException(422, str(exc)) from None
+        return {"user": me.name, "key_id": tokens.key_id(raw)}
+
+    @r.post("/transfer-tokens/redeem", status_code=201)
+    def redeem(body: TokenBody, me: Me) -> dict[str, Any]:
+        from merkat.bank import tokens
+
+        try:
+            red = tokens.redeem(store.ledger, body.token)
+        except BankError as exc:
+            raise HTTPException(422, str(exc)) from None
+        return {"transfer_id": red.transfer_id, "sub_account": red.sub_account,
+                "identity": red.identity, "amount": format_amount(red.amount)}
+
+    # --- events ------------------------------------------------------------------------------
+
+    @r.get("/events")
+    def events(me: Me, after: Annotated[int, Query(ge=0)] = 0,
+               limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+               platform: str | None = None) -> dict[str, Any]:
+        items = store.events(after, limit, None if me.admin else me.name, platform)
+        return {"items": items, "next": items[-1]["id"] if items else after}
+
+    @r.get("/events/stream")
+    async def stream(request: Request, me: Me,
+                     after: Annotated[int, Query(ge=0)] = 0,
+                     poll: Annotated[float, Query(gt=0, le=60)] = 0.5) -> StreamingResponse:
+        async def gen() -> AsyncIterator[str]:
+            last = after
+            yield ": merkat events\n\n"
+            while not await request.is_disconnected():
+                items = await asyncio.to_thread(store.events, last, 100,
+                                                None if me.admin else me.name)
+                for e in items:
+                    last = e["id"]
+                    yield f"id: {e['id']}\nevent: {e['kind']}\ndata: {json.dumps(e)}\n\n"
+                if not items:
+                    await asyncio.sleep(poll)
+
+        return StreamingResponse(gen(), media_type="text/event-stream")
+
+    app.include_router(r)
+    return app
+
+
+def _platform(row: Any) -> dict[str, Any]:
+    return {"name": row.name, "state": row.state, "owner": row.owner,
+            "submitted": row.submitted, "started": row.started, "ended": row.ended,
+            "outcome": row.outcome}

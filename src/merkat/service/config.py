@@ -1,0 +1,116 @@
+"""The server's configuration: YAML file, then environment overrides, then flags.
+
+:class:`ServiceConfig` (pydantic-settings) reads ``MERKAT_*`` variables (nested fields with
+``__``: ``MERKAT_RESERVE__CPU=0.01``); :func:`load_config` layers a YAML file under them and
+explicit overrides (the ``merkat server`` flags) on top. Defaults are Merkat's: a 40 s period,
+a 10 s admission interval, the local backend on one node spanning this machine, and state in
+SQLite under the user's data directory (``<data_dir>/merkat.db``); ``db_url`` may name a
+PostgreSQL database instead. Bad values raise :class:`ConfigError` naming the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ConfigError(ValueError):
+    """A bad configuration value (the message names the field)."""
+
+
+class NodeConfig(BaseModel):
+    """A logical node: a cpuset (``cpus``, e.g. "0-1") and ``memory`` MiB."""
+
+    model_config = {"extra": "forbid"}
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    cpus: str = Field(pattern=r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
+    memory: float = Field(gt=0)
+
+
+class BackendConfig(BaseModel):
+    """Which backend runs the VMs (by registry name) and its nodes (empty: ``split`` nodes
+    dividing this machine evenly)."""
+
+    model_config = {"extra": "forbid"}
+    name: str = "local"
+    nodes: list[NodeConfig] = Field(default_factory=list)
+    split: int = Field(1, ge=1, le=1024)
+    cgroup_root: Path = Path("/sys/fs/cgroup")
+    cgroup_prefix: str = Field("merkat", pattern=r"^[A-Za-z0-9_.-]+$")
+    max_restarts: int = Field(3, ge=0)
+
+
+class ServiceConfig(BaseSettings):
+    """Everything ``merkat server`` needs (module doc)."""
+
+    model_config = SettingsConfigDict(env_prefix="MERKAT_", env_nested_delimiter="__",
+                                      extra="forbid")
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    data_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("merkat")))
+    db_url: str | None = None
+    period: float = Field(40.0, gt=0)
+    admission: float = Field(10.0, gt=0)
+    reserve: dict[str, float] = Field(default_factory=lambda: {"cpu": 0.001, "memory": 0.001})
+    economy: str = "merkat"
+    charging: str = "by-bid"
+    provider: str = "provider"
+    backend: BackendConfig = Field(default_factory=BackendConfig)  # type: ignore[arg-type]
+
+    @field_validator("reserve")
+    @classmethod
+    def _reserve(cls, v: dict[str, float]) -> dict[str, float]:
+        for r, x in v.items():
+            if r not in ("cpu", "memory"):
+                raise ValueError(f"unknown resource {r!r} (cpu, memory)")
+            if not x >= 0:
+                raise ValueError(f"{r} must be >= 0")
+        return v
+
+    @property
+    def database(self) -> str:
+        """The database URL: ``db_url``, else SQLite in ``data_dir``."""
+        return self.db_url or f"sqlite:///{self.data_dir / 'merkat.db'}"
+
+
+def load_config(path: Path | None = None, **overrides: Any) -> ServiceConfig:
+    """The configuration from ``path`` (YAML), the environment and ``overrides`` (flags; None
+    values are ignored), in increasing priority."""
+    import yaml
+
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" line {mark.line + 1}" if mark is not None else ""
+            raise ConfigError(f"config {path}{where}: not valid YAML") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config {path}: expected a mapping at the top level")
+        data = loaded or {}
+    try:
+        # pydantic-settings gives init kwargs priority over the environment: read the
+        # environment first and take from the file only the keys it does not set.
+        env_set = ServiceConfig().model_fields_set  # type: ignore[call-arg]
+        merged = {k: v for k, v in data.items() if k not in env_set}
+        merged.update({k: v for k, v in overrides.items() if v is not None})
+        return ServiceConfig(**merged)
+    except ValidationError as exc:
+        raise ConfigError(f"config: {first_error(exc)}") from None
+
+
+def first_error(exc: ValidationError) -> str:
+    """A pydantic error as one line naming the field: ``clusters.0.cpu: must be > 0``."""
+    err = exc.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"]) or "(top)"
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    return f"{loc}: {msg}"

@@ -1,0 +1,204 @@
+"""The service's persistence: users and API keys, platforms, events, prices, counters.
+
+:func:`open_store` opens (creating if needed) the database at a URL — the bank's tables
+through :func:`merkat.bank.db.open_ledger`, the service's through alembic migrations
+(:func:`migrate`: an existing database is upgraded in place, its data kept) — and returns a
+:class:`Store` sharing the ledger's engine. API keys are random 32-byte tokens
+(``mk_`` + 43 url-safe characters) shown once and stored as their SHA-256 digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, func, insert, select, update
+
+from merkat.bank.db import open_ledger
+from merkat.bank.ledger import AccountKind
+from merkat.bank.sql import SqlLedger
+from merkat.service import schema as s
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+class StoreError(ValueError):
+    """A refused store operation (duplicate user, unknown user...)."""
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    admin: bool
+
+
+@dataclass(frozen=True)
+class PlatformRow:
+    name: str
+    owner: str
+    template: dict[str, Any]
+    state: str
+    submitted: float
+    started: float | None
+    ended: float | None
+    outcome: str
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the service's tables to the newest revision (alembic ``upgrade head``)."""
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+def open_store(url: str) -> Store:
+    """The store (and its ledger) at database ``url``, created or upgraded as needed."""
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    ledger = open_ledger(url, create=True)
+    migrate(ledger.engine)
+    return Store(ledger)
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class Store:
+    """Typed access to the service's tables (each method one transaction)."""
+
+    def __init__(self, ledger: SqlLedger) -> None:
+        self.ledger = ledger
+        self.engine = ledger.engine
+
+    # --- users and keys ------------------------------------------------------------------
+
+    def add_user(self, name: str, admin: bool = False, budget: int = 0) -> str:
+        """Create user ``name`` (a bank account of kind user, ``budget`` micro-credits minted
+        into it with reason "initial budget") and return her new API key (shown once)."""
+        from merkat.bank.ledger import check_name
+
+        check_name(name, "user")
+        key = "mk_" + secrets.token_urlsafe(32)
+        with self.engine.begin() as conn:
+            if conn.execute(select(s.users.c.id).where(s.users.c.name == name)).first():
+                raise StoreError(f"user {name!r} already exists")
+            uid = conn.execute(insert(s.users).values(
+                name=name, admin=admin, created=time.time())).inserted_primary_key[0]  # type: ignore[index]
+            conn.execute(insert(s.api_keys).values(
+                user_id=uid, digest=hash_key(key), prefix=key[:8], created=time.time()))
+        if not self.ledger.has_account(name):
+            self.ledger.create_account(name, AccountKind.user)
+        if budget > 0:
+            self.ledger.mint(name, budget, "initial budget", idempotency_key=f"user-budget:{name}")
+        return key
+
+    def new_key(self, name: str) -> str:
+        """Another API key for user ``name``."""
+        key = "mk_" + secrets.token_urlsafe(32)
+        with self.engine.begin() as conn:
+            uid = conn.execute(select(s.users.c.id).where(s.users.c.name == name)).scalar()
+            if uid is None:
+                raise StoreError(f"unknown user {name!r}")
+            conn.execute(insert(s.api_keys).values(
+                user_id=uid, digest=hash_key(key), prefix=key[:8], created=time.time()))
+        return key
+
+    def user_by_key(self, key: str) -> User | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(s.users.c.name, s.users.c.admin)
+                .join(s.api_keys, s.api_keys.c.user_id == s.users.c.id)
+                .where(s.api_keys.c.digest == hash_key(key))).first()
+        return User(row.name, bool(row.admin)) if row else None
+
+    def users(self) -> list[User]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(s.users.c.name, s.users.c.admin).order_by(s.users.c.name))
+            return [User(r.name, bool(r.admin)) for r in rows]
+
+    # --- platforms -----------------------------------------------------------------------
+
+    def add_platform(self, name: str, owner: str, template: dict[str, Any]) -> None:
+        with self.engine.begin() as conn:
+            if conn.execute(select(s.platforms.c.name).where(s.platforms.c.name == name)).first():
+                raise StoreError(f"platform {name!r} already exists")
+            conn.execute(insert(s.platforms).values(
+                name=name, owner=owner, template=json.dumps(template), state="queued",
+                submitted=time.time(), outcome=""))
+
+    def set_platform(self, name: str, **values: Any) -> None:
+        """Update columns of platform ``name`` (state, started, ended, outcome)."""
+        with self.engine.begin() as conn:
+            conn.execute(update(s.platforms).where(s.platforms.c.name == name).values(**values))
+
+    def platform(self, name: str) -> PlatformRow | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(s.platforms).where(s.platforms.c.name == name)).first()
+        return _platform(row) if row else None
+
+    def platforms(self, owner: str | None = None, states: Iterable[str] | None = None,
+                  ) -> list[PlatformRow]:
+        q = select(s.platforms).order_by(s.platforms.c.submitted, s.platforms.c.name)
+        if owner is not None:
+            q = q.where(s.platforms.c.owner == owner)
+        if states is not None:
+            q = q.where(s.platforms.c.state.in_(list(states)))
+        with self.engine.connect() as conn:
+            return [_platform(r) for r in conn.execute(q)]
+
+    # --- events and prices ------------------------------------------------------------------
+
+    def add_event(self, kind: str, message: str, platform: str | None = None,
+                  owner: str | None = None, at: float | None = None) -> int:
+        with self.engine.begin() as conn:
+            return int(conn.execute(insert(s.events).values(
+                time=time.time() if at is None else at, kind=kind, platform=platform,
+                owner=owner, message=message)).inserted_primary_key[0])  # type: ignore[index]
+
+    def events(self, after: int = 0, limit: int = 100, owner: str | None = None,
+               platform: str | None = None) -> list[dict[str, Any]]:
+        """Events with id > ``after``, oldest first (``owner``: hers only)."""
+        q = select(s.events).where(s.events.c.id > after).order_by(s.events.c.id).limit(limit)
+        if owner is not None:
+            q = q.where(s.events.c.owner == owner)
+        if platform is not None:
+            q = q.where(s.events.c.platform == platform)
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]
+
+    def add_price(self, period: int, at: float, cpu: float, memory: float) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(s.prices.delete().where(s.prices.c.period == period))
+            conn.execute(insert(s.prices).values(period=period, time=at, cpu=cpu, memory=memory))
+
+    def prices(self, since: float = 0.0, limit: int = 1000) -> list[dict[str, Any]]:
+        q = (select(s.prices).where(s.prices.c.time >= since)
+             .order_by(s.prices.c.period.desc()).limit(limit))
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in reversed(list(conn.execute(q)))]
+
+    def last_period(self) -> int:
+        """The index of the last recorded period (-1: none)."""
+        with self.engine.connect() as conn:
+            v = conn.execute(select(func.max(s.prices.c.period))).scalar()
+        return -1 if v is None else int(v)
+
+    def close(self) -> None:
+        self.ledger.close()
+
+
+def _platform(row: Any) -> PlatformRow:
+    return PlatformRow(row.name, row.owner, json.loads(row.template), row.state, row.submitted,
+                       row.started, row.ended, row.outcome)

@@ -1,0 +1,377 @@
+"""The applications manager (Merkat §4.1.1, §4.2): queue, admission, monitors, shutdown —
+around the market scheduler's period, on the wall clock.
+
+:class:`Manager` owns one :class:`~merkat.platform.period.Platform` (market, controllers,
+bank) and a live backend. Its life:
+
+- :meth:`submit` (the API) validates a template against the owner's balance and puts the
+  platform in the queue (state ``queued``);
+- :meth:`admit`, every admission interval (10 s), moves queued platforms into the platform
+  loop: an account ``app:<name>`` funded by a transfer of the template's budget from the
+  owner's account, a controller (a policy by name, or a ``merkat.controllers`` entry point),
+  and a launcher telling the backend how to start each VM (its cluster's command, the
+  environment of §4.2.2). The controller's start condition then decides, each period, when it
+  starts (``waiting`` until then: "put back in the queue");
+- :meth:`tick`, every period (40 s), reaps and restarts failed processes (health check),
+  reads the monitors, runs the period (:meth:`_run_period`, the ONE place that calls the
+  period decision), applies user stops and budget exhaustion, and records prices, states and
+  events in the store;
+- :meth:`stop` shuts a platform down at the user's request.
+
+Every public method takes the manager's lock: the API thread and the loop thread never see a
+half-done period.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from merkat.bank.ledger import AccountKind
+from merkat.control.base import Controller
+from merkat.control.registry import PolicyError, make_policy
+from merkat.market import NO_HOST, Hosts
+from merkat.platform.period import ENDED, App, AppSpec, AppStatus, Platform, to_micro
+from merkat.service.config import ServiceConfig
+from merkat.service.db import PlatformRow, Store, StoreError
+from merkat.service.monitors import MetricsTracker, read_log, run_command
+from merkat.service.templates import Template, TemplateError
+
+CONTROLLERS = "merkat.controllers"
+"""Entry-point group of custom controllers: ``name = "pkg.module:ControllerClass"``."""
+
+
+class NotFound(LookupError):
+    """No such object (or not the caller's)."""
+
+
+def make_controller(policy: str, params: dict[str, Any]) -> Controller:
+    """A controller by registry name, else by a ``merkat.controllers`` entry point."""
+    try:
+        return make_policy(policy, **params)
+    except PolicyError as exc:
+        if not str(exc).startswith("unknown policy"):
+            raise TemplateError(f"controller.params: {exc}") from None
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=CONTROLLERS):
+            if ep.name == policy:
+                cls = ep.load()
+                try:
+                    ctl: Controller = cls(**params)
+                except (TypeError, ValueError) as e:
+                    raise TemplateError(f"controller.params: {e}") from None
+                return ctl
+        raise TemplateError(f"controller.policy: {exc}") from None
+
+
+@dataclass
+class Live:
+    """What the manager keeps per admitted platform."""
+
+    template: Template
+    owner: str
+    tracker: MetricsTracker
+    last_poll: float = -math.inf
+    idle_since: float | None = None
+
+
+class Manager:
+    """The applications manager and the period loop of the live service (module doc)."""
+
+    def __init__(self, config: ServiceConfig, store: Store, backend: Any,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.store = store
+        self.backend = backend
+        self.clock = clock
+        self.lock = threading.RLock()
+        nodes = backend.node_list()
+        hosts = Hosts(tuple(n.name for n in nodes),
+                      _capacity([(n.cores, n.memory) for n in nodes]))
+        self.platform = Platform(hosts=hosts, ledger=store.ledger, backend=backend,
+                                 period=config.period, reserve=dict(config.reserve),
+                                 provider=config.provider)
+        self.platform.index = store.last_period() + 1  # the period counter continues
+        self.live: dict[str, Live] = {}
+        self.started = clock()
+        if backend.warning:
+            store.add_event("warning", backend.warning)
+
+    # --- the API's side ----------------------------------------------------------------------
+
+    def submit(self, owner: str, template: Template) -> PlatformRow:
+        """Queue ``template`` for ``owner``. Refused (TemplateError/StoreError, nothing
+        changed) when the controller is unknown, the name is taken or the budget exceeds the
+        owner's balance."""
+        make_controller(template.controller.policy, dict(template.controller.params))
+        with self.lock:
+            balance = self.store.ledger.balance(owner) if self.store.ledger.has_account(
+                owner) else 0
+            if to_micro(template.budget) > balance:
+                raise StoreError(f"budget: {template.budget:g} exceeds {owner}'s balance "
+                                 f"{balance / 1e6:g}")
+            self.store.add_platform(template.name, owner, template.model_dump(mode="json"))
+            self.store.add_event("submitted", f"platform {template.name} queued", template.name,
+                                 owner)
+            row = self.store.platform(template.name)
+            assert row is not None
+            return row
+
+    def stop(self, name: str, reason: str = "stopped by the user") -> None:
+        """Shut platform ``name`` down now: destroy its VMs, record the outcome."""
+        with self.lock:
+            row = self.store.platform(name)
+            if row is None:
+                raise NotFound(name)
+            if row.state == "queued":
+                self._end_row(name, row.owner, "stopped", reason)
+                return
+            app = self.platform.apps.get(name)
+            if app is None or not app.active:
+                return
+            self._shutdown(app, reason)
+
+    def push_metrics(self, name: str, values: dict[str, float]) -> None:
+        with self.lock:
+            live = self.live.get(name)
+            if live is not None:
+                live.tracker.update(values, self.clock())
+
+    def vms(self, name: str) -> list[dict[str, Any]]:
+        """The VMs of platform ``name`` as the API shows them."""
+        with self.lock:
+            app = self.platform.apps.get(name)
+            if app is None:
+                return []
+            out = []
+            for vm in app.vms:
+                d = self.backend.describe(vm.id) or {}
+                out.append({
+                    "id": vm.id, "state": vm.state.value,
+                    "node": d.get("node") or (self.platform.hosts.ids[vm.host]
+                                              if vm.host != NO_HOST else None),
+                    "bid": {r: vm.bid.get(r, 0.0) for r in ("cpu", "memory")},
+                    "allocation": {r: vm.alloc.get(r, 0.0) for r in ("cpu", "memory")},
+                    "cgroup": d.get("cgroup"), "process": d.get("process"),
+                    "pid": d.get("pid"), "restarts": d.get("restarts", 0),
+                    "limits": d.get("limits"),
+                })
+            return out
+
+    def spent(self, name: str) -> float:
+        app = self.platform.apps.get(name)
+        return app.spent / 1e6 if app else 0.0
+
+    def logs(self, name: str, tail: int = 100) -> str:
+        """The last ``tail`` lines of each VM's output, under a ``==> file <==`` header."""
+        base = Path(self.config.data_dir) / "logs" / name
+        parts = []
+        for f in sorted(base.glob("*.log")) if base.is_dir() else []:
+            lines = f.read_text(errors="replace").splitlines()[-tail:]
+            parts.append(f"==> {f.name} <==\n" + "\n".join(lines))
+        return "\n".join(parts) + ("\n" if parts else "")
+
+    # --- the loop's side ----------------------------------------------------------------------
+
+    def admit(self) -> list[str]:
+        """Move queued platforms into the platform loop (module doc); returns their names."""
+        admitted = []
+        with self.lock:
+            for row in self.store.platforms(states=("queued",)):
+                try:
+                    self._admit(row)
+                except (TemplateError, ValueError) as exc:
+                    self._end_row(row.name, row.owner, "failed", f"cannot admit: {exc}")
+                    continue
+                admitted.append(row.name)
+        return admitted
+
+    def tick(self) -> dict[str, Any]:
+        """One period of the live platform; returns the period's record as a dict."""
+        with self.lock:
+            now = self.clock()
+            for r in self.backend.poll():
+                app = r.vm.split("/", 1)[0]
+                self._event("vm-" + r.op, f"{r.vm}: {r.op}" + (f" ({r.error})" if r.error else ""),
+                            app)
+            for name, live in self.live.items():
+                self._read_monitor(name, live, now)
+            record = self._run_period(now)
+            for r in getattr(self.backend, "report", []):
+                if r.error:
+                    self._event("vm-error", f"{r.vm}: {r.op} failed: {r.error}",
+                                r.vm.split("/", 1)[0])
+            self._budgets()
+            self._sync(now)
+            self.store.add_price(record.index, now, record.prices.get("cpu", 0.0),
+                                 record.prices.get("memory", 0.0))
+            return {"index": record.index, "time": now, "prices": record.prices,
+                    "vms": record.vms, "charged": record.charged / 1e6}
+
+    def _run_period(self, now: float) -> Any:
+        """THE call of the period decision on the wall clock (issue 11's driver replaces this
+        one line: the service is then the driver's wall-clock configuration)."""
+        return self.platform.run_period(now)
+
+    def run(self, stop: threading.Event, on_period: Callable[[dict[str, Any]], None] | None = None
+            ) -> None:
+        """The wall-clock loop: admission every ``admission`` s, a period every ``period`` s,
+        until ``stop`` is set."""
+        next_period = self.clock()
+        while not stop.is_set():
+            try:
+                self.admit()
+                if self.clock() >= next_period:
+                    rec = self.tick()
+                    next_period += self.config.period
+                    if on_period:
+                        on_period(rec)
+            except Exception as exc:  # a period that fails is recorded; the loop goes on
+                self.store.add_event("error", f"period failed: {type(exc).__name__}: {exc}")
+            wait = min(self.config.admission, max(0.0, next_period - self.clock()))
+            stop.wait(wait)
+
+    def close(self) -> None:
+        with self.lock:
+            self.backend.close()
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _admit(self, row: PlatformRow) -> None:
+        t = Template.model_validate(row.template)
+        ctl = make_controller(t.controller.policy, dict(t.controller.params))
+        c = t.controlled
+        now = self.clock()
+        spec = AppSpec(
+            id=t.name, policy=t.controller.policy, size=t.size,
+            vm_size={"cpu": c.cpu, "memory": c.memory}, submit_time=now, budget=0.0,
+            renewal=t.renewal, budget_cap=t.budget if t.renewal > 0 else None,
+            deadline=now + t.controller.reference if t.controller.reference else None,
+            vm_min={"cpu": c.min_cpu, "memory": c.min_memory}, owner=row.owner,
+            trade=tuple(t.trade))
+        self.backend.register(t.name, self._launcher(t))
+        app = self.platform.submit(spec, ctl)
+        budget = to_micro(t.budget)
+        if budget > 0:
+            self.store.ledger.transfer(row.owner, app.account, budget, f"budget of {t.name}",
+                                       idempotency_key=f"budget:{t.name}")
+        self.live[t.name] = Live(t, row.owner, MetricsTracker(t.monitored.monitor))
+        self.store.set_platform(t.name, state="waiting")
+        self._event("admitted", f"platform {t.name} admitted: budget {t.budget:g}, "
+                    f"controller {t.controller.policy}", t.name)
+
+    def _launcher(self, t: Template) -> Callable[[str, str, int], Any]:
+        from merkat.backends.local import Launch
+
+        monitored = t.monitored
+
+        def launch(app: str, vm: str, index: int) -> Launch:
+            cluster, k = t.cluster_of(index)
+            if cluster.name == monitored.name and k == 0:
+                self.backend.monitored[app] = vm
+            master = t.clusters[[c.name for c in t.clusters].index(cluster.depends)] \
+                if cluster.depends else cluster
+            env = {"MERKAT_MASTER": f"{app}/{master.name}-0", "MERKAT_MASTER_HOST": "127.0.0.1",
+                   "MERKAT_CLUSTER_INDEX": str(k)}
+            return Launch(cluster.command, cluster.name, index, env, None,
+                          memory_floor=max(cluster.min_memory, 16.0))
+
+        return launch
+
+    def _read_monitor(self, name: str, live: Live, now: float) -> None:
+        mon = live.template.monitored.monitor
+        app = self.platform.apps.get(name)
+        if mon is None or app is None or not app.active:
+            return
+        if mon.kind == "log":
+            vm = self.backend.monitored.get(name)
+            path = mon.path or (self.backend.log_path(vm) if vm else None)
+            if path:
+                live.tracker.update(read_log(Path(path), mon.regex or ""), now)
+        elif mon.kind == "command" and now - live.last_poll >= live.template.poll:
+            live.last_poll = now
+            live.tracker.update(run_command(mon.command or ""), now)
+        self.backend.set_metrics(name, live.tracker.metrics())
+
+    def _budgets(self) -> None:
+        """Shut down running platforms that can no longer pay (Merkat §4.2.4 case iii)."""
+        active = [a for a in self.platform.active.values() if a.status is AppStatus.RUNNING]
+        if not active:
+            return
+        balances = self.store.ledger.balances([a.account for a in active])
+        for a in active:
+            if a.account in self.platform.allowances:
+                continue
+            floor = sum(to_micro(sum(self.platform.reserve.values())) for _ in a.vms)
+            if balances[a.account] < max(floor, 1):
+                self._shutdown(a, "budget exhausted")
+
+    def _shutdown(self, app: App, reason: str) -> None:
+        from merkat.platform.backend import Plan
+
+        ids = tuple(vm.id for vm in app.vms)
+        if ids:
+            self.backend.apply(Plan(time=self.clock(), period=self.platform.period, destroy=ids))
+        app.vms = []
+        app.views = None
+        app.status = AppStatus.STOPPED
+        app.reason = reason
+        app.end_time = self.clock()
+        self.platform.active.pop(app.spec.id, None)
+
+    def _sync(self, now: float) -> None:
+        """Write each admitted platform's state to the store, with an event on each change."""
+        for name, _live in list(self.live.items()):
+            app = self.platform.apps[name]
+            row = self.store.platform(name)
+            if row is None:
+                continue
+            state = str(app.status)
+            if state == row.state:
+                continue
+            values: dict[str, Any] = {"state": state}
+            if app.start_time is not None and row.started is None:
+                values["started"] = app.start_time
+            if app.status in ENDED:
+                values["ended"] = app.end_time or now
+                values["outcome"] = app.reason or state
+                self.live.pop(name, None)
+            self.store.set_platform(name, **values)
+            msg = f"platform {name}: {row.state} -> {state}"
+            if app.reason:
+                msg += f" ({app.reason}; paid {app.spent / 1e6:g})"
+            self._event("state", msg, name)
+
+    def _end_row(self, name: str, owner: str, state: str, reason: str) -> None:
+        self.store.set_platform(name, state=state, ended=self.clock(), outcome=reason)
+        self.store.add_event("state", f"platform {name}: {state} ({reason})", name, owner)
+
+    def _event(self, kind: str, message: str, platform: str | None = None) -> None:
+        owner = None
+        if platform is not None:
+            live = self.live.get(platform)
+            owner = live.owner if live else (
+                self.platform.apps[platform].spec.owner if platform in self.platform.apps else None)
+        self.store.add_event(kind, message, platform, owner)
+
+    def accounts_of(self, owner: str) -> list[str]:
+        """The bank accounts ``owner`` may see: hers and her platforms'."""
+        return [a.name for a in self.store.ledger.accounts()
+                if a.name == owner or (a.kind is AccountKind.application and a.owner == owner)]
+
+
+def _capacity(rows: list[tuple[float, float]]) -> Any:
+    import numpy as np
+
+    return np.array(rows, dtype=np.float64).reshape(-1, 2)
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True)

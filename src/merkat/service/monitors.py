@@ -1,0 +1,109 @@
+"""Monitors (Merkat §4.2.3): a platform's progress as :class:`~merkat.control.types.Metrics`.
+
+A monitor reads raw values — the last match of a regex in a log file, the ``key=value`` or
+JSON output of a command, or the values pushed to ``POST .../platforms/{name}/metrics`` — and
+:class:`MetricsTracker` turns successive readings into metrics, adding the measured progress
+rate (work units per second between two readings whose work differs).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from merkat.control.types import Metrics
+from merkat.service.templates import METRIC_FIELDS, Monitor
+
+TAIL_BYTES = 65_536
+INT_FIELDS = ("tasks_left",)
+
+
+def read_log(path: Path, regex: str) -> dict[str, float]:
+    """The named groups of the last match of ``regex`` in the tail of ``path`` ({} if none)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - TAIL_BYTES))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return {}
+    last = None
+    for m in re.finditer(regex, text):
+        last = m
+    if last is None:
+        return {}
+    return _numbers(last.groupdict())
+
+
+def run_command(command: str, timeout: float = 5.0, cwd: str | None = None) -> dict[str, float]:
+    """The metrics printed by ``command``: a JSON object, or ``key=value`` words."""
+    try:
+        out = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True,
+                             timeout=timeout, cwd=cwd, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return parse_output(out)
+
+
+def parse_output(out: str) -> dict[str, float]:
+    out = out.strip()
+    if out.startswith("{"):
+        try:
+            data = json.loads(out)
+        except ValueError:
+            return {}
+        return _numbers(data) if isinstance(data, dict) else {}
+    pairs = dict(w.split("=", 1) for w in out.split() if "=" in w)
+    return _numbers(pairs)
+
+
+def _numbers(d: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k, v in d.items():
+        if k in METRIC_FIELDS and v is not None:
+            try:
+                x = float(v)
+            except (TypeError, ValueError):
+                continue
+            if x == x and abs(x) != float("inf"):
+                out[k] = x
+    return out
+
+
+@dataclass
+class MetricsTracker:
+    """The latest metrics of one platform, from its monitor's readings."""
+
+    monitor: Monitor | None
+    values: dict[str, float] = field(default_factory=dict)
+    last_work: tuple[float, float] | None = None  # (time, work_done) of the last progress
+    rate: float | None = None
+
+    def update(self, values: dict[str, float], now: float) -> None:
+        """Merge a reading taken at ``now``; the progress rate is measured between readings
+        that show different work done."""
+        self.values.update(values)
+        work = values.get("work_done")
+        if work is None:
+            return
+        if self.last_work is None:
+            self.last_work = (now, work)
+        elif work != self.last_work[1] and now > self.last_work[0]:
+            self.rate = max(0.0, (work - self.last_work[1]) / (now - self.last_work[0]))
+            self.last_work = (now, work)
+
+    def metrics(self) -> Metrics:
+        v = self.values
+        ideal = self.monitor.ideal_rate if self.monitor else None
+        kw: dict[str, Any] = {k: v[k] for k in ("performance", "reference", "work_total",
+                                                "task_time_avg", "task_time_max") if k in v}
+        if "tasks_left" in v:
+            kw["tasks_left"] = int(v["tasks_left"])
+        return Metrics(work_done=v.get("work_done", 0.0),
+                       progress_rate=v.get("progress_rate", self.rate),
+                       ideal_rate=v.get("ideal_rate", ideal), **kw)

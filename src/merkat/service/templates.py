@@ -1,0 +1,343 @@
+"""Virtual platform templates (Merkat §4.1.1, §4.2.1, Fig. 5), in YAML or Merkat's XML.
+
+Both parse into one validated :class:`Template`; errors raise :class:`TemplateError` naming
+the field (``clusters.0.cpu: Input should be greater than 0``) and, for files, the line.
+A template holds the platform's name, its controller (a policy by registry name — or by a
+``merkat.controllers`` entry point of an installed package — its ``reference``: the deadline
+in seconds after submission, and its parameters), budget and renewal, keep-idle, the monitor
+poll period and its virtual clusters. Decisions (docs/service.md):
+
+- the platform's VMs are its clusters' VMs, in dependency order (masters first); the market
+  sees one VM size, the controlled cluster's (``controller: true``, else the first); VMs a
+  horizontal controller adds join the last cluster (the workers);
+- ``process: true`` marks the cluster whose first VM runs the monitored process: when it exits
+  with status 0 the platform's work is done (default: the controlled cluster);
+- a monitor reads :class:`~merkat.control.types.Metrics` fields: ``log`` matches ``regex``
+  (named groups ``work_done``, ``work_total``, ``performance``, ``tasks_left``...) on the VM's
+  output or ``path``; ``command`` runs ``command`` every ``poll`` seconds and reads the same
+  names from its ``key=value`` or JSON output; ``push`` waits for POST .../metrics.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+METRIC_FIELDS = ("performance", "reference", "work_done", "work_total", "progress_rate",
+                 "ideal_rate", "tasks_left", "task_time_avg", "task_time_max")
+
+
+class TemplateError(ValueError):
+    """A bad template: the message names the field (and the line, for files)."""
+
+
+class _Strict(BaseModel):
+    model_config = {"extra": "forbid"}
+
+
+class Monitor(_Strict):
+    """How the controller learns the application's progress (Merkat §4.2.3)."""
+
+    kind: Literal["log", "command", "push"] = "log"
+    regex: str | None = None
+    path: str | None = None
+    command: str | None = None
+    ideal_rate: float | None = Field(None, gt=0)  # work units/s at the full VM size
+
+    @field_validator("regex")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                rx = re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from None
+            unknown = set(rx.groupindex) - set(METRIC_FIELDS)
+            if unknown:
+                raise ValueError(f"unknown metric group(s) {sorted(unknown)}; "
+                                 f"known: {', '.join(METRIC_FIELDS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _kind(self) -> Monitor:
+        if self.kind == "log" and not self.regex:
+            raise ValueError("a log monitor needs a regex")
+        if self.kind == "command" and not self.command:
+            raise ValueError("a command monitor needs a command")
+        return self
+
+
+class Bid(_Strict):
+    cpu: float = Field(0.0, ge=0)
+    memory: float = Field(0.0, ge=0)
+
+
+class Cluster(_Strict):
+    """A virtual cluster: ``count`` VMs running ``command``, each at most ``cpu`` cores and
+    ``memory`` MiB, needing at least ``min_memory`` MiB on its node."""
+
+    name: str = Field(pattern=NAME)
+    command: str = Field(min_length=1)
+    count: int = Field(1, ge=1, le=1000)
+    cpu: float = Field(1.0, gt=0, le=4096)
+    memory: float = Field(256.0, gt=0, le=2**30)
+    min_cpu: float = Field(0.0, ge=0)
+    min_memory: float = Field(0.0, ge=0)
+    bid: Bid | None = None
+    files_in: list[str] = Field(default_factory=list)
+    files_out: list[str] = Field(default_factory=list)
+    depends: str | None = None
+    controller: bool = False
+    process: bool = False
+    monitor: Monitor | None = None
+
+    @model_validator(mode="after")
+    def _mins(self) -> Cluster:
+        if self.min_memory > self.memory:
+            raise ValueError("min_memory must not exceed memory")
+        if self.min_cpu > self.cpu:
+            raise ValueError("min_cpu must not exceed cpu")
+        return self
+
+
+class ControllerSpec(_Strict):
+    """The controller: ``policy`` by name, ``reference`` (deadline, s after submission)."""
+
+    policy: str = Field(min_length=1, max_length=100)
+    reference: float | None = Field(None, gt=0)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Commands(_Strict):
+    """Per-platform plugins (Merkat §4.3): shell commands run on these events."""
+
+    start: str | None = None
+    suspend: str | None = None
+    resume: str | None = None
+    monitor: str | None = None
+    stop: str | None = None
+
+
+class Template(_Strict):
+    """A virtual platform template (module doc)."""
+
+    name: str = Field(pattern=NAME)
+    controller: ControllerSpec
+    budget: float = Field(ge=0, le=1e12)
+    renewal: float = Field(0.0, ge=0, le=1e12)
+    keep_idle: float = Field(0.0, ge=0)
+    poll: float = Field(10.0, gt=0)
+    trade: list[Literal["cpu", "memory"]] = Field(default_factory=lambda: ["cpu", "memory"])  # type: ignore[arg-type]
+    clusters: list[Cluster] = Field(min_length=1)
+    commands: Commands = Field(default_factory=Commands)
+
+    @model_validator(mode="after")
+    def _graph(self) -> Template:
+        names = [c.name for c in self.clusters]
+        if len(set(names)) != len(names):
+            raise ValueError("cluster names must be unique")
+        for c in self.clusters:
+            if c.depends is not None:
+                if c.depends not in names:
+                    raise ValueError(f"cluster {c.name!r} depends on unknown cluster {c.depends!r}")
+                if c.depends == c.name:
+                    raise ValueError(f"cluster {c.name!r} depends on itself")
+                master = self.clusters[names.index(c.depends)]
+                if master.depends is not None:
+                    raise ValueError(f"cluster {c.name!r}: only one level of dependency "
+                                     "(its master depends on another cluster)")
+        if sum(c.controller for c in self.clusters) > 1:
+            raise ValueError("at most one cluster has controller: true")
+        if sum(c.process for c in self.clusters) > 1:
+            raise ValueError("at most one cluster has process: true")
+        if not self.trade:
+            raise ValueError("trade must name at least one resource")
+        return self
+
+    # --- derived ---------------------------------------------------------------------------
+
+    def ordered(self) -> list[Cluster]:
+        """The clusters in start order: masters (no ``depends``) first."""
+        return [c for c in self.clusters if c.depends is None] + [
+            c for c in self.clusters if c.depends is not None]
+
+    @property
+    def controlled(self) -> Cluster:
+        return next((c for c in self.clusters if c.controller), self.clusters[0])
+
+    @property
+    def monitored(self) -> Cluster:
+        return next((c for c in self.clusters if c.process), self.controlled)
+
+    @property
+    def size(self) -> int:
+        return sum(c.count for c in self.clusters)
+
+    def cluster_of(self, index: int) -> tuple[Cluster, int]:
+        """The cluster of the platform's ``index``-th VM and its index within that cluster
+        (extra VMs join the last cluster)."""
+        for c in self.ordered():
+            if index < c.count:
+                return c, index
+            index -= c.count
+        last = self.ordered()[-1]
+        return last, last.count + index
+
+
+def parse(text: str, source: str = "template", fmt: str | None = None) -> Template:
+    """A :class:`Template` from YAML or XML ``text`` (XML when ``fmt == "xml"`` or the text
+    starts with ``<``). ``source`` names the file in errors."""
+    fmt = fmt or ("xml" if text.lstrip().startswith("<") else "yaml")
+    if fmt == "xml":
+        data = _xml(text, source)
+        lines: Any = None
+    else:
+        data, lines = _yaml(text, source)
+    return validate(data, source, lines)
+
+
+def load(path: Path) -> Template:
+    """Read and validate the template file ``path`` (``.xml`` files as XML)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise TemplateError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise TemplateError(f"{path}: not a text file") from None
+    return parse(text, str(path), "xml" if str(path).endswith(".xml") else None)
+
+
+def validate(data: Any, source: str = "template", lines: Any = None) -> Template:
+    """Validate a parsed mapping; errors name the field (and its line when known)."""
+    if not isinstance(data, dict):
+        raise TemplateError(f"{source}: expected a mapping at the top level")
+    try:
+        return Template.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = [x for x in err["loc"]]
+        field = ".".join(str(x) for x in loc) or "(top)"
+        msg = err["msg"].removeprefix("Value error, ")
+        line = _line_of(lines, loc) if lines is not None else None
+        where = f"{source} line {line}" if line else source
+        raise TemplateError(f"{where}: {field}: {msg}") from None
+
+
+def _yaml(text: str, source: str) -> tuple[Any, Any]:
+    import yaml
+
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise TemplateError(f"{source}{where}: {problem}") from None
+    return data, node
+
+
+def _line_of(node: Any, loc: list[Any]) -> int | None:
+    """The 1-based line of the YAML node at ``loc`` (the deepest that exists)."""
+    import yaml
+
+    line = node.start_mark.line + 1 if node is not None else None
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            nxt = next((v for k, v in node.value if k.value == key), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            nxt = node.value[key]
+        else:
+            nxt = None
+        if nxt is None:
+            break
+        node = nxt
+        line = node.start_mark.line + 1
+    return line
+
+
+def _xml(text: str, source: str) -> dict[str, Any]:
+    """Merkat's XML (Fig. 5) as the YAML model's mapping: ``<controller>`` names the policy
+    (``<policy><type>`` when there is no ``<controller>``), ``<reference>`` the deadline,
+    ``<params>`` children the parameters, ``<renew>`` the renewal, ``<keepidle>``, ``<poll>``,
+    and each ``<group>`` (attributes name, depends, controller, process, poll) a cluster whose
+    children (command, count, cpu, memory, min_memory, bid cpu=/memory=, monitor kind=/regex=)
+    are the cluster's fields."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as exc:
+        line = exc.position[0] if exc.position else None
+        raise TemplateError(f"{source}{f' line {line}' if line else ''}: not valid XML") from None
+    if root.tag != "platform":
+        raise TemplateError(f"{source}: the root element must be <platform>, not <{root.tag}>")
+    out: dict[str, Any] = {}
+
+    def text_of(el: Any) -> str:
+        return (el.text or "").strip()
+
+    policy = root.find("policy")
+    for el in root:
+        tag = el.tag
+        if tag == "name":
+            out["name"] = text_of(el)
+        elif tag == "budget":
+            out["budget"] = text_of(el)
+        elif tag == "renew":
+            out["renewal"] = text_of(el)
+        elif tag == "keepidle":
+            out["keep_idle"] = text_of(el)
+        elif tag == "poll":
+            out["poll"] = text_of(el)
+        elif tag in ("controller", "policy", "group"):
+            continue
+        else:
+            raise TemplateError(f"{source}: unknown element <{tag}> in <platform>")
+    ctl: dict[str, Any] = {}
+    c = root.find("controller")
+    if c is not None:
+        ctl["policy"] = text_of(c)
+    if policy is not None:
+        t = policy.find("type")
+        if "policy" not in ctl and t is not None:
+            ctl["policy"] = text_of(t)
+        ref = policy.find("reference")
+        if ref is not None:
+            ctl["reference"] = text_of(ref)
+        params = policy.find("params")
+        if params is not None:
+            ctl["params"] = {p.tag: _number(text_of(p)) for p in params}
+    out["controller"] = ctl
+    clusters = []
+    for g in root.findall("group"):
+        cl: dict[str, Any] = {k: v for k, v in g.attrib.items() if k in ("name", "depends")}
+        for flag in ("controller", "process"):
+            v = g.attrib.get(flag)
+            if v is not None:
+                cl[flag] = v.lower() in ("yes", "true", "1") if flag == "controller" else True
+        for child in g:
+            if child.tag == "bid":
+                cl["bid"] = dict(child.attrib)
+            elif child.tag == "monitor":
+                cl["monitor"] = dict(child.attrib)
+            elif child.tag in ("files_in", "files_out"):
+                cl.setdefault(child.tag, []).append(text_of(child))
+            else:
+                cl[child.tag] = text_of(child)
+        clusters.append(cl)
+    out["clusters"] = clusters
+    return out
+
+
+def _number(s: str) -> Any:
+    for conv in (int, float):
+        try:
+            return conv(s)
+        except ValueError:
+            pass
+    return s

@@ -1,0 +1,165 @@
+"""The REST API in process (FastAPI TestClient): auth rules, templates, the life of a platform
+driven by the manager's admission and periods (on a backend without cgroups)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from merkat.service.api import create_app
+from merkat.service.backends import make_backend
+from merkat.service.config import load_config
+from merkat.service.db import open_store
+from merkat.service.manager import Manager
+
+SOLVER = """\
+name: solver
+controller: {policy: best-effort}
+budget: 50
+clusters:
+  - name: main
+    command: "for i in $(seq 1 5); do echo iteration $i/5; sleep 0.05; done"
+    cpu: 1
+    memory: 64
+    monitor: {kind: log, regex: 'iteration (?P<work_done>\\\\d+)/(?P<work_total>\\\\d+)'}
+"""
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[tuple[TestClient, Manager, dict[str, str]]]:
+    cfg = load_config(None, data_dir=tmp_path, period=1.0, admission=0.5,
+                      backend={"cgroup_root": str(tmp_path / "no-cgroups")})
+    store = open_store(cfg.database)
+    keys = {"alice": store.add_user("alice", budget=100_000_000),
+            "bob": store.add_user("bob", budget=10_000_000),
+            "root": store.add_user("root", admin=True)}
+    m = Manager(cfg, store, make_backend(cfg))
+    with TestClient(create_app(m)) as c:
+        yield c, m, keys
+    m.close()
+
+
+def h(key: str, ctype: str | None = None) -> dict[str, str]:
+    out = {"Authorization": f"Bearer {key}"}
+    if ctype:
+        out["content-type"] = ctype
+    return out
+
+
+def submit(c: TestClient, key: str, text: str = SOLVER) -> Any:
+    return c.post("/api/v1/platforms", content=text, headers=h(key, "application/yaml"))
+
+
+def test_no_key_is_401_and_the_openapi_document_is_served(world: Any) -> None:
+    c, _, keys = world
+    assert c.get("/api/v1/platforms").status_code == 401
+    assert c.get("/api/v1/platforms", headers=h("mk_wrong")).status_code == 401
+    assert c.get("/api/v1/prices", headers={"X-API-Key": keys["bob"]}).status_code == 200
+    doc = c.get("/api/v1/openapi.json").json()
+    assert "/api/v1/platforms/{name}/metrics" in doc["paths"]
+    assert "/api/v1/events/stream" in doc["paths"]
+
+
+def test_own_objects_only_and_admin_sees_all(world: Any) -> None:
+    c, _, keys = world
+    assert submit(c, keys["alice"]).status_code == 201
+    assert c.get("/api/v1/platforms/solver", headers=h(keys["bob"])).status_code == 404
+    assert c.post("/api/v1/platforms/solver/stop", headers=h(keys["bob"])).status_code == 404
+    assert c.get("/api/v1/platforms", headers=h(keys["bob"])).json() == {"items": []}
+    assert [p["name"] for p in c.get("/api/v1/platforms", headers=h(keys["root"])).json()[
+        "items"]] == ["solver"]
+    assert c.get("/api/v1/accounts/alice", headers=h(keys["bob"])).status_code == 404
+    assert c.get("/api/v1/accounts/alice", headers=h(keys["alice"])).json() == {
+        "name": "alice", "balance": "100"}
+    r = c.post("/api/v1/transfers", json={"from": "alice", "to": "bob", "amount": "1.5"},
+               headers=h(keys["bob"]))
+    assert r.status_code == 404  # bob cannot spend alice's money
+    assert c.get("/api/v1/events", headers=h(keys["bob"])).json()["items"] == []
+
+
+@pytest.mark.parametrize(("text", "ctype", "detail"), [
+    (SOLVER.replace("budget: 50", "budget: -5"), "application/yaml",
+     "line 3: budget: Input should be greater than or equal to 0"),
+    (SOLVER.replace("best-effort", "no-such-policy"), "application/yaml",
+     "controller.policy: unknown policy 'no-such-policy'"),
+    (SOLVER.replace("budget: 50", "budget: 500"), "application/yaml",
+     "budget: 500 exceeds alice's balance 100"),
+    ('{"name": "x", "budget": 1}', "application/json", "controller: Field required"),
+    ("<platform><name>x</name>", "application/xml", "not valid XML"),
+])
+def test_bad_templates_are_422_naming_the_field_and_change_nothing(
+        world: Any, text: str, ctype: str, detail: str) -> None:
+    c, _, keys = world
+    r = c.post("/api/v1/platforms", content=text, headers=h(keys["alice"], ctype))
+    assert r.status_code == 422, r.text
+    assert detail in r.json()["detail"]
+    assert c.get("/api/v1/platforms", headers=h(keys["alice"])).json() == {"items": []}
+    assert c.get("/api/v1/accounts/alice", headers=h(keys["alice"])).json()["balance"] == "100"
+
+
+def test_invalid_bodies_name_the_field(world: Any) -> None:
+    c, _, keys = world
+    assert submit(c, keys["alice"]).status_code == 201
+    r = c.post("/api/v1/platforms/solver/metrics", json={"work_done": -1},
+               headers=h(keys["alice"]))
+    assert r.status_code == 422 and r.json()["detail"].startswith("work_done: ")
+    r = c.post("/api/v1/transfers", json={"from": "alice", "to": "bob"}, headers=h(keys["alice"]))
+    assert r.status_code == 422 and r.json()["detail"] == "amount: Field required"
+    assert submit(c, keys["alice"]).status_code == 409  # the name is taken
+
+
+def test_a_platform_lives_queued_running_finished_and_pays(world: Any) -> None:
+    c, m, keys = world
+    assert submit(c, keys["alice"]).json()["state"] == "queued"
+    assert m.admit() == ["solver"]
+    assert c.get("/api/v1/accounts/app:solver", headers=h(keys["alice"])).json()["balance"] == "50"
+    m.tick()
+    show = c.get("/api/v1/platforms/solver", headers=h(keys["alice"])).json()
+    assert show["state"] == "running"
+    (vm,) = show["vms"]
+    assert vm["id"] == "solver/vm1" and vm["node"] == "node0" and vm["state"] == "running"
+    assert vm["allocation"]["cpu"] > 0 and set(vm["bid"]) == {"cpu", "memory"}
+    deadline = time.monotonic() + 10
+    while c.get("/api/v1/platforms/solver", headers=h(keys["alice"])).json()[
+            "state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        m.tick()
+    show = c.get("/api/v1/platforms/solver", headers=h(keys["alice"])).json()
+    assert show["state"] == "finished" and show["outcome"] == "finished"
+    assert show["spent"] > 0
+    logs = c.get("/api/v1/platforms/solver/logs", headers=h(keys["alice"])).text
+    assert "iteration 5/5" in logs
+    prices = c.get("/api/v1/prices", headers=h(keys["alice"])).json()
+    assert set(prices) >= {"time", "cpu", "memory"}
+    hist = c.get("/api/v1/prices/history", headers=h(keys["alice"])).json()["items"]
+    assert len(hist) >= 2
+    kinds = [e["kind"] for e in c.get("/api/v1/events", headers=h(keys["alice"])).json()["items"]]
+    assert kinds[:3] == ["submitted", "admitted", "state"] and "vm-exit" in kinds
+    page = c.get("/api/v1/events?after=1&limit=1", headers=h(keys["alice"])).json()
+    assert [e["id"] for e in page["items"]] == [2] and page["next"] == 2
+    assert m.store.ledger.audit().ok
+
+
+def test_user_stop_and_pushed_metrics(world: Any) -> None:
+    c, m, keys = world
+    text = SOLVER.replace("seq 1 5", "seq 1 500").replace(
+        "monitor: {kind: log, regex: 'iteration (?P<work_done>\\\\d+)/(?P<work_total>\\\\d+)'}",
+        "monitor: {kind: push}")
+    assert submit(c, keys["alice"], text).status_code == 201
+    m.admit()
+    m.tick()
+    r = c.post("/api/v1/platforms/solver/metrics", json={"work_done": 3, "work_total": 10},
+               headers=h(keys["alice"]))
+    assert r.status_code == 202
+    assert m.live["solver"].tracker.metrics().work_left == 7
+    r = c.post("/api/v1/platforms/solver/stop", headers=h(keys["alice"]))
+    assert r.json()["state"] in ("running", "stopped")
+    m.tick()
+    show = c.get("/api/v1/platforms/solver", headers=h(keys["alice"])).json()
+    assert show["state"] == "stopped" and show["outcome"] == "stopped by the user"
+    assert show["vms"] == []
