@@ -82,10 +82,12 @@ def _register() -> None:
         bench,
         bench_kubernetes,
         bench_period,
+        client,
         experiment,
         kubernetes,
         market,
         report,
+        service,
         sim,
         startup,
     )
@@ -96,6 +98,16 @@ def _register() -> None:
     app.add_typer(bench.app, name="bench")
     app.add_typer(kubernetes.app, name="kubernetes")
     app.command("report")(report.report_cmd)
+    # the live service (docs/service.md): the server, its users, and the client commands
+    app.command("server")(service.server)
+    app.command("demo")(service.demo)
+    app.add_typer(service.user_app, name="user")
+    app.command("submit")(client.submit)
+    app.add_typer(client.platform_app, name="platform")
+    app.command("prices")(client.prices)
+    app.command("nodes")(client.nodes)
+    app.command("events")(client.events)
+    app.add_typer(client.account_app, name="account")
     # these register `sim experiment`, `bench period|kubernetes|startup` on the apps above
     _ = (experiment, bench_period, bench_kubernetes, startup)
 

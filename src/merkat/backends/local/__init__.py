@@ -28,6 +28,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -267,7 +268,8 @@ class LocalBackend:
         env = dict(os.environ)
         env.update({"MERKAT_PLATFORM": p.app, "MERKAT_VM": p.id,
                     "MERKAT_CLUSTER": p.launch.cluster, "MERKAT_INDEX": str(p.launch.index),
-                    "MERKAT_NODE": self._node(p.node).name, "MERKAT_CPUS": self._node(p.node).cpus})
+                    "MERKAT_NODE": self._node(p.node).name, "MERKAT_CPUS": self._node(p.node).cpus,
+                    "MERKAT_PYTHON": sys.executable})
         env.update(p.launch.env)
         procs = [str(d / "cgroup.procs") for d in self.tree.dirs(_group(p.id)).values()] \
             if self.enforced else []

@@ -1,0 +1,280 @@
+"""The client commands, talking to a running ``merkat server`` over its REST API.
+
+``MERKAT_URL`` (default ``http://127.0.0.1:8080``) says where, ``MERKAT_TOKEN`` who (the key
+``merkat user add`` printed); ``--url`` / ``--token`` override them. Tables by default,
+``-o json`` for scripts (lists as ``{"items": [...]}``). Exit 2 on bad input (a 4xx: the
+server's one-line reason), 1 when the server cannot be reached or fails.
+Only the standard library is imported here (``urllib``): the commands start fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from merkat.cli._common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILURE,
+    OutputFormat,
+    OutputOption,
+    emit,
+    fail,
+    print_json,
+    print_table,
+)
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+platform_app = typer.Typer(help="Virtual platforms on the server: list, show, stop, logs.",
+                           no_args_is_help=True)
+account_app = typer.Typer(help="Your bank accounts on the server.", no_args_is_help=True)
+
+UrlOption = typer.Option(None, "--url", help="Server URL (default: $MERKAT_URL, else "
+                         f"{DEFAULT_URL}).")
+TokenOption = typer.Option(None, "--token", help="API key (default: $MERKAT_TOKEN).")
+
+
+class Client:
+    """A minimal JSON client of the API; every failure exits with a one-line error."""
+
+    def __init__(self, url: str | None, token: str | None) -> None:
+        self.url = (url or os.environ.get("MERKAT_URL") or DEFAULT_URL).rstrip("/")
+        self.token = token or os.environ.get("MERKAT_TOKEN")
+        if not self.url.startswith(("http://", "https://")):
+            fail(f"--url: expected http://HOST:PORT, got {self.url!r}")
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                ctype: str = "application/json", raw: bool = False,
+                timeout: float = 30.0) -> Any:
+        if not self.token:
+            fail("no API key: set MERKAT_TOKEN (printed by `merkat user add`) or pass --token")
+        req = urllib.request.Request(f"{self.url}/api/v1{path}", data=body, method=method)
+        req.add_header("Authorization", f"Bearer {self.token}")
+        if body is not None:
+            req.add_header("Content-Type", ctype)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                data = resp.read()
+        except urllib.error.HTTPError as exc:
+            detail = _detail(exc)
+            fail(detail, EXIT_FAILURE if exc.code >= 500 else EXIT_BAD_INPUT)
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            fail(f"cannot reach the merkat server at {self.url} ({reason}); is `merkat server` "
+                 "running? (MERKAT_URL)", EXIT_FAILURE)
+        return data.decode(errors="replace") if raw else json.loads(data or b"null")
+
+    def get(self, path: str, **params: Any) -> Any:
+        q = {k: v for k, v in params.items() if v is not None}
+        return self.request("GET", path + (f"?{urllib.parse.urlencode(q)}" if q else ""))
+
+    def post(self, path: str, data: Any = None) -> Any:
+        return self.request("POST", path, json.dumps(data or {}).encode())
+
+
+def _detail(exc: urllib.error.HTTPError) -> str:
+    try:
+        body = json.loads(exc.read() or b"{}")
+        detail = body.get("detail") if isinstance(body, dict) else None
+    except (ValueError, OSError):
+        detail = None
+    if exc.code == 401:
+        return f"the server refused the API key ({detail or 'unauthorized'}): check MERKAT_TOKEN"
+    return str(detail or f"HTTP {exc.code} {exc.reason}")
+
+
+def _q(name: str) -> str:
+    return urllib.parse.quote(name, safe="")
+
+
+# --- platforms ---------------------------------------------------------------------------------
+
+
+def submit(
+    file: Path = typer.Argument(..., help="A virtual platform template (YAML, or XML: .xml)."),
+    parsable: bool = typer.Option(False, "--parsable", help="Print the platform name alone."),
+    output: OutputFormat = OutputOption,
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Submit a virtual platform template to the server's queue."""
+    try:
+        text = file.read_bytes()
+    except OSError as exc:
+        fail(f"FILE: cannot read {file}: {exc.strerror or exc}")
+    ctype = "application/xml" if file.suffix == ".xml" or text.lstrip().startswith(b"<") \
+        else "application/yaml"
+    row = Client(url, token).request("POST", "/platforms", text, ctype)
+    if parsable:
+        print(row["name"])
+        return
+    emit(output, row, lambda: print(f"platform {row['name']} {row['state']} "
+                                    f"(owner {row['owner']})"))
+
+
+@platform_app.command("list")
+def platform_list(output: OutputFormat = OutputOption, url: str | None = UrlOption,
+                  token: str | None = TokenOption) -> None:
+    """Your platforms (an admin's: all)."""
+    data = Client(url, token).get("/platforms")
+    emit(output, data, lambda: print_table(None, ["NAME", "STATE", "OWNER", "OUTCOME"], [
+        (p["name"], p["state"], p["owner"], p["outcome"] or None) for p in data["items"]]))
+
+
+@platform_app.command("show")
+def platform_show(name: str, output: OutputFormat = OutputOption, url: str | None = UrlOption,
+                  token: str | None = TokenOption) -> None:
+    """One platform: state, outcome, what it paid, and its VMs (node, bid, allocation, cgroup)."""
+    p = Client(url, token).get(f"/platforms/{_q(name)}")
+
+    def table() -> None:
+        print(f"platform {p['name']}: {p['state']} (owner {p['owner']}"
+              f"{', ' + p['outcome'] if p['outcome'] else ''}); paid {p['spent']:.6g}")
+        print_table(None, ["VM", "NODE", "STATE", "BID CPU", "BID MEM", "CPU", "MEM MiB",
+                           "CGROUP"], [
+            (v["id"], v["node"], v["state"], v["bid"]["cpu"], v["bid"]["memory"],
+             v["allocation"]["cpu"], v["allocation"]["memory"], v["cgroup"])
+            for v in p["vms"]])
+
+    emit(output, p, table)
+
+
+@platform_app.command("stop")
+def platform_stop(name: str, output: OutputFormat = OutputOption, url: str | None = UrlOption,
+                  token: str | None = TokenOption) -> None:
+    """Shut a platform down now (its VMs are destroyed)."""
+    p = Client(url, token).post(f"/platforms/{_q(name)}/stop")
+    emit(output, p, lambda: print(f"platform {p['name']}: {p['state']}"))
+
+
+@platform_app.command("logs")
+def platform_logs(name: str, tail: int = typer.Option(100, "--tail", min=1),
+                  url: str | None = UrlOption, token: str | None = TokenOption) -> None:
+    """The last lines of each VM's output."""
+    sys.stdout.write(Client(url, token).request(
+        "GET", f"/platforms/{_q(name)}/logs?tail={tail}", raw=True))
+
+
+# --- market ------------------------------------------------------------------------------------
+
+
+def prices(watch: bool = typer.Option(False, "--watch", help="Print each new period's prices."),
+           output: OutputFormat = OutputOption, url: str | None = UrlOption,
+           token: str | None = TokenOption) -> None:
+    """The current prices (credits per core and per MiB, per period)."""
+    c = Client(url, token)
+    last = None
+    while True:
+        p = c.get("/prices")
+        if p["period"] != last:
+            last = p["period"]
+            emit(output, p, lambda p=p: print_table(None, ["PERIOD", "TIME", "CPU", "MEMORY"], [
+                (p["period"], _time(p["time"]), p["cpu"], p["memory"])]))
+            sys.stdout.flush()
+        if not watch:
+            return
+        time.sleep(1.0)
+
+
+def nodes(output: OutputFormat = OutputOption, url: str | None = UrlOption,
+          token: str | None = TokenOption) -> None:
+    """The logical nodes and what is allocated on them."""
+    data = Client(url, token).get("/nodes")
+
+    def table() -> None:
+        if data.get("warning"):
+            print(f"warning: {data['warning']}", file=sys.stderr)
+        print_table(None, ["NODE", "CPUS", "CORES", "MEMORY MiB", "ALLOC CPU", "ALLOC MiB"], [
+            (n["name"], n["cpus"], n["cores"], n["memory"], n["allocated"]["cpu"],
+             n["allocated"]["memory"]) for n in data["items"]])
+
+    emit(output, data, table)
+
+
+def events(follow: bool = typer.Option(False, "--follow", "-f", help="Stream new events."),
+           after: int = typer.Option(0, "--after", min=0, help="Events after this id."),
+           limit: int = typer.Option(100, "--limit", min=1, max=1000),
+           output: OutputFormat = OutputOption, url: str | None = UrlOption,
+           token: str | None = TokenOption) -> None:
+    """Events: submissions, state changes, VM failures, warnings (yours; an admin's: all)."""
+    c = Client(url, token)
+    data = c.get("/events", after=after, limit=limit)
+    if not follow:
+        emit(output, data, lambda: print_table(None, ["ID", "TIME", "KIND", "PLATFORM",
+                                                      "MESSAGE"], [
+            (e["id"], _time(e["time"]), e["kind"], e["platform"], e["message"])
+            for e in data["items"]]))
+        return
+    last = after
+    try:
+        while True:
+            for e in c.get("/events", after=last, limit=limit)["items"]:
+                last = e["id"]
+                if output is OutputFormat.json:
+                    print(json.dumps(e), flush=True)
+                else:
+                    print(f"{e['id']} {_time(e['time'])} {e['kind']} {e['platform'] or '-'} "
+                          f"{e['message']}", flush=True)
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        return
+
+
+# --- accounts ----------------------------------------------------------------------------------
+
+
+@account_app.command("balance")
+def account_balance(name: str, output: OutputFormat = OutputOption, url: str | None = UrlOption,
+                    token: str | None = TokenOption) -> None:
+    """The balance of one of your accounts (``alice``, ``app:PLATFORM``)."""
+    a = Client(url, token).get(f"/accounts/{_q(name)}")
+    emit(output, a, lambda: print(f"{a['name']}: {a['balance']}"))
+
+
+@account_app.command("list")
+def account_list(output: OutputFormat = OutputOption, url: str | None = UrlOption,
+                 token: str | None = TokenOption) -> None:
+    """Your accounts and your platforms' (an admin's: all)."""
+    data = Client(url, token).get("/accounts")
+    emit(output, data, lambda: print_table(None, ["ACCOUNT", "BALANCE"], [
+        (a["name"], a["balance"]) for a in data["items"]]))
+
+
+@account_app.command("history")
+def account_history(name: str, limit: int = typer.Option(20, "--limit", min=1),
+                    output: OutputFormat = OutputOption, url: str | None = UrlOption,
+                    token: str | None = TokenOption) -> None:
+    """The last transfers of an account."""
+    data = Client(url, token).get(f"/accounts/{_q(name)}/history", limit=limit)
+    emit(output, data, lambda: print_table(None, ["ID", "KIND", "FROM", "TO", "AMOUNT", "REASON",
+                                                  "PERIOD"], [
+        (t["id"], t["kind"], t["from"], t["to"], t["amount"], t["reason"], t["period"])
+        for t in data["items"]]))
+
+
+@account_app.command("transfer")
+def account_transfer(source: str, to: str, amount: str,
+                     reason: str = typer.Option("transfer", "--reason"),
+                     key: str | None = typer.Option(None, "--idempotency-key"),
+                     output: OutputFormat = OutputOption, url: str | None = UrlOption,
+                     token: str | None = TokenOption) -> None:
+    """Move AMOUNT credits from your account SOURCE to account TO."""
+    t = Client(url, token).post("/transfers", {"from": source, "to": to, "amount": amount,
+                                               "reason": reason, "idempotency_key": key})
+    emit(output, t, lambda: print(f"transfer {t['id']}: {t['amount']} {t['from']} -> {t['to']}"))
+
+
+def _time(t: float | None) -> str | None:
+    return None if t is None else time.strftime("%H:%M:%S", time.localtime(t))
+
+
+__all__ = ["account_app", "events", "nodes", "platform_app", "prices", "print_json", "submit"]

@@ -1,0 +1,108 @@
+"""``merkat server``, ``merkat user add`` and ``merkat demo``: the live service's own commands.
+
+Heavy libraries (FastAPI, uvicorn, SQLAlchemy) are imported inside the commands.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from merkat.cli._common import EXIT_FAILURE, OutputFormat, OutputOption, emit, fail
+
+user_app = typer.Typer(help="Users of the live service and their API keys.",
+                       no_args_is_help=True)
+
+ConfigOption = typer.Option(None, "--config", help="YAML config file (see docs/service.md).")
+DataDirOption = typer.Option(None, "--data-dir",
+                             help="State directory (default: the user's data dir).")
+
+
+def _config(config: Path | None, **overrides: object) -> object:
+    from merkat.service.config import ConfigError, load_config
+
+    try:
+        return load_config(config, **overrides)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+def server(
+    config: Path | None = ConfigOption,
+    host: str | None = typer.Option(None, "--host", help="Listen address (127.0.0.1)."),
+    port: int | None = typer.Option(None, "--port", help="Port (8080).", min=0, max=65535),
+    data_dir: Path | None = DataDirOption,
+    period: float | None = typer.Option(None, "--period", help="Scheduling period, s (40)."),
+    admission: float | None = typer.Option(None, "--admission",
+                                           help="Admission interval, s (10)."),
+) -> None:
+    """Run the live service: REST API, applications manager and period loop (Ctrl-C stops
+    it and destroys its VMs)."""
+    from merkat.service.server import Service, log
+
+    cfg = _config(config, host=host, port=port, data_dir=data_dir, period=period,
+                  admission=admission)
+    try:
+        svc = Service(cfg)  # type: ignore[arg-type]
+    except Exception as exc:  # the database or backend cannot be opened: one line
+        fail(f"cannot start the server: {exc}", EXIT_FAILURE)
+    log(svc.banner())
+    svc.serve()
+
+
+@user_app.command("add")
+def user_add(
+    name: str,
+    admin: bool = typer.Option(False, "--admin", help="May see and act on everything."),
+    budget: str = typer.Option("0", "--budget", help="Credits minted into her account."),
+    config: Path | None = ConfigOption,
+    data_dir: Path | None = DataDirOption,
+    parsable: bool = typer.Option(False, "--parsable", help="Print the API key alone."),
+    output: OutputFormat = OutputOption,
+) -> None:
+    """Create a user and print her API key (once: only its hash is stored)."""
+    from merkat.bank.errors import BankError
+    from merkat.bank.money import format_amount, parse_amount
+    from merkat.service.db import StoreError, open_store
+
+    cfg = _config(config, data_dir=data_dir)
+    try:
+        amount = parse_amount(budget, "--budget", allow_zero=True)
+    except BankError as exc:
+        fail(str(exc))
+    cfg.data_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[attr-defined]
+    try:
+        store = open_store(cfg.database)  # type: ignore[attr-defined]
+    except BankError as exc:
+        fail(str(exc), EXIT_FAILURE)
+    try:
+        key = store.add_user(name, admin, amount)
+    except (StoreError, BankError) as exc:
+        fail(str(exc))
+    finally:
+        store.close()
+    if parsable:
+        print(key)
+        return
+    data = {"name": name, "admin": admin, "budget": format_amount(amount), "key": key}
+    emit(output, data, lambda: print(f"user {name} created{' (admin)' if admin else ''}, budget "
+                                     f"{format_amount(amount)}; API key (shown once):\n{key}"))
+
+
+def demo(
+    duration: float = typer.Option(150.0, "--duration", min=1.0,
+                                   help="Seconds to run before the report."),
+    period: float = typer.Option(5.0, "--period", min=0.5, help="Scheduling period, s."),
+    port: int = typer.Option(0, "--port", min=0, max=65535, help="API port (0: a free one)."),
+    data_dir: Path | None = DataDirOption,
+) -> None:
+    """Run the live service with a small embedded demo (two deadline-driven solvers and a
+    best-effort one sharing this machine), print what happens, then a report."""
+    from merkat.service.demo import run_demo
+
+    try:
+        code = run_demo(duration, period, port, data_dir)
+    except KeyboardInterrupt:
+        code = 130
+    raise typer.Exit(code)

@@ -1,0 +1,117 @@
+"""Running the service: the store, the backend, the applications manager's loop and uvicorn
+in one process (``merkat server``).
+
+:class:`Service` builds everything from a :class:`~merkat.service.config.ServiceConfig`;
+:meth:`Service.serve` blocks until SIGINT/SIGTERM (uvicorn's handlers), then stops the loop
+and destroys the VMs. :meth:`Service.start_background` runs the same in threads (the demo and
+the end-to-end tests), :meth:`Service.shutdown` ends it.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from merkat.service.config import ServiceConfig
+
+
+def log(message: str) -> None:
+    """One line on stderr, timestamped (the server's log)."""
+    print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
+
+
+def describe_period(rec: dict[str, Any]) -> str:
+    p = rec["prices"]
+    return (f"period {rec['index']}: price cpu {p.get('cpu', 0):.4g} memory "
+            f"{p.get('memory', 0):.4g} per unit; {rec['vms']} VMs; charged {rec['charged']:.4g}")
+
+
+class Service:
+    """The live service of one config (module doc)."""
+
+    def __init__(self, config: ServiceConfig,
+                 on_period: Callable[[dict[str, Any]], None] | None = None) -> None:
+        from merkat.service.api import create_app
+        from merkat.service.backends import make_backend
+        from merkat.service.db import open_store
+        from merkat.service.manager import Manager
+
+        self.config = config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.store = open_store(config.database)
+        self.backend = make_backend(config)
+        self.manager = Manager(config, self.store, self.backend)
+        self.app = create_app(self.manager)
+        self.on_period = on_period or (lambda rec: log(describe_period(rec)))
+        self.stop_event = threading.Event()
+        self.loop: threading.Thread | None = None
+        self.server: Any = None
+        self.http: threading.Thread | None = None
+
+    def banner(self) -> str:
+        b = self.backend
+        enforcement = f"cgroups {getattr(getattr(b, 'tree', None), 'version', '')} enforced" \
+            if b.enforced else "UNENFORCED"
+        nodes = ", ".join(f"{n.name} ({n.cpus}: {n.cores:g} cores, {n.memory:.0f} MiB)"
+                          for n in b.node_list())
+        return (f"merkat server on http://{self.config.host}:{self.port} — period "
+                f"{self.config.period:g} s, admission {self.config.admission:g} s, "
+                f"{enforcement}; nodes: {nodes}; data: {self.config.data_dir}")
+
+    @property
+    def port(self) -> int:
+        if self.server is not None and self.server.servers:
+            return int(self.server.servers[0].sockets[0].getsockname()[1])
+        return self.config.port
+
+    def _uvicorn(self) -> Any:
+        import uvicorn
+
+        cfg = uvicorn.Config(self.app, host=self.config.host, port=self.config.port,
+                             log_level="warning", access_log=False)
+        self.server = uvicorn.Server(cfg)
+        return self.server
+
+    def _start_loop(self) -> None:
+        self.loop = threading.Thread(target=self.manager.run, name="merkat-period",
+                                     args=(self.stop_event, self.on_period), daemon=True)
+        self.loop.start()
+
+    def serve(self) -> None:
+        """Serve until interrupted, then stop the loop and destroy the VMs."""
+        server = self._uvicorn()
+        if self.backend.warning:
+            log(f"warning: {self.backend.warning}")
+        self._start_loop()
+        try:
+            server.run()
+        finally:
+            self.shutdown()
+
+    def start_background(self, timeout: float = 10.0) -> None:
+        """Start uvicorn and the loop in threads; return once the server listens."""
+        server = self._uvicorn()
+        server.install_signal_handlers = lambda: None  # not the main thread
+        self.http = threading.Thread(target=server.run, name="merkat-http", daemon=True)
+        self.http.start()
+        end = time.monotonic() + timeout
+        while not server.started:
+            if time.monotonic() > end or not self.http.is_alive():
+                raise RuntimeError(f"the server did not start on {self.config.host}:"
+                                   f"{self.config.port}")
+            time.sleep(0.02)
+        self._start_loop()
+
+    def shutdown(self) -> None:
+        """Stop the loop, the HTTP server and every VM (idempotent)."""
+        self.stop_event.set()
+        if self.server is not None:
+            self.server.should_exit = True
+        if self.loop is not None:
+            self.loop.join(timeout=30)
+        if self.http is not None:
+            self.http.join(timeout=10)
+        self.manager.close()

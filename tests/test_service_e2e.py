@@ -1,0 +1,174 @@
+"""End to end: `merkat user add`, a real uvicorn server on a free loopback port with its period
+loop, and the client CLI against it (MERKAT_URL, MERKAT_TOKEN) — the interfaces other tools
+rely on, errors and exit codes, and (as root) the cgroup quota following the allocation."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from merkat.backends.local.cgroups import detect
+from merkat.service.config import load_config
+from merkat.service.server import Service
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+SPIN = """\
+name: {name}
+controller: {{policy: best-effort}}
+budget: {budget}
+clusters:
+  - name: main
+    command: exec "$MERKAT_PYTHON" -m merkat.service.solver --iterations 1000 --cost 0.05
+    cpu: 1
+    memory: 96
+    min_memory: 32
+    monitor: {{kind: log, regex: 'iteration (?P<work_done>\\d+)/(?P<work_total>\\d+)'}}
+"""
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "merkat", *args], capture_output=True,
+                          text=True, env=env or ENV, timeout=60, cwd=ROOT)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[Service, dict[str, str]]]:
+    r = cli("user", "add", "alice", "--budget", "100", "--data-dir", str(tmp_path), "--parsable")
+    assert r.returncode == 0, r.stderr
+    key = r.stdout.strip()
+    assert key.startswith("mk_") and "\n" not in key  # the key alone
+    bob = cli("user", "add", "bob", "--data-dir", str(tmp_path), "--parsable").stdout.strip()
+    cfg = load_config(None, data_dir=tmp_path, port=free_port(), period=0.5, admission=0.25,
+                      backend={"cgroup_prefix": f"merkat-e2e-{uuid.uuid4().hex[:8]}"})
+    svc = Service(cfg, on_period=lambda rec: None)
+    svc.start_background()
+    env = {**ENV, "MERKAT_URL": f"http://127.0.0.1:{svc.port}", "MERKAT_TOKEN": key}
+    try:
+        yield svc, {"alice": env, "bob": {**env, "MERKAT_TOKEN": bob}}
+    finally:
+        svc.shutdown()
+
+
+def wait(cond: Any, timeout: float = 20.0) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.2)
+    raise AssertionError("timed out")
+
+
+def show(env: dict[str, str], name: str) -> Any:
+    r = cli("platform", "show", name, "-o", "json", env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def api(env: dict[str, str], path: str) -> Any:
+    """GET through the API directly (fast polling; the CLI checks the interfaces)."""
+    req = urllib.request.Request(f"{env['MERKAT_URL']}/api/v1{path}")
+    req.add_header("Authorization", f"Bearer {env['MERKAT_TOKEN']}")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+@pytest.mark.slow  # a dozen CLI processes
+def test_the_cli_against_a_live_server(server: Any, tmp_path: Path) -> None:
+    svc, envs = server
+    env = envs["alice"]
+    f = tmp_path / "spin.yaml"
+    f.write_text(SPIN.format(name="spin", budget=20))
+    r = cli("submit", str(f), "--parsable", env=env)
+    assert (r.returncode, r.stdout) == (0, "spin\n"), r.stderr
+    items = json.loads(cli("platform", "list", "-o", "json", env=env).stdout)["items"]
+    assert [(p["name"], p["owner"]) for p in items] == [("spin", "alice")]
+    assert set(items[0]) >= {"name", "state", "owner"}
+    wait(lambda: (s := api(env, "/platforms/spin"))["state"] == "running" and s["vms"])
+    p = show(env, "spin")
+    (vm,) = p["vms"]
+    assert set(vm) >= {"id", "node", "state", "bid", "allocation", "cgroup"}
+    assert set(vm["bid"]) == set(vm["allocation"]) == {"cpu", "memory"}
+    prices = json.loads(cli("prices", "-o", "json", env=env).stdout)
+    assert set(prices) >= {"time", "cpu", "memory"}
+    bal = json.loads(cli("account", "balance", "alice", "-o", "json", env=env).stdout)
+    assert bal == {"name": "alice", "balance": "80"}  # 100 minus the platform's budget of 20
+    wait(lambda: "iteration" in cli("platform", "logs", "spin", env=env).stdout, 60)
+    # Someone else's platform: 404 → exit 2, one line; no key: exit 2; no server: exit 1.
+    r = cli("platform", "show", "spin", env=envs["bob"])
+    assert r.returncode == 2 and r.stderr.strip() == "error: no platform 'spin'"
+    r = cli("platform", "list", env={**env, "MERKAT_TOKEN": ""})
+    assert r.returncode == 2 and "MERKAT_TOKEN" in r.stderr
+    r = cli("platform", "list", env={**env, "MERKAT_URL": f"http://127.0.0.1:{free_port()}"})
+    assert r.returncode == 1 and "cannot reach the merkat server" in r.stderr
+    assert "Traceback" not in r.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SPIN.format(name="bad", budget=-3))
+    r = cli("submit", str(bad), env=env)
+    assert r.returncode == 2 and "line 3: budget: Input should be greater than or equal to 0" \
+        in r.stderr
+    r = cli("submit", str(tmp_path / "nope.yaml"), env=env)
+    assert r.returncode == 2 and "cannot read" in r.stderr
+    # Stop: the VM is destroyed, the outcome recorded.
+    r = cli("platform", "stop", "spin", env=env)
+    assert r.returncode == 0, r.stderr
+    p = wait(lambda: (s := api(env, "/platforms/spin"))["state"] == "stopped" and s)
+    assert p["outcome"] == "stopped by the user" and p["vms"] == []
+    assert svc.store.ledger.audit().ok
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0 or detect(Path("/sys/fs/cgroup")) is None,
+                    reason="needs root and cgroups")
+def test_the_cgroup_quota_follows_the_allocation_and_budgets_run_out(
+        server: Any, tmp_path: Path) -> None:
+    svc, envs = server
+    env = envs["alice"]
+    assert svc.backend.enforced
+    for name, budget in (("rich", 50), ("poor", 0.02)):
+        f = tmp_path / f"{name}.yaml"
+        f.write_text(SPIN.format(name=name, budget=budget))
+        assert cli("submit", str(f), env=env).returncode == 0
+
+    def quota(vm: dict[str, Any]) -> float:
+        tree = svc.backend.tree
+        d = tree.root / "cpu" / vm["cgroup"] if tree.version.value == "v1" else \
+            tree.root / vm["cgroup"]
+        if tree.version.value == "v1":
+            return int((d / "cpu.cfs_quota_us").read_text()) / int(
+                (d / "cpu.cfs_period_us").read_text())
+        q, per = (d / "cpu.max").read_text().split()
+        return int(q) / int(per)
+
+    def settled() -> Any:
+        p = api(env, "/platforms/rich")
+        if p["state"] != "running" or not p["vms"] or p["vms"][0]["cgroup"] is None:
+            return None
+        vm = p["vms"][0]
+        return vm if abs(quota(vm) - max(vm["allocation"]["cpu"], 0.01)) < 0.011 else None
+
+    vm = wait(settled)
+    assert vm["cgroup"].startswith(svc.config.backend.cgroup_prefix + "/rich/")
+    # The poor platform pays the reserve price for a few periods, then is shut down.
+    p = wait(lambda: (s := api(env, "/platforms/poor"))["state"] == "stopped" and s, 30)
+    assert p["outcome"] == "budget exhausted" and p["vms"] == []
+    assert svc.store.ledger.audit().ok
