@@ -13,9 +13,7 @@ import json
 import os
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +53,9 @@ class Client:
     def request(self, method: str, path: str, body: bytes | None = None,
                 ctype: str = "application/json", raw: bool = False,
                 timeout: float = 30.0) -> Any:
+        import urllib.error
+        import urllib.request
+
         if not self.token:
             fail("no API key: set MERKAT_TOKEN (printed by `merkat user add`) or pass --token")
         req = urllib.request.Request(f"{self.url}/api/v1{path}", data=body, method=method)
@@ -81,7 +82,8 @@ class Client:
         return self.request("POST", path, json.dumps(data or {}).encode())
 
 
-def _detail(exc: urllib.error.HTTPError) -> str:
+def _detail(exc: Any) -> str:
+    """The one-line reason of an HTTP error (the API's ``detail``)."""
     try:
         body = json.loads(exc.read() or b"{}")
         detail = body.get("detail") if isinstance(body, dict) else None
