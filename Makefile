@@ -14,9 +14,11 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-## run: set up .venv, install, and run the main job on embedded defaults
+## run: set up .venv, install, and run the main job on embedded defaults: the live service with
+## a small demo (two deadline-driven solvers and a best-effort one sharing this machine); it
+## prints each period and ends by itself with a report after ~2.5 min (Ctrl-C stops it sooner)
 run: $(STAMP)
-	$(BIN)/merkat market clear examples/merkat-3-nodes.json
+	$(BIN)/merkat demo --duration 150 --period 5
 
 ## test: set up .venv, install, and run the whole test suite
 ## (PostgreSQL tests: scripts/postgres.sh starts a throwaway server; with CI=true it installs

@@ -15,7 +15,7 @@ from merkat.backends.local.cgroups import CgroupTree, Limits, Version, detect
 from merkat.platform.backend import Plan, VMPlacement
 
 V1_FILES = {
-    "cpu": ["cgroup.procs", "cpu.cfs_quota_us", "cpu.cfs_period_us"],
+    "cpu": ["cgroup.procs", "cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.shares"],
     "memory": ["cgroup.procs", "memory.limit_in_bytes"],
     "cpuset": ["cgroup.procs", "cpuset.cpus", "cpuset.mems"],
     "freezer": ["cgroup.procs", "freezer.state"],
@@ -42,7 +42,7 @@ def fake_v2(root: Path, groups: list[str]) -> None:
     for g in groups:
         d = root / g
         d.mkdir(parents=True, exist_ok=True)
-        for f in ("cgroup.procs", "cpu.max", "memory.max", "cpuset.cpus", "cgroup.freeze",
+        for f in ("cgroup.procs", "cpu.max", "cpu.weight", "memory.max", "cpuset.cpus", "cgroup.freeze",
                   "cgroup.controllers", "cgroup.subtree_control"):
             (d / f).touch()
         (d / "cgroup.controllers").write_text("cpu memory cpuset")
@@ -67,6 +67,7 @@ def test_v1_limits_go_to_the_cfs_quota_memory_limit_cpuset_and_freezer(tmp_path:
     d = tmp_path / "cpu/merkat/app/vm1"
     assert (d / "cpu.cfs_quota_us").read_text() == "25000"
     assert (d / "cpu.cfs_period_us").read_text() == "100000"
+    assert (d / "cpu.shares").read_text() == "256"  # the weight follows the allocation
     mem = tmp_path / "memory/merkat/app/vm1/memory.limit_in_bytes"
     assert mem.read_text() == str(100 * 2**20)
     assert (tmp_path / "cpuset/merkat/app/vm1/cpuset.cpus").read_text() == "1"
@@ -88,6 +89,7 @@ def test_v2_limits_go_to_cpu_max_memory_max_and_cgroup_freeze(tmp_path: Path) ->
     assert tree.set_limits("app/vm1", Limits(cpu=1.5, memory=64, cpus="0-1")) is None
     d = tmp_path / "merkat/app/vm1"
     assert (d / "cpu.max").read_text() == "150000 100000"
+    assert (d / "cpu.weight").read_text() == "150"
     assert (d / "memory.max").read_text() == str(64 * 2**20)
     assert tree.limits("app/vm1") == Limits(1.5, 64.0, "0-1")
     assert tree.set_limits("app/vm1", Limits()) is None

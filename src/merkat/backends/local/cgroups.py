@@ -209,14 +209,33 @@ class CgroupTree:
     def _set_cpu(self, name: str, cores: float | None) -> str | None:
         quota = -1 if cores is None else max(MIN_QUOTA_US, round(cores * CFS_PERIOD_US))
         d = self.dirs(name)
+        # The allocation is a guarantee as well as a cap: the group's weight follows it (the
+        # kernel's default weight is one core's worth: 1024 shares, cpu.weight 100).
+        cores = 1.0 if cores is None else cores
         if self.version is Version.v1:
             if "cpu" not in d:
                 return None
-            return _write(d["cpu"] / "cpu.cfs_period_us", str(CFS_PERIOD_US)) or _write(
-                d["cpu"] / "cpu.cfs_quota_us", str(quota))
+            shares = max(2, min(262_144, round(cores * 1024)))
+            return (_write(d["cpu"] / "cpu.cfs_period_us", str(CFS_PERIOD_US))
+                    or _write(d["cpu"] / "cpu.cfs_quota_us", str(quota))
+                    or _write_if_exists(d["cpu"] / "cpu.shares", str(shares)))
         if self.version is Version.v2:
             value = "max" if quota < 0 else str(quota)
-            return _write(d["unified"] / "cpu.max", f"{value} {CFS_PERIOD_US}")
+            weight = max(1, min(10_000, round(cores * 100)))
+            return (_write(d["unified"] / "cpu.max", f"{value} {CFS_PERIOD_US}")
+                    or _write_if_exists(d["unified"] / "cpu.weight", str(weight)))
+        return None
+
+    def set_weight(self, name: str, cores: float) -> str | None:
+        """Give the group the CPU weight of ``cores`` cores (the merkat prefix: the whole
+        machine, so that the market's VMs are not starved by processes outside it)."""
+        d = self.dirs(name)
+        if self.version is Version.v1 and "cpu" in d:
+            return _write_if_exists(d["cpu"] / "cpu.shares",
+                                    str(max(2, min(262_144, round(cores * 1024)))))
+        if self.version is Version.v2:
+            return _write_if_exists(d["unified"] / "cpu.weight",
+                                    str(max(1, min(10_000, round(cores * 100)))))
         return None
 
     def _set_memory(self, name: str, mib: float | None) -> str | None:
@@ -296,6 +315,10 @@ def _inherit_cpuset(base: Path, d: Path) -> None:
         for f in ("cpuset.cpus", "cpuset.mems"):
             if (g / f).exists() and not (_read(g / f) or ""):
                 _write(g / f, _read(g.parent / f) or "")
+
+
+def _write_if_exists(path: Path, value: str) -> str | None:
+    return _write(path, value) if path.exists() else None
 
 
 def _read(path: Path) -> str | None:
