@@ -41,7 +41,7 @@ from merkat.platform.period import ENDED, App, AppSpec, AppStatus, Platform, to_
 from merkat.service.config import ServiceConfig
 from merkat.service.db import PlatformRow, Store, StoreError
 from merkat.service.monitors import MetricsTracker, read_log, run_command
-from merkat.service.templates import Template, TemplateError
+from merkat.service.templates import Monitor, Template, TemplateError
 
 CONTROLLERS = "merkat.controllers"
 """Entry-point group of custom controllers: ``name = "pkg.module:ControllerClass"``."""
@@ -287,6 +287,8 @@ class Manager:
 
     def _read_monitor(self, name: str, live: Live, now: float) -> None:
         mon = live.template.monitored.monitor
+        if mon is None and live.template.commands.monitor:  # the platform's monitor plugin
+            mon = Monitor(kind="command", command=live.template.commands.monitor)
         app = self.platform.apps.get(name)
         if mon is None or app is None or not app.active:
             return
@@ -328,7 +330,7 @@ class Manager:
 
     def _sync(self, now: float) -> None:
         """Write each admitted platform's state to the store, with an event on each change."""
-        for name, _live in list(self.live.items()):
+        for name, live in list(self.live.items()):
             app = self.platform.apps[name]
             row = self.store.platform(name)
             if row is None:
@@ -344,10 +346,41 @@ class Manager:
                 values["outcome"] = app.reason or state
                 self.live.pop(name, None)
             self.store.set_platform(name, **values)
+            self._plugin(live, name, row.state, state)
             msg = f"platform {name}: {row.state} -> {state}"
             if app.reason:
                 msg += f" ({app.reason}; paid {app.spent / 1e6:g})"
             self._event("state", msg, name)
+
+    def _plugin(self, live: Live, name: str, old: str, new: str) -> None:
+        """Run the template's command for this transition (Merkat §4.3's plugins): start on
+        the first run, suspend, resume, stop on the end; in the background, its output
+        appended to ``<data_dir>/logs/<name>/plugins.log``."""
+        import os
+        import subprocess
+        import sys
+
+        cmds = live.template.commands
+        if new == "running":
+            cmd = cmds.resume if old == "suspended" else cmds.start
+        elif new == "suspended":
+            cmd = cmds.suspend
+        elif new in ("finished", "stopped"):
+            cmd = cmds.stop
+        else:
+            cmd = None
+        if not cmd:
+            return
+        log = Path(self.config.data_dir) / "logs" / name / "plugins.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "MERKAT_PLATFORM": name, "MERKAT_STATE": new,
+               "MERKAT_PYTHON": sys.executable}
+        try:
+            with open(log, "ab") as out:
+                subprocess.Popen(["/bin/sh", "-c", cmd], stdout=out, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        except OSError as exc:
+            self._event("plugin-error", f"{name}: cannot run {cmd!r}: {exc}", name)
 
     def _end_row(self, name: str, owner: str, state: str, reason: str) -> None:
         self.store.set_platform(name, state=state, ended=self.clock(), outcome=reason)

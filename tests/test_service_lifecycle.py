@@ -1,0 +1,122 @@
+"""The applications manager's life cycle on the local backend: a controller's suspend freezes
+the VM (no progress) and its resume lets it progress again; custom controllers load by name
+from the ``merkat.controllers`` entry-point group; the template's plugins run on events."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from merkat.control.base import Controller
+from merkat.control.types import Action, Demand, Observation, Phase
+from merkat.service.backends import make_backend
+from merkat.service.config import load_config
+from merkat.service.db import open_store
+from merkat.service.manager import Manager
+from merkat.service.templates import parse
+
+
+class Pulse(Controller):
+    """Starts, runs, suspends at its ``suspend_at``-th decision, resumes at ``resume_at``."""
+
+    name = "pulse"
+
+    def __init__(self, *, suspend_at: int = 3, resume_at: int = 6) -> None:
+        super().__init__()
+        self.n = 0
+        self.suspend_at, self.resume_at = suspend_at, resume_at
+
+    def decide(self, obs: Observation) -> Demand:
+        self.n += 1
+        if obs.phase is Phase.WAITING:
+            return self.on_start(obs)
+        if self.n == self.suspend_at:
+            return Demand(Action.SUSPEND, nvms=len(obs.vms), reason="pulse")
+        if obs.phase is Phase.SUSPENDED:
+            return self.keep(obs, Action.RESUME) if self.n >= self.resume_at else self.wait(
+                obs, "pulse")
+        return self.keep(obs)
+
+    def reconfigure(self, obs: Observation) -> Demand:
+        return self.keep(obs)
+
+
+class _EP:
+    name = "pulse"
+    group = "merkat.controllers"
+
+    def load(self) -> type[Controller]:
+        return Pulse
+
+
+@pytest.fixture
+def manager(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Manager]:
+    real = importlib.metadata.entry_points
+
+    def eps(**kw: Any) -> Any:
+        return [_EP()] if kw.get("group") == "merkat.controllers" else real(**kw)
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", eps)
+    cfg = load_config(None, data_dir=tmp_path, period=0.5, admission=0.25,
+                      backend={"cgroup_prefix": f"merkat-lc-{uuid.uuid4().hex[:8]}"})
+    store = open_store(cfg.database)
+    store.add_user("alice", budget=100_000_000)
+    m = Manager(cfg, store, make_backend(cfg))
+    yield m
+    m.close()
+
+
+TEMPLATE = """\
+name: pulse
+controller: {policy: pulse, params: {suspend_at: 4, resume_at: 8}}
+budget: 10
+commands:
+  suspend: echo suspended >> %(marks)s
+  resume: echo resumed >> %(marks)s
+clusters:
+  - name: main
+    command: exec "$MERKAT_PYTHON" -m merkat.service.solver --iterations 100000 --cost 0.01
+    cpu: 1
+    memory: 96
+    monitor: {kind: log, regex: 'iteration (?P<work_done>\\d+)/(?P<work_total>\\d+)'}
+"""
+
+
+def progress(m: Manager) -> int:
+    log = Path(m.backend.log_path("pulse/vm1") or "")
+    found = re.findall(r"iteration (\d+)/", log.read_text()) if log.exists() else []
+    return int(found[-1]) if found else 0
+
+
+def test_suspend_freezes_the_vm_and_resume_lets_it_progress(manager: Manager,
+                                                             tmp_path: Path) -> None:
+    m = manager
+    marks = tmp_path / "marks"
+    m.submit("alice", parse(TEMPLATE % {"marks": marks}))
+    m.admit()
+    states = []
+    work = []
+    for _ in range(10):
+        m.tick()
+        states.append(m.store.platform("pulse").state)  # type: ignore[union-attr]
+        time.sleep(0.6)
+        work.append(progress(m))
+    # decisions 1..3 run, 4..7 suspended, 8.. running again
+    assert states[:3] == ["running"] * 3
+    assert states[3:7] == ["suspended"] * 4
+    assert states[7:] == ["running"] * 3
+    assert work[2] > work[0] > 0  # progressing
+    assert work[6] - work[4] <= 1  # frozen: (at most the iteration in flight)
+    assert work[9] > work[7] + 1  # progressing again after the resume
+    if m.backend.enforced:
+        assert not m.backend.tree.frozen("pulse/vm1")
+    assert m.backend.vms["pulse/vm1"].state == "running"
+    time.sleep(0.5)
+    assert marks.read_text().split() == ["suspended", "resumed"]
