@@ -288,7 +288,8 @@ class Manager:
     def _read_monitor(self, name: str, live: Live, now: float) -> None:
         mon = live.template.monitored.monitor
         if mon is None and live.template.commands.monitor:  # the platform's monitor plugin
-            mon = Monitor(kind="command", command=live.template.commands.monitor)
+            mon = Monitor(kind="command", command=live.template.commands.monitor,
+                          ideal_rate=None)
         app = self.platform.apps.get(name)
         if mon is None or app is None or not app.active:
             return
