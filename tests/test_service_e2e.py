@@ -172,3 +172,13 @@ def test_the_cgroup_quota_follows_the_allocation_and_budgets_run_out(
     p = wait(lambda: (s := api(env, "/platforms/poor"))["state"] == "stopped" and s, 30)
     assert p["outcome"] == "budget exhausted" and p["vms"] == []
     assert svc.store.ledger.audit().ok
+
+
+def test_bench_service_prints_its_figures() -> None:
+    r = cli("bench", "service", "--platforms", "2", "--vms", "2", "--periods", "2",
+            "--seconds", "0.5", "--clients", "1")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["vms"] == 4 and out["periods"] == 2
+    assert out["period_ms"] > 0 and out["prices_rps"] > 0 and out["rss_mib"] > 0
+    assert out["server_cpu_ms_per_request"] > 0

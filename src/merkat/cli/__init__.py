@@ -82,6 +82,7 @@ def _register() -> None:
         bench,
         bench_kubernetes,
         bench_period,
+        bench_service,
         client,
         experiment,
         kubernetes,
@@ -109,7 +110,7 @@ def _register() -> None:
     app.command("events")(client.events)
     app.add_typer(client.account_app, name="account")
     # these register `sim experiment`, `bench period|kubernetes|startup` on the apps above
-    _ = (experiment, bench_period, bench_kubernetes, startup)
+    _ = (experiment, bench_period, bench_kubernetes, bench_service, startup)
 
 
 def _version(value: bool) -> None:

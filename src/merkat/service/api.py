@@ -64,7 +64,7 @@ class KeyBody(BaseModel):
     public_key: str = Field(min_length=1, max_length=10_000)
 
 
-def current_user(request: Request, authorization: Annotated[str | None, Header()] = None,
+async def current_user(request: Request, authorization: Annotated[str | None, Header()] = None,
                  x_api_key: Annotated[str | None, Header()] = None) -> User:
     """The caller, from her API key; 401 without a valid one."""
     key = x_api_key
@@ -185,9 +185,9 @@ def create_app(manager: Manager) -> FastAPI:
     # --- market ----------------------------------------------------------------------------
 
     @r.get("/prices")
-    def prices(me: Me) -> dict[str, Any]:
-        hist = store.prices(limit=1)
-        last = hist[-1] if hist else {"time": None, "cpu": 0.0, "memory": 0.0, "period": None}
+    async def prices(me: Me) -> dict[str, Any]:
+        """The last period's prices (credits per core and per MiB, per period)."""
+        last = store.last_price
         return {"time": last["time"], "period": last["period"], "cpu": last["cpu"],
                 "memory": last["memory"]}
 

@@ -81,6 +81,10 @@ class Store:
     def __init__(self, ledger: SqlLedger) -> None:
         self.ledger = ledger
         self.engine = ledger.engine
+        self._keys: dict[str, User] = {}
+        last = self.prices(limit=1)
+        self.last_price: dict[str, Any] = last[-1] if last else {
+            "time": None, "period": None, "cpu": 0.0, "memory": 0.0}
 
     # --- users and keys ------------------------------------------------------------------
 
@@ -116,11 +120,22 @@ class Store:
         return key
 
     def user_by_key(self, key: str) -> User | None:
+        """The key's user (keys are never revoked, so a found key is cached in memory)."""
+        digest = hash_key(key)
+        cached = self._keys.get(digest)
+        if cached is not None:
+            return cached
+        user = self._user_by_digest(digest)
+        if user is not None:
+            self._keys[digest] = user
+        return user
+
+    def _user_by_digest(self, digest: str) -> User | None:
         with self.engine.connect() as conn:
             row = conn.execute(
                 select(s.users.c.name, s.users.c.admin)
                 .join(s.api_keys, s.api_keys.c.user_id == s.users.c.id)
-                .where(s.api_keys.c.digest == hash_key(key))).first()
+                .where(s.api_keys.c.digest == digest)).first()
         return User(row.name, bool(row.admin)) if row else None
 
     def users(self) -> list[User]:
@@ -179,6 +194,7 @@ class Store:
             return [dict(r._mapping) for r in conn.execute(q)]
 
     def add_price(self, period: int, at: float, cpu: float, memory: float) -> None:
+        self.last_price = {"time": at, "period": period, "cpu": cpu, "memory": memory}
         with self.engine.begin() as conn:
             conn.execute(s.prices.delete().where(s.prices.c.period == period))
             conn.execute(insert(s.prices).values(period=period, time=at, cpu=cpu, memory=memory))

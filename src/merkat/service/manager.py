@@ -79,7 +79,7 @@ class Live:
     owner: str
     tracker: MetricsTracker
     last_poll: float = -math.inf
-    idle_since: float | None = None
+    state: str = "waiting"  # as last written to the store
 
 
 class Manager:
@@ -333,12 +333,13 @@ class Manager:
         """Write each admitted platform's state to the store, with an event on each change."""
         for name, live in list(self.live.items()):
             app = self.platform.apps[name]
+            state = str(app.status)
+            if state == live.state:
+                continue
             row = self.store.platform(name)
             if row is None:
                 continue
-            state = str(app.status)
-            if state == row.state:
-                continue
+            live.state = state
             values: dict[str, Any] = {"state": state}
             if app.start_time is not None and row.started is None:
                 values["started"] = app.start_time

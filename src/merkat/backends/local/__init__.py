@@ -104,6 +104,7 @@ class VMProcess:
     state: str = "running"  # running | suspended | exited | failed
     restarts: int = 0
     exit_code: int | None = None
+    limits: Limits | None = None  # the CPU/memory limits last written
 
 
 Launcher = Callable[[str, str, int], Launch]
@@ -350,13 +351,20 @@ class LocalBackend:
         return self.tree.set_limits(_group(vm), Limits(cpus=self._node(host).cpus))
 
     def _limit(self, vm: str, alloc: Mapping[str, float]) -> str | None:
-        if not self.enforced or vm not in self.vms:
+        """Write the VM's CPU and memory limits when they changed since the last write."""
+        p = self.vms.get(vm)
+        if not self.enforced or p is None:
             return None
         cpu = alloc.get("cpu")
         mem = alloc.get("memory")
-        return self.tree.set_limits(_group(vm), Limits(
+        limits = Limits(
             cpu=cpu if cpu is not None and cpu > 0 else (0.001 if cpu is not None else None),
-            memory=max(mem, self.vms[vm].launch.memory_floor) if mem else None))
+            memory=max(mem, p.launch.memory_floor) if mem else None)
+        if limits == p.limits:
+            return None
+        err = self.tree.set_limits(_group(vm), limits)
+        p.limits = None if err else limits
+        return err
 
     def _node(self, host: int) -> Node:
         return self.nodes[host] if 0 <= host < len(self.nodes) else self.nodes[0]

@@ -65,6 +65,7 @@ class CgroupTree:
     prefix: str = "merkat"
     version: Version | None = None
     _v1_dirs: dict[str, Path] = field(default_factory=dict, repr=False)
+    _dirs: dict[str, dict[str, Path]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -101,7 +102,13 @@ class CgroupTree:
         return f"{self.prefix}/{name}" if name else self.prefix
 
     def dirs(self, name: str) -> dict[str, Path]:
-        """The group's directory per controller (v2: the one unified directory)."""
+        """The group's directory per controller (v2: the one unified directory); memoised."""
+        got = self._dirs.get(name)
+        if got is None:
+            got = self._dirs[name] = self._make_dirs(name)
+        return got
+
+    def _make_dirs(self, name: str) -> dict[str, Path]:
         rel = self.path(name)
         if self.version is Version.v1:
             return {ctl: base / rel for ctl, base in self._v1_dirs.items()}
