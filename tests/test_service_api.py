@@ -3,6 +3,7 @@ driven by the manager's admission and periods (on a backend without cgroups)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -163,3 +164,34 @@ def test_user_stop_and_pushed_metrics(world: Any) -> None:
     show = c.get("/api/v1/platforms/solver", headers=h(keys["alice"])).json()
     assert show["state"] == "stopped" and show["outcome"] == "stopped by the user"
     assert show["vms"] == []
+
+
+def test_the_event_stream_sends_server_sent_events(tmp_path: Path) -> None:
+    import http.client
+    import uuid
+
+    from merkat.service.server import Service
+
+    cfg = load_config(None, data_dir=tmp_path, port=0, period=3600.0, admission=3600.0,
+                      backend={"cgroup_root": str(tmp_path / "none"),
+                               "cgroup_prefix": f"merkat-sse-{uuid.uuid4().hex[:6]}"})
+    svc = Service(cfg, on_period=lambda rec: None)
+    key = svc.store.add_user("alice", budget=100_000_000)
+    svc.start_background()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", svc.port, timeout=10)
+        conn.request("GET", "/api/v1/events/stream?poll=0.1", headers=h(key))
+        resp = conn.getresponse()
+        assert resp.status == 200
+        assert resp.getheader("content-type", "").startswith("text/event-stream")
+        assert resp.readline() == b": merkat events\n"
+        svc.store.add_event("state", "hello", "p", "alice")
+        svc.store.add_event("state", "not hers", "q", "bob")
+        svc.store.add_event("state", "again", "p", "alice")
+        lines = [resp.readline() for _ in range(8)]
+        conn.close()
+        data = [line for line in lines if line.startswith(b"data: ")]
+        assert [json.loads(d[6:])["message"] for d in data] == ["hello", "again"]
+        assert lines[0] == b"\n" and lines[1].startswith(b"id: ") and lines[2] == b"event: state\n"
+    finally:
+        svc.shutdown()
