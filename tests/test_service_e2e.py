@@ -182,3 +182,67 @@ def test_bench_service_prints_its_figures() -> None:
     assert out["vms"] == 4 and out["periods"] == 2
     assert out["period_ms"] > 0 and out["prices_rps"] > 0 and out["rss_mib"] > 0
     assert out["server_cpu_ms_per_request"] > 0
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0 or detect(Path("/sys/fs/cgroup")) is None,
+                    reason="needs root and cgroups")
+def test_sigkill_and_restart_leaves_no_vm_and_no_money_behind(tmp_path: Path) -> None:
+    import signal
+
+    key = cli("user", "add", "alice", "--budget", "100", "--data-dir", str(tmp_path),
+              "--parsable").stdout.strip()
+    port = free_port()
+    prefix = f"merkat-crash-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "server.yaml").write_text(
+        f"port: {port}\nperiod: 0.5\nadmission: 0.25\nbackend: {{cgroup_prefix: {prefix}}}\n")
+    args = ["server", "--config", str(tmp_path / "server.yaml"), "--data-dir", str(tmp_path)]
+    env = {**ENV, "MERKAT_URL": f"http://127.0.0.1:{port}", "MERKAT_TOKEN": key}
+
+    def start() -> subprocess.Popen[str]:
+        p = subprocess.Popen([sys.executable, "-m", "merkat", *args], env=ENV, cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        wait(lambda: _up(env), 60)
+        return p
+
+    server = start()
+    try:
+        (tmp_path / "spin.yaml").write_text(SPIN.format(name="spin", budget=30))
+        assert cli("submit", str(tmp_path / "spin.yaml"), env=env).returncode == 0
+        wait(lambda: (s := api(env, "/platforms/spin"))["state"] == "running" and s["vms"])
+        before = api(env, "/prices")["period"]
+        pid = api(env, "/platforms/spin")["vms"][0]["pid"]
+        server.send_signal(signal.SIGKILL)
+        server.wait()
+        os.kill(pid, 0)  # the VM outlived its server
+        server = start()
+        wait(lambda: api(env, "/platforms/spin")["state"] == "failed")
+        p = api(env, "/platforms/spin")
+        assert p["outcome"].startswith("server restarted while running")
+        with pytest.raises(ProcessLookupError):
+            for _ in range(50):
+                os.kill(pid, 0)
+                time.sleep(0.1)
+        acc = {a["name"]: a["balance"] for a in api(env, "/accounts")["items"]}
+        assert acc["app:spin"] == "0"
+        spent = 30 - float(acc["alice"]) + 70  # what the platform paid before the crash
+        assert 0 < spent < 30
+        wait(lambda: (api(env, "/prices")["period"] or 0) > before)  # the counter continues
+        kinds = [e["kind"] for e in api(env, "/events?limit=1000")["items"]]
+        assert "state" in kinds
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+    from merkat.service.db import open_store
+
+    store = open_store(f"sqlite:///{tmp_path / 'merkat.db'}")
+    assert store.ledger.audit().ok
+    assert not (Path("/sys/fs/cgroup/cpu") / prefix / "spin").exists()
+
+
+def _up(env: dict[str, str]) -> bool:
+    try:
+        api(env, "/health")
+    except OSError:
+        return False
+    return True

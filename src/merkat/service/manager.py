@@ -103,6 +103,7 @@ class Manager:
         self.started = clock()
         if backend.warning:
             store.add_event("warning", backend.warning)
+        self._recover()
 
     # --- the API's side ----------------------------------------------------------------------
 
@@ -243,6 +244,27 @@ class Manager:
             self.backend.close()
 
     # --- internals --------------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        """After a crash (the previous server was killed): destroy the VMs it left behind,
+        end its active platforms as ``failed`` and refund what their accounts still hold to
+        their owners (idempotent: a second restart refunds nothing). Platforms still queued
+        stay queued. Re-adopting running VMs under their controllers is not implemented."""
+        reap = getattr(self.backend, "reap_orphans", None)
+        orphans = reap() if reap else []
+        if orphans:
+            self.store.add_event("recovery", f"destroyed {len(orphans)} VM(s) left by the "
+                                 f"previous server: {', '.join(orphans[:10])}")
+        ledger = self.store.ledger
+        for row in self.store.platforms(states=("waiting", "running", "suspended")):
+            account = f"app:{row.name}"
+            left = ledger.balance(account) if ledger.has_account(account) else 0
+            if left > 0:
+                ledger.transfer(account, row.owner, left, f"refund of {row.name} after restart",
+                                idempotency_key=f"refund:{row.name}")
+            self._end_row(row.name, row.owner, "failed",
+                          f"server restarted while {row.state}; its VMs were destroyed and "
+                          f"{left / 1e6:g} credits refunded")
 
     def _admit(self, row: PlatformRow) -> None:
         t = Template.model_validate(row.template)

@@ -214,6 +214,27 @@ class LocalBackend:
         p = self.vms.get(vm)
         return self.tree.limits(_group(vm)) if p and self.enforced else Limits()
 
+    def reap_orphans(self) -> list[str]:
+        """Destroy the VM groups a previous server left under the prefix (it was killed):
+        their processes are killed and the groups removed. Returns their VM ids."""
+        if not self.enforced:
+            return []
+        found = []
+        base = self.tree.dirs("").get("cpu") or self.tree.dirs("").get("unified")
+        for app_dir in sorted(base.iterdir()) if base and base.is_dir() else []:
+            if not app_dir.is_dir():
+                continue
+            for vm_dir in sorted(app_dir.iterdir()):
+                if vm_dir.is_dir() and (vm_dir / "cgroup.procs").exists():
+                    vm = f"{app_dir.name}/{vm_dir.name}"
+                    if vm not in self.vms:
+                        self.tree.remove(vm)
+                        found.append(vm)
+            with contextlib.suppress(OSError):
+                for d in self.tree.dirs(app_dir.name).values():
+                    d.rmdir()
+        return found
+
     def describe(self, vm: str) -> dict[str, Any] | None:
         """What the API shows of ``vm``: node, process state, pid, restarts, cgroup, limits."""
         p = self.vms.get(vm)
