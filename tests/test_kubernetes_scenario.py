@@ -74,3 +74,37 @@ def test_deadline_solver_and_best_effort_solvers_share_a_node_of_the_cluster() -
     # The same outcome as on the simulated backend, up to the millicore rounding.
     assert finish == pytest.approx(ref.apps["slo"]["finish_s"], rel=0.01)
     assert ref_slo.finish_time is not None
+
+
+def test_the_vms_of_a_node_that_disappears_are_recreated_where_the_market_moves_them() -> None:
+    from merkat.bank.memory import MemoryLedger
+    from merkat.platform.period import AppSpec, Platform
+
+    emu = KubeEmulator()
+    emu.namespaces.add("merkat")
+    for k in range(3):
+        emu.add_node(f"node-{k}", "4", "8Gi")
+    kube = KubernetesBackend(emulated_client(emu, "merkat"), namespace="merkat",
+                             sleep=lambda s: None)
+    kube.refresh()
+    platform = Platform(kube.hosts(), MemoryLedger(), kube, period=60.0, reserve={"cpu": 0.01})
+    for i in range(6):
+        platform.submit(AppSpec(id=f"a{i}", policy="best-effort", size=1, vm_size={"cpu": 2.0},
+                                submit_time=0.0, budget=100.0, renewal=100.0, trade=("cpu",)))
+    counts = []
+    for t in range(5):
+        if t == 2:
+            emu.remove_node("node-1")
+        platform.hosts = kube.hosts()  # the nodes as last read (the service does this)
+        platform.run_period(60.0 * t)
+        assert kube.last_report is not None
+        counts.append(kube.last_report.counts())
+    assert counts[0] == {"create": 6} and counts[1] == {}
+    # Period 2 finds node-1 gone: its two VMs are lost (and their allocations cannot apply).
+    assert counts[2] == {"lost-failed": 2, "resize-failed": 2}
+    # Period 3: node-1 offers nothing; the market moved the VMs, recreated on the others.
+    assert counts[3]["migrate"] == 2 and counts[4] == {}
+    nodes = sorted(p["spec"]["nodeName"] for p in emu.pods.values())
+    assert nodes == ["node-0"] * 3 + ["node-2"] * 3
+    assert all(p["status"]["phase"] == "Running" for p in emu.pods.values())
+    assert {vm.host for a in platform.apps.values() for vm in a.vms} == {0, 2}
