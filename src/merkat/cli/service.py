@@ -36,15 +36,36 @@ def server(
     period: float | None = typer.Option(None, "--period", help="Scheduling period, s (40)."),
     admission: float | None = typer.Option(None, "--admission",
                                            help="Admission interval, s (10)."),
+    backend: str | None = typer.Option(None, "--backend",
+                                       help="Backend by name: local (default), kubernetes."),
+    kubeconfig: Path | None = typer.Option(
+        None, "--kubeconfig", help="kubernetes backend: kubeconfig file (default: in-cluster, "
+        "$KUBECONFIG, ~/.kube/config)."),
+    namespace: str | None = typer.Option(None, "--namespace",
+                                         help="kubernetes backend: the pods' namespace (merkat)."),
 ) -> None:
     """Run the live service: REST API, applications manager and period loop (Ctrl-C stops
-    it and destroys its VMs)."""
+    it and destroys its VMs; on Kubernetes the pods stay, re-adopted at the next start)."""
     from merkat.service.server import Service, log
 
     cfg = _config(config, host=host, port=port, data_dir=data_dir, period=period,
                   admission=admission)
+    updates = {k: v for k, v in (("name", backend), ("kubeconfig", kubeconfig),
+                                 ("namespace", namespace)) if v is not None}
+    if updates:
+        from pydantic import ValidationError
+
+        from merkat.service.config import BackendConfig, first_error
+
+        try:
+            cfg.backend = BackendConfig(**{**cfg.backend.model_dump(),  # type: ignore[attr-defined]
+                                           **updates})
+        except ValidationError as exc:
+            fail(f"backend.{first_error(exc)}")
     try:
         svc = Service(cfg)  # type: ignore[arg-type]
+    except ValueError as exc:  # an unknown backend, unusable credentials: bad input
+        fail(f"cannot start the server: {exc}")
     except Exception as exc:  # the database or backend cannot be opened: one line
         fail(f"cannot start the server: {exc}", EXIT_FAILURE)
     log(svc.banner())

@@ -102,4 +102,11 @@ def _count(cpus: str) -> int:
     return n
 
 
+def _kubernetes(config: ServiceConfig) -> LiveBackend:
+    from merkat.backends.kubernetes.live import from_config
+
+    return from_config(config)
+
+
 register("local", _local)
+register("kubernetes", _kubernetes)

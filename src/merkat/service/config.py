@@ -42,6 +42,15 @@ class BackendConfig(BaseModel):
     cgroup_root: Path = Path("/sys/fs/cgroup")
     cgroup_prefix: str = Field("merkat", pattern=r"^[A-Za-z0-9_.-]+$")
     max_restarts: int = Field(3, ge=0)
+    # the kubernetes backend (docs/kubernetes.md): credentials (None: in-cluster, $KUBECONFIG,
+    # ~/.kube/config), the namespace of every pod, the image VMs' commands run in, and the
+    # label telling this server's pods from others'
+    kubeconfig: Path | None = None
+    context: str | None = None
+    namespace: str = Field("merkat", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    image: str = Field("python:3.12-slim", min_length=1)
+    instance: str = Field("merkat", pattern=r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$",
+                          max_length=63)
 
 
 class ServiceConfig(BaseSettings):

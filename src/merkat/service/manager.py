@@ -198,6 +198,9 @@ class Manager:
         """One period of the live platform; returns the period's record as a dict."""
         with self.lock:
             now = self.clock()
+            nodes = getattr(self.backend, "hosts", None)
+            if nodes is not None:  # a cluster's nodes come and go (kubernetes backend)
+                self.platform.hosts = nodes()
             for r in self.backend.poll():
                 app = r.vm.split("/", 1)[0]
                 self._event("vm-" + r.op, f"{r.vm}: {r.op}" + (f" ({r.error})" if r.error else ""),

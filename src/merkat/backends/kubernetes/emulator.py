@@ -542,4 +542,5 @@ def serve(emulator: KubeEmulator, host: str = "127.0.0.1", port: int = 0) -> Any
 
     server = ThreadingHTTPServer((host, port), Handler)
     server.url = f"http://{host}:{server.server_address[1]}"  # type: ignore[attr-defined]
+    server.lock = lock  # type: ignore[attr-defined]  # hold it to read the emulator's state
     return server

@@ -112,10 +112,23 @@ class KubernetesLive:
         self.report = [Result.of(r) for r in report.ops]
 
     def metrics(self, app: str) -> Metrics:
-        return self.kube.metrics(app)
+        m = self.kube.metrics(app)
+        if self.finished(app):  # the monitored pod ended: the work is done (as the local one)
+            total = m.work_total if m.work_total is not None else max(m.work_done, 1.0)
+            return Metrics(work_done=total, work_total=total)
+        return m
 
     def finished(self, app: str) -> bool:
+        """The monitored VM's pod exited with 0 (else: every pod of ``app`` did)."""
+        vm = self.monitored.get(app)
+        p = self.kube.pods.get(vm) if vm else None
+        if p is not None:
+            return p.phase == "Succeeded"
         return self.kube.finished(app)
+
+    def hosts(self) -> Any:
+        """The nodes as last read (stable indices; the manager refreshes the market's)."""
+        return self.kube.hosts()
 
     def idle(self, app: str) -> frozenset[str]:
         return self.kube.idle(app)
@@ -172,3 +185,16 @@ class KubernetesLive:
         """Close the client; the pods keep running (re-adopted by the next server)."""
         with contextlib.suppress(Exception):
             self.kube.client.close()
+
+
+def from_config(config: Any) -> KubernetesLive:
+    """The live service's factory (``backend.name: kubernetes``): ``config.backend``'s
+    kubeconfig, context, namespace, image and instance; logs under ``data_dir/logs``. Unusable
+    credentials raise :class:`~merkat.backends.kubernetes.backend.KubeConfigError` (a
+    ``ValueError``); an API server that does not answer is the backend's ``warning``."""
+    from merkat.backends.kubernetes.backend import connect
+
+    b = config.backend
+    kube = connect(str(b.kubeconfig) if b.kubeconfig else None, namespace=b.namespace,
+                   context=b.context, instance=b.instance)
+    return KubernetesLive(kube, logs=Path(config.data_dir) / "logs", image=b.image)
