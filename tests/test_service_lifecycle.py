@@ -120,3 +120,36 @@ def test_suspend_freezes_the_vm_and_resume_lets_it_progress(manager: Manager,
     assert m.backend.vms["pulse/vm1"].state == "running"
     time.sleep(0.5)
     assert marks.read_text().split() == ["suspended", "resumed"]
+
+
+def test_a_task_farm_runs_to_completion_under_the_horizontal_policy(
+        manager: Manager, tmp_path: Path) -> None:
+    m = manager
+    text = (Path(__file__).parents[1] / "examples/taskfarm/taskfarm.yaml").read_text()
+    text = text.replace("--tasks 60 --cost 0.5", "--tasks 12 --cost 0.05").replace(
+        "/tmp/merkat-taskfarm-$MERKAT_PLATFORM", str(tmp_path / "queue")).replace(
+        "budget: 400", "budget: 50")
+    m.submit("alice", parse(text))
+    m.admit()
+    end = time.monotonic() + 60
+    while m.store.platform("taskfarm").state not in ("finished", "stopped", "failed"):  # type: ignore[union-attr]
+        assert time.monotonic() < end, "the task farm did not finish"
+        m.tick()
+        time.sleep(0.3)
+    row = m.store.platform("taskfarm")
+    assert row is not None and row.state == "finished", row
+    assert len(list((tmp_path / "queue" / "done").iterdir())) == 12
+    assert (tmp_path / "queue" / "finished").exists()
+
+
+@pytest.mark.parametrize("path", sorted(
+    str(p) for d in ("solver", "taskfarm")
+    for p in (Path(__file__).parents[1] / "examples" / d).iterdir()
+    if p.suffix in (".yaml", ".xml")))
+def test_the_examples_parse_and_name_known_controllers(path: str) -> None:
+    from merkat.service.manager import make_controller
+    from merkat.service.templates import load
+
+    t = load(Path(path))
+    make_controller(t.controller.policy, dict(t.controller.params))
+    assert t.monitored.monitor is not None
