@@ -83,11 +83,18 @@ def test_logs_are_read_through_the_api_and_exits_are_polled(tmp_path: Path) -> N
     assert live.poll() == []  # once
 
 
-def test_a_new_server_re_adopts_the_pods_and_close_leaves_them(tmp_path: Path) -> None:
+def test_a_restarted_server_finds_the_pods_left_and_reaps_them(tmp_path: Path) -> None:
     emu, live = setup(tmp_path)
-    live.apply(Plan(0.0, 40.0, create=(VMPlacement("a/vm1", "a", 0),),
-                    allocations={"a/vm1": {"cpu": 1.0}}))
-    live.close()
+    create = (VMPlacement("a/vm1", "a", 0), VMPlacement("b/vm1", "b", 0))
+    live.apply(Plan(0.0, 40.0, create=create, allocations={p.vm: {"cpu": 1.0} for p in create}))
+    # The server is killed (no close): a new one finds its pods by label...
     kube = KubernetesBackend(emulated_client(emu, "merkat"), namespace="merkat")
     again = KubernetesLive(kube, logs=tmp_path / "logs")
-    assert again.adopted == {"a/vm1": "node-a"} and len(emu.pods) == 1
+    assert again.adopted == {"a/vm1": "node-a", "b/vm1": "node-a"}
+    # ...and, as the service ends the platforms of a crashed server, deletes them.
+    assert sorted(again.reap_orphans()) == ["a/vm1", "b/vm1"] and emu.pods == {}
+    # A graceful stop deletes the server's pods.
+    again.apply(Plan(40.0, 40.0, create=create[:1], allocations={"a/vm1": {"cpu": 1.0}}))
+    assert len(emu.pods) == 1
+    again.close()
+    assert emu.pods == {}

@@ -7,10 +7,12 @@ the command, environment, virtual cluster and memory floor — run by ``/bin/sh 
 configured ``image``), ``set_metrics``, ``poll`` (pods that exited since the last call),
 ``describe``, ``node_list``, ``log_path`` (the pod's log fetched through the API into a file,
 so log monitors read it unchanged), ``report`` (the last period's operations, each with
-``op``, ``vm``, ``error``) and ``close``.
+``op``, ``vm``, ``error``), ``reap_orphans`` and ``close``.
 
-``close`` leaves the pods running: a restarted server re-adopts them by label (the point of
-running on a cluster); delete them with ``kubectl delete pods -l merkat.io/instance=NAME``.
+Restarts: the backend finds the previous server's pods by label at start (:attr:`adopted`).
+The service does not yet resume platforms under their controllers after a restart (it ends
+them as failed and refunds them, docs/service.md), so ``reap_orphans`` deletes those pods, and
+``close`` (a graceful stop) deletes this server's pods, as the local backend destroys its VMs.
 """
 
 from __future__ import annotations
@@ -181,10 +183,30 @@ class KubernetesLive:
         tmp.replace(path)
         return str(path)
 
+    def reap_orphans(self) -> list[str]:
+        """Delete the pods a previous server left (found by label at start); their VM ids."""
+        return self._delete_all()
+
     def close(self) -> None:
-        """Close the client; the pods keep running (re-adopted by the next server)."""
+        """Delete this server's pods (a graceful stop), then close the client."""
+        self._delete_all()
         with contextlib.suppress(Exception):
             self.kube.client.close()
+
+    def _delete_all(self) -> list[str]:
+        from lightkube.resources.core_v1 import Pod
+
+        gone = []
+        for vm, p in list(self.kube.pods.items()):
+            try:
+                self.kube._call(lambda p=p: self.kube.client.delete(  # type: ignore[misc]
+                    Pod, p.name, namespace=p.namespace, grace_period=0))
+            except _Failed as e:
+                if e.code != 404:
+                    continue
+            del self.kube.pods[vm]
+            gone.append(vm)
+        return gone
 
 
 def from_config(config: Any) -> KubernetesLive:
