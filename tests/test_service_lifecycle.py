@@ -127,7 +127,7 @@ def test_a_task_farm_runs_to_completion_under_the_horizontal_policy(
     m = manager
     text = (Path(__file__).parents[1] / "examples/taskfarm/taskfarm.yaml").read_text()
     text = text.replace("--tasks 60 --cost 0.5", "--tasks 12 --cost 0.05").replace(
-        "/tmp/merkat-taskfarm-$MERKAT_PLATFORM", str(tmp_path / "queue")).replace(
+        "$MERKAT_SHARED/queue", str(tmp_path / "queue")).replace(
         "budget: 400", "budget: 50")
     m.submit("alice", parse(text))
     m.admit()
@@ -153,3 +153,32 @@ def test_the_examples_parse_and_name_known_controllers(path: str) -> None:
     t = load(Path(path))
     make_controller(t.controller.policy, dict(t.controller.params))
     assert t.monitored.monitor is not None
+
+
+def test_files_are_copied_in_before_the_start_and_out_after_the_end(
+        manager: Manager, tmp_path: Path) -> None:
+    m = manager
+    (tmp_path / "input.txt").write_text("21\n")
+    text = f"""\
+name: files
+controller: {{policy: best-effort}}
+budget: 5
+clusters:
+  - name: main
+    command: echo $(( $(cat input.txt) * 2 )) > result.txt; echo "$MERKAT_SHARED" > shared.txt
+    files_in: [{tmp_path / 'input.txt'}]
+    files_out: [result.txt, shared.txt, absent.txt]
+"""
+    m.submit("alice", parse(text))
+    m.admit()
+    end = time.monotonic() + 30
+    while m.store.platform("files").state != "finished":  # type: ignore[union-attr]
+        assert time.monotonic() < end
+        m.tick()
+        time.sleep(0.2)
+    out = Path(m.config.data_dir) / "out" / "files" / "main-0"
+    assert (out / "result.txt").read_text() == "42\n"
+    assert (out / "shared.txt").read_text().strip() == str(
+        Path(m.config.data_dir) / "work" / "files" / "shared")
+    assert any(e["kind"] == "files-out" and "absent.txt" in e["message"]
+               for e in m.store.events(platform="files"))

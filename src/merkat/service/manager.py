@@ -38,6 +38,7 @@ from merkat.control.base import Controller
 from merkat.control.registry import PolicyError, make_policy
 from merkat.market import NO_HOST, Hosts
 from merkat.platform.period import ENDED, App, AppSpec, AppStatus, Platform, to_micro
+from merkat.service import files
 from merkat.service.config import ServiceConfig
 from merkat.service.db import PlatformRow, Store, StoreError
 from merkat.service.monitors import MetricsTracker, read_log, run_command
@@ -303,9 +304,13 @@ class Manager:
                 self.backend.monitored[app] = vm
             master = t.clusters[[c.name for c in t.clusters].index(cluster.depends)] \
                 if cluster.depends else cluster
+            data = Path(self.config.data_dir)
+            cwd = files.work_dir(data, app, cluster.name, k)
+            files.stage_in(cluster.files_in, cwd)  # an error here is the VM's, as data
             env = {"MERKAT_MASTER": f"{app}/{master.name}-0", "MERKAT_MASTER_HOST": "127.0.0.1",
-                   "MERKAT_CLUSTER_INDEX": str(k)}
-            return Launch(cluster.command, cluster.name, index, env, None,
+                   "MERKAT_CLUSTER_INDEX": str(k),
+                   "MERKAT_SHARED": str(files.shared_dir(data, app))}
+            return Launch(cluster.command, cluster.name, index, env, str(cwd),
                           memory_floor=max(cluster.min_memory, 16.0))
 
         return launch
@@ -372,12 +377,25 @@ class Manager:
                 values["ended"] = app.end_time or now
                 values["outcome"] = app.reason or state
                 self.live.pop(name, None)
+                self._files_out(live.template)
             self.store.set_platform(name, **values)
             self._plugin(live, name, row.state, state)
             msg = f"platform {name}: {row.state} -> {state}"
             if app.reason:
                 msg += f" ({app.reason}; paid {app.spent / 1e6:g})"
             self._event("state", msg, name)
+
+    def _files_out(self, t: Template) -> None:
+        """Copy each VM's ``files_out`` to ``out/<platform>/`` (the platform has ended)."""
+        data = Path(self.config.data_dir)
+        for c in t.clusters:
+            if not c.files_out:
+                continue
+            for wd in sorted((data / "work" / t.name).glob(f"{c.name}-*")):
+                missing = files.stage_out(c.files_out, wd, data / "out" / t.name / wd.name)
+                if missing:
+                    self._event("files-out", f"{t.name}/{wd.name}: no {', '.join(missing)}",
+                                t.name)
 
     def _plugin(self, live: Live, name: str, old: str, new: str) -> None:
         """Run the template's command for this transition (Merkat §4.3's plugins): start on
