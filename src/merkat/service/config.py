@@ -18,6 +18,13 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+LIVE_ECONOMIES = ("themis",)
+"""Economies the live service runs today: ``themis`` (budgets moved from the owner's account at
+admission; renewals minted per period, never above the budget)."""
+LIVE_CHARGING = ("bid",)
+"""Charging the live service runs today: each placed VM pays its bid (Merkat §2.2)."""
+
+
 class ConfigError(ValueError):
     """A bad configuration value (the message names the field)."""
 
@@ -65,8 +72,8 @@ class ServiceConfig(BaseSettings):
     period: float = Field(40.0, gt=0)
     admission: float = Field(10.0, gt=0)
     reserve: dict[str, float] = Field(default_factory=lambda: {"cpu": 0.001, "memory": 0.001})
-    economy: str = "merkat"
-    charging: str = "by-bid"
+    economy: str = "themis"
+    charging: str = "bid"
     provider: str = "provider"
     backend: BackendConfig = Field(default_factory=BackendConfig)  # type: ignore[arg-type]
 
@@ -78,6 +85,22 @@ class ServiceConfig(BaseSettings):
                 raise ValueError(f"unknown resource {r!r} (cpu, memory)")
             if not x >= 0:
                 raise ValueError(f"{r} must be >= 0")
+        return v
+
+    @field_validator("economy")
+    @classmethod
+    def _economy(cls, v: str) -> str:
+        if v not in LIVE_ECONOMIES:
+            raise ValueError(f"the live service runs the economies {', '.join(LIVE_ECONOMIES)}"
+                             f", not {v!r}")
+        return v
+
+    @field_validator("charging")
+    @classmethod
+    def _charging(cls, v: str) -> str:
+        if v not in LIVE_CHARGING:
+            raise ValueError(f"the live service charges by {', '.join(LIVE_CHARGING)}, "
+                             f"not {v!r}")
         return v
 
     @property
