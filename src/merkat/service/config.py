@@ -17,7 +17,6 @@ import platformdirs
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-
 LIVE_ECONOMIES = ("themis",)
 """Economies the live service runs today: ``themis`` (budgets moved from the owner's account at
 admission; renewals minted per period, never above the budget)."""
