@@ -468,3 +468,33 @@ def test_the_shipped_rbac_grants_every_call_the_backend_makes() -> None:
     emu = exercise(None)
     for resource, verb, _ in {_rbac_verb(c.verb, c.path) for c in emu.calls}:
         assert (resource, verb) in cluster_rules, (resource, verb)
+
+
+def test_a_failed_binding_leaves_no_unbound_pod() -> None:
+    emu = cluster()
+    b = backend(emu)
+    emu.fail("POST", r"/binding$", 403, reason="Forbidden")
+    report = b.apply_report(plan(create=(VMPlacement("a/vm1", "a", 0),),
+                                 allocations={"a/vm1": {"cpu": 1}}))
+    (op,) = report.failed
+    assert op.op == "create" and op.reason.startswith("403 Forbidden")
+    assert emu.pods == {} and "a/vm1" not in b.pods
+    assert [v for v, _ in calls(emu)[-3:]] == ["POST", "POST", "DELETE"]
+
+
+def test_a_create_for_a_pod_that_exists_after_a_restart_costs_no_create() -> None:
+    emu = cluster()
+    b = backend(emu)
+    b.apply_report(plan(create=(VMPlacement("a/vm1", "a", 0), VMPlacement("a/vm2", "a", 0)),
+                        allocations={"a/vm1": {"cpu": 1}, "a/vm2": {"cpu": 1}}))
+    again = backend(emu)
+    again.adopt()
+    n0 = len(emu.calls)
+    report = again.apply_report(plan(60, create=(VMPlacement("a/vm1", "a", 0),
+                                                 VMPlacement("a/vm2", "a", 1)),
+                                     allocations={"a/vm1": {"cpu": 2}, "a/vm2": {"cpu": 1}}))
+    assert report.failed == ()
+    assert calls(emu, n0) == [*LIST, ("DELETE", f"{POD}/a-vms-2"), ("POST", POD),
+                              ("POST", f"{POD}/a-vms-2/binding"),
+                              ("PATCH", f"{POD}/a-vms-1/resize")]  # a grow: last
+    assert emu.pod(NS, "a-vms-2")["spec"]["nodeName"] == "node-1"

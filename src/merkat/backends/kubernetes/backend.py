@@ -286,6 +286,16 @@ class KubernetesBackend:
                 ops.append(r)
         creating = {p.vm: ("create", p.app, p.host) for p in plan.create}
         creating.update({p.vm: ("resume", p.app, p.host) for p in plan.resume})
+        for vm, (op, _, host) in list(creating.items()):  # its pod exists (re-adopted)
+            p = self.pods.get(vm)
+            if p is None:
+                continue
+            if 0 <= host < len(self.node_ids) and p.node == self.node_ids[host]:
+                del creating[vm]  # already there: only its allocation may change
+                ops.append(OpReport(op, vm, True, "the pod exists already", node=p.node))
+            else:  # elsewhere: recreated where the market wants it
+                r = self._remove(op, vm)
+                started[vm] = r.seconds
         creating.update({vm: ("migrate", vm.rpartition("/")[0] or vm, dst)
                          for vm, (_, dst) in moving.items()})
         grows: list[tuple[str, Size]] = []
@@ -381,6 +391,10 @@ class KubernetesBackend:
                 self._call(lambda: _bind(self.client, body, name, ns))
             self.pods[vm].node = node
         except _Failed as e:
+            p = self.pods.get(vm)
+            if p is not None and p.node is None:  # created but not bound: no half-made VM
+                self._delete_quietly(p)
+                del self.pods[vm]
             return OpReport(op, vm, False, e.reason, prior + self.clock() - t0, node=node)
         return OpReport(op, vm, True, "", prior + self.clock() - t0, node=node)
 
