@@ -6,13 +6,10 @@ allocations `merkat platform show` reports."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,11 +19,10 @@ import yaml
 
 from merkat.backends.kubernetes.emulator import KubeEmulator, kubeconfig, serve
 from merkat.backends.kubernetes.objects import cores_to_millis, cpu_millis
+from test_service_e2e import ENV, ROOT, cli, free_port  # the service's end-to-end helpers
+from test_service_e2e import wait as _wait
 
 pytestmark = pytest.mark.kubernetes
-
-ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
 
 SPIN = """\
 name: {name}
@@ -41,25 +37,8 @@ clusters:
 """
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "merkat", *args], capture_output=True,
-                          text=True, env=env or ENV, timeout=60, cwd=ROOT)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def wait(cond: Any, timeout: float = 60.0) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.3)
-    raise AssertionError("timed out")
+    return _wait(cond, timeout)
 
 
 @pytest.fixture
