@@ -498,3 +498,23 @@ def test_a_create_for_a_pod_that_exists_after_a_restart_costs_no_create() -> Non
                               ("POST", f"{POD}/a-vms-2/binding"),
                               ("PATCH", f"{POD}/a-vms-1/resize")]  # a grow: last
     assert emu.pod(NS, "a-vms-2")["spec"]["nodeName"] == "node-1"
+
+
+def test_resize_state_reads_1_33_conditions_and_the_legacy_field() -> None:
+    from merkat.backends.kubernetes.objects import resize_state, resources_block
+
+    def pod(status: dict, spec_cpu: int = 2000, held_cpu: int = 1000) -> dict:  # type: ignore[type-arg]
+        return {"spec": {"containers": [{"name": "vm", "resources": resources_block(
+                    Size(spec_cpu))}]},
+                "status": {"containerStatuses": [{"name": "vm", "resources": resources_block(
+                    Size(held_cpu))}], **status}}
+
+    cond = [{"type": "PodResizePending", "status": "True", "reason": "Infeasible",
+             "message": "Node didn't have enough capacity"}]
+    assert resize_state(pod({"conditions": cond})) == ("Infeasible",
+                                                       "Node didn't have enough capacity")
+    cond = [{"type": "PodResizeInProgress", "status": "True"}]
+    assert resize_state(pod({"conditions": cond}))[0] == "InProgress"
+    assert resize_state(pod({"resize": "Deferred"}))[0] == "Deferred"  # <= 1.32
+    assert resize_state(pod({}))[0] == "Proposed"  # spec ahead, the kubelet has not acted
+    assert resize_state(pod({}, 1000, 1000))[0] == "Done"
