@@ -45,7 +45,7 @@ def server(
                                          help="kubernetes backend: the pods' namespace (merkat)."),
 ) -> None:
     """Run the live service: REST API, applications manager and period loop (Ctrl-C stops
-    it and destroys its VMs; on Kubernetes the pods stay, re-adopted at the next start)."""
+    it and destroys its VMs: processes, or pods with --backend kubernetes)."""
     from merkat.service.server import Service, log
 
     cfg = _config(config, host=host, port=port, data_dir=data_dir, period=period,
