@@ -87,10 +87,12 @@ def _register() -> None:
         experiment,
         kubernetes,
         market,
+        predict,
         report,
         service,
         sim,
         startup,
+        tycoon,
     )
 
     app.add_typer(market.app, name="market")
@@ -98,6 +100,8 @@ def _register() -> None:
     app.add_typer(sim.app, name="sim")
     app.add_typer(bench.app, name="bench")
     app.add_typer(kubernetes.app, name="kubernetes")
+    app.add_typer(predict.app, name="predict")
+    app.add_typer(tycoon.app, name="tycoon")
     app.command("report")(report.report_cmd)
     # the live service (docs/service.md): the server, its users, and the client commands
     app.command("server")(service.server)

@@ -128,19 +128,62 @@ def best_response(
         raise BestResponseError(
             "others", f"host {j} has no bids and no reserve price (set a reserve > 0)"
         )
+    x = solve(float(budget), w, y, c if caps is not None else None, usable)
+    return Response(x, utility(x, w, y, c), float(budget - x.sum()) if caps is not None else 0.0)
+
+
+def solve(
+    budget: float,
+    w: FloatArray,
+    y: FloatArray,
+    c: FloatArray | None = None,
+    usable: npt.NDArray[np.bool_] | None = None,
+) -> FloatArray:
+    """The bids of :func:`best_response` on validated arrays (y > 0 where usable), without the
+    checks and the utility: the inner loop of simulations."""
     n = w.size
     x = np.zeros(n)
-    if n == 0 or budget == 0 or not usable.any():
-        return Response(x, 0.0, float(budget))
-    idx = np.flatnonzero(usable)
-    wa, ya, ca = w[idx], y[idx], c[idx]
-    # Largest useful bid: the one that reaches the cap (inf when the cap does not bind).
+    if usable is None:
+        usable = (w > 0) if c is None else (w > 0) & (c > 0)
+    if n == 0 or budget <= 0 or not usable.any():
+        return x
+    if usable.all():
+        wa, ya = w, y
+        ca = c
+    else:
+        idx = np.flatnonzero(usable)
+        wa, ya = w[idx], y[idx]
+        ca = None if c is None else c[idx]
+    xa = _uncapped(budget, wa, ya) if ca is None else _capped(budget, wa, ya, ca)
+    if usable.all():
+        return xa
+    x[idx] = xa
+    return x
+
+
+def _uncapped(budget: float, w: FloatArray, y: FloatArray) -> FloatArray:
+    """Water-filling: hosts by w/y descending; the active prefix is the longest whose last
+    host still gets a positive bid at t = (X + Σy)/Σ√(wy)."""
+    a = np.sqrt(w * y)
+    order = np.argsort(-(w / y), kind="stable")
+    t = (budget + np.cumsum(y[order])) / np.cumsum(a[order])
+    ok = a[order] * t > y[order]
+    k = int(np.flatnonzero(ok)[-1]) if ok.any() else 0
+    x = np.maximum(a * t[k] - y, 0.0)
+    x[order[k + 1 :]] = 0.0
+    s = float(x.sum())
+    if s > 0:
+        x *= budget / s  # exact spending despite rounding
+    return np.asarray(x, dtype=np.float64)
+
+
+def _capped(budget: float, wa: FloatArray, ya: FloatArray, ca: FloatArray) -> FloatArray:
+    """x_j = clip(√(w_j·y_j)·t − y_j, 0, x̄_j): one sweep over the breakpoints."""
     with np.errstate(divide="ignore", invalid="ignore"):
         xbar = np.where(ca < wa, ca * ya / (wa - ca), np.inf)
     total_cap = float(xbar.sum())
     if budget >= total_cap:
-        x[idx] = xbar
-        return Response(x, utility(x, w, y, c), float(budget - total_cap))
+        return np.asarray(xbar, dtype=np.float64)
     a = np.sqrt(wa * ya)
     start = ya / a
     end = (ya + xbar) / a
@@ -162,8 +205,7 @@ def best_response(
     inner = (xa > 0) & (xa < xbar)
     if residue != 0 and inner.any():
         xa[inner] += residue * xa[inner] / xa[inner].sum()
-    x[idx] = xa
-    return Response(x, utility(x, w, y, c), 0.0)
+    return np.asarray(xa, dtype=np.float64)
 
 
 def damped(previous: npt.ArrayLike, target: npt.ArrayLike, beta: float) -> FloatArray:

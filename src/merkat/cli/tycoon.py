@@ -1,0 +1,132 @@
+"""``merkat tycoon best-response``: Tycoon's Best Response bids (eq. 1-2) for a budget over a
+set of hosts; ``merkat bench tycoon``: its speed and a ``tycoon-funding`` run's."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from merkat.cli import bench
+from merkat.cli._common import OutputFormat, OutputOption, emit, fail, print_json, print_table
+
+app = typer.Typer(help="Tycoon's per-host auctions and Best Response.", no_args_is_help=True)
+
+
+def _hosts(path: Path) -> tuple[list[str], list[float], list[float], list[float] | None]:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        fail(f"{path}: cannot read: {exc.strerror or exc}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        fail(f"{path}: not valid JSON: {exc}")
+    if not isinstance(data, list) or not data:
+        fail(f"{path}: expected a non-empty list of hosts [{{\"id\", \"weight\", \"others\"}}]")
+    ids: list[str] = []
+    w: list[float] = []
+    y: list[float] = []
+    caps: list[float] = []
+    any_cap = False
+    for i, h in enumerate(data):
+        if not isinstance(h, dict):
+            fail(f"{path}: host {i}: expected an object")
+        for key in ("id", "weight", "others"):
+            if key not in h:
+                fail(f"{path}: host {i}: missing field {key!r}")
+        hid = str(h["id"])
+        if hid in ids:
+            fail(f"{path}: host {i}: duplicate id {hid!r}")
+        ids.append(hid)
+        for key, out in (("weight", w), ("others", y)):
+            v = h[key]
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                fail(f"{path}: host {hid!r}: {key} must be a finite number >= 0, got {v!r}")
+            out.append(float(v))
+        cap = h.get("cap")
+        if cap is None:
+            caps.append(math.inf)
+        else:
+            if isinstance(cap, bool) or not isinstance(cap, int | float) or cap < 0 or math.isnan(cap):
+                fail(f"{path}: host {hid!r}: cap must be a number >= 0, got {cap!r}")
+            caps.append(float(cap))
+            any_cap = True
+    return ids, w, y, caps if any_cap else None
+
+
+@app.command("best-response")
+def best_response_cmd(
+    budget: float = typer.Option(..., "--budget", help="Budget X (credits per second) >= 0."),
+    hosts: Path = typer.Option(..., "--hosts", help='JSON: [{"id", "weight", "others", "cap"?}].'),
+    reserve: float = typer.Option(0.0, "--reserve", help="Reserve price for empty hosts."),
+    output: OutputFormat = OutputOption,
+) -> None:
+    """Spread a budget over hosts to maximise Σ w·x/(x + y) (Tycoon eq. 1-2, capped when hosts
+    have "cap")."""
+    from merkat.market.best_response import BestResponseError, best_response
+
+    if not math.isfinite(budget) or budget < 0:
+        fail(f"--budget: must be a finite number >= 0, got {budget}")
+    if not math.isfinite(reserve) or reserve < 0:
+        fail(f"--reserve: must be a finite number >= 0, got {reserve}")
+    ids, w, y, caps = _hosts(hosts)
+    try:
+        r = best_response(budget, w, y, caps=caps, reserve=reserve)
+    except BestResponseError as exc:
+        fail(f"{hosts}: {exc}")
+    doc: dict[str, Any] = {
+        "bids": {i: float(x) for i, x in zip(ids, r.bids, strict=True)},
+        "utility": r.utility,
+        "unspent": r.unspent,
+    }
+
+    def show() -> None:
+        print_table(f"best response (utility {r.utility:.6g}, unspent {r.unspent:.6g})",
+                    ["host", "weight", "others", "bid"],
+                    [[i, wj, yj, float(x)] for i, wj, yj, x in zip(ids, w, y, r.bids, strict=True)])
+
+    emit(output, doc, show)
+
+
+@bench.app.command("tycoon")
+def bench_tycoon(
+    hosts: int = typer.Option(10_000, "--hosts", min=1, max=10_000_000,
+                              help="Hosts for the Best Response timing."),
+    repeat: int = typer.Option(20, "--repeat", min=1, max=10_000, help="Best Response calls."),
+    funding: bool = typer.Option(True, "--funding/--no-funding",
+                                 help="Also time one tycoon-funding run (Table 2)."),
+) -> None:
+    """Best Response for one user over N hosts (target <= 10 ms at 10,000) and one
+    tycoon-funding run (target <= 30 s); prints JSON."""
+    import numpy as np
+
+    from merkat.market.best_response import best_response
+
+    rng = np.random.default_rng(0)
+    w = rng.uniform(1, 4, hosts)
+    y = rng.uniform(0, 2, hosts)
+    caps = np.minimum(w, rng.uniform(0.5, 2, hosts))
+    times = {}
+    for name, c in (("uncapped", None), ("capped", caps)):
+        best_response(100.0, w, y, caps=c, reserve=0.01)
+        ts = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            best_response(100.0, w, y, caps=c, reserve=0.01)
+            ts.append(time.perf_counter() - t0)
+        times[name] = {"median_ms": round(1e3 * float(np.median(ts)), 3),
+                       "max_ms": round(1e3 * max(ts), 3)}
+    doc: dict[str, Any] = {"benchmark": "tycoon", "hosts": hosts, "repeat": repeat,
+                           "best_response": times, "target_ms": 10.0}
+    if funding:
+        from merkat.sim.experiments_tycoon import FundingRun, tycoon_funding
+
+        t0 = time.perf_counter()
+        row = tycoon_funding(FundingRun("table2-best-response", 0, 2, False))
+        doc["funding_run_s"] = round(time.perf_counter() - t0, 3)
+        doc["funding_target_s"] = 30.0
+        doc["funding_audit_ok"] = row["audit_ok"]
+    print_json(doc)
