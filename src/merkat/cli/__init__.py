@@ -92,6 +92,7 @@ def _register() -> None:
         service,
         sim,
         startup,
+        traces,
         tycoon,
     )
 
@@ -102,6 +103,7 @@ def _register() -> None:
     app.add_typer(kubernetes.app, name="kubernetes")
     app.add_typer(predict.app, name="predict")
     app.add_typer(tycoon.app, name="tycoon")
+    app.add_typer(traces.app, name="traces")
     app.command("report")(report.report_cmd)
     # the live service (docs/service.md): the server, its users, and the client commands
     app.command("server")(service.server)

@@ -15,7 +15,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import typer
 
@@ -37,15 +36,15 @@ def bench_period(
         1, "--workers", help="Cut the trace where the cluster is empty and run the pieces on "
         "this many processes (the same results; merkat.sim.segments).",
     ),
-    trace: Path | None = typer.Option(
-        None, "--trace", help="SWF trace (default: HPC2N from $MERKAT_TRACES or ../shared/traces)."
+    trace: str = typer.Option(
+        "HPC2N-2002-2.2-cln", "--trace", help="A trace name (`merkat traces list`) or an SWF file."
     ),
 ) -> None:
     """Time one market run of the themis-fig5 sweep (JSON on stdout)."""
     from merkat.sim.cluster import Cluster
     from merkat.sim.market import simulate_market, summarize_market
     from merkat.sim.swf import SwfError, read_swf
-    from merkat.sim.traces import HPC2N, find_trace
+    from merkat.sim.traces import find_trace
     from merkat.sim.workload import build_workload
 
     if not interarrival_factor > 0:
@@ -57,7 +56,7 @@ def bench_period(
     if workers < 1:
         fail(f"--workers must be >= 1, got {workers}")
     try:
-        path = trace if trace is not None else find_trace(HPC2N)
+        path = find_trace(trace)
         tr = read_swf(path)
     except (FileNotFoundError, SwfError) as e:
         fail(f"--trace: {e}")

@@ -29,7 +29,7 @@ from merkat.cli._common import (
     print_json,
     print_table,
 )
-from merkat.sim.traces import HPC2N, find_trace
+from merkat.sim.traces import HPC2N_NAME, find_trace
 
 app = typer.Typer(
     help="Trace-driven simulator: batch baselines (FCFS, EDF, EASY) on SWF workloads.",
@@ -46,7 +46,9 @@ def _check(cond: bool, message: str) -> None:
 
 @app.command("run")
 def run_cmd(
-    trace: Path = typer.Option(..., "--trace", help="SWF trace (.swf or .swf.gz)."),
+    trace: str = typer.Option(
+        ..., "--trace", help="A trace name (`merkat traces list`) or an SWF file (.swf, .swf.gz)."
+    ),
     scheduler: str = typer.Option(
         ..., "--scheduler", help="fcfs | edf | easy | conservative | market"
     ),
@@ -92,7 +94,6 @@ def run_cmd(
         scheduler in SCHEDULER_NAMES,
         f"--scheduler must be one of {', '.join(SCHEDULER_NAMES)}, got {scheduler!r}",
     )
-    _check(trace.is_file(), f"--trace: no such file: {trace}")
     _check(jobs is None or jobs >= 1, f"--jobs must be >= 1, got {jobs}")
     _check(skip >= 0, f"--skip must be >= 0, got {skip}")
     _check(hosts is None or hosts >= 1, f"--hosts must be >= 1, got {hosts}")
@@ -112,6 +113,10 @@ def run_cmd(
     _check(budget_base >= 0, f"--budget-base must be >= 0, got {budget_base}")
     _check(period > 0, f"--period must be > 0 seconds, got {period}")
     _check(workers >= 1, f"--workers must be >= 1, got {workers}")
+    try:
+        trace_path = find_trace(trace)
+    except FileNotFoundError as e:
+        fail(f"--trace: {e}")
     if scheduler == "market":
         from merkat.control.registry import POLICIES
 
@@ -120,7 +125,7 @@ def run_cmd(
             f"--policy must be one of {', '.join(sorted(POLICIES))}, got {policy!r}",
         )
     opts = RunOptions(
-        trace=trace,
+        trace=trace_path,
         scheduler=scheduler,
         out=out,
         jobs=jobs,
@@ -242,17 +247,10 @@ def lublin_cmd(
     print(out)
 
 
-def _find_default_trace() -> Path | None:
-    try:
-        return find_trace(HPC2N)
-    except FileNotFoundError:
-        return None
-
-
 @bench.app.command("sim")
 def bench_sim(
-    trace: Path | None = typer.Option(
-        None, "--trace", help=f"SWF trace (default: ../shared/traces/{HPC2N} or $MERKAT_TRACES)."
+    trace: str = typer.Option(
+        HPC2N_NAME, "--trace", help="A trace name (`merkat traces list`) or an SWF file."
     ),
     schedulers: str = typer.Option("fcfs,easy", "--schedulers", help="Comma-separated list."),
     repeat: int = typer.Option(3, "--repeat", help="Runs per scheduler; the best is reported."),
@@ -268,9 +266,10 @@ def bench_sim(
     from merkat.sim.swf import SwfError, read_swf
     from merkat.sim.workload import build_workload
 
-    path = trace or _find_default_trace()
-    if path is None or not path.is_file():
-        fail(f"--trace: no trace found ({trace or HPC2N}); give --trace PATH")
+    try:
+        path = find_trace(trace)
+    except FileNotFoundError as e:
+        fail(f"--trace: {e}")
     names = [s.strip() for s in schedulers.split(",") if s.strip()]
     for s in names:
         _check(s in SCHEDULER_NAMES, f"--schedulers: unknown scheduler {s!r}")
