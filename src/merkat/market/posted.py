@@ -15,7 +15,9 @@ the move when demand changed fast since the previous period.
 Contract: :func:`adapt` is eq. 5 exactly (no floor, no cap). Eq. 5 is multiplicative, so a
 price that reaches 0 (float underflow after long idle spells) would stay 0 for ever;
 :class:`PostedPrices` therefore keeps every price at or above a per-resource ``floor``
-(default: 10⁻⁹ of the initial price; see ``docs/gridcloud.md``).
+(default: 10⁻⁹ of the initial price) and, since a jump after a near-zero demand can
+overflow, at or below a ``ceiling`` (default: 10¹² times the initial price); see
+``docs/gridcloud.md``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def adapt(price: float, demand_prev: float, demand_now: float, capacity: float) 
 
     ``price`` is P(t), ``demand_prev`` r^d(t), ``demand_now`` r^d(t') and ``capacity`` r (the
     provider's total of the resource). Raises ValueError on negative, non-finite input or a
-    non-positive capacity.
+    non-positive capacity. A result beyond the float range is ``inf``.
     """
     _check("price", price)
     _check("demand_prev", demand_prev)
@@ -47,7 +49,10 @@ def adapt(price: float, demand_prev: float, demand_now: float, capacity: float) 
     ratio = 1 + (demand_now - capacity) / capacity
     if demand_prev == 0:
         return price * ratio
-    return float(price * ratio ** (demand_now / demand_prev))
+    try:
+        return float(price * ratio ** (demand_now / demand_prev))
+    except OverflowError:  # a huge jump after a near-zero demand
+        return math.inf
 
 
 @dataclass
@@ -56,7 +61,7 @@ class PostedPrices:
 
     ``prices`` maps a resource name to its current price; ``capacity`` to the provider's total
     (same units as the demand); ``floor`` to the lowest price eq. 5 may reach (missing: 10⁻⁹ of
-    the initial price). :meth:`update` takes the demand now, remembers it as r^d(t) for the
+    the initial price), ``ceiling`` to the highest (missing: 10¹² times the initial price). :meth:`update` takes the demand now, remembers it as r^d(t) for the
     next call and returns the new prices. The first call uses ``initial_demand`` (default 0:
     the second case of eq. 5).
     """
@@ -64,6 +69,7 @@ class PostedPrices:
     prices: dict[str, float]
     capacity: Mapping[str, float]
     floor: dict[str, float] = field(default_factory=dict)
+    ceiling: dict[str, float] = field(default_factory=dict)
     demand: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -73,12 +79,14 @@ class PostedPrices:
                 raise ValueError(f"no capacity for resource {r!r}")
             _check(f"capacity of {r}", self.capacity[r], positive=True)
             self.floor.setdefault(r, p * 1e-9)
+            self.ceiling.setdefault(r, p * 1e12)
             self.demand.setdefault(r, 0.0)
 
     def update(self, demand_now: Mapping[str, float]) -> dict[str, float]:
         """Adapt every price to ``demand_now`` (r^d(t') per resource); return the new prices."""
         for r, p in self.prices.items():
             d = float(demand_now[r])
-            self.prices[r] = max(self.floor[r], adapt(p, self.demand[r], d, self.capacity[r]))
+            new = adapt(p, self.demand[r], d, self.capacity[r])
+            self.prices[r] = min(self.ceiling[r], max(self.floor[r], new))
             self.demand[r] = d
         return dict(self.prices)

@@ -627,5 +627,6 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+import merkat.sim.experiments_gridcloud  # noqa: E402  (registers issue 16's experiments)
 import merkat.sim.experiments_merkat  # noqa: E402  (registers issue 6's experiments)
 import merkat.sim.experiments_tycoon  # noqa: E402, F401  (registers issue 15's)
