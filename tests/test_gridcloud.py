@@ -22,7 +22,7 @@ from merkat.gridcloud.model import (
     Offer,
     Task,
 )
-from merkat.gridcloud.provider import Provider
+from merkat.gridcloud.provider import Allocation, Provider
 from merkat.gridcloud.run import Config, Group, Simulation, simulate
 from merkat.gridcloud.users import (
     UTILITIES,
@@ -41,8 +41,8 @@ def task(c: float = 1e6, m: float = 10, d: float = 20, *, tid: int = 0, created:
     return Task(tid, 0, created, c, m, d, deadline, importance, False)
 
 
-def provider(cluster: str = "small") -> Provider:
-    return Provider([CLUSTERS[cluster]], CATALOG)
+def provider(cluster: str = "small", pe_offers: int | None = 4) -> Provider:
+    return Provider([CLUSTERS[cluster]], CATALOG, pe_offers=pe_offers)
 
 
 # --- eq. 1, 3, 4 ---------------------------------------------------------------------------
@@ -116,10 +116,8 @@ def test_memory_and_disk_at_tb_exclude_a_pe() -> None:
     # An Extra-large VM (1,690 GB disk) on a Standard cluster with 7 PEs each holding a long
     # 100 GB task and one PE with a 1,000 GB task: a 100 GB task fits only where the disk
     # freed at t_b allows.
-    p = provider("standard")
+    p = provider("standard", pe_offers=None)
     xl = p.start_vm(CATALOG[2], 0.0)
-    from merkat.gridcloud.provider import Allocation
-
     for pe in range(8):
         d = 990.0 if pe == 0 else 100.0
         c = 9e5 if pe == 0 else 9e6  # PE 0 ends at 101 s, the others at 1,001 s
@@ -137,11 +135,13 @@ def test_memory_and_disk_at_tb_exclude_a_pe() -> None:
 # --- §3.3.3 tie-breaks and §3.3.1 placement -----------------------------------------------
 
 
-def test_tie_break_prefers_an_active_vm_then_the_most_recently_idle() -> None:
+@pytest.mark.parametrize("pe_offers", [None, 4, 1])
+def test_tie_break_prefers_an_active_vm_then_the_most_recently_idle(
+    pe_offers: int | None,
+) -> None:
     large = CATALOG[1]
-    p = Provider([CLUSTERS["standard"]], (large,))  # no faster Extra-large to tempt the user
-    from merkat.gridcloud.provider import Allocation
-
+    # no faster Extra-large to tempt the user
+    p = Provider([CLUSTERS["standard"]], (large,), pe_offers=pe_offers)
     a = p.start_vm(large, 0.0)
     b = p.start_vm(large, 0.0)
     c = p.start_vm(large, 0.0)
@@ -151,7 +151,10 @@ def test_tie_break_prefers_an_active_vm_then_the_most_recently_idle() -> None:
     p.complete(c.id, 0)
     t = task(6e5)
     kinds = {(x.kind, x.vm) for x in p.allocations(t, 100.0) if x.time == pytest.approx(100.0)}
-    assert {(ACTIVE, a.id), (IDLE, b.id), (IDLE, c.id)} <= kinds
+    if pe_offers is None:
+        assert {(ACTIVE, a.id), (IDLE, b.id), (IDLE, c.id)} <= kinds
+    else:  # the most recently idle VM only
+        assert {(ACTIVE, a.id), (IDLE, c.id)} <= kinds and (IDLE, b.id) not in kinds
     placed = p.run_task(t, Offer(100.0, 1e12, 0), 100.0, U)
     assert placed is not None and placed.vm == a.id and placed.pe == 1  # active VM, free PE
     # Fill a's PEs: now among idle VMs the one idle for the shortest time (c) wins.
@@ -200,8 +203,8 @@ def test_capacity_never_exceeded(seed: int, cluster: str) -> None:
         now += rng.uniform(0, 60)
         running.sort()
         while running and running[0][0] <= now:
-            _, vm, pe = running.pop(0)
-            p.complete(vm, pe)
+            _, vm_id, pe_id = running.pop(0)
+            p.complete(vm_id, pe_id)
         p.stop_idle(now, 600.0)
         t = task(rng.expovariate(1e-6), rng.choice([10, 50]), rng.choice([10, 100]), tid=k)
         allocs = p.allocations(t, now)
@@ -221,6 +224,36 @@ def test_capacity_never_exceeded(seed: int, cluster: str) -> None:
                 assert fm >= -1e-6 and fd >= -1e-6
 
 
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from(["small", "standard"]), st.integers(1, 4))
+def test_pruned_offers_contain_the_best_allocation(seed: int, cluster: str, k: int) -> None:
+    """The TAM's per-type pruning (the K earliest PEs, the most recently idle VM) keeps an
+    allocation as good as the exhaustive list's best, of the same kind."""
+    rng = random.Random(seed)
+    full, pruned = provider(cluster, None), provider(cluster, k)
+    now = 0.0
+    running: list[tuple[float, int, int]] = []
+    for n in range(50):
+        now += rng.uniform(0, 40)
+        running.sort()
+        while running and running[0][0] <= now:
+            _, vm_id, pe_id = running.pop(0)
+            full.complete(vm_id, pe_id)
+            pruned.complete(vm_id, pe_id)
+        t = task(rng.expovariate(1e-6), 10, rng.choice([10, 100]), tid=n)
+        a_full, a_pruned = full.allocations(t, now), pruned.allocations(t, now)
+        assert {(a.kind, a.vm, a.pe) for a in a_pruned} <= {(a.kind, a.vm, a.pe) for a in a_full}
+
+        def best(allocs: list[Allocation]) -> Allocation:
+            return min(allocs, key=lambda x: (-U(x.cost, x.time), x.tie))
+
+        bf, bp = best(a_full), best(a_pruned)
+        assert (bp.time, bp.cost, bp.kind) == pytest.approx((bf.time, bf.cost, bf.kind))
+        placed = full.assign(t, bf, now)
+        pruned.assign(t, bf, now)
+        running.append((placed.end, placed.vm, placed.pe))
+
+
 # --- the DIET hierarchy --------------------------------------------------------------------
 
 
@@ -228,7 +261,7 @@ def test_hierarchy_shape_and_pruning() -> None:
     tree = diet.build(5, (2, 3))
     names = [n.name for n in tree.nodes]
     assert names[0] == "MA" and sum(n.startswith("SeD") for n in names) == 5
-    assert sorted(tree.nodes[s].sed for s in tree.seds()) == [0, 1, 2, 3, 4]
+    assert sorted(tree.nodes[s].sed or 0 for s in tree.seds()) == [0, 1, 2, 3, 4]
     las = [n for n in tree.nodes if n.name.startswith("LA")]
     assert len(las) == 5 and all(len(n.children) == 1 for n in las)  # 6th LA pruned
     assert {tree.depth(s) for s in tree.seds()} == {3}

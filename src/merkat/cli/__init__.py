@@ -80,6 +80,7 @@ def _register() -> None:
     from merkat.cli import (
         bank,
         bench,
+        bench_gridcloud,
         bench_kubernetes,
         bench_period,
         bench_service,
@@ -116,7 +117,7 @@ def _register() -> None:
     app.command("events")(client.events)
     app.add_typer(client.account_app, name="account")
     # these register `sim experiment`, `bench period|kubernetes|startup` on the apps above
-    _ = (experiment, bench_period, bench_kubernetes, bench_service, startup)
+    _ = (experiment, bench_period, bench_kubernetes, bench_service, bench_gridcloud, startup)
 
 
 def _version(value: bool) -> None:

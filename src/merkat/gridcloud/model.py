@@ -66,6 +66,20 @@ CLUSTERS: dict[str, ClusterSpec] = {
 }
 """§4.1 Table 2."""
 
+
+def cluster_of(name: str) -> ClusterSpec:
+    """A cluster of :data:`CLUSTERS` by name; ``NAME*K`` is that cluster with K times the
+    hosts (for scaling benchmarks). Raises ValueError naming the known clusters."""
+    base, _, times = name.partition("*")
+    if base not in CLUSTERS:
+        raise ValueError(f"cluster: unknown {name!r}; known: {sorted(CLUSTERS)} (or NAME*K)")
+    if not times:
+        return CLUSTERS[base]
+    if not times.isdigit() or int(times) < 1:
+        raise ValueError(f"cluster: {name!r}: K in NAME*K must be a positive integer")
+    c = CLUSTERS[base]
+    return ClusterSpec(name, c.hosts * int(times), c.host)
+
 INITIAL_PRICES: dict[str, float] = {CPU: 100.0, MEMORY: 10_000.0, DISK: 10_000.0}
 """§4.3: 100 per MI, 10,000 per MB and per GB (§4.1 says 1,000; see docs/gridcloud.md)."""
 PRICE_PERIOD = 50.0

@@ -23,6 +23,7 @@ start and end are known when it is queued; the caller schedules its completion.
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -98,6 +99,8 @@ class VM:
     memory_load: float = 0.0
     disk_load: float = 0.0
     last: float = 0.0  # when the last queued task ends (or the VM is ready): idle from then
+    kind: int = 0  # index of its type in the provider's catalog
+    stamps: list[int] = field(default_factory=list)  # per PE: its live entry in the index
 
     def last_busy(self) -> float:
         return self.last
@@ -160,8 +163,14 @@ class Provider:
     demand: dict[str, float] = field(init=False)
     next_vm: int = 0
     initial_prices: dict[str, float] = field(default_factory=lambda: dict(INITIAL_PRICES))
+    pe_offers: int | None = 4
+    """Offers on active VMs' PEs per VM type: the ``pe_offers`` available the earliest
+    (None: every PE, the exhaustive reference)."""
     _hosts_for: dict[str, tuple[Host, list[int], int] | None] = field(
         default_factory=dict, repr=False)
+    _idle: list[dict[int, float]] = field(default_factory=list, repr=False)
+    _heaps: list[list[tuple[float, int, int, int]]] = field(default_factory=list, repr=False)
+    _stamp: int = 0
 
     def __post_init__(self) -> None:
         self.hosts = []
@@ -179,6 +188,8 @@ class Provider:
         }
         self.prices = PostedPrices(dict(self.initial_prices), capacity)
         self.demand = {CPU: 0.0, MEMORY: 0.0, DISK: 0.0}
+        self._idle = [{} for _ in self.catalog]  # idle VMs per type, oldest idle first
+        self._heaps = [[] for _ in self.catalog]  # (busy until, VM, PE, stamp) per type
 
     # --- prices ---------------------------------------------------------------------------
 
@@ -195,37 +206,66 @@ class Provider:
     # --- the TAM --------------------------------------------------------------------------
 
     def allocations(self, task: Task, now: float) -> list[Allocation]:
-        """Every allocation of ``task`` at ``now`` (§3.3.2): idle VMs, PEs of active VMs (eq.
-        2), new VMs (eq. 3); priced by eq. 1 / eq. 4."""
+        """The allocations of ``task`` at ``now`` (§3.3.2): idle VMs, PEs of active VMs (eq.
+        2), new VMs (eq. 3); priced by eq. 1 / eq. 4.
+
+        With ``pe_offers`` = K (the default) only, per VM type, the idle VM idle for the
+        shortest time and the K active PEs available the earliest are listed — the others
+        have the same cost and a longer or equal time, so no utility decreasing in cost and
+        time prefers them, and the TAM's cost per request does not grow with the number of
+        VMs. ``pe_offers`` = None lists every idle VM and every PE (the reference)."""
         base = self.price_of(task)
         c, m, d = task.cpu, task.memory, task.disk
         out: list[Allocation] = []
-        for vm in self.vms.values():
-            t = vm.type
-            if t.memory + EPS < m or t.disk + EPS < d:
-                continue
-            last = vm.last
-            if last <= now:  # idle: all PEs free
-                out.append(Allocation(c / t.speed, base, IDLE, vm.id, 0, (IDLE_RANK, -last, vm.id, 0)))
-                continue
-            bound = t.pes == 1 or (
-                vm.memory_load + m <= t.memory + EPS and vm.disk_load + d <= t.disk + EPS)
-            for pe, busy in enumerate(vm.busy):
-                tb = max(busy, vm.ready, now)
-                if not bound:
-                    fm, fd = vm.free_at(pe, tb)
-                    if fm + EPS < m or fd + EPS < d:
-                        continue
-                out.append(Allocation(tb - now + c / t.speed, base, ACTIVE, vm.id, pe,
-                                      (ACTIVE_RANK, 0.0, vm.id, pe)))
+        k = self.pe_offers
         for j, t in enumerate(self.catalog):
             if t.memory + EPS < m or t.disk + EPS < d:
                 continue
-            if self._host_for(t) is None:
-                continue
-            out.append(Allocation(t.start_time + c / t.speed, t.start_cost + base, NEW, j, 0,
-                                  (NEW_RANK, 0.0, j, 0)))
+            run = c / t.speed
+            idle = self._idle[j]
+            if idle:
+                ids = list(idle) if k is None else [next(reversed(idle))]
+                for vid in ids:
+                    out.append(Allocation(run, base, IDLE, vid, 0,
+                                          (IDLE_RANK, -self.vms[vid].last, vid, 0)))
+            for busy, vid, pe in self._earliest(j, k):
+                vm = self.vms[vid]
+                tb = max(busy, vm.ready, now)
+                if t.pes > 1 and not (vm.memory_load + m <= t.memory + EPS
+                                      and vm.disk_load + d <= t.disk + EPS):
+                    fm, fd = vm.free_at(pe, tb)
+                    if fm + EPS < m or fd + EPS < d:
+                        continue
+                out.append(Allocation(tb - now + run, base, ACTIVE, vid, pe,
+                                      (ACTIVE_RANK, 0.0, vid, pe)))
+            if self._host_for(t) is not None:
+                out.append(Allocation(t.start_time + run, t.start_cost + base, NEW, j, 0,
+                                      (NEW_RANK, 0.0, j, 0)))
         return out
+
+    def _earliest(self, j: int, k: int | None) -> list[tuple[float, int, int]]:
+        """(busy until, VM, PE) of the active VMs' PEs of type ``j``: the ``k`` earliest (by
+        time, VM id, PE), or all if ``k`` is None. Stale index entries are dropped."""
+        heap = self._heaps[j]
+        vms = self.vms
+        if k is None:
+            return sorted((b, v, p) for b, v, p, st in heap
+                          if v in vms and vms[v].stamps[p] == st)
+        got: list[tuple[float, int, int, int]] = []
+        while heap and len(got) < k:
+            e = heapq.heappop(heap)
+            vm = vms.get(e[1])
+            if vm is not None and vm.stamps[e[2]] == e[3]:
+                got.append(e)
+        for e in got:
+            heapq.heappush(heap, e)
+        return [(b, v, p) for b, v, p, _ in got]
+
+    def _index(self, vm: VM, pe: int) -> None:
+        """(Re)enter PE ``pe`` of active VM ``vm`` in its type's index."""
+        self._stamp += 1
+        vm.stamps[pe] = self._stamp
+        heapq.heappush(self._heaps[vm.kind], (vm.busy[pe], vm.id, pe, self._stamp))
 
     def offers(self, task: Task, now: float, sed: int) -> list[Offer]:
         """The OFFERS of this provider for ``task``: one per distinct (A^TIME, A^COST)."""
@@ -260,12 +300,17 @@ class Provider:
             pe = 0
         else:
             vm, pe = self.vms[a.vm], a.pe
+        if self._idle[vm.kind].pop(vm.id, None) is not None:  # idle -> active
+            for q in range(vm.type.pes):
+                if q != pe:
+                    self._index(vm, q)
         speed = vm.type.speed
         start = max(now, vm.busy[pe], vm.ready)
         end = start + task.cpu / speed
         vm.busy[pe] = end
         if end > vm.last:
             vm.last = end
+        self._index(vm, pe)
         vm.queues[pe].append((start, end, task.memory, task.disk))
         vm.memory_load += task.memory
         vm.disk_load += task.disk
@@ -283,9 +328,10 @@ class Provider:
         self.demand[CPU] -= vm.type.speed
         self.demand[MEMORY] -= m
         self.demand[DISK] -= d
-        if not any(vm.queues[q] for q in range(len(vm.queues))):
-            # exact zero when the VM is empty (floating sums drift otherwise)
-            vm.memory_load = vm.disk_load = 0.0
+        if not any(vm.queues):  # active -> idle (its index entries become stale)
+            vm.memory_load = vm.disk_load = 0.0  # exact zero (floating sums drift otherwise)
+            vm.stamps = [0] * vm.type.pes
+            self._idle[vm.kind][vm.id] = vm.last
 
     # --- VMs on hosts ---------------------------------------------------------------------
 
@@ -317,7 +363,9 @@ class Provider:
         h.vms += 1
         ready = now + t.start_time
         vm = VM(self.next_vm, t, h.index, cpus, disk, ready, [ready] * t.pes,
-                [deque() for _ in range(t.pes)], last=ready)
+                [deque() for _ in range(t.pes)], last=ready, kind=self.catalog.index(t),
+                stamps=[0] * t.pes)
+        self._idle[vm.kind][vm.id] = ready  # idle until a task is queued on it
         self._hosts_for.clear()
         self.vms[vm.id] = vm
         self.next_vm += 1
@@ -325,9 +373,10 @@ class Provider:
 
     def stop_idle(self, now: float, threshold: float) -> list[int]:
         """Switch off the VMs idle for longer than ``threshold`` at ``now``; their ids."""
-        gone = [v.id for v in self.vms.values() if now - v.last_busy() > threshold]
+        gone = [v for idle in self._idle for v in idle if now - self.vms[v].last > threshold]
         for i in gone:
             vm = self.vms.pop(i)
+            del self._idle[vm.kind][i]
             h = self.hosts[vm.host]
             for c in vm.cpus:
                 h.cpu_free[c] += vm.type.speed

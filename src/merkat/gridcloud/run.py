@@ -38,7 +38,6 @@ from merkat.gridcloud import diet
 from merkat.gridcloud.model import (
     BANK_PERIOD,
     CATALOG,
-    CLUSTERS,
     CPU,
     IDLE_CHECK_PERIOD,
     IDLE_THRESHOLD,
@@ -48,6 +47,7 @@ from merkat.gridcloud.model import (
     RETRY_PERIOD,
     Offer,
     Task,
+    cluster_of,
 )
 from merkat.gridcloud.provider import Provider
 from merkat.gridcloud.users import PRIORITIES, UTILITIES, Load, Strategy, generate_tasks
@@ -73,7 +73,8 @@ class Group:
 @dataclass(frozen=True)
 class Config:
     """One simulation. ``providers`` lists each provider's clusters (names of
-    :data:`~.model.CLUSTERS`); ``fanout`` the DIET agent levels (see :func:`~.diet.build`)."""
+    :data:`~.model.CLUSTERS`, or ``NAME*K``); ``fanout`` the DIET agent levels (see
+    :func:`~.diet.build`)."""
 
     providers: tuple[tuple[str, ...], ...] = (("small",), ("small",))
     groups: tuple[Group, ...] = (Group(20, 500),)
@@ -94,8 +95,7 @@ class Config:
             raise ValueError("providers: at least one provider with at least one cluster")
         for p in self.providers:
             for c in p:
-                if c not in CLUSTERS:
-                    raise ValueError(f"cluster: unknown {c!r}; known: {sorted(CLUSTERS)}")
+                cluster_of(c)
         if not self.groups or any(g.users < 1 or g.tasks < 0 for g in self.groups):
             raise ValueError("groups: at least one group of at least one user")
         for name in ("budget", "price_period", "idle_period", "bank_period", "retry_period",
@@ -130,7 +130,7 @@ class Simulation:
         self.cfg = cfg
         self.progress = progress
         self.providers = [
-            Provider([CLUSTERS[c] for c in p], CATALOG) for p in cfg.providers
+            Provider([cluster_of(c) for c in p], CATALOG) for p in cfg.providers
         ]
         self.tree = diet.build(len(self.providers), cfg.fanout)
         self.sed_node = {n.sed: n.id for n in self.tree.nodes if n.sed is not None}

@@ -149,7 +149,7 @@ def _pct(a: float, b: float) -> float:
 
 
 def _priority_derive(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for p in ("risk", "importance"):
         sel = [x for x in runs if x["label"] == p]
         rows.append({
@@ -284,7 +284,7 @@ def _fair_runs(seeds: int, jobs: int | None, _f: Sequence[float]) -> list[GridRu
 
 
 def _fair_derive(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for c in FAIR_CLUSTERS:
         sel = [x for x in runs if x["label"] == c]
         for g, lam in enumerate(FAIR_MEANS):
