@@ -1,7 +1,9 @@
 """``merkat report RUN --out FILE.html``: one self-contained HTML page for a run.
 
-RUN is a ``merkat sim run`` or ``merkat sim experiment`` output folder. Heavy imports
-(matplotlib, numpy) happen inside the command.
+RUN is a ``merkat sim run`` or ``merkat sim experiment`` output folder, or a live server's
+history: its database URL (``sqlite:///…/merkat.db``, ``postgresql://…``), its SQLite file or
+its data folder (holding ``merkat.db``), over ``--since``/``--until``. Heavy imports
+(matplotlib, numpy, sqlalchemy) happen inside the command.
 """
 
 from __future__ import annotations
@@ -29,13 +31,32 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def live_url(run: str) -> str | None:
+    """The database URL when RUN names a live server's history, else None (a folder)."""
+    if "://" in run:
+        return run
+    p = Path(run)
+    if p.is_file() and p.suffix in (".db", ".sqlite", ".sqlite3"):
+        return f"sqlite:///{p.resolve()}"
+    if p.is_dir() and (p / "merkat.db").is_file() and not (p / "results.json").exists():
+        return f"sqlite:///{(p / 'merkat.db').resolve()}"
+    return None
+
+
 def report_cmd(
-    run: Path = typer.Argument(
-        ..., help="A `merkat sim run` or `merkat sim experiment` output folder."
+    run: str = typer.Argument(
+        ...,
+        help="A `merkat sim run` / `merkat sim experiment` output folder, or a live server's "
+        "database (URL, SQLite file, or the server's data folder).",
     ),
     out: Path = typer.Option(..., "--out", help="The HTML file to write."),
+    since: str | None = typer.Option(
+        None, "--since", help="Live history from: Unix seconds, ISO date-time, or 30m/2h/1d ago."
+    ),
+    until: str | None = typer.Option(None, "--until", help="Live history up to (same forms)."),
 ) -> None:
     """Write one self-contained HTML page (figures embedded, summary table, parameters)."""
+    from merkat.cli.timespec import parse_time
     from merkat.report.html import render
     from merkat.report.model import ReportError
     from merkat.report.sources import load
@@ -45,7 +66,22 @@ def report_cmd(
     if not out.parent.is_dir():
         fail(f"--out: no such folder: {out.parent}")
     try:
-        report = load(run)
+        t0 = None if since is None else parse_time(since, "--since")
+        t1 = None if until is None else parse_time(until, "--until")
+    except ValueError as e:
+        fail(str(e))
+    if t0 is not None and t1 is not None and t1 < t0:
+        fail("--until must not be before --since")
+    url = live_url(run)
+    if url is None and (since or until):
+        fail("--since/--until apply to a live server's history, not to a simulator folder")
+    try:
+        if url is not None:
+            from merkat.report.live import live_history
+
+            report = live_history(url, t0, t1)
+        else:
+            report = load(Path(run))
     except ReportError as e:
         fail(str(e))
     try:

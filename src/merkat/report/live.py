@@ -1,0 +1,244 @@
+"""The report of a live server's history: its database, over a time range.
+
+Read-only: the database is opened, never created or upgraded (a wrong URL is an error, not a
+new empty database). What it shows, for ``since <= time <= until``:
+
+- figures: CPU and memory prices per period; events per period by kind (admissions, VM
+  operations, state changes); each platform's life (submitted, running, ended) as bars;
+- tables: platforms (owner, state, times, outcome, VM charges in the range, balance now);
+  events by kind; price statistics per resource;
+- parameters: the database, the range, the periods it covers.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from merkat.report.model import Figure, Report, ReportError, Table
+
+MICRO = 1_000_000
+
+
+def _engine(url: str) -> Any:
+    from sqlalchemy import create_engine, inspect
+
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        path = Path(url[len("sqlite:///") :])
+        if not path.is_file():
+            raise ReportError(f"RUN: no such database file: {path}")
+        url = f"sqlite:///file:{path}?mode=ro&uri=true"
+    try:
+        engine = create_engine(url)
+        tables = set(inspect(engine).get_table_names())
+    except Exception as e:  # driver errors: one line naming the database
+        raise ReportError(f"RUN: cannot open database {url}: {str(e).splitlines()[0]}") from None
+    if "svc_prices" not in tables or "svc_events" not in tables:
+        raise ReportError(f"RUN: {url} is not a merkat server database (no svc_prices table)")
+    return engine
+
+
+def _fig(plt: Any, fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _stamp(t: float | None) -> str | None:
+    return None if t is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+
+def live_history(url: str, since: float | None = None, until: float | None = None) -> Report:
+    """The report of the server database at ``url`` between ``since`` and ``until`` (Unix
+    seconds; None: from the first / to the last record)."""
+    from sqlalchemy import select
+
+    from merkat.service import schema as s
+
+    engine = _engine(url)
+    lo = -float("inf") if since is None else since
+    hi = float("inf") if until is None else until
+    with engine.connect() as conn:
+        prices = [
+            dict(r._mapping)
+            for r in conn.execute(select(s.prices).order_by(s.prices.c.period))
+            if lo <= r.time <= hi
+        ]
+        events = [
+            dict(r._mapping)
+            for r in conn.execute(select(s.events).order_by(s.events.c.id))
+            if lo <= r.time <= hi
+        ]
+        platforms = [
+            dict(r._mapping)
+            for r in conn.execute(select(s.platforms).order_by(s.platforms.c.submitted))
+            if r.submitted <= hi and (r.ended is None or r.ended >= lo)
+        ]
+    spent, balances = _money(url, {p["period"] for p in prices}, [p["name"] for p in platforms])
+    if not prices and not events:
+        raise ReportError(f"RUN: no period and no event in the range ({_range(since, until)})")
+    t0 = min([p["time"] for p in prices] + [e["time"] for e in events])
+    t1 = max([p["time"] for p in prices] + [e["time"] for e in events])
+    figures = _figures(prices, events, platforms, t0, t1)
+    rows = tuple(
+        (
+            p["name"], p["owner"], p["state"], _stamp(p["submitted"]), _stamp(p["started"]),
+            _stamp(p["ended"]), p["outcome"] or None,
+            spent.get(p["name"], 0) / MICRO, balances.get(p["name"]),
+        )
+        for p in platforms
+    )  # fmt: skip
+    tables = [
+        Table(
+            "Platforms",
+            (
+                "platform",
+                "owner",
+                "state",
+                "submitted",
+                "started",
+                "ended",
+                "outcome",
+                "charged in range",
+                "balance now",
+            ),
+            rows,
+        ),
+        Table(
+            "Events by kind",
+            ("kind", "events"),
+            tuple(sorted(Counter(e["kind"] for e in events).items())),
+        ),
+        Table(
+            "Prices (credits per unit per period)",
+            ("resource", "min", "mean", "max", "last"),
+            tuple(
+                (r, min(v), sum(v) / len(v), max(v), v[-1])
+                for r in ("cpu", "memory")
+                if (v := [p[r] for p in prices])
+            ),
+        ),
+    ]
+    params = {
+        "database": url,
+        "since": _stamp(since) or "first record",
+        "until": _stamp(until) or "last record",
+        "first": _stamp(t0),
+        "last": _stamp(t1),
+        "periods": len(prices),
+        "first period": prices[0]["period"] if prices else None,
+        "last period": prices[-1]["period"] if prices else None,
+        "events": len(events),
+        "platforms": len(platforms),
+    }
+    return Report("live", "Live market history", params, tables, figures)
+
+
+def _range(since: float | None, until: float | None) -> str:
+    return f"{_stamp(since) or 'start'} .. {_stamp(until) or 'end'}"
+
+
+def _money(url: str, periods: set[int], names: list[str]) -> tuple[dict[str, int], dict[str, str]]:
+    """VM charges paid by each platform in ``periods`` and each platform's balance now."""
+    from merkat.bank.db import open_ledger
+    from merkat.bank.errors import BankError
+    from merkat.bank.money import format_amount
+
+    spent: dict[str, int] = {}
+    balances: dict[str, str] = {}
+    try:
+        ledger = open_ledger(url)
+    except (BankError, OSError):
+        return spent, balances
+    try:
+        for name in names:
+            account = f"app:{name}"
+            if not ledger.has_account(account):
+                continue
+            balances[name] = format_amount(ledger.balance(account))
+            spent[name] = sum(
+                t.amount
+                for t in ledger.history(account)
+                if t.payer == account and t.period in periods and t.payee == "provider"
+            )
+    finally:
+        ledger.close()
+    return spent, balances
+
+
+def _figures(
+    prices: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+    platforms: list[dict[str, Any]],
+    t0: float,
+    t1: float,
+) -> list[Figure]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def minutes(t: float) -> float:
+        return (t - t0) / 60.0
+
+    out = []
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    if prices:
+        x = [minutes(p["time"]) for p in prices]
+        ax.plot(x, [p["cpu"] for p in prices], drawstyle="steps-post", label="cpu (per core)")
+        ax.set_ylabel("cpu price")
+        ax2 = ax.twinx()
+        ax2.plot(
+            x,
+            [p["memory"] for p in prices],
+            drawstyle="steps-post",
+            color="tab:red",
+            label="memory (per MiB)",
+        )
+        ax2.set_ylabel("memory price")
+        fig.legend(loc="upper right")
+    ax.set_xlabel(f"minutes since {_stamp(t0)}")
+    ax.set_title("Prices per period (credits per unit per period)")
+    out.append(Figure("CPU and memory prices", _fig(plt, fig)))
+
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    kinds = sorted({e["kind"] for e in events})
+    edges = [p["time"] for p in prices] or [t0]
+    for kind in kinds:
+        counts = Counter(_bin(edges, e["time"]) for e in events if e["kind"] == kind)
+        xs = sorted(counts)
+        ax.plot([minutes(edges[k]) for k in xs], [counts[k] for k in xs], "o-", ms=3, label=kind)
+    ax.set_xlabel(f"minutes since {_stamp(t0)}")
+    ax.set_ylabel("events per period")
+    ax.set_title("Events per period by kind")
+    if kinds:
+        ax.legend(fontsize=7, ncol=3)
+    out.append(Figure("Events per period by kind", _fig(plt, fig)))
+
+    fig, ax = plt.subplots(figsize=(9, 0.6 + 0.3 * max(1, len(platforms))))
+    for k, p in enumerate(platforms):
+        start = p["started"] if p["started"] is not None else None
+        end = p["ended"] if p["ended"] is not None else t1
+        ax.barh(
+            k, minutes(end) - minutes(p["submitted"]), left=minutes(p["submitted"]), color="#d5d9e2"
+        )
+        if start is not None:
+            ax.barh(k, minutes(end) - minutes(start), left=minutes(start), color="#2f5fb3")
+    ax.set_yticks(range(len(platforms)), [p["name"] for p in platforms], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"minutes since {_stamp(t0)} (grey: waiting, blue: running)")
+    ax.set_title("Platforms")
+    out.append(Figure("Platforms' lives", _fig(plt, fig)))
+    return out
+
+
+def _bin(edges: list[float], t: float) -> int:
+    """Index of the period whose start is the last one <= ``t`` (0 before the first)."""
+    import bisect
+
+    return max(0, bisect.bisect_right(edges, t) - 1)
