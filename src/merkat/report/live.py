@@ -220,7 +220,7 @@ def _figures(
         ax.legend(fontsize=7, ncol=3)
     out.append(Figure("Events per period by kind", _fig(plt, fig)))
 
-    fig, ax = plt.subplots(figsize=(9, 0.6 + 0.3 * max(1, len(platforms))))
+    fig, ax = plt.subplots(figsize=(9, 1.8 + 0.3 * len(platforms)))
     for k, p in enumerate(platforms):
         start = p["started"] if p["started"] is not None else None
         end = p["ended"] if p["ended"] is not None else t1
