@@ -140,7 +140,8 @@ def test_a_platform_lives_queued_running_finished_and_pays(world: Any) -> None:
     hist = c.get("/api/v1/prices/history", headers=h(keys["alice"])).json()["items"]
     assert len(hist) >= 2
     kinds = [e["kind"] for e in c.get("/api/v1/events", headers=h(keys["alice"])).json()["items"]]
-    assert kinds[:3] == ["submitted", "admitted", "state"] and "vm-exit" in kinds
+    assert kinds[:3] == ["submitted", "admitted", "vm-start"] and "vm-exit" in kinds
+    assert {"state", "charge"} <= set(kinds)
     page = c.get("/api/v1/events?after=1&limit=1", headers=h(keys["alice"])).json()
     assert [e["id"] for e in page["items"]] == [2] and page["next"] == 2
     assert m.store.ledger.audit().ok

@@ -84,6 +84,7 @@ def _register() -> None:
         bench_kubernetes,
         bench_period,
         bench_service,
+        bench_web,
         client,
         experiment,
         kubernetes,
@@ -116,8 +117,9 @@ def _register() -> None:
     app.command("nodes")(client.nodes)
     app.command("events")(client.events)
     app.add_typer(client.account_app, name="account")
-    # these register `sim experiment`, `bench period|kubernetes|startup` on the apps above
-    _ = (experiment, bench_period, bench_kubernetes, bench_service, bench_gridcloud, startup)
+    # these register `sim experiment` and the `bench` subcommands on the apps above
+    _ = (experiment, bench_period, bench_kubernetes, bench_service, bench_gridcloud, bench_web,
+         startup)
 
 
 def _version(value: bool) -> None:

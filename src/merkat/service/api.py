@@ -313,6 +313,14 @@ def create_app(manager: Manager) -> FastAPI:
         return StreamingResponse(gen(), media_type="text/event-stream")
 
     app.include_router(r)
+    # The dashboard at / and Prometheus /metrics (merkat.web), fed after each period.
+    from merkat.web.metrics import MarketMetrics
+    from merkat.web.routes import install
+
+    prometheus = MarketMetrics()
+    manager.observers.append(prometheus.observe_platform)
+    app.state.metrics = prometheus
+    install(app, prometheus)
     return app
 
 

@@ -37,12 +37,25 @@ from merkat.bank.ledger import AccountKind
 from merkat.control.base import Controller
 from merkat.control.registry import PolicyError, make_policy
 from merkat.market import NO_HOST, Hosts
-from merkat.platform.period import ENDED, App, AppSpec, AppStatus, Platform, to_micro
+from merkat.platform.period import (
+    ENDED,
+    App,
+    AppSpec,
+    AppStatus,
+    PeriodRecord,
+    Platform,
+    to_micro,
+)
 from merkat.service import files
 from merkat.service.config import ServiceConfig
 from merkat.service.db import PlatformRow, Store, StoreError
 from merkat.service.monitors import MetricsTracker, read_log, run_command
 from merkat.service.templates import Monitor, Template, TemplateError
+
+VM_EVENTS = {"create": "vm-start", "suspend": "vm-suspend", "resume": "vm-resume",
+             "migrate": "vm-migrate", "destroy": "vm-shutdown"}
+"""Backend operations that become events (kind by operation); ``limit`` (every VM, every
+period) does not."""
 
 CONTROLLERS = "merkat.controllers"
 """Entry-point group of custom controllers: ``name = "pkg.module:ControllerClass"``."""
@@ -102,6 +115,9 @@ class Manager:
         self.platform.index = store.last_period() + 1  # the period counter continues
         self.live: dict[str, Live] = {}
         self.started = clock()
+        self.paid: dict[str, int] = {}  # micro-credits each platform had paid at the last tick
+        # Called after each period with (platform, its record, the period's wall seconds).
+        self.observers: list[Callable[[Platform, PeriodRecord, float], None]] = []
         if backend.warning:
             store.add_event("warning", backend.warning)
         self._recover()
@@ -208,15 +224,22 @@ class Manager:
                             app)
             for name, live in self.live.items():
                 self._read_monitor(name, live, now)
+            t_period = time.perf_counter()
             record = self._run_period(now)
+            elapsed = time.perf_counter() - t_period
             for r in getattr(self.backend, "report", []):
                 if r.error:
                     self._event("vm-error", f"{r.vm}: {r.op} failed: {r.error}",
                                 r.vm.split("/", 1)[0])
+                elif r.op in VM_EVENTS:  # starts, suspends, resumes, migrations, shutdowns
+                    self._event(VM_EVENTS[r.op], f"{r.vm}: {r.op}", r.vm.split("/", 1)[0])
+            self._charges(record.index)
             self._budgets()
             self._sync(now)
             self.store.add_price(record.index, now, record.prices.get("cpu", 0.0),
                                  record.prices.get("memory", 0.0))
+            for observe in self.observers:  # e.g. the Prometheus metrics (merkat.web)
+                observe(self.platform, record, elapsed)
             return {"index": record.index, "time": now, "prices": record.prices,
                     "vms": record.vms, "charged": record.charged / 1e6}
 
@@ -332,6 +355,18 @@ class Manager:
             live.last_poll = now
             live.tracker.update(run_command(mon.command or ""), now)
         self.backend.set_metrics(name, live.tracker.metrics())
+
+    def _charges(self, period: int) -> None:
+        """One ``charge`` event per platform that paid for its VMs this period."""
+        for name in list(self.live):
+            app = self.platform.apps.get(name)
+            if app is None:
+                continue
+            delta = app.spent - self.paid.get(name, 0)
+            if delta > 0:
+                self.paid[name] = app.spent
+                self._event("charge", f"platform {name} paid {delta / 1e6:g} for "
+                            f"{len(app.vms)} VM(s) in period {period}", name)
 
     def _budgets(self) -> None:
         """Shut down running platforms that can no longer pay (Merkat §4.2.4 case iii)."""
