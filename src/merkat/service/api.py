@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from merkat.bank.errors import BankError
 from merkat.bank.money import format_amount, parse_amount
+from merkat.control.types import VMState
 from merkat.service.db import StoreError, User
 from merkat.service.manager import Manager, NotFound
 from merkat.service.templates import METRIC_FIELDS, TemplateError, parse, validate
@@ -158,6 +159,7 @@ def create_app(manager: Manager) -> FastAPI:
         out["template"] = row.template
         out["vms"] = manager.vms(name)
         out["spent"] = manager.spent(name)
+        out["slo"] = manager.slo(name)
         return out
 
     @r.post("/platforms/{name}/stop")
@@ -202,7 +204,7 @@ def create_app(manager: Manager) -> FastAPI:
             used: dict[str, dict[str, float]] = {}
             for a in manager.platform.apps.values():
                 for vm in a.vms:
-                    if vm.host >= 0:
+                    if vm.host >= 0 and vm.state is not VMState.SUSPENDED:  # holds nothing
                         u = used.setdefault(manager.platform.hosts.ids[vm.host],
                                             {"cpu": 0.0, "memory": 0.0})
                         for k in u:

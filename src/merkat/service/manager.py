@@ -183,6 +183,29 @@ class Manager:
                 })
             return out
 
+    def slo(self, name: str) -> dict[str, Any]:
+        """Progress against the SLO as the dashboard shows it: the deadline (absolute, s),
+        the work done and total from the monitor, ``progress`` (work done / total, None when
+        the monitor gives no total) and ``on_track`` (the measured rate finishes the work
+        before the deadline; None without a deadline or a rate)."""
+        with self.lock:
+            app = self.platform.apps.get(name)
+            live = self.live.get(name)
+            m = live.tracker.metrics() if live else None
+            deadline = app.spec.deadline if app else None
+            out: dict[str, Any] = {"policy": app.spec.policy if app else None,
+                                   "deadline": deadline, "work_done": None,
+                                   "work_total": None, "progress": None, "on_track": None}
+            if m is not None and m.work_total:
+                out.update(work_done=m.work_done, work_total=m.work_total,
+                           progress=min(1.0, m.work_done / m.work_total))
+                left, rate = m.work_left, m.progress_rate
+                if deadline is not None and left is not None and rate:
+                    out["on_track"] = self.clock() + left / rate <= deadline
+            elif app is not None and app.status is AppStatus.FINISHED:
+                out["progress"] = 1.0
+            return out
+
     def spent(self, name: str) -> float:
         app = self.platform.apps.get(name)
         return app.spent / 1e6 if app else 0.0

@@ -19,7 +19,7 @@ merkat_allocated                           gauge      resource, unit: allocated,
 merkat_capacity                            gauge      resource, unit: capacity, whole cluster
 merkat_node_allocated                      gauge      node, resource, unit
 merkat_node_capacity                       gauge      node, resource, unit
-merkat_node_vms                            gauge      node: VMs placed on the node
+merkat_node_vms                            gauge      node: VMs on the node, not suspended
 merkat_vms                                 gauge      state: VMs by state (booting, running...)
 merkat_platforms                           gauge      state: platforms (applications) by state
 merkat_last_period_timestamp_seconds       gauge      when the last period ran (platform clock)
@@ -89,7 +89,8 @@ class MarketSnapshot:
 def snapshot_of(platform: Platform, record: PeriodRecord) -> MarketSnapshot:
     """The snapshot of ``platform`` right after it returned ``record``.
 
-    Per node: VMs with a host count on it; allocations are the VMs' enforced allocations.
+    Per node: VMs with a host count on it, but a suspended VM holds nothing (its state is
+    saved, its processes frozen or gone); allocations are the VMs' enforced allocations.
     Platforms by state count every application the platform knows (ended ones too: their
     state is ``finished`` or ``stopped``). Every VM and platform state appears, with 0 when
     none is in it, so a series does not vanish between scrapes.
@@ -107,7 +108,7 @@ def snapshot_of(platform: Platform, record: PeriodRecord) -> MarketSnapshot:
         apps[app.status.value] += 1
         for vm in app.vms:
             vms[vm.state.value] += 1
-            if 0 <= vm.host < len(count):
+            if 0 <= vm.host < len(count) and vm.state is not VMState.SUSPENDED:
                 count[vm.host] += 1
                 for r, v in vm.alloc.items():
                     if r in alloc[vm.host]:
@@ -159,7 +160,9 @@ class _Gauges(Collector):
         node_cap = GaugeMetricFamily(
             "merkat_node_capacity", "Capacity of a node.", labels=["node", "resource", "unit"]
         )
-        node_vms = GaugeMetricFamily("merkat_node_vms", "VMs placed on a node.", labels=["node"])
+        node_vms = GaugeMetricFamily(
+            "merkat_node_vms", "VMs on a node (suspended ones hold nothing).", labels=["node"]
+        )
         vms = GaugeMetricFamily("merkat_vms", "VMs by state.", labels=["state"])
         platforms = GaugeMetricFamily(
             "merkat_platforms", "Virtual platforms (applications) by state.", labels=["state"]

@@ -216,7 +216,9 @@ async function refreshTables() {
     api("/platforms"), api("/allocations"), api("/nodes"), api("/accounts")]);
   const perPlatform = sumBy(allocations.items, "platform");
   const perNode = {};
-  for (const it of allocations.items) if (it.node) perNode[it.node] = (perNode[it.node] || 0) + 1;
+  for (const it of allocations.items) {
+    if (it.node && it.state !== "suspended") perNode[it.node] = (perNode[it.node] || 0) + 1;
+  }
   const balances = {};
   for (const a of accounts.items) balances[a.name] = a.balance;
   renderPlatforms(platforms.items, perPlatform, balances);
