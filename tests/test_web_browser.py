@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,39 +48,10 @@ def _need_browser() -> None:
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[str, str, Any]]:
     """A running server (API + period loop + local backend without cgroup limits)."""
-    import uvicorn
+    from merkat.web.bench import running_server
 
-    from merkat.service.api import create_app
-    from merkat.service.backends import make_backend
-    from merkat.service.config import load_config
-    from merkat.service.db import open_store
-    from merkat.service.manager import Manager
-
-    cfg = load_config(None, data_dir=tmp_path / "data", period=PERIOD, admission=0.5,
-                      backend={"cgroup_root": str(tmp_path / "no-cgroups"), "split": 1})  # fmt: skip
-    cfg.data_dir.mkdir(parents=True)
-    store = open_store(cfg.database)
-    key = store.add_user("alice", budget=10_000 * 1_000_000)
-    manager = Manager(cfg, store, make_backend(cfg))
-    http = uvicorn.Server(uvicorn.Config(create_app(manager), host="127.0.0.1", port=0,
-                                         log_level="warning", access_log=False))  # fmt: skip
-    http.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    web = threading.Thread(target=http.run, daemon=True)
-    web.start()
-    while not http.started:
-        time.sleep(0.02)
-    port = http.servers[0].sockets[0].getsockname()[1]
-    stop = threading.Event()
-    loop = threading.Thread(target=manager.run, args=(stop,), daemon=True)
-    loop.start()
-    try:
-        yield f"http://127.0.0.1:{port}", key, manager
-    finally:
-        stop.set()
-        http.should_exit = True
-        loop.join(timeout=30)
-        web.join(timeout=10)
-        manager.close()
+    with running_server(tmp_path / "data", PERIOD, user="alice", admin=False, budget=10_000) as s:
+        yield s.base, s.key, s.manager
 
 
 def test_dashboard_live_in_headless_chromium(server: Any, tmp_path: Path) -> None:

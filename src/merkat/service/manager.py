@@ -115,6 +115,7 @@ class Manager:
         self.platform.index = store.last_period() + 1  # the period counter continues
         self.live: dict[str, Live] = {}
         self.started = clock()
+        self._batch: list[tuple[str, str, str | None, str | None, float]] | None = None
         self.paid: dict[str, int] = {}  # micro-credits each platform had paid at the last tick
         # Called after each period with (platform, its record, the period's wall seconds).
         self.observers: list[Callable[[Platform, PeriodRecord, float], None]] = []
@@ -235,7 +236,17 @@ class Manager:
         return admitted
 
     def tick(self) -> dict[str, Any]:
-        """One period of the live platform; returns the period's record as a dict."""
+        """One period of the live platform; returns the period's record as a dict. Its events
+        are written in one transaction at the end."""
+        with self.lock:
+            self._batch = []
+            try:
+                return self._tick()
+            finally:
+                batch, self._batch = self._batch, None
+                self.store.add_events(batch)
+
+    def _tick(self) -> dict[str, Any]:
         with self.lock:
             now = self.clock()
             nodes = getattr(self.backend, "hosts", None)
@@ -495,7 +506,10 @@ class Manager:
             live = self.live.get(platform)
             owner = live.owner if live else (
                 self.platform.apps[platform].spec.owner if platform in self.platform.apps else None)
-        self.store.add_event(kind, message, platform, owner)
+        if self._batch is not None:
+            self._batch.append((kind, message, platform, owner, self.clock()))
+        else:
+            self.store.add_event(kind, message, platform, owner)
 
     def accounts_of(self, owner: str) -> list[str]:
         """The bank accounts ``owner`` may see: hers and her platforms'."""

@@ -1,7 +1,7 @@
 """Benchmarks of what people look at (``merkat bench dashboard``, ``merkat bench events``).
 
-Both start a real server (:class:`merkat.service.server.Service`: API, period loop, local
-backend) on a loopback port in a temporary data folder, and stop it (and its VMs) at the end.
+Both start a real server (:func:`running_server`: API, dashboard, period loop, local backend)
+on a loopback port in a temporary data folder, and stop it (and its VMs) at the end.
 
 - :func:`bench_dashboard` — ``vms`` real VMs (``sleep`` processes, no cgroup limits) in
   ``platforms`` platforms; then headless Chromium (``/usr/bin/chromium`` through playwright)
@@ -24,6 +24,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,28 +60,74 @@ def _api(base: str, key: str, path: str, body: bytes | None = None, ctype: str =
         return json.loads(r.read())
 
 
-@contextmanager
-def running_server(period: float, nodes: int = 4) -> Iterator[tuple[Any, str, str]]:
-    """A server in a temporary folder: yields (service, base URL, an admin's API key)."""
-    from merkat.service.config import load_config
-    from merkat.service.server import Service
+@dataclass
+class Running:
+    """A server started by :func:`running_server`."""
 
-    with tempfile.TemporaryDirectory(prefix="merkat-bench-") as tmp:
-        cfg = load_config(
-            None,
-            port=0,
-            data_dir=Path(tmp),
-            period=period,
-            admission=min(period, 0.5),
-            backend={"cgroup_root": str(Path(tmp) / "no-cgroups"), "split": nodes},
+    base: str  # http://127.0.0.1:PORT
+    key: str  # the API key of the user it was started with
+    manager: Any  # merkat.service.manager.Manager
+
+
+@contextmanager
+def running_server(
+    data_dir: Path,
+    period: float,
+    nodes: int = 1,
+    user: str = "bench",
+    admin: bool = True,
+    budget: float = 1e6,
+) -> Iterator[Running]:
+    """The service (REST API, dashboard, /metrics, period loop, local backend without cgroup
+    limits) on a loopback port, state in ``data_dir``, with one user; stops it and its VMs
+    on exit. The same pieces as ``merkat server``, in threads of this process."""
+    import uvicorn
+
+    from merkat.service.api import create_app
+    from merkat.service.backends import make_backend
+    from merkat.service.config import load_config
+    from merkat.service.db import open_store
+    from merkat.service.manager import Manager
+
+    cfg = load_config(
+        None,
+        port=0,
+        data_dir=data_dir,
+        period=period,
+        admission=min(period, 0.5),
+        backend={"cgroup_root": str(data_dir / "no-cgroups"), "split": nodes},
+    )
+    data_dir.mkdir(parents=True, exist_ok=True)
+    store = open_store(cfg.database)
+    key = store.add_user(user, admin=admin, budget=round(budget * 1_000_000))
+    manager = Manager(cfg, store, make_backend(cfg))
+    http = uvicorn.Server(
+        uvicorn.Config(
+            create_app(manager), host="127.0.0.1", port=0, log_level="warning", access_log=False
         )
-        svc = Service(cfg, on_period=lambda rec: None)
-        key = svc.store.add_user("bench", admin=True, budget=10**6 * 1_000_000)
-        svc.start_background()
-        try:
-            yield svc, f"http://127.0.0.1:{svc.port}", key
-        finally:
-            svc.shutdown()
+    )
+    web = threading.Thread(target=http.run, name="merkat-http", daemon=True)
+    stop = threading.Event()
+    loop = threading.Thread(target=manager.run, args=(stop,), name="merkat-period", daemon=True)
+    try:
+        web.start()
+        end = time.monotonic() + 30
+        while not http.started:
+            if time.monotonic() > end or not web.is_alive():
+                raise RuntimeError("the server did not start")
+            time.sleep(0.02)
+        port = http.servers[0].sockets[0].getsockname()[1]
+        loop.start()
+        yield Running(f"http://127.0.0.1:{port}", key, manager)
+    finally:
+        stop.set()
+        http.should_exit = True
+        if loop.is_alive():
+            loop.join(timeout=30)
+        if web.is_alive():
+            web.join(timeout=10)
+        manager.close()
+        store.close()
 
 
 def _summary(xs: list[float]) -> dict[str, float]:
@@ -102,7 +149,11 @@ def bench_dashboard(
     if not Path(CHROMIUM).exists():
         raise RuntimeError(f"bench dashboard needs {CHROMIUM}: apt-get install chromium")
     per = [vms // platforms + (1 if k < vms % platforms else 0) for k in range(platforms)]
-    with running_server(period) as (svc, base, key):
+    with (
+        tempfile.TemporaryDirectory(prefix="merkat-bench-") as tmp,
+        running_server(Path(tmp), period, nodes=4) as srv,
+    ):
+        base, key = srv.base, srv.key
         for k, count in enumerate(per):
             text = SLEEPER.format(name=f"p{k:03d}", budget=1000, count=count)
             _api(base, key, "/platforms", text.encode(), "application/yaml")
@@ -129,7 +180,7 @@ def bench_dashboard(
                     loads.append(_first_load(browser, base, key, platforms))
             finally:
                 browser.close()
-        shown = {"vms": running, "platforms": platforms, "nodes": len(svc.backend.node_list())}
+        shown = {"vms": running, "platforms": platforms, "nodes": 4}
     return {
         "benchmark": "dashboard",
         **shown,
@@ -168,8 +219,11 @@ def bench_events(vms: int = 200, periods: int = 20, period: float = 1.0) -> dict
     """The event stream under ``vms`` events per period (module doc); JSON-ready."""
     import httpx
 
-    with running_server(period=3600.0, nodes=1) as (svc, base, key):
-        store = svc.store
+    with (
+        tempfile.TemporaryDirectory(prefix="merkat-bench-") as tmp,
+        running_server(Path(tmp), period=3600.0) as srv,
+    ):
+        base, key, store = srv.base, srv.key, srv.manager.store
         first = store.events(0, 1_000_000)
         after = first[-1]["id"] if first else 0
         total = vms * periods
@@ -180,8 +234,19 @@ def bench_events(vms: int = 200, periods: int = 20, period: float = 1.0) -> dict
         def produce() -> None:
             start = time.time()
             for p in range(periods):
-                for v in range(vms):
-                    store.add_event("vm-charge", f"p{v // 20:03d}/vm{v}: charged in period {p}")
+                now = time.time()  # one transaction per period, as the manager writes them
+                store.add_events(
+                    [
+                        (
+                            "vm-charge",
+                            f"p{v // 20:03d}/vm{v}: charged in period {p}",
+                            None,
+                            None,
+                            now,
+                        )
+                        for v in range(vms)
+                    ]
+                )
                 # next period boundary (the producer never runs ahead of the clock)
                 wait = start + (p + 1) * period - time.time()
                 if wait > 0:
