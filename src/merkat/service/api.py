@@ -292,8 +292,15 @@ def create_app(manager: Manager) -> FastAPI:
     @r.get("/events")
     def events(me: Me, after: Annotated[int, Query(ge=0)] = 0,
                limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-               platform: str | None = None) -> dict[str, Any]:
-        items = store.events(after, limit, None if me.admin else me.name, platform)
+               platform: str | None = None,
+               tail: Annotated[int | None, Query(ge=1, le=1000)] = None) -> dict[str, Any]:
+        """Events with id > ``after``, oldest first; ``tail=N``: the newest N instead (the
+        dashboard's first load on a long-lived server)."""
+        owner = None if me.admin else me.name
+        if tail is not None:
+            items = store.events_tail(tail, owner)
+            return {"items": items, "next": items[-1]["id"] if items else 0}
+        items = store.events(after, limit, owner, platform)
         return {"items": items, "next": items[-1]["id"] if items else after}
 
     @r.get("/events/stream")

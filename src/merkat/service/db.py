@@ -202,6 +202,14 @@ class Store:
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(q)]
 
+    def events_tail(self, limit: int = 100, owner: str | None = None) -> list[dict[str, Any]]:
+        """The newest ``limit`` events, oldest first (``owner``: hers only)."""
+        q = select(s.events).order_by(s.events.c.id.desc()).limit(limit)
+        if owner is not None:
+            q = q.where(s.events.c.owner == owner)
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in reversed(list(conn.execute(q)))]
+
     def add_price(self, period: int, at: float, cpu: float, memory: float) -> None:
         self.last_price = {"time": at, "period": period, "cpu": cpu, "memory": memory}
         with self.engine.begin() as conn:

@@ -3,10 +3,13 @@
 Both start a real server (:func:`running_server`: API, dashboard, period loop, local backend)
 on a loopback port in a temporary data folder, and stop it (and its VMs) at the end.
 
-- :func:`bench_dashboard` — ``vms`` real VMs (``sleep`` processes, no cgroup limits) in
-  ``platforms`` platforms; then headless Chromium (``/usr/bin/chromium`` through playwright)
-  opens ``/`` in a fresh profile, signs in with the API key, and the clock stops when the
-  dashboard shows every platform, every node, the price chart's points and the event log.
+- :func:`bench_dashboard` — ``vms`` real VMs (``sleep`` processes, no cgroup limits, each
+  sized 0.005 core so that 200 of them fit a 2-core machine's market) in ``platforms``
+  best-effort platforms; then headless Chromium (``/usr/bin/chromium`` through playwright)
+  opens ``/`` in a fresh profile with the API key in the tab's session (a returning user),
+  and the page's clock, from the navigation's start, stops when the dashboard shows every
+  platform, every node, the price chart's points and the event log (``first_load_s``); the
+  same from the sign-in click for a user who types the key (``sign_in_to_complete_s``).
   Target (issue 14): first load <= 1 s with 200 VMs.
 - :func:`bench_events` — the event stream under one event per VM per period: a producer
   writes ``vms`` events per period into the server's store (as the applications manager
@@ -45,8 +48,8 @@ clusters:
   - name: main
     command: "exec sleep 3600"
     count: {count}
-    cpu: 0.5
-    memory: 16
+    cpu: 0.005
+    memory: 8
     min_memory: 4
 """
 
@@ -173,11 +176,14 @@ def bench_dashboard(
             _api(base, key, path)
             api_s[path] = round(time.perf_counter() - t, 4)
         loads: list[float] = []
+        sign_ins: list[float] = []
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
                 for _ in range(repeat):
-                    loads.append(_first_load(browser, base, key, platforms))
+                    load, sign_in = _first_load(browser, base, key, platforms)
+                    loads.append(load)
+                    sign_ins.append(sign_in)
             finally:
                 browser.close()
         shown = {"vms": running, "platforms": platforms, "nodes": 4}
@@ -185,6 +191,7 @@ def bench_dashboard(
         "benchmark": "dashboard",
         **shown,
         "first_load_s": _summary(loads),
+        "sign_in_to_complete_s": _summary(sign_ins),
         "target_s": 1.0,
         "meets_target": max(loads) <= 1.0,
         "api_s": api_s,
@@ -193,26 +200,40 @@ def bench_dashboard(
     }
 
 
-def _first_load(browser: Any, base: str, key: str, platforms: int) -> float:
-    """Seconds from navigation to a complete dashboard, in a fresh browser context."""
+READY = """n => document.querySelectorAll('#platforms tbody tr').length >= n
+    && document.querySelectorAll('#nodes tbody tr').length > 0
+    && window.merkatDashboard.prices[0].length > 0
+    && document.querySelectorAll('#events li').length > 0
+    && window.merkatDashboard.loaded"""
+
+
+def _first_load(browser: Any, base: str, key: str, platforms: int) -> tuple[float, float]:
+    """In fresh browser contexts, by the page's clock: (navigation start to a complete
+    dashboard for a user whose key is in the tab's session, sign-in click to a complete
+    dashboard for one who types it)."""
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = ctx.new_page()
+    ctx.add_init_script(f"sessionStorage.setItem('merkat.apiKey', {json.dumps(key)})")
     try:
-        t = time.perf_counter()
+        page = ctx.new_page()
         page.goto(f"{base}/")
-        page.fill("#key", key)
-        page.click("#login button[type=submit]")
-        page.wait_for_function(
-            """n => document.querySelectorAll('#platforms tbody tr').length >= n
-                && document.querySelectorAll('#nodes tbody tr').length > 0
-                && window.merkatDashboard.prices[0].length > 0
-                && window.merkatDashboard.loaded""",
-            arg=platforms,
-            timeout=30_000,
-        )
-        return time.perf_counter() - t
+        page.wait_for_function(READY, arg=platforms, timeout=30_000)
+        load = float(page.evaluate("performance.now()")) / 1000.0
     finally:
         ctx.close()
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        page = ctx.new_page()
+        page.goto(f"{base}/")
+        page.fill("#key", key)
+        t0 = float(page.evaluate(
+            "() => { const t = performance.now(); "
+            "document.querySelector('#login button[type=submit]').click(); return t; }"
+        ))  # fmt: skip
+        page.wait_for_function(READY, arg=platforms, timeout=30_000)
+        sign_in = (float(page.evaluate("performance.now()")) - t0) / 1000.0
+    finally:
+        ctx.close()
+    return load, sign_in
 
 
 def bench_events(vms: int = 200, periods: int = 20, period: float = 1.0) -> dict[str, Any]:
@@ -294,6 +315,7 @@ def machine() -> dict[str, Any]:
     import platform
 
     return {
+        "load_average_1m": round(os.getloadavg()[0], 2),  # other work on the machine
         "python": platform.python_version(),
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
         "date": time.strftime("%Y-%m-%d", time.gmtime()),

@@ -8,6 +8,7 @@ key the user types in (kept in the browser's sessionStorage).
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -18,6 +19,22 @@ from fastapi.staticfiles import StaticFiles
 from merkat.web.metrics import CONTENT_TYPE, MarketMetrics
 
 STATIC = Path(str(resources.files("merkat.web") / "static"))
+_LINK = re.compile(r'<link rel="stylesheet" href="/static/([^"]+)">')
+_SCRIPT = re.compile(r'<script src="/static/([^"]+)"></script>')
+
+
+def inline_page(html: str) -> str:
+    """``index.html`` with its style sheets and scripts from ``/static`` inlined: the first
+    load is one request instead of five (the files stay served under ``/static``)."""
+
+    def read(name: str) -> str:
+        text = (STATIC / name).read_text(encoding="utf-8")
+        if re.search(r"</(script|style)", text, re.IGNORECASE):
+            raise ValueError(f"{name} cannot be inlined (it contains a closing tag)")
+        return text
+
+    html = _LINK.sub(lambda m: f"<style>/* {m.group(1)} */\n{read(m.group(1))}</style>", html)
+    return _SCRIPT.sub(lambda m: f"<script>/* {m.group(1)} */\n{read(m.group(1))}</script>", html)
 
 
 def install(app: FastAPI, metrics: MarketMetrics | None = None, dashboard: bool = True) -> None:
@@ -29,7 +46,7 @@ def install(app: FastAPI, metrics: MarketMetrics | None = None, dashboard: bool 
             return Response(metrics.exposition(), media_type=CONTENT_TYPE)
 
     if dashboard:
-        index = (STATIC / "index.html").read_text(encoding="utf-8")
+        index = inline_page((STATIC / "index.html").read_text(encoding="utf-8"))
 
         @app.get("/", include_in_schema=False, response_class=HTMLResponse)
         def dashboard_page() -> HTMLResponse:

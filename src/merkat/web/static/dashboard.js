@@ -64,14 +64,17 @@ function setStatus(text) { $("status").textContent = text; }
 
 async function signIn(key) {
   state.key = key;
+  // Who the key is, and the data, in parallel (the data calls fail the same way on a bad key).
+  const data = Promise.all([refreshAll(), loadEvents()]);
+  data.catch(() => {}); // reported through `me` when the key is bad
   const me = await api("/users/me");
   sessionStorage.setItem(KEY, key);
   $("who").textContent = me.admin ? `${me.name} (admin)` : me.name;
   $("login-view").hidden = true;
   $("dash").hidden = false;
   $("logout").hidden = false;
-  await refreshAll();
-  await loadEvents();
+  await data;
+  if (state.chart) state.chart.setSize(chartSize());
   state.loaded = true;
   setStatus("live");
   startStream();
@@ -97,10 +100,16 @@ $("logout").addEventListener("click", signOut);
 
 /* ---------------------------------------------------------------------- prices --- */
 
+function chartSize() {
+  // The box may still be hidden on the first load: fall back to the page's width.
+  const w = $("price-chart").clientWidth || document.body.clientWidth - 64;
+  return { width: Math.max(320, w - 8), height: 260 };
+}
+
 function priceChart() {
   const box = $("price-chart");
   const opts = {
-    width: Math.max(320, box.clientWidth - 8), height: 260,
+    ...chartSize(),
     scales: { x: { time: true }, cpu: { auto: true }, mem: { auto: true } },
     series: [
       {},
@@ -111,8 +120,7 @@ function priceChart() {
       { scale: "mem", side: 1, label: "memory", grid: { show: false } }],
   };
   state.chart = new uPlot(opts, state.prices, box);
-  window.addEventListener("resize", () =>
-    state.chart.setSize({ width: Math.max(320, box.clientWidth - 8), height: 260 }));
+  window.addEventListener("resize", () => state.chart.setSize(chartSize()));
 }
 
 async function refreshPrices() {
@@ -257,17 +265,10 @@ function addEvent(e) {
 }
 
 async function loadEvents() {
-  // The newest MAX_EVENTS events, walking the pages forward (the API lists by id).
-  let after = 0;
-  let last = [];
-  for (;;) {
-    const page = await api(`/events?after=${after}&limit=1000`);
-    last = last.concat(page.items).slice(-MAX_EVENTS);
-    after = page.next;
-    if (page.items.length < 1000) break;
-  }
-  last.forEach(addEvent);
-  state.lastEvent = Math.max(state.lastEvent, after);
+  // The newest MAX_EVENTS events; the stream continues after the last of them.
+  const page = await api(`/events?tail=${MAX_EVENTS}`);
+  page.items.forEach(addEvent);
+  state.lastEvent = Math.max(state.lastEvent, page.next);
 }
 
 async function startStream() {
