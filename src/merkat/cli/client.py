@@ -14,6 +14,7 @@ import os
 import sys
 import time
 import urllib.parse
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -169,22 +170,72 @@ def platform_logs(name: str, tail: int = typer.Option(100, "--tail", min=1),
 # --- market ------------------------------------------------------------------------------------
 
 
+class PriceFormat(StrEnum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+PRICE_COLUMNS = ("period", "time", "cpu", "memory")
+HISTORY_LIMIT = 100_000  # the API's cap on one history request
+
+
 def prices(watch: bool = typer.Option(False, "--watch", help="Print each new period's prices."),
-           output: OutputFormat = OutputOption, url: str | None = UrlOption,
-           token: str | None = TokenOption) -> None:
-    """The current prices (credits per core and per MiB, per period)."""
+           since: str | None = typer.Option(
+               None, "--since", help="Export the price series from this time on: Unix seconds, "
+               "ISO date-time (2026-11-23T21:00, UTC unless a zone is given) or 30m/2h/1d ago."),
+           output: PriceFormat = typer.Option(
+               PriceFormat.table, "--output", "-o", help="table (default), json or csv."),
+           url: str | None = UrlOption, token: str | None = TokenOption) -> None:
+    """The current prices (credits per core and per MiB, per period); with --since, the
+    series since then (``-o json``: {"items": [...]}, ``-o csv``: period,time,cpu,memory),
+    which ``merkat sim`` can replay."""
+    from merkat.cli.timespec import parse_time
+
+    if since is not None:
+        if watch:
+            fail("--since and --watch do not go together")
+        try:
+            t0 = parse_time(since, "--since")
+        except ValueError as e:
+            fail(str(e))
+        items = Client(url, token).get("/prices/history", since=t0, limit=HISTORY_LIMIT)["items"]
+        if len(items) >= HISTORY_LIMIT:
+            print(f"warning: only the last {HISTORY_LIMIT} periods; give a later --since",
+                  file=sys.stderr)
+        _emit_prices(output, items)
+        return
     c = Client(url, token)
     last = None
     while True:
         p = c.get("/prices")
         if p["period"] != last:
             last = p["period"]
-            emit(output, p, lambda p=p: print_table(None, ["PERIOD", "TIME", "CPU", "MEMORY"], [
-                (p["period"], _time(p["time"]), p["cpu"], p["memory"])]))
+            if output is PriceFormat.json:
+                print_json(p)
+            else:
+                _emit_prices(output, [p], header=last is None or not watch)
             sys.stdout.flush()
         if not watch:
             return
         time.sleep(1.0)
+
+
+def _emit_prices(output: PriceFormat, items: list[dict[str, Any]], header: bool = True) -> None:
+    if output is PriceFormat.json:
+        print_json({"items": items})
+    elif output is PriceFormat.csv:
+        import csv
+
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        if header:
+            w.writerow(PRICE_COLUMNS)
+        for p in items:
+            w.writerow([p["period"], repr(float(p["time"])) if p["time"] is not None else "",
+                        repr(float(p["cpu"])), repr(float(p["memory"]))])
+    else:
+        print_table(None, ["PERIOD", "TIME", "CPU", "MEMORY"],
+                    [(p["period"], _time(p["time"]), p["cpu"], p["memory"]) for p in items])
 
 
 def nodes(output: OutputFormat = OutputOption, url: str | None = UrlOption,

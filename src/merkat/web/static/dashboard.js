@@ -116,8 +116,9 @@ function priceChart() {
       { label: "cpu (credits / core / period)", scale: "cpu", stroke: "#2f5fb3", width: 2 },
       { label: "memory (credits / MiB / period)", scale: "mem", stroke: "#c0392b", width: 2 },
     ],
-    axes: [{}, { scale: "cpu", label: "cpu" },
-      { scale: "mem", side: 1, label: "memory", grid: { show: false } }],
+    axes: [{}, { scale: "cpu", label: "cpu", size: 60, values: (u, vs) => vs.map((v) => fmt(v)) },
+      { scale: "mem", side: 1, label: "memory", size: 60, grid: { show: false },
+        values: (u, vs) => vs.map((v) => fmt(v)) }],
   };
   state.chart = new uPlot(opts, state.prices, box);
   window.addEventListener("resize", () => state.chart.setSize(chartSize()));
