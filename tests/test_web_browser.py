@@ -3,7 +3,7 @@ playwright without downloading a browser) against a running server with a demo w
 
 Two platforms share one node: ``rich`` (budget 1000) and ``poor`` (0.003 per period, renewed);
 both want the whole node (performance-partial), so the price climbs until ``poor`` cannot
-keep a quarter of its VM and suspends (about the 7th period). The test signs in, checks that
+keep a quarter of its VM and suspends (about the 7th period; 2 s periods). The test signs in, checks that
 the price chart has points and the platform table lists both platforms, and that the suspend
 reaches the event log within two periods of the backend doing it. It saves a screenshot in
 the test's folder.
@@ -22,7 +22,7 @@ import pytest
 pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
-PERIOD = 1.0
+PERIOD = 2.0
 TEMPLATE = """\
 name: {name}
 controller: {{policy: performance-partial, params: {{backoff_max: 0}}}}
@@ -70,6 +70,14 @@ def test_dashboard_live_in_headless_chromium(server: Any, tmp_path: Path) -> Non
                   "--no-first-run", "--disable-component-update", "--disable-sync"],
         )  # fmt: skip
         page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        # Record when each event reaches the page's log (the page's clock is the machine's).
+        page.add_init_script("""
+            window.arrivals = {};
+            document.addEventListener('DOMContentLoaded', () => new MutationObserver(ms => {
+                for (const m of ms) for (const n of m.addedNodes)
+                    if (n.dataset && n.dataset.id) window.arrivals[n.dataset.id] = Date.now() / 1000;
+            }).observe(document.getElementById('events'), {childList: true}));
+        """)
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(f"{base}/")
@@ -81,13 +89,6 @@ def test_dashboard_live_in_headless_chromium(server: Any, tmp_path: Path) -> Non
         page.fill("#key", key)
         page.click("#login button[type=submit]")
         page.wait_for_selector("#dash:not([hidden])")
-        # Record when each event reaches the page's log (the page's clock is the machine's).
-        page.evaluate("""() => {
-            window.arrivals = {};
-            new MutationObserver(ms => { for (const m of ms) for (const n of m.addedNodes)
-                if (n.dataset && n.dataset.id) window.arrivals[n.dataset.id] = Date.now() / 1000;
-            }).observe(document.getElementById('events'), {childList: true});
-        }""")
         page.wait_for_function(
             "document.querySelectorAll('#platforms tbody tr').length === 2", timeout=15_000
         )
@@ -95,7 +96,7 @@ def test_dashboard_live_in_headless_chromium(server: Any, tmp_path: Path) -> Non
             "#platforms tbody tr", "rows => rows.map(r => r.dataset.platform)"
         )
         assert sorted(names) == ["poor", "rich"]
-        page.wait_for_selector('#events li[data-kind="vm-suspend"]', timeout=40_000)
+        page.wait_for_selector('#events li[data-kind="vm-suspend"]', timeout=60_000)
         suspend = next(e for e in store.events(0, 10_000) if e["kind"] == "vm-suspend")
         assert "poor/" in suspend["message"]
         arrived = page.evaluate(f"window.arrivals['{suspend['id']}']")
