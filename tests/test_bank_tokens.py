@@ -104,7 +104,17 @@ def test_unknown_key(ledger: Ledger) -> None:
     with pytest.raises(InvalidInput, match="not the registered public key"):
         tokens.issue(ledger, t.id, DN, carol_key)
     # Forge a token for carol's transfer signed with a key the bank does not know.
-    forged = tokens.Receipt(t.id, t.amount, "carol", "broker", DN, "n", tokens.key_id(b"x" * 32))
+    forged = tokens.Receipt(
+        t.id,
+        t.amount,
+        "carol",
+        "broker",
+        DN,
+        "n",
+        tokens.key_id(b"x" * 32),
+        ledger.bank_id(),
+        2**40,
+    )
     body = forged.to_bytes()
     with pytest.raises(UnknownKey, match="'carol' has no registered public key"):
         tokens.redeem(ledger, tokens.encode(body, carol_key.sign(body)))

@@ -10,16 +10,18 @@ one-line :class:`~merkat.bank.errors.DatabaseError`.
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
 import platformdirs
-from sqlalchemy import Engine, create_engine, event, inspect, select, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
 
 from merkat.bank.errors import BadDatabaseURL, DatabaseError
+from merkat.bank.money import MAX_TOTAL
 from merkat.bank.sql import SCHEMA_VERSION, SqlLedger, meta, metadata
 
 ENV_VAR = "MERKAT_DB"
@@ -47,7 +49,8 @@ def parse_url(url: str) -> URL:
     """Parse and normalise a database URL (PostgreSQL -> psycopg 3); raise ``DatabaseError``."""
     try:
         u = make_url(url)
-    except ArgumentError:
+        _ = u.port  # a non-numeric port fails here (ValueError), not at connect time
+    except (ArgumentError, ValueError):
         raise BadDatabaseURL(
             f"malformed database URL {url!r} (expected sqlite:///PATH or "
             "postgresql://USER:PASSWORD@HOST:PORT/DBNAME)"
@@ -66,14 +69,24 @@ def _safe(u: URL) -> str:
     return u.render_as_string(hide_password=True)
 
 
-def make_engine(url: str, schema: str | None = None) -> Engine:
+def make_engine(url: str, schema: str | None = None, *, readonly: bool = False) -> Engine:
     """An ``Engine`` for ``url``, with the bank's settings (SQLite: WAL, busy timeout,
     ``BEGIN IMMEDIATE``, foreign keys; PostgreSQL: psycopg 3, 10 s connect timeout, and the
-    tables looked up in ``schema`` when given — tests and benchmarks use a scratch schema)."""
+    tables looked up in ``schema`` when given — tests and benchmarks use a scratch schema).
+    ``readonly``: a SQLite file opened read-only (a directory we cannot write: no journal
+    files created, writes refused)."""
     u = parse_url(url)
     if u.drivername == "sqlite":
         memory = u.database in (None, "", ":memory:")
         kwargs: dict[str, Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000}}
+        if readonly and not memory:
+            import sqlite3
+            from urllib.parse import quote
+
+            ro = f"file:{quote(str(u.database))}?mode=ro&immutable=1"
+            kwargs["creator"] = lambda: sqlite3.connect(
+                ro, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+            )
         if memory:
             kwargs["poolclass"] = StaticPool
             kwargs["connect_args"]["check_same_thread"] = False
@@ -83,7 +96,7 @@ def make_engine(url: str, schema: str | None = None) -> Engine:
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
             dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
             cur = dbapi_conn.cursor()
-            if not memory:
+            if not memory and not readonly:
                 cur.execute("PRAGMA journal_mode=WAL")
             cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             cur.execute("PRAGMA synchronous=FULL")
@@ -115,10 +128,19 @@ def open_ledger(
     """
     url = resolve_url(db)
     u = parse_url(url)
-    if url == default_url() and u.database:
+    if url == default_url() and u.database and create:
         # The default file under the user's data directory: create the directory on first use.
         Path(u.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(url, schema)
+    readonly = False
+    if u.drivername == "sqlite" and u.database not in (None, "", ":memory:") and not create:
+        path = Path(str(u.database))
+        if not path.is_file():  # never create an empty database file as a side effect
+            raise DatabaseError(
+                f"the bank is not initialised in {_safe(u)} (no such file); "
+                "run: merkat bank init --db URL"
+            )
+        readonly = not os.access(path.parent, os.W_OK) or not os.access(path, os.W_OK)
+    engine = make_engine(url, schema, readonly=readonly)
     try:
         if schema is not None and create and engine.dialect.name == "postgresql":
             with engine.begin() as conn:
@@ -129,6 +151,8 @@ def open_ledger(
                 raise DatabaseError(
                     f"the bank is not initialised in {_safe(u)}; run: merkat bank init --db URL"
                 )
+            if has_schema:
+                check_schema(conn, _safe(u))
             conn.rollback()
         if create:
             with engine.begin() as conn:
@@ -136,13 +160,43 @@ def open_ledger(
                 version = conn.execute(select(meta.c.value).where(meta.c.key == "schema")).scalar()
                 if version is None:
                     conn.execute(meta.insert().values(key="schema", value=SCHEMA_VERSION))
+                    conn.execute(meta.insert().values(key="bank_id", value=secrets.token_hex(16)))
     except DBAPIError as exc:
         engine.dispose()
         raise DatabaseError(f"cannot use database {_safe(u)}: {_first_line(exc)}") from None
     except DatabaseError:
         engine.dispose()
         raise
-    return SqlLedger(engine)
+    ledger = SqlLedger(engine)
+    if readonly:
+        ledger._lock_path = None  # no lock file beside a database we must not write
+    return ledger
+
+
+def check_schema(conn: Connection, where: str) -> None:
+    """Refuse a database of another schema version, or whose balances were tampered with (a
+    text, fractional, negative or out-of-range balance: SQLite does not enforce column types).
+    Raises :class:`DatabaseError`."""
+    version = conn.execute(select(meta.c.value).where(meta.c.key == "schema")).scalar()
+    if version != SCHEMA_VERSION:
+        raise DatabaseError(
+            f"{where}: bank schema version {version!r}, this merkat reads version "
+            f"{SCHEMA_VERSION!r}"
+        )
+    if conn.dialect.name != "sqlite":
+        return  # PostgreSQL enforces BIGINT and the CHECK constraint
+    bad = conn.execute(
+        text(
+            "SELECT name, balance FROM bank_accounts WHERE typeof(balance) <> 'integer' "
+            "OR balance < 0 OR balance > :most LIMIT 1"
+        ),
+        {"most": MAX_TOTAL},
+    ).first()
+    if bad is not None:
+        raise DatabaseError(
+            f"{where}: corrupt bank: account {bad[0]!r} has balance {bad[1]!r}, not an integer "
+            f"number of micro-credits in [0, {MAX_TOTAL}]"
+        )
 
 
 def _first_line(exc: DBAPIError) -> str:

@@ -97,3 +97,7 @@ class TokenMismatch(TokenError):
 
 class TokenReplayed(TokenError):
     """The token (or another token for the same transfer) was already redeemed."""
+
+
+class TokenExpired(TokenError):
+    """The token's validity ended before it was redeemed."""

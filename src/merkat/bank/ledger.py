@@ -27,7 +27,7 @@ from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from merkat.bank.errors import InvalidInput
-from merkat.bank.money import MAX_AMOUNT
+from merkat.bank.money import MAX_AMOUNT, MAX_ID, MAX_TOTAL, format_amount
 
 
 class AccountKind(StrEnum):
@@ -216,6 +216,11 @@ class Ledger(Protocol):
         (:mod:`merkat.bank.tokens`)."""
         ...
 
+    def bank_id(self) -> str:
+        """This bank's identity: a random id stored with the bank, named in the tokens it
+        issues (a token of another bank is refused)."""
+        ...
+
     def close(self) -> None:
         """Release resources (connections)."""
         ...
@@ -271,12 +276,39 @@ def check_identity(identity: str | None) -> str | None:
 
 
 def check_period(period: int | None) -> int | None:
-    """Validate a period: ``None`` or a non-negative ``int``."""
+    """Validate a period: ``None`` or an ``int`` in ``[0, MAX_ID]``."""
     if period is not None and (
-        isinstance(period, bool) or not isinstance(period, int) or period < 0
+        isinstance(period, bool) or not isinstance(period, int) or not 0 <= period <= MAX_ID
     ):
-        raise InvalidInput("period", f"must be a non-negative integer, got {period!r}")
+        raise InvalidInput("period", f"must be an integer in [0, {MAX_ID}], got {period!r}")
     return period
+
+
+def check_transfer_id(transfer_id: int, field: str = "transfer") -> int:
+    """Validate a transfer id: an ``int`` in ``[1, MAX_ID]`` (raises ``InvalidInput``)."""
+    if (
+        isinstance(transfer_id, bool)
+        or not isinstance(transfer_id, int)
+        or not 1 <= transfer_id <= MAX_ID
+    ):
+        raise InvalidInput(field, f"must be an integer in [1, {MAX_ID}], got {transfer_id!r}")
+    return transfer_id
+
+
+def check_total(total: int, added: int) -> None:
+    """Refuse (``InvalidInput``) a mint of ``added`` that would raise the money in the bank,
+    now ``total``, above :data:`~merkat.bank.money.MAX_TOTAL`."""
+    if total + added > MAX_TOTAL:
+        raise InvalidInput(
+            "amount",
+            f"minting {format_amount(added)} would bring the money in the bank to "
+            f"{format_amount(total + added)}, above the maximum {format_amount(MAX_TOTAL)}",
+        )
+
+
+TOKEN_ACCOUNT = re.compile(r"/token-[0-9]+$")
+"""Names of token-funded sub-accounts (``<payee>/token-<transfer id>``): reserved, only a
+redemption creates them."""
 
 
 def fingerprint(kind: str, moves: Iterable[tuple[str | None, str | None, int]]) -> str:
@@ -326,16 +358,23 @@ def check_new_account(
     kind: AccountKind | str,
     owner: str | None,
     lookup: Callable[[str], Account | None],
+    *,
+    token: bool = False,
 ) -> AccountKind:
     """Validate a new account; ``lookup(name)`` returns an existing account or ``None``.
 
     Returns the parsed kind. Applications and sub-accounts need an existing owner (a user for
     applications); other kinds take none. Raises ``InvalidInput``, ``DuplicateAccount`` or
-    ``UnknownAccount``.
+    ``UnknownAccount``. Names ending in ``/token-N`` are reserved for the sub-accounts that
+    token redemptions create (``token=True``).
     """
     from merkat.bank.errors import DuplicateAccount, UnknownAccount
 
     check_name(name)
+    if not token and TOKEN_ACCOUNT.search(name):
+        raise InvalidInput(
+            "name", f"{name!r}: names ending in /token-N are reserved for redeemed tokens"
+        )
     try:
         k = AccountKind(kind)
     except ValueError:

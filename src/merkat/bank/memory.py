@@ -9,6 +9,7 @@ all (only the minted/burned totals and the single transfers tokens need), for ve
 from __future__ import annotations
 
 import bisect
+import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -36,6 +37,8 @@ from merkat.bank.ledger import (
     check_new_account,
     check_period,
     check_reason,
+    check_total,
+    check_transfer_id,
     fingerprint,
     replayed_message,
 )
@@ -68,8 +71,13 @@ class MemoryLedger:
         self._redeemed: dict[int, Redemption] = {}
         self._minted = 0
         self._burned = 0
+        self._bank_id = secrets.token_hex(16)
 
     # --- accounts ----------------------------------------------------------------------
+
+    def bank_id(self) -> str:
+        """This bank's identity (random, per instance)."""
+        return self._bank_id
 
     def _lookup(self, name: str) -> Account | None:
         i = self._index.get(name)
@@ -88,9 +96,11 @@ class MemoryLedger:
         kind: AccountKind,
         owner: str | None = None,
         identity: str | None = None,
+        *,
+        _token: bool = False,
     ) -> Account:
         check_identity(identity)
-        k = check_new_account(name, kind, owner, self._lookup)
+        k = check_new_account(name, kind, owner, self._lookup, token=_token)
         account = Account(name, k, owner, identity)
         self._index[name] = len(self._accounts)
         self._accounts.append(account)
@@ -157,6 +167,8 @@ class MemoryLedger:
         if old is not None:
             assert isinstance(old, Transfer)
             return old
+        if kind is TransferKind.mint:
+            check_total(self._minted - self._burned, amount)
         if src is not None:
             if self._bal[src] < amount:
                 raise InsufficientFunds(payer or "", self._bal[src], amount)
@@ -281,6 +293,7 @@ class MemoryLedger:
             assert isinstance(old, range)
             return old
         targets = [self._id(account) for _, account, _ in entries]  # all known, or raise
+        check_total(self._minted - self._burned, sum(amount for _, _, amount in entries))
         if not entries:
             return range(self._next_id, self._next_id)
         for i, (_, _, amount) in zip(targets, entries, strict=True):
@@ -304,6 +317,7 @@ class MemoryLedger:
         return Transfer(b.first_id + k, b.kind, payer, payee, amount, b.reason, b.period, b.key)
 
     def get_transfer(self, transfer_id: int) -> Transfer:
+        check_transfer_id(transfer_id)
         if transfer_id in self._single:
             return self._single[transfer_id]
         pos = bisect.bisect_right(self._batch_starts, transfer_id) - 1
@@ -365,7 +379,9 @@ class MemoryLedger:
         check_amount(amount)
         if self._bal[self._id(payee, "payee")] < amount:
             raise InsufficientFunds(payee, self.balance(payee), amount)
-        self.create_account(sub_account, AccountKind.sub, owner=payee, identity=identity)
+        self.create_account(
+            sub_account, AccountKind.sub, owner=payee, identity=identity, _token=True
+        )
         t = self.transfer(payee, sub_account, amount, f"token redemption of transfer {transfer_id}")
         r = Redemption(transfer_id, sub_account, identity, amount, t.id)
         self._redeemed[transfer_id] = r

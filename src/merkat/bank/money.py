@@ -18,6 +18,15 @@ MICRO = 1_000_000
 MAX_AMOUNT = 2**62
 """Largest amount (micro-credits) the bank accepts in one movement; fits a signed 64-bit column."""
 
+MAX_TOTAL = MAX_AMOUNT
+"""Most money (micro-credits) a bank may hold in all: a mint that would raise the sum of all
+balances above it is refused before anything is written. Every balance, and every sum of
+balances, is then at most 2**62 and fits a signed 64-bit column (SQLite never turns it into a
+float, PostgreSQL never overflows)."""
+
+MAX_ID = 2**63 - 1
+"""Largest transfer id or period number (a signed 64-bit column)."""
+
 
 def parse_amount(
     text: str | int | Decimal, field: str = "amount", *, allow_zero: bool = False
@@ -30,6 +39,8 @@ def parse_amount(
     """
     if isinstance(text, bool):
         raise InvalidInput(field, f"not a number: {text!r}")
+    if isinstance(text, str) and len(text) > 100:
+        raise InvalidInput(field, f"not a credit amount: {text[:20]!r}... ({len(text)} characters)")
     try:
         value = Decimal(text.strip()) if isinstance(text, str) else Decimal(text)
     except (InvalidOperation, ValueError):
@@ -38,6 +49,8 @@ def parse_amount(
         raise InvalidInput(field, f"not a finite number: {text!r}")
     if value < 0:
         raise InvalidInput(field, f"must not be negative: {text}")
+    if value > Decimal(MAX_AMOUNT) / MICRO:
+        raise InvalidInput(field, f"too large: {text} (at most {format_amount(MAX_AMOUNT)})")
     micro = value * MICRO
     if micro != micro.to_integral_value():
         raise InvalidInput(field, f"at most 6 decimals (1 micro-credit): {text}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import os
 import random
+import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -71,9 +72,12 @@ from merkat.bank.ledger import (
     check_new_account,
     check_period,
     check_reason,
+    check_total,
+    check_transfer_id,
     fingerprint,
     replayed_message,
 )
+from merkat.bank.money import MICRO
 
 SCHEMA_VERSION = "1"
 
@@ -252,6 +256,25 @@ class SqlLedger:
             time.sleep(min(0.5, 0.005 * 2 ** min(attempt, 7)) * random.random())
         raise AssertionError("unreachable")
 
+    @staticmethod
+    def _total(conn: Connection) -> int:
+        """The money in the bank (sum of balances; at most ``MAX_TOTAL``, no overflow)."""
+        return int(
+            conn.execute(select(func.coalesce(func.sum(accounts.c.balance), 0))).scalar_one()
+        )
+
+    def bank_id(self) -> str:
+        """This bank's identity: a random id stored with the bank (created on first use)."""
+
+        def run(conn: Connection) -> str:
+            value = conn.execute(select(meta.c.value).where(meta.c.key == "bank_id")).scalar()
+            if value is None:
+                value = secrets.token_hex(16)
+                conn.execute(insert(meta).values(key="bank_id", value=value))
+            return str(value)
+
+        return self._tx(run)
+
     def _forget_uncommitted(self) -> None:
         """Drop the name -> id cache after a failed transaction (it may have seen rows that
         were rolled back)."""
@@ -350,8 +373,10 @@ class SqlLedger:
         kind: AccountKind,
         owner: str | None,
         identity: str | None,
+        *,
+        token: bool = False,
     ) -> int:
-        k = check_new_account(name, kind, owner, lambda n: self._lookup(conn, n))
+        k = check_new_account(name, kind, owner, lambda n: self._lookup(conn, n), token=token)
         owner_id = None if owner is None else self._resolve(conn, [owner], "owner")[owner]
         return int(
             conn.execute(
@@ -451,6 +476,8 @@ class SqlLedger:
             old = self._replay(conn, key, fp)
             if old is not None:
                 return self._get(conn, old[0])
+            if kind is TransferKind.mint:
+                check_total(self._total(conn), amount)
             net: dict[int, int] = {}
             if payer is not None:
                 net[ids[payer]] = -amount
@@ -604,6 +631,7 @@ class SqlLedger:
             old = self._replay(conn, idempotency_key, fp)
             if old is not None:
                 return old
+            check_total(self._total(conn), sum(x for _, x in credits))
             net: dict[int, int] = {}
             for account, amount in credits:
                 net[ids[account]] = net.get(ids[account], 0) + amount
@@ -650,6 +678,7 @@ class SqlLedger:
         return self._to_transfer(row)
 
     def get_transfer(self, transfer_id: int) -> Transfer:
+        check_transfer_id(transfer_id)
         return self._tx(lambda conn: self._get(conn, transfer_id))
 
     def history(self, account: str, limit: int | None = None) -> list[Transfer]:
@@ -668,16 +697,21 @@ class SqlLedger:
 
     def audit(self) -> Audit:
         def run(conn: Connection) -> Audit:
-            minted, burned = conn.execute(
-                select(
-                    func.coalesce(
-                        func.sum(transfers.c.amount).filter(transfers.c.kind == "mint"), 0
-                    ),
-                    func.coalesce(
-                        func.sum(transfers.c.amount).filter(transfers.c.kind == "burn"), 0
-                    ),
-                )
-            ).one()
+            # Sums of the journal can exceed 64 bits (mint and burn cycles): summed as whole
+            # credits and remainders separately, each far from overflow, then combined exactly.
+            sums = []
+            for kind in ("mint", "burn"):
+                amount = transfers.c.amount
+                whole, rest = conn.execute(
+                    select(
+                        func.coalesce(
+                            func.sum(amount // MICRO).filter(transfers.c.kind == kind), 0
+                        ),
+                        func.coalesce(func.sum(amount % MICRO).filter(transfers.c.kind == kind), 0),
+                    )
+                ).one()
+                sums.append(int(whole) * MICRO + int(rest))
+            minted, burned = sums
             total, negative = conn.execute(
                 select(
                     func.coalesce(func.sum(accounts.c.balance), 0),
@@ -741,7 +775,7 @@ class SqlLedger:
                 )
             payee_id = self._resolve(conn, [payee], "payee")[payee]
             self._apply(conn, {payee_id: -amount}, {payee_id: payee})
-            sub_id = self._create(conn, sub_account, AccountKind.sub, payee, identity)
+            sub_id = self._create(conn, sub_account, AccountKind.sub, payee, identity, token=True)
             conn.execute(update(accounts).where(accounts.c.id == sub_id).values(balance=amount))
             reason = f"token redemption of transfer {transfer_id}"
             fid = conn.execute(
@@ -787,11 +821,11 @@ def _first_line(exc: BaseException) -> str:
 _MISMATCH_SQL = """
 SELECT COUNT(*) FROM bank_accounts a
 LEFT JOIN (
-    SELECT acct, SUM(delta) AS total FROM (
+    SELECT acct, SUM(delta / 1000000) AS whole, SUM(delta % 1000000) AS rest FROM (
         SELECT payee_id AS acct, amount AS delta FROM bank_transfers WHERE payee_id IS NOT NULL
         UNION ALL
         SELECT payer_id AS acct, -amount AS delta FROM bank_transfers WHERE payer_id IS NOT NULL
     ) moves GROUP BY acct
 ) j ON j.acct = a.id
-WHERE a.balance <> COALESCE(j.total, 0)
+WHERE a.balance <> COALESCE(j.whole, 0) * 1000000 + COALESCE(j.rest, 0)
 """

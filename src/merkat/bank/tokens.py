@@ -7,12 +7,15 @@ payer's registered public key, that the transfer exists and matches the receipt,
 token for that transfer was redeemed before; then it creates a sub-account of the payee bound
 to the identity and moves the amount into it, in one transaction.
 
-Token text: ``mkt1.<base64url(receipt JSON)>.<base64url(signature)>``. The receipt holds
-``transfer, amount, payer, payee, identity, nonce, key`` (``key``: fingerprint of the signing
-public key). Checks, in order, each with its own error: malformed → :class:`MalformedToken`;
+Token text: ``mkt2.<base64url(receipt JSON)>.<base64url(signature)>``. The receipt holds
+``transfer, amount, payer, payee, identity, nonce, key, bank, expires`` (``key``: fingerprint
+of the signing public key; ``bank``: the issuing bank's identity, a random id stored with the
+bank; ``expires``: Unix time after which the token is refused). Checks, in order, each with its
+own error: malformed → :class:`MalformedToken`; issued by another bank → :class:`TokenMismatch`;
 payer has no key / token signed by another key → :class:`UnknownKey`; transfer unknown or its
 amount/payer/payee differ → :class:`TokenMismatch`; signature invalid → :class:`BadSignature`;
-transfer already redeemed → :class:`TokenReplayed`.
+expired → :class:`TokenExpired`; transfer already redeemed → :class:`TokenReplayed`.
+Tokens of the first format (``mkt1``, no bank, no expiry) are refused as malformed.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import binascii
 import hashlib
 import json
 import secrets
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -33,6 +37,7 @@ from merkat.bank.errors import (
     BadSignature,
     InvalidInput,
     MalformedToken,
+    TokenExpired,
     TokenMismatch,
     UnknownAccount,
     UnknownKey,
@@ -42,7 +47,13 @@ from merkat.bank.ledger import Ledger, Redemption, TransferKind
 from merkat.bank.ledger import check_identity as ledger_check_identity
 from merkat.bank.money import format_amount
 
-PREFIX = "mkt1"
+PREFIX = "mkt2"
+
+DEFAULT_TTL = 7 * 86400
+"""Seconds a token stays redeemable by default (one week)."""
+
+MAX_TTL = 366 * 86400
+"""Longest validity a token can be given (a year and a day)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,8 @@ class Receipt:
     identity: str
     nonce: str
     key: str
+    bank: str
+    expires: int
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode()
@@ -134,6 +147,8 @@ def encode(receipt_bytes: bytes, signature: bytes) -> str:
 
 def decode(token: str) -> tuple[Receipt, bytes, bytes]:
     """Split a token into ``(receipt, receipt bytes as signed, signature)``; ``MalformedToken``."""
+    if len(token) > 20_000:
+        raise MalformedToken(f"malformed token: {len(token)} characters (a token has < 5,000)")
     parts = token.strip().split(".")
     if len(parts) != 3 or parts[0] != PREFIX:
         raise MalformedToken(f"malformed token: expected {PREFIX}.<receipt>.<signature>")
@@ -146,9 +161,17 @@ def decode(token: str) -> tuple[Receipt, bytes, bytes]:
     if not (
         isinstance(receipt.transfer, int)
         and isinstance(receipt.amount, int)
+        and isinstance(receipt.expires, int)
         and all(
             isinstance(v, str)
-            for v in (receipt.payer, receipt.payee, receipt.identity, receipt.nonce, receipt.key)
+            for v in (
+                receipt.payer,
+                receipt.payee,
+                receipt.identity,
+                receipt.nonce,
+                receipt.key,
+                receipt.bank,
+            )
         )
     ):
         raise MalformedToken("malformed token: receipt fields have the wrong types")
@@ -169,13 +192,20 @@ def issue(
     identity: str,
     private_key: Ed25519PrivateKey,
     nonce: str | None = None,
+    ttl: float = DEFAULT_TTL,
+    now: float | None = None,
 ) -> str:
-    """Sign a receipt of transfer ``transfer_id`` for ``identity``; return the token text.
+    """Sign a receipt of transfer ``transfer_id`` for ``identity``, redeemable at this bank
+    only and for ``ttl`` seconds (``now``: the issue time, default the clock); return the
+    token text.
 
-    Refuses (``InvalidInput``) when the transfer is not a plain transfer or when the key is not
-    the payer's registered key (a token nobody could redeem).
+    Refuses (``InvalidInput``) when the transfer is not a plain transfer, when the key is not
+    the payer's registered key (a token nobody could redeem) or when ``ttl`` is not in
+    ``(0, MAX_TTL]``.
     """
     check_identity(identity)
+    if not 0 < ttl <= MAX_TTL:  # NaN fails too
+        raise InvalidInput("ttl", f"must be in (0, {MAX_TTL}] seconds, got {ttl!r}")
     try:
         t = ledger.get_transfer(transfer_id)
     except UnknownTransfer:
@@ -196,6 +226,8 @@ def issue(
         identity=identity,
         nonce=nonce or secrets.token_hex(16),
         key=key_id(raw),
+        bank=ledger.bank_id(),
+        expires=int((time.time() if now is None else now) + ttl),
     )
     body = receipt.to_bytes()
     return encode(body, private_key.sign(body))
@@ -206,9 +238,14 @@ def sub_account_name(receipt: Receipt) -> str:
     return f"{receipt.payee}/token-{receipt.transfer}"
 
 
-def verify(ledger: Ledger, token: str) -> Receipt:
+def verify(ledger: Ledger, token: str, now: float | None = None) -> Receipt:
     """Run every check except replay (see the module docstring); return the receipt."""
     receipt, body, sig = decode(token)
+    if receipt.bank != ledger.bank_id():
+        raise TokenMismatch(
+            f"token issued by another bank ({receipt.bank[:16]!r}), not this one "
+            f"({ledger.bank_id()[:16]!r})"
+        )
     try:
         registered = ledger.public_key(receipt.payer)
     except (UnknownAccount, InvalidInput):
@@ -247,12 +284,16 @@ def verify(ledger: Ledger, token: str) -> Receipt:
         raise BadSignature(
             f"bad signature: the token is not signed by payer {receipt.payer!r}'s registered key"
         ) from None
+    if (time.time() if now is None else now) > receipt.expires:
+        raise TokenExpired(
+            f"token expired at {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(receipt.expires))}"
+        )
     return receipt
 
 
-def redeem(ledger: Ledger, token: str) -> Redemption:
+def redeem(ledger: Ledger, token: str, now: float | None = None) -> Redemption:
     """Verify ``token`` and, once only, fund a new sub-account of the payee bound to the identity."""
-    receipt = verify(ledger, token)
+    receipt = verify(ledger, token, now)
     return ledger.redeem(
         receipt.transfer, receipt.identity, sub_account_name(receipt), receipt.amount, receipt.payee
     )

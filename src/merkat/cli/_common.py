@@ -74,13 +74,17 @@ def print_json(data: Any) -> None:
 
 
 def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Print a table on stdout. Every cell, column name and the title are text, never rich
+    markup: a reason, identity or path like ``refund [/]`` is printed as typed (this is the one
+    place that renders tables, so the one place that escapes)."""
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=title)
+    table = Table(title=None if title is None else escape(title))
     for c in columns:
-        table.add_column(c)
+        table.add_column(escape(str(c)))
     for r in rows:
-        table.add_row(*[_fmt(v) for v in r])
+        table.add_row(*[escape(_fmt(v)) for v in r])
     out_console().print(table)
 
 

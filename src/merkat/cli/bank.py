@@ -10,7 +10,6 @@ change; 1 refused or failed (insufficient funds, token refused, database unreach
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -62,7 +61,9 @@ DbOption = typer.Option(
     "--db",
     help="Database URL (sqlite:///PATH or postgresql://...). Default: $MERKAT_DB, else a file in the user data dir.",
 )
-PeriodOption = typer.Option(None, "--period", help="Scheduling period number to record.")
+PeriodOption = typer.Option(
+    None, "--period", min=0, max=2**63 - 1, help="Scheduling period number to record."
+)
 KeyOption = typer.Option(
     None, "--idempotency-key", help="Same key twice = the transfer happens once."
 )
@@ -266,7 +267,9 @@ def balance(
 @app.command("history")
 def history(
     account: str = typer.Argument(...),
-    limit: int = typer.Option(50, "--limit", min=1, help="Newest first; at most this many."),
+    limit: int = typer.Option(
+        50, "--limit", min=1, max=1_000_000, help="Newest first; at most this many."
+    ),
     db: str | None = DbOption,
     output: OutputFormat = OutputOption,
 ) -> None:
@@ -313,13 +316,12 @@ def key_generate(
         if f.exists() and not force:
             fail(f"private_key_file: {f} exists (use --force to overwrite)")
     private_pem, public_pem = tokens.generate_key()
-    try:
-        fd = os.open(private_key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(private_pem)
-        public_file.write_bytes(public_pem)
+    from merkat.outputs import replace_all
+
+    try:  # both files written (the private one created 0600) before either is replaced
+        replace_all([(private_key_file, private_pem, 0o600), (public_file, public_pem, 0o644)])
     except OSError as exc:
-        fail(f"private_key_file: cannot write {private_key_file}: {exc.strerror}")
+        fail(f"private_key_file: cannot write {exc.filename}: {exc.strerror or exc}", EXIT_FAILURE)
     with _errors():
         kid = tokens.key_id(tokens.load_public_key(public_pem))
     _emit_record(
@@ -358,6 +360,9 @@ def token_issue(
     identity: str = typer.Option(
         ..., "--identity", help="Identity the funds are bound to (e.g. a Grid DN)."
     ),
+    ttl: float = typer.Option(
+        7 * 86400, "--ttl", help="Seconds the token stays redeemable (default a week)."
+    ),
     db: str | None = DbOption,
     output: OutputFormat = OutputOption,
 ) -> None:
@@ -366,7 +371,7 @@ def token_issue(
 
     with _errors():
         private = tokens.load_private_key(tokens.read_file(key, "key"), "key")
-    token = _with_ledger(db, lambda L: tokens.issue(L, transfer_id, identity, private))
+    token = _with_ledger(db, lambda L: tokens.issue(L, transfer_id, identity, private, ttl=ttl))
     if output is OutputFormat.json:
         sys.stdout.write(json.dumps({"token": token}) + "\n")
     else:

@@ -56,6 +56,7 @@ _BAD_INPUT_CLASSES = (
     ("merkat.bank.errors", "DuplicateAccount"),
     ("merkat.bank.errors", "MalformedToken"),
     ("merkat.bank.errors", "BadDatabaseURL"),
+    ("merkat.outputs", "OutputError"),
     ("pydantic", "ValidationError"),
     ("json", "JSONDecodeError"),
 )

@@ -88,4 +88,8 @@ def experiment(
             fail(str(exc), code=1)
     wall = time.perf_counter() - t0
     print((out / "results.md").read_text(), end="")
-    stderr_console.print(f"wrote {out}/results.json, results.md, {name}.png in {wall:.1f} s")
+    stderr_console.print(
+        f"wrote {out}/results.json, results.md, {name}.png in {wall:.1f} s",
+        markup=False,
+        highlight=False,
+    )

@@ -1,0 +1,130 @@
+"""Outputs that never lie: every file merkat writes appears whole or not at all.
+
+Contract:
+
+- :func:`write_atomic` writes a file under a temporary name in the same directory, flushes and
+  fsyncs it, then renames it over the target (``os.replace``): a reader sees the old file or
+  the new one, never a mix or a truncated file. ``mode`` is set at creation (a private key is
+  never readable by others, even for an instant).
+- :func:`replace_all` renames several prepared temporary files into place only once all of
+  them were written (a key pair is replaced both or neither).
+- :func:`prepare_out_dir` checks an ``--out`` directory *before* a run: refused when it is a
+  file, non-empty (unless ``force``) or not writable. :func:`output_dir` then lets the run
+  write into a fresh temporary sibling directory that replaces ``--out`` at the end, so an
+  interrupted run leaves the previous results untouched and never mixes files of two runs.
+
+Errors are :class:`OutputError` (bad input, naming the path).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = ["OutputError", "output_dir", "prepare_out_dir", "replace_all", "write_atomic"]
+
+
+class OutputError(ValueError):
+    """An output path that cannot be used (the message names it)."""
+
+
+def _tmp_file(path: Path, data: bytes, mode: int) -> Path:
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+    return Path(name)
+
+
+def replace_all(files: list[tuple[Path, bytes, int]]) -> None:
+    """Write every ``(path, data, mode)`` to a temporary file next to it; only when all are
+    written, rename each into place. On a failure nothing is replaced (temporaries removed)
+    and the ``OSError`` names the file that failed."""
+    done: list[tuple[Path, Path]] = []
+    try:
+        for path, data, mode in files:
+            try:
+                done.append((_tmp_file(path, data, mode), path))
+            except OSError as exc:
+                if exc.filename is None or str(exc.filename).endswith(".tmp"):
+                    exc.filename = str(path)
+                raise
+        for _, path in done:
+            if path.is_dir():
+                raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+        backups: list[tuple[Path, Path]] = []
+        try:
+            for _, path in done:  # keep the old files until every new one is in place
+                if path.exists():
+                    bak = path.with_name(f".{path.name}.{os.getpid()}.bak")
+                    os.link(path, bak)
+                    backups.append((bak, path))
+            for tmp, path in done:
+                os.replace(tmp, path)
+        except BaseException:
+            for bak, path in backups:
+                os.replace(bak, path)
+            raise
+        finally:
+            for bak, _ in backups:
+                bak.unlink(missing_ok=True)
+    finally:
+        for tmp, _ in done:
+            tmp.unlink(missing_ok=True)
+
+
+def write_atomic(path: str | Path, data: bytes | str, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` atomically (temporary name + rename), file mode ``mode``."""
+    raw = data.encode() if isinstance(data, str) else data
+    replace_all([(Path(path), raw, mode)])
+
+
+def prepare_out_dir(out: str | Path, *, force: bool = False, field: str = "--out") -> Path:
+    """Check an output directory before a run (raises :class:`OutputError`): not a file, empty
+    or absent (or ``force``), and its parent writable. Creates nothing."""
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise OutputError(f"{field}: {p} is a file, not a directory")
+    if p.is_dir() and any(p.iterdir()) and not force:
+        raise OutputError(f"{field}: {p} is not empty (use --force to replace its results)")
+    parent = p.resolve().parent
+    probe = parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise OutputError(f"{field}: cannot write in {probe}")
+    return p
+
+
+@contextmanager
+def output_dir(out: str | Path, *, force: bool = False, field: str = "--out") -> Iterator[Path]:
+    """A fresh temporary directory beside ``out`` to write a run's files into; on success it
+    replaces ``out`` (the previous results are removed only then); on failure or interrupt it
+    is removed and ``out`` is left as it was."""
+    p = prepare_out_dir(out, force=force, field=field)
+    p.resolve().parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.resolve().parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755)
+        old: Path | None = None
+        if p.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{p.name}.", suffix=".old", dir=tmp.parent))
+            os.replace(p, old / "d")
+        os.replace(tmp, p)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
