@@ -165,7 +165,7 @@ def _uncapped(budget: float, w: FloatArray, y: FloatArray) -> FloatArray:
     """Water-filling: hosts by w/y descending; the active prefix is the longest whose last
     host still gets a positive bid at t = (X + Σy)/Σ√(wy)."""
     a = np.sqrt(w * y)
-    order = np.argsort(-(w / y), kind="stable")
+    order = np.argsort(-(w / y))
     t = (budget + np.cumsum(y[order])) / np.cumsum(a[order])
     ok = a[order] * t > y[order]
     k = int(np.flatnonzero(ok)[-1]) if ok.any() else 0
@@ -190,7 +190,7 @@ def _capped(budget: float, wa: FloatArray, ya: FloatArray, ca: FloatArray) -> Fl
     finite = np.isfinite(end)
     times = np.concatenate([start, end[finite]])
     deltas = np.concatenate([a, -a[finite]])
-    order = np.argsort(times, kind="stable")
+    order = np.argsort(times)
     times, deltas = times[order], deltas[order]
     slope = np.cumsum(deltas)  # slope of the spending just after each breakpoint
     spent = np.concatenate([[0.0], np.cumsum(slope[:-1] * np.diff(times))])
