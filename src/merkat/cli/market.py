@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -21,18 +20,15 @@ def clear_cmd(
 ) -> None:
     """Clear one period: prices, ideal and enforceable allocations, placement, migrations."""
     from merkat.market import MarketError, clear
-    from merkat.market.io import clearing_to_dict, parse_market
+    from merkat.market.io import MAX_BYTES, clearing_to_dict, decode_market, parse_market
 
     try:
-        text = file.read_text()
+        with file.open("rb") as fh:  # bounded: /dev/zero or a huge file is refused, not read
+            raw = fh.read(MAX_BYTES + 1)
     except OSError as exc:
         fail(f"{file}: cannot read: {exc.strerror or exc}")
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        fail(f"{file}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
-    try:
-        hosts, vms, reserve, params = parse_market(data)
+        hosts, vms, reserve, params = parse_market(decode_market(raw))
         result = clear(hosts, vms, reserve_price=reserve, params=params)
     except MarketError as exc:
         fail(f"{file}: {exc}")

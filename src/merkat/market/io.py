@@ -20,6 +20,7 @@ a VM that could not be placed are written as ``null``.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -29,7 +30,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from merkat.market.clear import Clearing
 from merkat.market.types import NO_HOST, RESOURCES, BalanceParams, Hosts, MarketError, VMs
 
-NonNeg = Field(ge=0, allow_inf_nan=False)
+MAX_QUANTITY = 1e12
+"""Largest number accepted anywhere in a market document (a bid, a capacity, a cap, a price).
+With at most :data:`MAX_ITEMS` VMs every sum the clearing forms stays below 1e18: no overflow
+to infinity, and prices and shares keep float64's relative precision."""
+
+MAX_ITEMS = 100_000
+"""Most hosts, and most VMs, in one document."""
+
+MAX_BYTES = 64 * 2**20
+"""Largest market document (bytes)."""
+
+MAX_DEPTH = 20
+"""Deepest nesting of arrays/objects accepted (the format itself needs 4)."""
+
+NonNeg = Field(ge=0, le=MAX_QUANTITY, allow_inf_nan=False)
 
 
 class _Strict(BaseModel):
@@ -42,23 +57,23 @@ class ResourceAmounts(_Strict):
 
 
 class ResourceCaps(_Strict):
-    cpu: float | None = Field(ge=0, allow_inf_nan=False)
-    memory: float | None = Field(ge=0, allow_inf_nan=False)
+    cpu: float | None = Field(ge=0, le=MAX_QUANTITY, allow_inf_nan=False)
+    memory: float | None = Field(ge=0, le=MAX_QUANTITY, allow_inf_nan=False)
 
 
 class ResourceMinimum(_Strict):
-    cpu: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    memory: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    cpu: float = Field(default=0.0, ge=0, le=MAX_QUANTITY, allow_inf_nan=False)
+    memory: float = Field(default=0.0, ge=0, le=MAX_QUANTITY, allow_inf_nan=False)
 
 
 class HostSpec(_Strict):
-    id: str = Field(min_length=1)
+    id: str = Field(min_length=1, max_length=200)
     cpu: float = NonNeg
     memory: float = NonNeg
 
 
 class VMSpec(_Strict):
-    id: str = Field(min_length=1)
+    id: str = Field(min_length=1, max_length=200)
     bid: ResourceAmounts
     max: ResourceCaps
     min: ResourceMinimum | None = None
@@ -66,18 +81,18 @@ class VMSpec(_Strict):
 
 
 class BalanceSpec(_Strict):
-    error_threshold: float = Field(default=0.10, ge=0, allow_inf_nan=False)
-    max_migrations: int = Field(default=BalanceParams.max_migrations, ge=0)
-    tabu_size: int = Field(default=BalanceParams.tabu_size, ge=0)
-    max_no_improve: int = Field(default=BalanceParams.max_no_improve, ge=0)
-    max_iterations: int = Field(default=BalanceParams.max_iterations, ge=0)
-    candidates: int = Field(default=BalanceParams.candidates, ge=1)
+    error_threshold: float = Field(default=0.10, ge=0, le=MAX_QUANTITY, allow_inf_nan=False)
+    max_migrations: int = Field(default=BalanceParams.max_migrations, ge=0, le=10**6)
+    tabu_size: int = Field(default=BalanceParams.tabu_size, ge=0, le=10**6)
+    max_no_improve: int = Field(default=BalanceParams.max_no_improve, ge=0, le=10**6)
+    max_iterations: int = Field(default=BalanceParams.max_iterations, ge=0, le=10**7)
+    candidates: int = Field(default=BalanceParams.candidates, ge=1, le=10**6)
 
 
 class MarketSpec(_Strict):
-    description: str | None = None
-    hosts: list[HostSpec]
-    vms: list[VMSpec]
+    description: str | None = Field(default=None, max_length=10_000)
+    hosts: list[HostSpec] = Field(max_length=MAX_ITEMS)
+    vms: list[VMSpec] = Field(max_length=MAX_ITEMS)
     reserve_price: ResourceAmounts | None = None
     balance: BalanceSpec | None = None
 
@@ -87,6 +102,43 @@ def _loc(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out or "(document)"
+
+
+def decode_market(raw: bytes) -> Any:
+    """Decode a market document's bytes: at most :data:`MAX_BYTES`, UTF-8, JSON nested at most
+    :data:`MAX_DEPTH` deep. Raises :class:`MarketError` saying what is wrong (and where)."""
+    if len(raw) > MAX_BYTES:
+        raise MarketError("(document)", f"larger than {MAX_BYTES // 2**20} MiB")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MarketError("(document)", f"not UTF-8 text (byte {exc.start})") from None
+    depth = 0
+    in_str = escaped = False
+    for ch in text:  # nesting checked before parsing: json's recursion never runs out of stack
+        if in_str:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise MarketError("(document)", f"nested more than {MAX_DEPTH} levels deep")
+        elif ch in "]}":
+            depth -= 1
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MarketError(
+            "(document)", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    except (ValueError, RecursionError) as exc:  # e.g. an integer of more than 4300 digits
+        raise MarketError("(document)", f"not valid JSON: {str(exc).splitlines()[0]}") from None
 
 
 def parse_market(data: Any) -> tuple[Hosts, VMs, np.ndarray, BalanceParams]:
