@@ -98,3 +98,42 @@ def test_a_restarted_server_finds_the_pods_left_and_reaps_them(tmp_path: Path) -
     assert len(emu.pods) == 1
     again.close()
     assert emu.pods == {}
+
+
+def test_the_service_config_builds_it_with_one_namespace_or_one_per_user(tmp_path: Path) -> None:
+    import threading
+
+    import yaml
+
+    from merkat.backends.kubernetes.emulator import kubeconfig, serve
+    from merkat.service.backends import make_backend
+    from merkat.service.config import load_config
+
+    emu = KubeEmulator(record=False)
+    emu.namespaces.add("team")
+    emu.add_node("node-a", "4", "8Gi")
+    server = serve(emu)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    config = tmp_path / "kubeconfig"
+    config.write_text(yaml.safe_dump(kubeconfig("default", server.url)))
+    try:
+        for per_user, namespace in ((False, "team"), (True, "merkat-alice")):
+            cfg = load_config(None, data_dir=tmp_path, backend={
+                "name": "kubernetes", "kubeconfig": str(config), "namespace": "team",
+                "namespace_per_user": per_user, "image": "busybox:1.36"})
+            live = make_backend(cfg)
+            assert isinstance(live, KubernetesLive) and live.warning is None
+            live.owner_of["app"] = "alice"  # what the manager records at admission
+            live.register("app", lambda app, vm, i: Launch("sleep 1000"))
+            live.apply(Plan(0.0, 40.0, create=(VMPlacement("app/vm1", "app", 0),),
+                            allocations={"app/vm1": {"cpu": 1.0}}))
+            assert live.report[0].error is None, live.report
+            with server.lock:
+                (pod,) = emu.pods.values()
+            assert pod["metadata"]["namespace"] == namespace
+            assert pod["spec"]["containers"][0]["image"] == "busybox:1.36"
+            live.close()
+            assert emu.pods == {}
+    finally:
+        server.shutdown()
+        server.server_close()

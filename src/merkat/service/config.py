@@ -54,6 +54,7 @@ class BackendConfig(BaseModel):
     kubeconfig: Path | None = None
     context: str | None = None
     namespace: str = Field("merkat", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    namespace_per_user: bool = False  # merkat-<owner> for each user's pods instead
     image: str = Field("python:3.12-slim", min_length=1)
     instance: str = Field("merkat", pattern=r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$",
                           max_length=63)

@@ -339,6 +339,9 @@ class Manager:
             deadline=now + t.controller.reference if t.controller.reference else None,
             vm_min={"cpu": c.min_cpu, "memory": c.min_memory}, owner=row.owner,
             trade=tuple(t.trade))
+        owners = getattr(self.backend, "owner_of", None)
+        if owners is not None:  # backends placing each user's VMs apart (kubernetes namespaces)
+            owners[t.name] = row.owner
         self.backend.register(t.name, self._launcher(t))
         app = self.platform.submit(spec, ctl)
         budget = to_micro(t.budget)

@@ -217,6 +217,7 @@ def from_config(config: Any) -> KubernetesLive:
     from merkat.backends.kubernetes.backend import connect
 
     b = config.backend
-    kube = connect(str(b.kubeconfig) if b.kubeconfig else None, namespace=b.namespace,
+    kube = connect(str(b.kubeconfig) if b.kubeconfig else None,
+                   namespace=None if b.namespace_per_user else b.namespace,
                    context=b.context, instance=b.instance)
     return KubernetesLive(kube, logs=Path(config.data_dir) / "logs", image=b.image)
