@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from merkat.sim.traces import HPC2N, find_trace
+from merkat.sim.workload.traces import HPC2N, find_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,9 +22,9 @@ import hashlib, json, sys
 import numpy as np
 import merkat
 from merkat.sim.cluster import Cluster
-from merkat.sim.market import simulate_market
-from merkat.sim.swf import read_swf
-from merkat.sim.workload import build_workload
+from merkat.sim.market.trace import simulate_market
+from merkat.sim.workload.swf import read_swf
+from merkat.sim.workload.jobs import build_workload
 tr = read_swf(sys.argv[1])
 digest = hashlib.sha256()
 c = Cluster(240, 1, None)

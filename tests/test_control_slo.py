@@ -220,7 +220,7 @@ def test_registry_names_every_policy() -> None:
     assert set(POLICIES) == {
         "scale-one-vm", "scale-multi-vms", "merkat-vertical", "merkat-horizontal",
         "vertical-deadline", "horizontal-deadline", "deadline-strict", "deadline-partial",
-        "performance-strict", "performance-partial", "best-effort"}
+        "performance-strict", "performance-partial", "best-effort", "framework-horizontal"}
     for name, cls in POLICIES.items():
         assert cls.name == name
         assert isinstance(make_policy(name), cls)

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from merkat.cli import app
-from merkat.sim.traces import HPC2N, find_trace
+from merkat.sim.workload.traces import HPC2N, find_trace
 
 runner = CliRunner()
 
@@ -104,7 +104,7 @@ def test_batch_jobs_partial_work_is_counted_at_the_deadline() -> None:
     import numpy as np
 
     from merkat.sim.experiments import baseline_work_at_deadline
-    from merkat.sim.workload import Workload
+    from merkat.sim.workload.jobs import Workload
 
     w = Workload.from_arrays(
         submit=[0.0, 0.0, 0.0],

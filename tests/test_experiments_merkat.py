@@ -16,26 +16,25 @@ from typer.testing import CliRunner
 
 from merkat.backends.sim import TaskFarm
 from merkat.cli import app
+from merkat.control.framework import FrameworkHorizontal
 from merkat.control.types import Sense
 from merkat.platform.backend import Plan, VMPlacement
 from merkat.sim.experiments import EXPERIMENTS
-from merkat.sim.experiments_merkat import (
+from merkat.sim.experiments.common import ScenarioRun
+from merkat.sim.experiments.merkat import (
     MERKAT6,
     MERKAT7,
     SATISFACTION,
-    THEMIS6,
-    ScenarioRun,
     merkat6_scenario,
     merkat7_scenario,
     merkat_fig6,
     merkat_fig7,
     merkat_satisfaction_run,
     satisfaction_workload,
-    themis_fig6,
 )
-from merkat.sim.scenarios import (
+from merkat.sim.experiments.themis import THEMIS6, themis_fig6
+from merkat.sim.market.scenarios import (
     BatchQueue,
-    FrameworkHorizontal,
     IterativeApp,
     QueueFarm,
     Scenario,

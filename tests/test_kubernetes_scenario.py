@@ -11,11 +11,7 @@ from merkat.backends.kubernetes import KubernetesBackend, PodTemplate
 from merkat.backends.kubernetes.emulator import KubeEmulator, emulated_client
 from merkat.backends.kubernetes.objects import cores_to_millis
 from merkat.backends.kubernetes.simulated import PodsBackend
-
-try:  # where the sim/ regroup (issue 11) puts it
-    from merkat.sim.experiments.merkat import MERKAT6, merkat6_scenario
-except ImportError:
-    from merkat.sim.experiments_merkat import MERKAT6, merkat6_scenario
+from merkat.sim.experiments.merkat import MERKAT6, merkat6_scenario
 
 pytestmark = pytest.mark.kubernetes
 

@@ -14,8 +14,8 @@ from merkat.market import Hosts
 from merkat.platform.backend import Plan, VMPlacement
 from merkat.platform.period import MICRO, AppSpec, Platform
 from merkat.sim.cluster import Cluster
-from merkat.sim.market import MarketConfig, simulate_market, summarize_market
-from merkat.sim.workload import Workload
+from merkat.sim.market.trace import MarketConfig, simulate_market, summarize_market
+from merkat.sim.workload.jobs import Workload
 
 
 def one_host(cores: float = 4.0, memory: float = 4096.0) -> Hosts:

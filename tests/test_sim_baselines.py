@@ -7,7 +7,7 @@ import pytest
 
 from merkat.sim.cluster import Cluster
 from merkat.sim.run import schedule
-from merkat.sim.workload import Workload
+from merkat.sim.workload.jobs import Workload
 
 
 def starts(wl: Workload, cluster: Cluster, scheduler: str) -> list[float]:

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from merkat.sim.cluster import Cluster
 from merkat.sim.run import schedule
-from merkat.sim.workload import Workload
+from merkat.sim.workload.jobs import Workload
 
 
 @st.composite

@@ -15,8 +15,8 @@ import pytest
 from merkat.sim.cluster import Cluster
 from merkat.sim.metrics import summarize
 from merkat.sim.run import schedule
-from merkat.sim.swf import read_swf
-from merkat.sim.workload import Workload, build_workload
+from merkat.sim.workload.jobs import Workload, build_workload
+from merkat.sim.workload.swf import read_swf
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 HPC2N = TRACES / "HPC2N-2002-2.2-cln.swf.gz"

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from merkat.cli import app
 from merkat.sim.metrics import read_jobs_csv
-from merkat.sim.traces import HPC2N, find_trace
+from merkat.sim.workload.traces import HPC2N, find_trace
 
 runner = CliRunner()
 
@@ -74,7 +74,7 @@ def test_bench_period_prints_json_and_refuses_negative_job_counts(trace: str) ->
 def burst_trace(path: Path, bursts: int = 440, per_burst: int = 10) -> str:
     """An SWF trace of short one-core jobs in bursts four hours apart (the cluster empties
     between them), long enough for ``--workers 2`` to cut it."""
-    from merkat.sim.swf import empty_row, write_swf
+    from merkat.sim.workload.swf import empty_row, write_swf
 
     rows = []
     for b in range(bursts):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from merkat.sim.cluster import Cluster
-from merkat.sim.swf import SwfTrace
-from merkat.sim.workload import SloConfig, build_workload
+from merkat.sim.workload.jobs import SloConfig, build_workload
+from merkat.sim.workload.swf import SwfTrace
 
 
 def trace(rows: list[dict[int, float]]) -> SwfTrace:

@@ -17,10 +17,10 @@ from merkat.bank.memory import MemoryLedger
 from merkat.market import Hosts
 from merkat.platform.period import MICRO, AppSpec, Platform
 from merkat.sim.cluster import Cluster
-from merkat.sim.lublin import write as write_lublin
-from merkat.sim.market import MarketConfig, simulate_market
-from merkat.sim.swf import read_swf
-from merkat.sim.workload import SloConfig, build_workload
+from merkat.sim.market.trace import MarketConfig, simulate_market
+from merkat.sim.workload.jobs import SloConfig, build_workload
+from merkat.sim.workload.lublin import write as write_lublin
+from merkat.sim.workload.swf import read_swf
 from merkat.web.metrics import MIB, MarketMetrics, MarketSnapshot
 from merkat.web.routes import install
 

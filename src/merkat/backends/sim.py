@@ -116,7 +116,7 @@ class TaskFarm:
 
 class AppModel(Protocol):
     """What :class:`SimBackend` needs of an application model: :class:`RigidApp`,
-    :class:`TaskFarm`, or one of a scenario's own (:mod:`merkat.sim.scenarios`)."""
+    :class:`TaskFarm`, or one of a scenario's own (:mod:`merkat.sim.market.scenarios`)."""
 
     cpu: float
     memory: float

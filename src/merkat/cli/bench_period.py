@@ -34,7 +34,7 @@ def bench_period(
     hosts: int = typer.Option(240, "--hosts", help="Hosts (1 core each)."),
     workers: int = typer.Option(
         1, "--workers", help="Cut the trace where the cluster is empty and run the pieces on "
-        "this many processes (the same results; merkat.sim.segments).",
+        "this many processes (the same results; merkat.sim.parallel).",
     ),
     trace: str = typer.Option(
         "HPC2N-2002-2.2-cln", "--trace", help="A trace name (`merkat traces list`) or an SWF file."
@@ -42,10 +42,10 @@ def bench_period(
 ) -> None:
     """Time one market run of the themis-fig5 sweep (JSON on stdout)."""
     from merkat.sim.cluster import Cluster
-    from merkat.sim.market import simulate_market, summarize_market
-    from merkat.sim.swf import SwfError, read_swf
-    from merkat.sim.traces import find_trace
-    from merkat.sim.workload import build_workload
+    from merkat.sim.market.trace import simulate_market, summarize_market
+    from merkat.sim.workload.jobs import build_workload
+    from merkat.sim.workload.swf import SwfError, read_swf
+    from merkat.sim.workload.traces import find_trace
 
     if not interarrival_factor > 0:
         fail("--interarrival-factor: must be > 0")

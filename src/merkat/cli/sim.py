@@ -29,7 +29,7 @@ from merkat.cli._common import (
     print_json,
     print_table,
 )
-from merkat.sim.traces import HPC2N_NAME, find_trace
+from merkat.sim.workload.traces import HPC2N_NAME, find_trace
 
 app = typer.Typer(
     help="Trace-driven simulator: batch baselines (FCFS, EDF, EASY) on SWF workloads.",
@@ -87,8 +87,8 @@ def run_cmd(
     Without --hosts/--cores-per-host the machine is the trace header's MaxProcs as one pool.
     """
     from merkat.sim.run import RunOptions, run_trace
-    from merkat.sim.swf import SwfError
-    from merkat.sim.workload import SloConfig
+    from merkat.sim.workload.jobs import SloConfig
+    from merkat.sim.workload.swf import SwfError
 
     _check(
         scheduler in SCHEDULER_NAMES,
@@ -235,7 +235,7 @@ def lublin_cmd(
     jobtype: str = typer.Option("typeless", "--type", help="typeless | mixed (batch+interactive)."),
 ) -> None:
     """Generate a Lublin-Feitelson workload as SWF."""
-    from merkat.sim import lublin
+    from merkat.sim.workload import lublin
 
     _check(jobs >= 1, f"--jobs must be >= 1, got {jobs}")
     _check(nodes >= 2, f"--nodes must be >= 2, got {nodes}")
@@ -263,8 +263,8 @@ def bench_sim(
     from merkat.sim.cluster import Cluster
     from merkat.sim.metrics import summarize
     from merkat.sim.run import schedule
-    from merkat.sim.swf import SwfError, read_swf
-    from merkat.sim.workload import build_workload
+    from merkat.sim.workload.jobs import build_workload
+    from merkat.sim.workload.swf import SwfError, read_swf
 
     try:
         path = find_trace(trace)

@@ -3,7 +3,7 @@
 ``list`` shows the bundled, cached and ``$MERKAT_TRACES`` traces with their job counts
 (``-o json``: ``{"items": [{"name", "jobs", "path", "source"}]}``); ``--archive`` adds the
 archive's traces that ``fetch`` can download (``path`` null until fetched). ``fetch NAME``
-downloads one into the user cache and checks its SHA-256 (:mod:`merkat.sim.traces`).
+downloads one into the user cache and checks its SHA-256 (:mod:`merkat.sim.workload.traces`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from merkat.cli._common import (
     fail,
     print_table,
 )
-from merkat.sim import traces as tr
+from merkat.sim.workload import traces as tr
 
 app = typer.Typer(
     help="Workload traces: the bundled one, the ones fetched from the archive.",

@@ -70,7 +70,7 @@ class Controller(ABC):
     :attr:`Observation.price_history <merkat.control.types.Observation.price_history>`; for
     the others it is empty. What a controller cannot see cannot change its decisions: a
     simulation whose policies ignore the history can be cut wherever the cluster is empty and
-    its pieces run in parallel (:mod:`merkat.sim.segments`).
+    its pieces run in parallel (:mod:`merkat.sim.parallel`).
     """
 
     name: ClassVar[str] = "controller"

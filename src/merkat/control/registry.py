@@ -11,6 +11,7 @@ from typing import Any
 
 from merkat.control.base import Controller
 from merkat.control.deadline import HorizontalDeadline, VerticalDeadline
+from merkat.control.framework import FrameworkHorizontal
 from merkat.control.generic import (
     MerkatHorizontal,
     MerkatVertical,
@@ -39,6 +40,7 @@ POLICIES: Mapping[str, type[Controller]] = MappingProxyType({
         PerformanceStrict,
         PerformancePartial,
         BestEffort,
+        FrameworkHorizontal,
     )
 })
 """Every policy, by its registry name."""

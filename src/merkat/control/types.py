@@ -1,6 +1,6 @@
 """What a controller sees (:class:`Observation`) and what it asks for (:class:`Demand`).
 
-Units (DESIGN.md, Decisions): CPU in cores, memory in MiB, money in credits, time in seconds,
+Units (docs/architecture.md, "Units and invariants"): CPU in cores, memory in MiB, money in credits, time in seconds,
 prices in credits per unit per period, bids in credits per period per VM and resource.
 Resources are named as in :data:`merkat.market.RESOURCES` (``"cpu"``, ``"memory"``); a mapping
 may hold only ``"cpu"`` for a CPU-only market, and every rule here iterates over the resources
@@ -108,7 +108,7 @@ class Metrics:
 
 @dataclass(frozen=True)
 class Budget:
-    """The application's account after this period's renewal (DESIGN.md step 1).
+    """The application's account after this period's renewal (docs/architecture.md, the period step 1).
 
     ``balance``: credits available now; ``renewal``: credits added every period.
     """

@@ -47,7 +47,7 @@ def performance_strict(budget: float, t_exec: float, t_deadline: float,
 def performance_partial(budget: float, t_exec: float, t_deadline: float, t_ideal: float,
                         work_done: float, work_total: float) -> float:
     """The mean of deadline-partial and performance-strict (the SLO paper omits the row;
-    DESIGN.md decides)."""
+    docs/architecture.md decides)."""
     return (deadline_partial(budget, t_exec, t_deadline, work_done, work_total)
             + performance_strict(budget, t_exec, t_deadline, t_ideal)) / 2.0
 

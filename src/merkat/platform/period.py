@@ -1,4 +1,4 @@
-"""One scheduling period, the heart of merkat (DESIGN.md, "One scheduling period").
+"""One scheduling period, the heart of merkat (docs/architecture.md, "One scheduling period").
 
 :meth:`Platform.run_period` runs, top-down, once per period:
 

@@ -7,7 +7,7 @@ Placement rule (first fit by host index): walk the hosts in index order and put 
 of the job's remaining tasks as its free cores and free memory allow. A job *fits* iff this
 places all its tasks, i.e. iff ``sum_h min(free_cores_h, floor(free_mem_h / memory)) >= procs``.
 With memory unconstrained (``memory_per_host=None``) and one host, the machine is a single pool of
-cores and a job fits iff ``procs <= free cores`` (the fast path of :mod:`merkat.sim.fast`).
+cores and a job fits iff ``procs <= free cores`` (the fast path of :mod:`merkat.sim.batch.fast`).
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from merkat.sim.batch.engine import Schedule
 from merkat.sim.cluster import Cluster
-from merkat.sim.engine import Schedule
-from merkat.sim.workload import Workload
+from merkat.sim.workload.jobs import Workload
 
 TAU_S = 10.0
 JOBS_CSV_HEADER = "job_id,submit,start,end,procs,deadline,met,value"

@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from merkat.sim import fast
-from merkat.sim.baselines import SCHEDULERS
+from merkat.sim.batch import fast
+from merkat.sim.batch.baselines import SCHEDULERS
+from merkat.sim.batch.engine import Schedule, simulate
 from merkat.sim.cluster import Cluster
-from merkat.sim.engine import Schedule, simulate
 from merkat.sim.metrics import summarize, write_jobs_csv
-from merkat.sim.swf import read_swf
-from merkat.sim.workload import SloConfig, Workload, build_workload
+from merkat.sim.workload.jobs import SloConfig, Workload, build_workload
+from merkat.sim.workload.swf import read_swf
 
 FAST_SCHEDULERS = ("fcfs", "edf", "easy")
 
@@ -34,9 +34,9 @@ def schedule(
     use_fast: bool | None = None,
 ) -> Schedule:
     """Simulate ``workload`` on ``cluster`` under the scheduler named ``scheduler`` (a key of
-    :data:`merkat.sim.baselines.SCHEDULERS`).
+    :data:`merkat.sim.batch.baselines.SCHEDULERS`).
 
-    ``use_fast=None`` uses :mod:`merkat.sim.fast` when the cluster is a single pool and the
+    ``use_fast=None`` uses :mod:`merkat.sim.batch.fast` when the cluster is a single pool and the
     scheduler has a fast loop; ``False`` forces the general engine (same result, slower);
     ``True`` requires the fast loop (ValueError if it does not apply).
     """
@@ -83,7 +83,7 @@ class RunOptions:
     slo: SloConfig = field(default_factory=SloConfig)
     policy: str = "deadline-strict"  # the market's controllers (scheduler "market")
     period: float = 300.0  # the market's scheduling period, seconds
-    workers: int = 1  # the market's run on this many processes (merkat.sim.segments)
+    workers: int = 1  # the market's run on this many processes (merkat.sim.parallel)
 
 
 def cluster_for(opts: RunOptions, max_procs: int | None) -> Cluster:
@@ -104,7 +104,7 @@ def run_trace(
 ) -> dict[str, Any]:
     """Read the trace, build the workload, simulate, write ``jobs.csv`` and ``summary.json`` in
     ``opts.out``; return the summary. ``progress_factory(total_jobs)`` may return a progress
-    callback. Raises :class:`merkat.sim.swf.SwfError` / ValueError on bad input."""
+    callback. Raises :class:`merkat.sim.workload.swf.SwfError` / ValueError on bad input."""
     t0 = time.perf_counter()
     trace = read_swf(opts.trace, strict=opts.strict)
     max_procs = trace.machine_size()
@@ -121,7 +121,7 @@ def run_trace(
     t1 = time.perf_counter()
     progress = progress_factory(len(workload)) if progress_factory else None
     if opts.scheduler == "market":
-        from merkat.sim.market import MarketConfig, simulate_market, summarize_market
+        from merkat.sim.market.trace import MarketConfig, simulate_market, summarize_market
 
         out = simulate_market(
             workload,

@@ -1,4 +1,4 @@
-"""Specialised single-pool schedulers: the same rules as :mod:`merkat.sim.engine`, faster.
+"""Specialised single-pool schedulers: the same rules as :mod:`merkat.sim.batch.engine`, faster.
 
 When the machine is one pool of cores with no memory constraint (the default for a trace: the
 header's MaxProcs), a job fits iff ``procs <= free cores``, so the general engine's placement,

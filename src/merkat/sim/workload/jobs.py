@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from merkat.sim.cluster import Cluster
-from merkat.sim.swf import SwfTrace
+from merkat.sim.workload.swf import SwfTrace
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]

@@ -1,5 +1,5 @@
 """A market run cut where the cluster is empty and its pieces run on several processes gives
-the outcome of one process, field by field (merkat.sim.segments)."""
+the outcome of one process, field by field (merkat.sim.parallel)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from merkat.control.base import Controller
 from merkat.control.types import Demand, Observation
 from merkat.market import Hosts
 from merkat.platform.period import AppSpec, Platform
-from merkat.sim import segments
+from merkat.sim import parallel as segments
 from merkat.sim.cluster import Cluster
-from merkat.sim.market import MarketConfig, MarketOutcome, simulate_market
-from merkat.sim.segments import choose_cuts, cut_candidates, simulate_parallel
-from merkat.sim.workload import Workload
+from merkat.sim.market.trace import MarketConfig, MarketOutcome, simulate_market
+from merkat.sim.parallel import choose_cuts, cut_candidates, simulate_parallel
+from merkat.sim.workload.jobs import Workload
 
 POLICIES = ("deadline-strict", "deadline-partial", "performance-strict", "performance-partial")
 

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from merkat.predict import ar, portfolio, slots
-from merkat.sim.experiments import Experiment, _pyplot, register
+from merkat.sim.experiments.common import pyplot
+from merkat.sim.experiments.registry import Experiment, register
 from merkat.sim.tycoon import TycoonConfig, TycoonJob, simulate
 
 HOUR = 3600.0
@@ -155,7 +156,7 @@ def _funding_derive(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _funding_plot(doc: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     rows = [r for r in doc["rows"] if r["variant"] == "best-response"]
     for ax, key, title in ((axes[0], "time_h", "time (h)"),
@@ -268,7 +269,7 @@ def _ar6_derive(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _ar6_plot(doc: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     s = doc["runs"][0]["series"]
     hours = np.arange(len(s["price"])) * AR6["sample_min"] / 60
     fig, ax = plt.subplots(figsize=(9, 4))
@@ -353,7 +354,7 @@ def _portfolio_derive(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _portfolio_plot(doc: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     r = doc["runs"][0]
     fig, ax = plt.subplots(figsize=(9, 4))
     ax.plot(r["risk_free_series"], lw=0.9, label="risk-free (minimum variance)")
@@ -442,7 +443,7 @@ def _window_derive(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _window_plot(doc: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     r = doc["runs"][0]
     names = list(WINDOW["distributions"])
     fig, axes = plt.subplots(1, len(names), figsize=(12, 3.6))

@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.stats import gamma as gamma_dist
 
-from merkat.sim.swf import NFIELDS, write_swf
+from merkat.sim.workload.swf import NFIELDS, write_swf
 
 BUCKET_S = 1800.0
 BUCKETS = 48

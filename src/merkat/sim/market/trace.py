@@ -32,7 +32,7 @@ from merkat.control.utility import utility
 from merkat.market import BalanceParams, Hosts
 from merkat.platform.period import AppSpec, PeriodRecord, Platform
 from merkat.sim.cluster import Cluster
-from merkat.sim.workload import Workload
+from merkat.sim.workload.jobs import Workload
 
 PLENTY_MIB = 1e12
 """Host memory when the cluster has no memory limit (memory is then not traded)."""
@@ -70,7 +70,7 @@ class MarketOutcome:
     audit_ok: bool
     max_cores_allocated: float
     wall_s: float
-    # With workers > 1, how the run was cut (merkat.sim.segments): per piece used, in job
+    # With workers > 1, how the run was cut (merkat.sim.parallel): per piece used, in job
     # order, {"piece", "first_job", "last_job", "wall_s"}; empty for one process.
     pieces: tuple[dict[str, Any], ...] = ()
 
@@ -99,7 +99,7 @@ def simulate_market(
     by :func:`~merkat.sim.workload.build_workload`, take the seed).
 
     ``workers`` > 1 cuts the trace where the cluster is empty and runs the pieces on that many
-    processes (:mod:`merkat.sim.segments`): the same outcome, byte for byte, sooner."""
+    processes (:mod:`merkat.sim.parallel`): the same outcome, byte for byte, sooner."""
     cfg = config or MarketConfig()
     n = len(workload)
     names = tuple(policies) if policies is not None else (cfg.policy,) * n
@@ -108,7 +108,7 @@ def simulate_market(
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     if workers > 1:
-        from merkat.sim.segments import simulate_parallel
+        from merkat.sim.parallel import simulate_parallel
 
         return simulate_parallel(workload, cluster, cfg, names, seed, progress, workers)
     t_wall = time.perf_counter()
@@ -135,7 +135,7 @@ def paused_gc() -> Iterator[None]:
 
 class Handoff(Protocol):
     """How a run that is one piece of a cut trace meets its successors
-    (:mod:`merkat.sim.segments`)."""
+    (:mod:`merkat.sim.parallel`)."""
 
     def idle(self, i: int) -> int | None:
         """The cluster is empty, in the state a fresh platform has, before job ``i``: the

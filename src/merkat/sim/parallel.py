@@ -50,7 +50,7 @@ import numpy as np
 from merkat.control.registry import POLICIES
 from merkat.platform.period import PeriodRecord
 from merkat.sim.cluster import Cluster
-from merkat.sim.market import (
+from merkat.sim.market.trace import (
     MarketConfig,
     MarketOutcome,
     Segment,
@@ -59,7 +59,7 @@ from merkat.sim.market import (
     run_segment,
     simulate_market,
 )
-from merkat.sim.workload import Workload
+from merkat.sim.workload.jobs import Workload
 
 MIN_JOBS_PER_PIECE = 2_000
 """Fewer jobs than this per worker: one process (starting one costs about a second)."""

@@ -14,7 +14,7 @@ Contract:
   metrics are computed afterwards from arrays (:mod:`merkat.sim.metrics`).
 
 The same jobs on a single pool of cores give the same start times as the specialised loops of
-:mod:`merkat.sim.fast` (tested with hypothesis).
+:mod:`merkat.sim.batch.fast` (tested with hypothesis).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from merkat.sim.cluster import Allocation, Cluster, Machine
-from merkat.sim.workload import Workload
+from merkat.sim.workload.jobs import Workload
 
 COMPLETION = 0
 ARRIVAL = 1

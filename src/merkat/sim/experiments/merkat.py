@@ -1,10 +1,7 @@
-"""Issue 6: the papers' elastic and vertical experiments, as registered experiments.
+"""Merkat's experiments (Merkat §5.4), as registered experiments.
 
 ``merkat sim experiment NAME --out DIR [--seeds K] [--workers W]`` for:
 
-- ``themis-fig6`` — Themis §IV-E, Fig. 6: one elastic master-worker application (1,075 tasks
-  of U[1, 40] min, deadline 643.25 min, 1,500 more tasks at minute 85) under
-  ``horizontal-deadline`` on 240 hosts × 1 core; VMs over time;
 - ``merkat-fig6`` — Merkat §5.4.1, Fig. 6: one deadline-driven rigid application (ideal
   77.5 min, ``merkat-vertical`` on its iteration time) and four best-effort ones arriving
   during its run on one 4-core node, deadlines 200, 150 and 100 min; bid, CPU allocation and
@@ -18,7 +15,7 @@
 
 Every parameter is a module constant written into ``results.json``; the decisions where the
 papers are silent are in ``docs/experiments.md`` ("Issue 6"). Each run is one seeded
-simulation (:mod:`merkat.sim.scenarios`, or :func:`merkat.sim.market.simulate_market` and
+simulation (:mod:`merkat.sim.market.scenarios`, or :func:`merkat.sim.market.simulate_market` and
 :func:`merkat.sim.run.schedule` for the satisfaction comparison); the same seed gives the same
 ``results.json`` bytes.
 """
@@ -27,171 +24,30 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from merkat.backends.sim import RigidApp, TaskFarm
+from merkat.backends.sim import RigidApp
+from merkat.control.framework import FrameworkHorizontal
 from merkat.control.utility import efficiency, merkat_satisfaction
-from merkat.sim import lublin
 from merkat.sim.cluster import Cluster
-from merkat.sim.experiments import Experiment, _pyplot, register
-from merkat.sim.market import MarketConfig, simulate_market
-from merkat.sim.run import schedule
-from merkat.sim.scenarios import (
+from merkat.sim.experiments.common import MIN, ScenarioRun, div, fmt, mean, pct, pyplot
+from merkat.sim.experiments.registry import Experiment, register
+from merkat.sim.market.scenarios import (
     BatchQueue,
-    FrameworkHorizontal,
     IterativeApp,
     QueueFarm,
     Scenario,
     ScenarioResult,
     spec,
 )
-from merkat.sim.workload import Workload
-
-MIN = 60.0
-
-# --- themis-fig6 ----------------------------------------------------------------------------------
-
-THEMIS6: dict[str, Any] = {
-    "hosts": 240,
-    "cores_per_host": 1,
-    "period_s": 300.0,
-    "reserve": 0.001,
-    "vm": {"cpu": 1.0},
-    "policy": "horizontal-deadline",
-    "policy_params": {"limit": 3, "low": 0.75, "high": 1.0},
-    "initial_vms": 1,
-    "tasks": 1075,
-    "task_duration_s": [60.0, 2400.0],
-    "task_duration": "uniform in [1, 40] min at full speed, drawn with numpy default_rng(seed)",
-    "deadline_s": 643.25 * MIN,
-    "burst_at_s": 85 * MIN,
-    "burst_tasks": 1500,
-    "budget": 100.0,
-    "renewal_per_period": 100.0,
-    "boot_s": 30.0,
-    "horizon_s": 2 * 643.25 * MIN,
-}
-
-
-@dataclass(frozen=True)
-class ScenarioRun:
-    """One seeded run of a scenario experiment; ``label`` names its series."""
-
-    label: str
-    seed: int
-    value: float = 0.0  # the swept value (a deadline, an inter-arrival factor...)
-    scheduler: str = "market"
-
-
-def _themis6_runs(seeds: int, jobs: int | None, factors: Sequence[float]) -> list[ScenarioRun]:
-    return [ScenarioRun("elastic", k) for k in range(seeds)]
-
-
-def themis_fig6(run: ScenarioRun) -> dict[str, Any]:
-    """One run of Themis Fig. 6; the row holds the VM series and the headline figures."""
-    t0 = time.perf_counter()
-    p = THEMIS6
-    rng = np.random.default_rng(run.seed)
-    lo, hi = p["task_duration_s"]
-    first = rng.uniform(lo, hi, p["tasks"]).tolist()
-    burst = rng.uniform(lo, hi, p["burst_tasks"]).tolist()
-    sc = Scenario(hosts=p["hosts"], cores=p["cores_per_host"], period=p["period_s"],
-                  reserve=p["reserve"])
-    farm = TaskFarm(first)
-    sc.add(spec("elastic", p["policy"], size=p["initial_vms"], budget=p["budget"],
-                renewal=p["renewal_per_period"], deadline=p["deadline_s"],
-                params=p["policy_params"]), farm)
-    sc.at(p["burst_at_s"], lambda _: farm.add_tasks(burst))
-    res = sc.run(p["horizon_s"])
-    vms = [v or 0 for v in res.series["elastic"]["vms"]]
-    queued = res.series["elastic"]["queued"]
-    period = p["period_s"]
-    b = math.ceil(p["burst_at_s"] / period)  # the first period that sees the burst
-    after = [v for v, q in zip(vms[b:], queued[b:], strict=True) if q]
-    rise = next((k for k in range(b, len(vms)) if vms[k] > vms[b - 1]), None)
-    app = res.apps["elastic"]
-    return {
-        "label": run.label,
-        "seed": run.seed,
-        "vms_before_burst": vms[b - 1],
-        "vms_plateau_before_burst": _mode(vms[:b]),
-        "vms_equilibrium_after_burst": _mode(after) if after else 0,
-        "vms_peak": max(vms),
-        "periods_to_first_rise_after_burst": None if rise is None else rise - b + 1,
-        "finish_s": app["finish_s"],
-        "deadline_met": app["finish_s"] is not None and app["finish_s"] <= p["deadline_s"],
-        "tasks_total": p["tasks"] + p["burst_tasks"],
-        "boots": res.counts.get("boot", 0),
-        "ledger_audit_ok": res.audit_ok,
-        "series": {"period": list(range(len(vms))), "vms": vms,
-                   "tasks_queued": [q or 0 for q in queued],
-                   "tasks_running": [r or 0 for r in res.series["elastic"]["running"]]},
-        "_wall_s": time.perf_counter() - t0,
-    }
-
-
-def _mode(values: Sequence[int]) -> int:
-    """The most frequent value (the largest among ties)."""
-    counts = Counter(values)
-    return max(counts, key=lambda v: (counts[v], v))
-
-
-def _themis6_derive(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    keys = ("vms_plateau_before_burst", "vms_before_burst", "vms_equilibrium_after_burst",
-            "vms_peak", "periods_to_first_rise_after_burst", "finish_s")
-    summary = {k: _mean([r[k] for r in rows]) for k in keys}
-    summary["deadline_met_runs"] = sum(bool(r["deadline_met"]) for r in rows)
-    summary["runs"] = len(rows)
-    md = [
-        "# Themis Fig. 6: elastic scaling of a master-worker application",
-        "",
-        "Paper: about 44 VMs, then (after 1,500 more tasks at minute 85) more VMs, first "
-        "incrementally then aggressively, an overshoot, and an equilibrium near 116 VMs; idle "
-        "VMs are shut down at the end.",
-        "",
-        "| figure | ours (mean over seeds) | paper |",
-        "|---|---|---|",
-        f"| VMs before the burst (plateau) | {_fmt(summary['vms_plateau_before_burst'])} | ~44 |",
-        f"| VMs after the burst (equilibrium) | "
-        f"{_fmt(summary['vms_equilibrium_after_burst'])} | ~116 |",
-        f"| peak VMs | {_fmt(summary['vms_peak'])} | overshoot above 116 |",
-        f"| periods from the burst to the first added VM | "
-        f"{_fmt(summary['periods_to_first_rise_after_burst'])} | - |",
-        f"| finish (min) vs deadline 643.25 min | "
-        f"{_fmt(None if summary['finish_s'] is None else summary['finish_s'] / MIN)} | "
-        f"before the deadline |",
-        f"| runs meeting the deadline | {summary['deadline_met_runs']}/{summary['runs']} | - |",
-        "",
-    ]
-    return {"summary": summary, "markdown": "\n".join(md)}
-
-
-def _themis6_plot(doc: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4))
-    row = doc["runs"][0]
-    s = row["series"]
-    ax.plot(s["period"], s["vms"], "-", color="C0", label="VMs")
-    ax.set(xlabel="time (scheduling intervals of 5 min)", ylabel="virtual machines",
-           title=f"Themis Fig. 6: application elastic scaling (seed {row['seed']})")
-    burst = THEMIS6["burst_at_s"] / THEMIS6["period_s"]
-    ax.axvline(burst, color="grey", ls=":", lw=1)
-    ax.text(burst + 1, max(s["vms"]) * 0.05, "+1,500 tasks", color="grey", fontsize=8)
-    ax2 = ax.twinx()
-    ax2.plot(s["period"], s["tasks_queued"], "--", color="C1", lw=0.8, label="queued tasks")
-    ax2.set_ylabel("queued tasks", color="C1")
-    ax.legend(loc="upper left", fontsize=8)
-    ax2.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-
+from merkat.sim.market.trace import MarketConfig, simulate_market
+from merkat.sim.run import schedule
+from merkat.sim.workload import lublin
+from merkat.sim.workload.jobs import Workload
 
 # --- merkat-fig6 ----------------------------------------------------------------------------------
 
@@ -326,7 +182,7 @@ def _merkat6_derive(rows: list[dict[str, Any]]) -> dict[str, Any]:
         for k in ("finish_min", "bid_before_best_effort", "bid_final", "bid_max",
                   "alloc_final_cores", "iteration_final_s", "reference_final_s",
                   "iteration_final_error", "iteration_mean_abs_error_settled", "spent"):
-            row[k] = _mean([r[k] for r in rs])
+            row[k] = mean([r[k] for r in rs])
         table.append(row)
     md = [
         "# Merkat Fig. 6: vertical scaling of a deadline-driven rigid application",
@@ -343,18 +199,18 @@ def _merkat6_derive(rows: list[dict[str, Any]]) -> dict[str, Any]:
     ]
     for r in table:
         md.append(
-            f"| {r['deadline_min']:g} | {r['met']}/{r['seeds']} | {_fmt(r['finish_min'])} | "
-            f"{_fmt(r['bid_before_best_effort'])} | {_fmt(r['bid_final'])} | "
-            f"{_fmt(r['bid_max'])} | {_fmt(r['alloc_final_cores'])} | "
-            f"{_fmt(r['iteration_final_s'])} | {_fmt(r['reference_final_s'])} | "
-            f"{_pct(r['iteration_final_error'])} | "
-            f"{_pct(r['iteration_mean_abs_error_settled'])} |")
+            f"| {r['deadline_min']:g} | {r['met']}/{r['seeds']} | {fmt(r['finish_min'])} | "
+            f"{fmt(r['bid_before_best_effort'])} | {fmt(r['bid_final'])} | "
+            f"{fmt(r['bid_max'])} | {fmt(r['alloc_final_cores'])} | "
+            f"{fmt(r['iteration_final_s'])} | {fmt(r['reference_final_s'])} | "
+            f"{pct(r['iteration_final_error'])} | "
+            f"{pct(r['iteration_mean_abs_error_settled'])} |")
     md.append("")
     return {"rows": table, "markdown": "\n".join(md)}
 
 
 def _merkat6_plot(doc: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     seed = min(r["seed"] for r in doc["runs"])
     for i, r in enumerate(x for x in doc["runs"] if x["seed"] == seed):
@@ -478,11 +334,11 @@ def _satisfaction_derive(rows: list[dict[str, Any]]) -> dict[str, Any]:
         table.append({
             "interarrival_factor": f,
             "seeds": len(by["market"]),
-            "offered_load": _mean([r["offered_load"] for r in by["market"]]),
-            "market_met": _mean([r["met_deadlines"] for r in by["market"]]),
-            "easy_met": _mean([r["met_deadlines"] for r in by["easy"]]),
-            "market_satisfaction": _mean([r["satisfaction"] for r in by["market"]]),
-            "easy_satisfaction": _mean([r["satisfaction"] for r in by["easy"]]),
+            "offered_load": mean([r["offered_load"] for r in by["market"]]),
+            "market_met": mean([r["met_deadlines"] for r in by["market"]]),
+            "easy_met": mean([r["met_deadlines"] for r in by["easy"]]),
+            "market_satisfaction": mean([r["satisfaction"] for r in by["market"]]),
+            "easy_satisfaction": mean([r["satisfaction"] for r in by["easy"]]),
             "ratio": ratio if math.isfinite(ratio) else None,
         })
     md = [
@@ -497,16 +353,16 @@ def _satisfaction_derive(rows: list[dict[str, Any]]) -> dict[str, Any]:
     ]
     for r in table:
         md.append(
-            f"| {r['interarrival_factor']:g} | {_fmt(r['offered_load'])} | "
-            f"{_fmt(r['market_met'])}/30 | {_fmt(r['easy_met'])}/30 | "
-            f"{_fmt(r['market_satisfaction'])} | {_fmt(r['easy_satisfaction'])} | "
-            f"{_fmt(r['ratio'])} |")
+            f"| {r['interarrival_factor']:g} | {fmt(r['offered_load'])} | "
+            f"{fmt(r['market_met'])}/30 | {fmt(r['easy_met'])}/30 | "
+            f"{fmt(r['market_satisfaction'])} | {fmt(r['easy_satisfaction'])} | "
+            f"{fmt(r['ratio'])} |")
     md.append("")
     return {"rows": table, "markdown": "\n".join(md)}
 
 
 def _satisfaction_plot(doc: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     rows = doc["rows"]
     x = np.arange(len(rows))
@@ -609,12 +465,12 @@ def merkat_fig7(run: ScenarioRun) -> dict[str, Any]:
         "seed": run.seed,
         "condor_max_vms_alone": max(alone, default=0),
         "condor_max_vms_with_torque": max((cv[k] for k in both), default=0),
-        "condor_mean_vms_with_torque": _mean([cv[k] for k in both]),
+        "condor_mean_vms_with_torque": mean([cv[k] for k in both]),
         "torque_max_vms": max(tv),
         "max_total_vms": max(cv[k] + tv[k] for k in range(n)),
-        "condor_finish_min": _div(res.apps["condor"]["finish_s"], MIN),
+        "condor_finish_min": div(res.apps["condor"]["finish_s"], MIN),
         "torque_first_arrival_min": p["torque_first_arrival_s"] / MIN,
-        "torque_finish_min": _div(res.apps["torque"]["finish_s"], MIN),
+        "torque_finish_min": div(res.apps["torque"]["finish_s"], MIN),
         "capacity_vms": capacity,
         "boots": res.counts.get("boot", 0),
         "ledger_audit_ok": res.audit_ok,
@@ -630,7 +486,7 @@ def merkat_fig7(run: ScenarioRun) -> dict[str, Any]:
 def _fig7_derive(rows: list[dict[str, Any]]) -> dict[str, Any]:
     keys = ("condor_max_vms_alone", "condor_max_vms_with_torque", "condor_mean_vms_with_torque",
             "torque_max_vms", "max_total_vms", "condor_finish_min", "torque_finish_min")
-    summary = {k: _mean([r[k] for r in rows]) for k in keys}
+    summary = {k: mean([r[k] for r in rows]) for k in keys}
     summary["runs"] = len(rows)
     md = [
         "# Merkat Fig. 7: two frameworks scaling horizontally on 20 nodes (160 VMs)",
@@ -642,22 +498,22 @@ def _fig7_derive(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "| figure | ours (mean over seeds) | paper |",
         "|---|---|---|",
         f"| Condor's peak VMs while Torque is absent | "
-        f"{_fmt(summary['condor_max_vms_alone'])} | > 80 |",
+        f"{fmt(summary['condor_max_vms_alone'])} | > 80 |",
         f"| Condor's mean (peak) VMs while Torque runs | "
-        f"{_fmt(summary['condor_mean_vms_with_torque'])} "
-        f"({_fmt(summary['condor_max_vms_with_torque'])}) | - |",
-        f"| Torque's peak VMs | {_fmt(summary['torque_max_vms'])} | - |",
-        f"| peak VMs of both (capacity 160) | {_fmt(summary['max_total_vms'])} | <= 160 |",
+        f"{fmt(summary['condor_mean_vms_with_torque'])} "
+        f"({fmt(summary['condor_max_vms_with_torque'])}) | - |",
+        f"| Torque's peak VMs | {fmt(summary['torque_max_vms'])} | - |",
+        f"| peak VMs of both (capacity 160) | {fmt(summary['max_total_vms'])} | <= 160 |",
         f"| Torque: first job at 60 min, done at (min) | "
-        f"{_fmt(summary['torque_finish_min'])} | - |",
-        f"| Condor done at (min) | {_fmt(summary['condor_finish_min'])} | - |",
+        f"{fmt(summary['torque_finish_min'])} | - |",
+        f"| Condor done at (min) | {fmt(summary['condor_finish_min'])} | - |",
         "",
     ]
     return {"summary": summary, "markdown": "\n".join(md)}
 
 
 def _fig7_plot(doc: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 4))
     row = doc["runs"][0]
     s = row["series"]
@@ -683,36 +539,6 @@ def _fig7_plot(doc: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-# --- helpers and registration ---------------------------------------------------------------------
-
-
-def _mean(values: Sequence[Any]) -> float | None:
-    xs = [float(v) for v in values if v is not None]
-    return float(np.mean(xs)) if xs else None
-
-
-def _div(x: float | None, d: float) -> float | None:
-    return None if x is None else x / d
-
-
-def _fmt(x: Any) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
-    return str(x)
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:+.1f} %"
-
-
-register(Experiment(
-    "themis-fig6", "Themis Fig. 6: elastic scaling of a master-worker application",
-    "About 44 VMs, then after 1,500 more tasks at minute 85 an incremental then aggressive "
-    "increase, an overshoot and an equilibrium near 116 VMs.",
-    _themis6_runs, _themis6_derive, _themis6_plot, dict(THEMIS6), themis_fig6,
-    sweeps_load=False))
 register(Experiment(
     "merkat-fig6", "Merkat Fig. 6: vertical scaling to a deadline",
     "The bid rises as best-effort applications arrive and stabilises; the shortest deadline "

@@ -27,7 +27,8 @@ import numpy as np
 
 from merkat.gridcloud.run import Config, Group, simulate
 from merkat.gridcloud.users import Load, Strategy
-from merkat.sim.experiments import Experiment, _pyplot, register
+from merkat.sim.experiments.common import pyplot
+from merkat.sim.experiments.registry import Experiment, register
 
 OUTCOMES = ("succeeded", "failed_budget", "failed_deadline", "failed_offer")
 
@@ -114,7 +115,7 @@ def _strategies_derive(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _strategies_plot(doc: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))
     rows = doc["rows"]
     x = np.arange(len(rows))
@@ -185,7 +186,7 @@ def _priority_derive(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _priority_plot(doc: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.5))
     rows = doc["rows"]
     for ax, cls in zip(axes, ("high", "low"), strict=True):
@@ -250,7 +251,7 @@ def _adapt_derive(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _adapt_plot(doc: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     s = doc["runs"][0]["series"]
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.plot(s["t"], s["allocated_pes"], label="allocated PEs")
@@ -307,7 +308,7 @@ def _fair_derive(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _fair_plot(doc: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     firsts = {r["label"]: r for r in reversed(doc["runs"])}
     fig, axes = plt.subplots(1, len(FAIR_CLUSTERS), figsize=(12, 3.8), sharey=True)
     for ax, c in zip(axes, FAIR_CLUSTERS, strict=True):

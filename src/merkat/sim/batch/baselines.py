@@ -1,6 +1,6 @@
 """Batch scheduling baselines for the general engine: FCFS, EDF, EASY and conservative backfilling.
 
-Each is a :class:`merkat.sim.engine.Scheduler`; :data:`SCHEDULERS` maps a name to a factory.
+Each is a :class:`merkat.sim.batch.engine.Scheduler`; :data:`SCHEDULERS` maps a name to a factory.
 The rules (``docs/simulator.md``):
 
 - **fcfs**: queue order (submit, job id); start heads while they fit; a head that does not fit
@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from merkat.sim.engine import Context, Scheduler
-from merkat.sim.workload import Workload
+from merkat.sim.batch.engine import Context, Scheduler
+from merkat.sim.workload.jobs import Workload
 
 
 class Fcfs:

@@ -1,0 +1,13 @@
+"""The papers' experiments, one module per paper (:mod:`.themis`, :mod:`.slo`, :mod:`.merkat`,
+:mod:`.tycoon`, :mod:`.gridcloud`),
+registered by name in :data:`EXPERIMENTS` (:mod:`.registry`); shared helpers in :mod:`.common`.
+
+``merkat sim experiment NAME --out DIR [--seeds K] [--workers W]`` runs one.
+"""
+
+from merkat.sim.experiments import gridcloud, merkat, slo, themis, tycoon
+from merkat.sim.experiments.common import FACTORS, Run, baseline_work_at_deadline, execute
+from merkat.sim.experiments.registry import EXPERIMENTS, Experiment, register, run_experiment
+
+__all__ = ["EXPERIMENTS", "FACTORS", "Experiment", "Run", "baseline_work_at_deadline", "execute",
+           "gridcloud", "merkat", "register", "run_experiment", "slo", "themis", "tycoon"]
