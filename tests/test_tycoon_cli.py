@@ -132,3 +132,30 @@ def test_bench_tycoon_prints_json() -> None:
     assert code == 0
     doc = json.loads(out)
     assert doc["hosts"] == 1000 and doc["best_response"]["capped"]["median_ms"] > 0
+
+
+def test_tycoon_run_scenario_with_a_boost(tmp_path: Path) -> None:
+    base = {"config": {"hosts": 2, "cpus_per_host": 2, "reserve": 0.0001},
+            "jobs": [{"user": u, "budget": 10, "deadline_h": 2, "subjobs": 2, "work_min": 60}
+                     for u in ("alice", "bob", "carol")]}
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(base))
+    code, out, _ = run("tycoon", "run", str(f), "-o", "json")
+    assert code == 0
+    plain = {j["user"]: j for j in json.loads(out)["items"]}
+    f.write_text(json.dumps({**base, "boosts": [{"time_s": 600, "user": "alice", "amount": 20}]}))
+    code, out, _ = run("tycoon", "run", str(f), "-o", "json")
+    assert code == 0
+    doc = json.loads(out)
+    boosted = {j["user"]: j for j in doc["items"]}
+    assert doc["audit_ok"] and doc["minted"] == pytest.approx(50.0)
+    assert boosted["alice"]["time_h"] < plain["alice"]["time_h"]
+    assert boosted["alice"]["cost"] + boosted["alice"]["refund"] == pytest.approx(30.0, abs=1e-4)
+    assert doc["provider_income"] + doc["refunded"] == pytest.approx(50.0, abs=1e-4)
+    for bad, message in (({"jobs": []}, "non-empty"),
+                         ({**base, "config": {"hosts": 0}}, "hosts"),
+                         ({**base, "boosts": [{"time_s": 0, "user": "dave", "amount": 1}]},
+                          "no running job")):
+        f.write_text(json.dumps(bad))
+        code, out, err = run("tycoon", "run", str(f))
+        assert code == 2 and message in err and "Traceback" not in out + err

@@ -91,6 +91,124 @@ def best_response_cmd(
     emit(output, doc, show)
 
 
+_CONFIG_KEYS = {"hosts": int, "cpus_per_host": float, "vm_cpus": float, "interval_s": float,
+                "reserve": float, "capped": bool, "beta": float, "seed": int}
+
+
+def _field(obj: dict[str, Any], key: str, kind: type, where: str, default: Any = None) -> Any:
+    if key not in obj:
+        if default is None:
+            fail(f"{where}: missing field {key!r}")
+        return default
+    v = obj[key]
+    if kind is bool:
+        if not isinstance(v, bool):
+            fail(f"{where}: {key} must be true or false, got {v!r}")
+        return v
+    if kind is str:
+        if not isinstance(v, str) or not v:
+            fail(f"{where}: {key} must be a non-empty string, got {v!r}")
+        return v
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        fail(f"{where}: {key} must be a finite number, got {v!r}")
+    if kind is int and v != int(v):
+        fail(f"{where}: {key} must be an integer, got {v!r}")
+    return kind(v)
+
+
+def load_scenario(path: Path) -> tuple[Any, list[Any], list[Any]]:
+    """A Tycoon scenario file: ``{"config": {...}, "jobs": [...], "boosts": [...]}``."""
+    from merkat.sim.tycoon import Boost, TycoonConfig, TycoonJob
+
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        fail(f"{path}: cannot read: {exc.strerror or exc}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        fail(f"{path}: not valid JSON: {exc}")
+    if not isinstance(data, dict) or not isinstance(data.get("jobs"), list) or not data["jobs"]:
+        fail(f"{path}: expected an object with a non-empty list \"jobs\"")
+    cfg_in = data.get("config", {})
+    if not isinstance(cfg_in, dict):
+        fail(f"{path}: config must be an object")
+    unknown = set(cfg_in) - set(_CONFIG_KEYS)
+    if unknown:
+        fail(f"{path}: config: unknown field(s) {', '.join(sorted(unknown))}")
+    cfg = {k: _field(cfg_in, k, t, f"{path}: config") for k, t in _CONFIG_KEYS.items()
+           if k in cfg_in}
+    checks = {"hosts": (1, 100_000), "cpus_per_host": (1e-9, 1e6), "vm_cpus": (1e-9, 1e6),
+              "interval_s": (1e-3, 86_400), "reserve": (1e-12, 1e9), "beta": (1e-9, 1)}
+    for k, (lo, hi) in checks.items():
+        if k in cfg and not lo <= cfg[k] <= hi:
+            fail(f"{path}: config: {k} must be in [{lo:g}, {hi:g}], got {cfg[k]}")
+    jobs = []
+    for i, j in enumerate(data["jobs"]):
+        where = f"{path}: jobs[{i}]"
+        if not isinstance(j, dict):
+            fail(f"{where}: expected an object")
+        job = TycoonJob(
+            _field(j, "user", str, where),
+            _field(j, "budget", float, where),
+            _field(j, "deadline_h", float, where) * 3600.0,
+            launch_s=_field(j, "launch_s", float, where, 0.0),
+            subjobs=_field(j, "subjobs", int, where, 15),
+            work_s=_field(j, "work_min", float, where, 212.0) * 60.0,
+        )
+        if job.budget <= 0 or job.deadline_s <= 0 or job.launch_s < 0 or job.work_s <= 0:
+            fail(f"{where}: budget, deadline_h and work_min must be > 0, launch_s >= 0")
+        if not 1 <= job.subjobs <= 10_000:
+            fail(f"{where}: subjobs must be in [1, 10000], got {job.subjobs}")
+        jobs.append(job)
+    boosts = []
+    for i, b in enumerate(data.get("boosts", [])):
+        where = f"{path}: boosts[{i}]"
+        if not isinstance(b, dict):
+            fail(f"{where}: expected an object")
+        boost = Boost(_field(b, "time_s", float, where), _field(b, "user", str, where),
+                      _field(b, "amount", float, where))
+        if boost.amount <= 0 or boost.time_s < 0:
+            fail(f"{where}: amount must be > 0 and time_s >= 0")
+        boosts.append(boost)
+    return TycoonConfig(**cfg, record_every=0), jobs, boosts
+
+
+@app.command("run")
+def run_cmd(
+    scenario: Path = typer.Argument(..., help='JSON: {"config": {...}, "jobs": [...], '
+                                    '"boosts": [...]} (docs/tycoon.md).'),
+    output: OutputFormat = OutputOption,
+) -> None:
+    """Run a Tycoon market scenario in the simulator: jobs funded by transfer tokens, Best
+    Response agents, charging by use, refunds, boosts; print each job's outcome."""
+    from merkat.sim.tycoon import simulate
+
+    cfg, jobs, boosts = load_scenario(scenario)
+    try:
+        res = simulate(cfg, jobs, boosts)
+    except ValueError as exc:
+        fail(f"{scenario}: {exc}")
+    doc = {
+        "items": [{k: (None if isinstance(v, float) and math.isnan(v) else v)
+                   for k, v in j.items()} for j in res.jobs],
+        "audit_ok": res.audit_ok,
+        "minted": res.minted,
+        "provider_income": res.provider_income,
+        "refunded": res.refunded,
+    }
+
+    def show() -> None:
+        print_table("jobs", ["job", "user", "budget", "boosted", "nodes", "complete", "time (h)",
+                             "cost", "cost/h", "refund"],
+                    [[j["job"], j["user"], j["budget"], j["boosted"], j["nodes"], j["complete"],
+                      j["time_h"], j["cost"], j["cost_per_h"], j["refund"]]
+                     for j in doc["items"]])
+        print_table("money", ["minted", "provider income", "refunded", "audit"],
+                    [[res.minted, res.provider_income, res.refunded,
+                      "ok" if res.audit_ok else "FAILED"]])
+
+    emit(output, doc, show)
+
+
 @bench.app.command("tycoon")
 def bench_tycoon(
     hosts: int = typer.Option(10_000, "--hosts", min=1, max=10_000_000,
