@@ -187,7 +187,7 @@ def run_cmd(
         res = simulate(cfg, jobs, boosts)
     except ValueError as exc:
         fail(f"{scenario}: {exc}")
-    doc = {
+    doc: dict[str, Any] = {
         "items": [{k: (None if isinstance(v, float) and math.isnan(v) else v)
                    for k, v in j.items()} for j in res.jobs],
         "audit_ok": res.audit_ok,
