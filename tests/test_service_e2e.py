@@ -31,7 +31,7 @@ controller: {{policy: best-effort}}
 budget: {budget}
 clusters:
   - name: main
-    command: exec "$MERKAT_PYTHON" -m merkat.service.solver --iterations 1000 --cost 0.05
+    command: exec "$MERKAT_PYTHON" -m merkat.service.solver --iterations 1000000 --cost 0.05
     cpu: 1
     memory: 96
     min_memory: 32
@@ -246,3 +246,17 @@ def _up(env: dict[str, str]) -> bool:
     except OSError:
         return False
     return True
+
+
+def test_a_taken_port_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = cli("server", "--port", str(port), "--data-dir", str(tmp_path),
+                "--config", str(tmp_path / "none.yaml"))
+        assert r.returncode == 2 and "cannot read config" in r.stderr  # bad input first
+        r = cli("server", "--port", str(port), "--data-dir", str(tmp_path))
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1] == \
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use"

@@ -68,8 +68,12 @@ def server(
         fail(f"cannot start the server: {exc}")
     except Exception as exc:  # the database or backend cannot be opened: one line
         fail(f"cannot start the server: {exc}", EXIT_FAILURE)
-    log(svc.banner())
-    svc.serve()
+    from merkat.service.server import ServiceError
+
+    try:
+        svc.serve()
+    except ServiceError as exc:
+        fail(str(exc), EXIT_FAILURE)
 
 
 @user_app.command("add")

@@ -18,6 +18,10 @@ from typing import Any
 from merkat.service.config import ServiceConfig
 
 
+class ServiceError(RuntimeError):
+    """The service cannot start (the port is taken...): one line."""
+
+
 def log(message: str) -> None:
     """One line on stderr, timestamped (the server's log)."""
     print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
@@ -63,15 +67,27 @@ class Service:
 
     @property
     def port(self) -> int:
-        if self.server is not None and self.server.servers:
-            return int(self.server.servers[0].sockets[0].getsockname()[1])
-        return self.config.port
+        sock = getattr(self, "sock", None)
+        return int(sock.getsockname()[1]) if sock is not None else self.config.port
 
     def _uvicorn(self) -> Any:
+        """The uvicorn server, its socket bound now (a taken port is one clear error)."""
+        import socket
+
         import uvicorn
 
-        cfg = uvicorn.Config(self.app, host=self.config.host, port=self.config.port,
-                             log_level="warning", access_log=False)
+        host, port = self.config.host, self.config.port
+        try:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+        except OSError as exc:
+            raise ServiceError(f"cannot listen on {host}:{port}: "
+                               f"{exc.strerror or exc}") from None
+        self.sock = sock
+        cfg = uvicorn.Config(self.app, host=host, port=port, log_level="warning",
+                             access_log=False)
         self.server = uvicorn.Server(cfg)
         return self.server
 
@@ -82,20 +98,30 @@ class Service:
 
     def serve(self) -> None:
         """Serve until interrupted, then stop the loop and destroy the VMs."""
-        server = self._uvicorn()
+        try:
+            server = self._uvicorn()
+        except ServiceError:
+            self.manager.close()
+            raise
+        log(self.banner())
         if self.backend.warning:
             log(f"warning: {self.backend.warning}")
         self._start_loop()
         try:
-            server.run()
+            server.run(sockets=[self.sock])
         finally:
             self.shutdown()
 
     def start_background(self, timeout: float = 10.0) -> None:
         """Start uvicorn and the loop in threads; return once the server listens."""
-        server = self._uvicorn()
+        try:
+            server = self._uvicorn()
+        except ServiceError:
+            self.manager.close()
+            raise
         server.install_signal_handlers = lambda: None  # not the main thread
-        self.http = threading.Thread(target=server.run, name="merkat-http", daemon=True)
+        self.http = threading.Thread(target=server.run, kwargs={"sockets": [self.sock]},
+                                     name="merkat-http", daemon=True)
         self.http.start()
         end = time.monotonic() + timeout
         while not server.started:
