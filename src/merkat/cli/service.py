@@ -46,7 +46,7 @@ def server(
 ) -> None:
     """Run the live service: REST API, applications manager and period loop (Ctrl-C stops
     it and destroys its VMs: processes, or pods with --backend kubernetes)."""
-    from merkat.service.server import Service, log
+    from merkat.service.server import Service
 
     cfg = _config(config, host=host, port=port, data_dir=data_dir, period=period,
                   admission=admission)
