@@ -212,7 +212,7 @@ def _figures(
     for kind in kinds:
         counts = Counter(_bin(edges, e["time"]) for e in events if e["kind"] == kind)
         xs = sorted(counts)
-        ax.plot([minutes(edges[k]) for k in xs], [counts[k] for k in xs], "o-", ms=3, label=kind)
+        ax.plot([minutes(edges[k]) for k in xs], [counts[k] for k in xs], "o", ms=4, label=kind)
     ax.set_xlabel(f"minutes since {_stamp(t0)}")
     ax.set_ylabel("events per period")
     ax.set_title("Events per period by kind")
