@@ -110,6 +110,7 @@ def test_capped_best_response_is_optimal_against_slsqp(
     assert r.utility >= ref - 1e-6 * max(1.0, ref)
 
 
+@settings(deadline=None)
 @given(hosts, st.floats(0.01, 100), st.floats(0.05, 1.0))
 def test_damped_update_conserves_the_budget(
     hs: list[tuple[float, float, float]], budget: float, beta: float

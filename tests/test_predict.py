@@ -17,6 +17,7 @@ prices = st.lists(st.floats(0.01, 1000, allow_nan=False), min_size=2, max_size=6
 
 
 # --- running sums (§4.2) ---------------------------------------------------------------------
+@settings(deadline=None)
 @given(prices, prices)
 def test_running_moments_match_numpy_and_merge(a: list[float], b: list[float]) -> None:
     ra, rb = moments.RunningMoments().extend(a), moments.RunningMoments().extend(b)
@@ -53,7 +54,7 @@ def test_smoothed_moments_worked_example() -> None:
     assert s.shape().kurtosis == pytest.approx(-2.0)
 
 
-@settings(max_examples=50)
+@settings(max_examples=50, deadline=None)
 @given(prices, st.floats(1, 50))
 def test_smoothed_moments_equal_the_direct_weighted_sums(xs: list[float], n: float) -> None:
     # μ_{i,p} = α^i·x_0^p + Σ_{k=1}^{i} (1 − α)·α^{i−k}·x_k^p, computed directly.
@@ -100,7 +101,7 @@ def test_slot_table_lag_and_weights() -> None:
     assert props == pytest.approx([0.6, 0.4])
 
 
-@settings(max_examples=40)
+@settings(max_examples=40, deadline=None)
 @given(st.lists(st.floats(-100, 100), min_size=1, max_size=200), st.integers(1, 30))
 def test_slot_table_is_a_distribution(xs: list[float], n: int) -> None:
     t = slots.SlotTable(window=n, slots=7)
