@@ -35,7 +35,6 @@ clusters:
     monitor:
       kind: log
       regex: 'iteration (?P<work_done>\\d+)/(?P<work_total>\\d+)'
-      ideal_rate: 4.0
 """
 
 
@@ -79,6 +78,7 @@ def run_demo(duration: float, period: float, port: int = 0, data_dir: Path | Non
                       backend={"cgroup_prefix": f"merkat-demo-{int(time.time())}"})
     svc = Service(cfg, on_period=lambda rec: None)
     key = svc.store.add_user("demo", budget=DEMO_BUDGET * 1_000_000)
+    seen: dict[str, list[tuple[float, float]]] = {}  # per platform: (cpu bid, cpu allocation)
 
     def on_period(rec: dict[str, Any]) -> None:
         log(describe_period(rec))
@@ -91,6 +91,8 @@ def run_demo(duration: float, period: float, port: int = 0, data_dir: Path | Non
             prog = f"{m.work_done:g}/{m.work_total:g}" if m and m.work_total else "-"
             bid = sum(v["bid"]["cpu"] for v in vms)
             cpu = sum(v["allocation"]["cpu"] for v in vms)
+            if vms:
+                seen.setdefault(name, []).append((bid, cpu))
             log(f"  {name:12s} {row.state:9s} progress {prog:>9s}  bid cpu {bid:8.4g}  "
                 f"allocation {cpu:5.3f} cores  paid {svc.manager.spent(name):.4g}")
 
@@ -113,13 +115,13 @@ def run_demo(duration: float, period: float, port: int = 0, data_dir: Path | Non
             if rows and all(r["state"] in ("finished", "stopped", "failed") for r in rows):
                 break
             time.sleep(0.5)
-        return _report(svc, base, key, out)
+        return _report(svc, seen, out)
     finally:
         svc.shutdown()
         log(f"demo: server stopped, VMs destroyed; state kept in {data}")
 
 
-def _report(svc: Any, base: str, key: str, out: Any) -> int:
+def _report(svc: Any, seen: dict[str, list[tuple[float, float]]], out: Any) -> int:
     """Print the demo's report; 0 when every deadline platform met its deadline."""
     with svc.manager.lock:
         apps = dict(svc.manager.platform.apps)
@@ -130,6 +132,10 @@ def _report(svc: Any, base: str, key: str, out: Any) -> int:
         row = svc.store.platform(name)
         spec = app.spec
         paid = app.spent / 1e6
+        rows = seen.get(name, [])
+        shape = (f"; over {len(rows)} periods running: mean cpu bid "
+                 f"{sum(b for b, _ in rows) / len(rows):.4g}, mean allocation "
+                 f"{sum(a for _, a in rows) / len(rows):.3f} cores") if rows else ""
         if spec.deadline is not None:
             met = app.status.value == "finished" and app.end_time is not None and \
                 app.end_time <= spec.deadline + svc.config.period
@@ -138,10 +144,10 @@ def _report(svc: Any, base: str, key: str, out: Any) -> int:
                     if app.end_time is not None and app.status.value == "finished"
                     else f"{row.state if row else app.status.value}")
             lines.append(f"{name}: deadline {spec.deadline - spec.submit_time:.0f} s — "
-                         f"{'MET' if met else 'MISSED'} ({when}); paid {paid:.4g}")
+                         f"{'MET' if met else 'MISSED'} ({when}); paid {paid:.4g}{shape}")
         else:
             lines.append(f"{name}: best effort — {row.state if row else app.status.value}"
-                         f" ({app.reason or 'running'}); paid {paid:.4g}")
+                         f" ({app.reason or 'running'}); paid {paid:.4g}{shape}")
     if prices:
         cpu = [p["cpu"] for p in prices]
         lines.append(f"cpu price over {len(prices)} periods: min {min(cpu):.4g}, "

@@ -127,8 +127,8 @@ class LocalBackend:
         self.report: list[OpResult] = []
         self._lock = threading.RLock()
         self.enforced = self.tree.enforced and self.tree.create("") is None
-        if self.enforced:  # the market's VMs weigh as much as the whole machine
-            self.tree.set_weight("", 4.0 * sum(n.cores for n in nodes))
+        if self.enforced:  # the market owns the machine: its VMs outweigh other processes
+            self.tree.set_weight("", 64.0 * sum(n.cores for n in nodes))
         self.warning = None if self.enforced else (
             f"cgroups not writable under {self.tree.root} (need root and cgroup v1 or v2): "
             "VMs run unenforced")
