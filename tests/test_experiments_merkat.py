@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from merkat.backends.sim import TaskFarm
+from merkat.backends.sim import SimBackend, TaskFarm
 from merkat.cli import app
 from merkat.control.framework import FrameworkHorizontal
 from merkat.control.types import Sense
@@ -38,7 +38,6 @@ from merkat.sim.market.scenarios import (
     IterativeApp,
     QueueFarm,
     Scenario,
-    ScenarioBackend,
     spec,
 )
 
@@ -79,9 +78,9 @@ def test_queue_farm_metric_counts_only_queued_tasks() -> None:
     assert (m.performance, m.reference) == (4.0, 3.0)
 
 
-def _batch_backend(q: BatchQueue, vms: int, at: float = 0.0) -> ScenarioBackend:
-    b = ScenarioBackend(boot_s=0.0)
-    b.add_batch("t", q)
+def _batch_backend(q: BatchQueue, vms: int, at: float = 0.0) -> SimBackend:
+    b = SimBackend(boot_s=0.0)
+    b.add_app("t", q)
     b.apply(Plan(time=at, period=40.0,
                  create=tuple(VMPlacement(f"t/vm{i}", "t", 0) for i in range(vms)),
                  allocations={f"t/vm{i}": {"cpu": 1.0} for i in range(vms)}))

@@ -14,6 +14,8 @@ from merkat.control.base import Controller
 from merkat.control.types import Demand, Observation
 from merkat.market import Hosts
 from merkat.platform.period import AppSpec, Platform
+from merkat.runtime.driver import Driver
+from merkat.runtime.economy import Economy
 from merkat.sim import parallel as segments
 from merkat.sim.cluster import Cluster
 from merkat.sim.market.trace import MarketConfig, MarketOutcome, simulate_market
@@ -162,15 +164,15 @@ class _Plain(_Probe):
 def test_only_controllers_that_declare_it_see_past_prices() -> None:
     hosts = Hosts(("h0",), np.array([[4.0, 4096.0]]))
     backend = SimBackend(trade_memory=False)
-    platform = Platform(hosts, MemoryLedger(), backend, period=60.0, reserve={"cpu": 0.01})
+    platform = Platform(hosts, period=60.0, reserve={"cpu": 0.01})
+    driver = Driver(platform, backend, Economy(MemoryLedger()))
     for k, cls in enumerate((_Historian, _Plain)):
         cls.seen = []
-        backend.add_app(f"a{k}", RigidApp(vms=1, work_total=1e6, cpu=1.0))
         spec = AppSpec(id=f"a{k}", policy="deadline-strict", size=1, vm_size={"cpu": 1.0},
                        submit_time=0.0, budget=100.0, deadline=1e9, trade=("cpu",))
-        platform.submit(spec, cls())
+        driver.submit(spec, RigidApp(vms=1, work_total=1e6, cpu=1.0), cls())
     for k in range(20):
-        platform.run_period(60.0 * k)
+        driver.step(60.0 * k)
     # the periods before the last one (that one is ``prices``), at most history_size - 1
     assert _Historian.seen == [min(max(k - 1, 0), platform.history_size - 1) for k in range(20)]
     assert _Plain.seen == [0] * 20

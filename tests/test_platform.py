@@ -12,7 +12,10 @@ from merkat.backends.sim import RigidApp, SimBackend, TaskFarm
 from merkat.bank.memory import MemoryLedger
 from merkat.market import Hosts
 from merkat.platform.backend import Plan, VMPlacement
+from merkat.platform.model import Observed
 from merkat.platform.period import MICRO, AppSpec, Platform
+from merkat.runtime.driver import Driver
+from merkat.runtime.economy import Economy
 from merkat.sim.cluster import Cluster
 from merkat.sim.market.trace import MarketConfig, simulate_market, summarize_market
 from merkat.sim.workload.jobs import Workload
@@ -25,10 +28,10 @@ def one_host(cores: float = 4.0, memory: float = 4096.0) -> Hosts:
 def test_best_effort_apps_share_a_host_and_pay_their_bids() -> None:
     ledger = MemoryLedger()
     backend = SimBackend(trade_memory=False)
-    platform = Platform(one_host(), ledger, backend, period=60.0, reserve={"cpu": 0.01})
+    platform = Platform(one_host(), period=60.0, reserve={"cpu": 0.01})
+    driver = Driver(platform, backend, Economy(ledger))
     for k in range(2):
-        backend.add_app(f"a{k}", RigidApp(vms=1, work_total=1e6, cpu=4.0))
-        platform.submit(
+        driver.submit(
             AppSpec(
                 id=f"a{k}",
                 policy="best-effort",
@@ -37,9 +40,10 @@ def test_best_effort_apps_share_a_host_and_pay_their_bids() -> None:
                 submit_time=0.0,
                 budget=100.0,
                 trade=("cpu",),
-            )
+            ),
+            RigidApp(vms=1, work_total=1e6, cpu=4.0),
         )
-    rec = platform.run_period(0.0)
+    rec = driver.step(0.0)
     assert rec.created == 2 and rec.running_apps == 2
     # Both start with the same bid: they split the 4 cores evenly.
     allocs = [vm.alloc["cpu"] for a in platform.apps.values() for vm in a.vms]
@@ -57,9 +61,9 @@ def test_best_effort_apps_share_a_host_and_pay_their_bids() -> None:
 def test_renewal_is_capped_at_the_initial_budget() -> None:
     ledger = MemoryLedger()
     backend = SimBackend(trade_memory=False)
-    platform = Platform(one_host(), ledger, backend, period=60.0, reserve={"cpu": 0.01})
-    backend.add_app("a", RigidApp(vms=1, work_total=1e9, cpu=1.0))
-    platform.submit(
+    platform = Platform(one_host(), period=60.0, reserve={"cpu": 0.01})
+    driver = Driver(platform, backend, Economy(ledger))
+    driver.submit(
         AppSpec(
             id="a",
             policy="best-effort",
@@ -69,10 +73,11 @@ def test_renewal_is_capped_at_the_initial_budget() -> None:
             budget=10.0,
             renewal=5.0,
             trade=("cpu",),
-        )
+        ),
+        RigidApp(vms=1, work_total=1e9, cpu=1.0),
     )
     for k in range(5):
-        platform.run_period(60.0 * k)
+        driver.step(60.0 * k)
         assert ledger.balance("app:a") <= 10 * MICRO
     # It pays its bid each period and gets it back through renewal (never above the cap).
     assert ledger.audit().ok
@@ -207,16 +212,17 @@ def test_submission_refuses_a_bad_vm_size_before_touching_the_bank() -> None:
     """Observations are no longer checked every period: their parts are checked once, at
     submission, and a refused application leaves no account behind."""
     ledger = MemoryLedger()
-    platform = Platform(one_host(), ledger, SimBackend())
+    platform = Platform(one_host())
+    driver = Driver(platform, SimBackend(), Economy(ledger))
     spec = AppSpec(
         id="bad", policy="deadline-strict", size=1, vm_size={"cpu": math.nan, "memory": 1.0},
         submit_time=0.0, budget=10.0,
     )
     with pytest.raises(ValueError, match=r"'bad': vm_size\['cpu'\] must be a finite number"):
-        platform.submit(spec)
+        driver.submit(spec, RigidApp(vms=1, work_total=1.0))
     assert not ledger.has_account("app:bad") and "bad" not in platform.apps
     with pytest.raises(ValueError, match=r"reserve\['cpu'\]"):
-        Platform(one_host(), MemoryLedger(), SimBackend(), reserve={"cpu": -1.0})
+        Platform(one_host(), reserve={"cpu": -1.0})
 
 
 def test_task_farm_workers_take_tasks_in_order() -> None:
@@ -241,13 +247,11 @@ def test_controllers_see_idle_workers_as_not_busy() -> None:
     backend = SimBackend(trade_memory=False, boot_s=0.0)
     platform = Platform(
         Hosts(("h0",), np.array([[4.0, 4096.0]])),
-        ledger,
-        backend,
         period=60.0,
         reserve={"cpu": 0.01},
     )
-    backend.add_app("farm", TaskFarm([30.0, 600.0, 600.0]))
-    platform.submit(
+    driver = Driver(platform, backend, Economy(ledger))
+    driver.submit(
         AppSpec(
             id="farm",
             policy="best-effort",
@@ -256,12 +260,14 @@ def test_controllers_see_idle_workers_as_not_busy() -> None:
             submit_time=0.0,
             budget=100.0,
             trade=("cpu",),
-        )
+        ),
+        TaskFarm([30.0, 600.0, 600.0]),
     )
-    platform.run_period(0.0)
+    driver.step(0.0)
     backend.advance(0.0, 60.0)  # the 30 s task is done; its worker has nothing left to take
     app = platform.apps["farm"]
-    obs = platform.observe(app, 60.0, ledger.balance(app.account))
+    seen = Observed(backend.metrics("farm"), backend.idle("farm"))
+    obs = platform.observe(app, 60.0, ledger.balance(app.account), seen)
     busy = {v.id: v.busy for v in obs.vms}
     assert sorted(busy.values()) == [False, True, True]
     assert backend.idle("farm") == {v for v, b in busy.items() if not b}

@@ -16,6 +16,8 @@ from merkat.backends.sim import RigidApp, SimBackend
 from merkat.bank.memory import MemoryLedger
 from merkat.market import Hosts
 from merkat.platform.period import MICRO, AppSpec, Platform
+from merkat.runtime.driver import Driver
+from merkat.runtime.economy import Economy
 from merkat.sim.cluster import Cluster
 from merkat.sim.market.trace import MarketConfig, simulate_market
 from merkat.sim.workload.jobs import SloConfig, build_workload
@@ -50,25 +52,27 @@ def value(m: dict[str, tuple[str, dict]], sample: str, **labels: str) -> float: 
     return float(m[fam][1][key])
 
 
-def two_hosts_platform() -> tuple[Platform, SimBackend, MemoryLedger]:
+def two_hosts_platform() -> tuple[Driver, SimBackend, MemoryLedger]:
     ledger = MemoryLedger()
     backend = SimBackend(trade_memory=True)
     hosts = Hosts(("n0", "n1"), np.array([[4.0, 8192.0], [2.0, 4096.0]]))
-    platform = Platform(hosts, ledger, backend, period=60.0, reserve={"cpu": 0.01, "memory": 1e-5})
+    platform = Platform(hosts, period=60.0, reserve={"cpu": 0.01, "memory": 1e-5})
+    driver = Driver(platform, backend, Economy(ledger))
     for k in range(3):
-        backend.add_app(f"a{k}", RigidApp(vms=2, work_total=1e6, cpu=1.0, memory=1024.0))
-        platform.submit(
+        driver.submit(
             AppSpec(
                 id=f"a{k}", policy="best-effort", size=2,
                 vm_size={"cpu": 1.0, "memory": 1024.0}, vm_min={"memory": 256.0},
                 submit_time=0.0, budget=100.0 + 50 * k,
-            )
+            ),
+            RigidApp(vms=2, work_total=1e6, cpu=1.0, memory=1024.0),
         )  # fmt: skip
-    return platform, backend, ledger
+    return driver, backend, ledger
 
 
 def test_metrics_match_the_platform_after_each_period() -> None:
-    platform, _, ledger = two_hosts_platform()
+    driver, _, ledger = two_hosts_platform()
+    platform = driver.platform
     metrics = MarketMetrics()
     app = FastAPI()
     install(app, metrics, dashboard=False)
@@ -77,7 +81,7 @@ def test_metrics_match_the_platform_after_each_period() -> None:
     assert before["merkat_periods"][0] == "counter"
     assert value(before, "merkat_periods_total") == 0
     for k in range(3):
-        rec = platform.run_period(60.0 * k)
+        rec = driver.step(60.0 * k)
         metrics.observe_platform(platform, rec, duration_s=0.003 * (k + 1))
     m = scrape(client)
     # Names follow the rules; types are what they say.

@@ -32,7 +32,7 @@ from typing import Protocol
 from mypy_extensions import mypyc_attr
 
 from merkat.control.types import Metrics, new_metrics
-from merkat.platform.backend import Plan
+from merkat.platform.backend import ApplyReport, Plan
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -116,7 +116,12 @@ class TaskFarm:
 
 class AppModel(Protocol):
     """What :class:`SimBackend` needs of an application model: :class:`RigidApp`,
-    :class:`TaskFarm`, or one of a scenario's own (:mod:`merkat.sim.market.scenarios`)."""
+    :class:`TaskFarm`, or one of a scenario's own (:mod:`merkat.sim.market.scenarios`).
+
+    A model of another kind progresses itself: it has ``advance(backend, vms, t0, t1)``
+    (``vms``: its ``(id, VM)`` pairs in id order; ``backend.speed(model, vm, t0, t1)`` gives a
+    VM's speed), ``busy_vms()`` (the VMs running work; the others are idle) and
+    ``interrupt(vm_id)`` (a VM is released under its work)."""
 
     cpu: float
     memory: float
@@ -185,17 +190,25 @@ class SimBackend:
         return self.apps[app].finish_time is not None
 
     def idle(self, app: str) -> frozenset[str]:
-        """A task farm's workers without a task; rigid applications have none."""
+        """A task farm's workers without a task, a self-advancing model's VMs outside its
+        ``busy_vms()``; rigid applications have none."""
         model = self.apps[app]
         if not isinstance(model, TaskFarm):
-            return frozenset()
+            busy = getattr(model, "busy_vms", None)
+            if busy is None:
+                return frozenset()
+            working = busy()
+            return frozenset(v for v, vm in self.vms.items() if vm.app == app
+                             and v not in working)
         if self._n_indexed == len(self.vms):  # the per-application grouping is current
             mine = self._by_app.get(app, {})
             return frozenset(v for v in mine if v not in model.running)
         return frozenset(v for v, vm in self.vms.items() if vm.app == app
                          and v not in model.running)
 
-    def apply(self, plan: Plan) -> None:
+    def apply(self, plan: Plan) -> ApplyReport:
+        """Carry out ``plan``; every operation succeeds in the simulator (the report lists no
+        operation: a backend that reports nothing for one has done it)."""
         t = plan.time
         for vm_id in plan.destroy:
             self._release(vm_id)
@@ -224,6 +237,7 @@ class SimBackend:
             self.counts["migration"] += 1
         for vm_id, alloc in plan.allocations.items():
             self.vms[vm_id].alloc = alloc
+        return ApplyReport(t)
 
     def _put(self, vm_id: str, vm: _VM) -> None:
         replaced = vm_id in self.vms
@@ -243,9 +257,14 @@ class SimBackend:
         if group is not None and group.pop(vm_id, None) is not None:
             self._n_indexed -= 1
         model = self.apps[vm.app]
-        if isinstance(model, TaskFarm) and vm_id in model.running:
-            _, total = model.running.pop(vm_id)
-            model.queue.appendleft(total)  # an interrupted task restarts elsewhere
+        if isinstance(model, TaskFarm):
+            if vm_id in model.running:
+                _, total = model.running.pop(vm_id)
+                model.queue.appendleft(total)  # an interrupted task restarts elsewhere
+        elif not isinstance(model, RigidApp):
+            interrupt = getattr(model, "interrupt", None)
+            if interrupt is not None:
+                interrupt(vm_id)
 
     # --- time ------------------------------------------------------------------------
 
@@ -276,11 +295,19 @@ class SimBackend:
             elif isinstance(model, TaskFarm):
                 self._advance_farm(model, vms, t0, t1)
             else:
-                raise TypeError(f"{app_id}: no progress model for {type(model).__name__}")
+                own = getattr(model, "advance", None)
+                if own is None:
+                    raise TypeError(f"{app_id}: no progress model for {type(model).__name__}")
+                own(self, sorted(vms), t0, t1)
             if not vms:  # no VM (waiting, suspended, stopped): a fixed point until it has one
                 done.append(app_id)
         for app_id in done:
             del live[app_id]
+
+    def speed(self, model: AppModel, vm: _VM, t0: float, t1: float) -> float:
+        """A VM's speed over ``[t0, t1]``: its CPU fraction (times its memory fraction when
+        memory counts), less the migration overhead while it migrates."""
+        return self._speed(model, vm, t0, t1)
 
     def _speed(self, model: AppModel, vm: _VM, t0: float, t1: float) -> float:
         cpu = vm.alloc.get("cpu", 0.0) / model.cpu if model.cpu > 0 else 1.0

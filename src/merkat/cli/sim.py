@@ -80,6 +80,15 @@ def run_cmd(
         1, "--workers", help="With --scheduler market: cut the trace where the cluster is empty "
         "and run the pieces on this many processes (same results).",
     ),
+    economy: str = typer.Option(
+        "themis", "--economy", help="With --scheduler market: themis (users receive a per-period "
+        "allowance) | closed (no money enters after the initial budgets; the Virtual Bank "
+        "returns the provider's income to the users).",
+    ),
+    charging: str = typer.Option(
+        "bid", "--charging", help="With --scheduler market: bid (VMs pay their bids) | use "
+        "(VMs pay what they use, the rest of the deposit refunded).",
+    ),
     output: OutputFormat = OutputOption,
 ) -> None:
     """Replay a trace under one scheduler; write DIR/jobs.csv and DIR/summary.json.
@@ -113,6 +122,8 @@ def run_cmd(
     _check(budget_base >= 0, f"--budget-base must be >= 0, got {budget_base}")
     _check(period > 0, f"--period must be > 0 seconds, got {period}")
     _check(workers >= 1, f"--workers must be >= 1, got {workers}")
+    _check(economy in ("themis", "closed"), f"--economy must be themis or closed, got {economy!r}")
+    _check(charging in ("bid", "use"), f"--charging must be bid or use, got {charging!r}")
     try:
         trace_path = find_trace(trace)
     except FileNotFoundError as e:
@@ -140,6 +151,8 @@ def run_cmd(
         policy=policy,
         period=period,
         workers=workers,
+        economy=economy,
+        charging=charging,
     )
     bars: list[LazyProgress] = []
     t0 = time.perf_counter()

@@ -13,7 +13,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any, TypeVar
 
 CPU = "cpu"
@@ -45,12 +45,20 @@ class VMState(Enum):
     RESUMING = "resuming"
 
 
-class Phase(Enum):
-    """Life-cycle phase of the application, derived from its VMs (:attr:`Observation.phase`)."""
+class AppStatus(StrEnum):
+    """Where an application is in its life: one enum for the platform's status and the
+    controller's phase (:attr:`Observation.phase`, derived from its VMs). Allowed moves:
+    :data:`merkat.platform.lifecycle.APP_TRANSITIONS`."""
 
     WAITING = "waiting"  # submitted, no VM yet (queued, postponed)
     RUNNING = "running"  # at least one VM not suspended
     SUSPENDED = "suspended"  # every VM suspended
+    FINISHED = "finished"  # all work done
+    STOPPED = "stopped"  # stopped before finishing (deadline out of reach, budget...)
+
+
+Phase = AppStatus
+"""The controller's name for :class:`AppStatus` (an observation's phase is never an end)."""
 
 
 class Action(Enum):

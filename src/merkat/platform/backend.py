@@ -1,9 +1,13 @@
 """The one seam between the market and the world: what a backend is asked to do each period.
 
-The period loop (:mod:`merkat.platform.period`) decides; a :class:`Backend` acts (Ray
-autoscaler v2 style: a pure decision, then a reconciler). The simulator's backend
-(:mod:`merkat.backends.sim`) models the VM operations and the applications' progress; the live
-one manages real processes. Both receive the same :class:`Plan`.
+The period (:mod:`merkat.platform.period`) decides; the runtime driver
+(:mod:`merkat.runtime.driver`) hands the decision's :class:`Plan` to a :class:`Backend`, which
+acts and returns an :class:`ApplyReport`: per operation, done or failed with a reason (Ray
+autoscaler v2 style: a pure decision, then a reconciler). The platform takes VM states from the
+report, so a failed boot or migration is seen (and retried) by the next period instead of
+assumed done. The simulator's backend (:mod:`merkat.backends.sim`) models the VM operations and
+the applications' progress; the live ones manage real processes or pods. All receive the same
+:class:`Plan`.
 """
 
 from __future__ import annotations
@@ -46,11 +50,55 @@ class Plan:
     allocations: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
+OPS = ("create", "resume", "destroy", "suspend", "migrate", "resize")
+"""The operations a plan asks for (``resize``: a new allocation for a running VM). A backend may
+report more kinds (``bind``, ``lost``...); the platform acts on these six."""
+
+
+@dataclass(frozen=True)
+class OpReport:
+    """One operation's outcome. ``op``: one of :data:`OPS` or a backend's own kind; ``vm``:
+    the VM; ``ok``: done; ``reason``: why it failed (empty when done). ``seconds``: how long it
+    took, ``state`` and ``node``: backend details (e.g. a Kubernetes resize's status)."""
+
+    op: str
+    vm: str
+    ok: bool
+    reason: str = ""
+    seconds: float = 0.0
+    state: str = ""
+    node: str = ""
+
+
+@dataclass(frozen=True)
+class ApplyReport:
+    """What a backend did with one plan: one :class:`OpReport` per operation it tried (a
+    backend that reports nothing for an operation is taken to have done it)."""
+
+    time: float
+    ops: tuple[OpReport, ...] = ()
+    api_calls: int = 0
+
+    @property
+    def failed(self) -> tuple[OpReport, ...]:
+        return tuple(o for o in self.ops if not o.ok)
+
+    def counts(self) -> dict[str, int]:
+        """Operations by kind; failed ones as ``KIND-failed``."""
+        out: dict[str, int] = {}
+        for o in self.ops:
+            key = o.op if o.ok else f"{o.op}-failed"
+            out[key] = out.get(key, 0) + 1
+        return out
+
+
 class Backend(Protocol):
     """What the platform needs from the world: act on a plan, report application metrics."""
 
-    def apply(self, plan: Plan) -> None:
-        """Carry out ``plan`` (create, destroy, migrate, suspend, resume, set allocations)."""
+    def apply(self, plan: Plan) -> ApplyReport:
+        """Carry out ``plan`` (create, destroy, migrate, suspend, resume, set allocations) and
+        report each operation: done, or failed with a reason. Never raises for a failed
+        operation: errors from the world come back as data."""
         ...
 
     def metrics(self, app: str) -> Metrics:

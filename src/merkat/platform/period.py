@@ -1,38 +1,44 @@
 """One scheduling period, the heart of merkat (docs/architecture.md, "One scheduling period").
 
-:meth:`Platform.run_period` runs, top-down, once per period:
+The period is a **decision**; the runtime driver (:mod:`merkat.runtime.driver`) is its only
+caller and does every effect. Per period the driver renews the budgets (the economy), reads
+the balances and each active application's :class:`Observed` (metrics, idle VMs, finished)
+from the ledger and the backend, then:
 
-1. **renew** — each active application's account gets its renewal, never above its cap;
-2. **decide** — each controller turns an :class:`~merkat.control.types.Observation` into a
-   :class:`~merkat.control.types.Demand`; :meth:`Platform._reconcile` turns the demand into VM
-   records (create, destroy, suspend, resume, new bids), keeping the bids within the balance;
-3. **clear** — :func:`merkat.market.clear` over every VM that bids: prices, placement of new
-   VMs, migrations, allocations;
-4. **apply** — the backend gets one :class:`~merkat.platform.backend.Plan`;
-5. **charge** — every placed VM pays its bid for the period to the provider (Merkat §2.2),
-   in one ledger transaction;
-6. **record** — a :class:`PeriodRecord` (prices, use, operations) is returned and kept.
+1. :meth:`Platform.decide` — each controller turns an
+   :class:`~merkat.control.types.Observation` into a :class:`~merkat.control.types.Demand`;
+   the lifecycle table (:mod:`merkat.platform.lifecycle`) refuses actions not allowed in the
+   application's status; the demand becomes VM records, bids kept within the balance; an
+   application that could not pay the reserve price for its VMs for ``keep_alive`` periods is
+   stopped (``stopped-budget``); :func:`merkat.market.clear` over every VM that bids gives
+   prices, placements, migrations and allocations; out comes a :class:`Decision` (the
+   backend :class:`~merkat.platform.backend.Plan`, the bills, the usage, the refusals);
+2. the driver charges the bills (the economy's charging plugin); :meth:`Platform.withhold`
+   takes the VMs of applications that could not pay out of the plan (suspended, or back to
+   waiting: nothing runs for free);
+3. the driver hands the plan to the backend, which reports each operation;
+4. :meth:`Platform.commit` takes VM states from the report (a failed boot or migration is
+   undone and retried next period, a failed destroy or suspend is re-issued) and returns the
+   :class:`PeriodRecord`.
 
-The simulator calls it with a virtual clock and :class:`~merkat.backends.sim.SimBackend`; the
-live service calls it with the wall clock and a real backend. No clock is read here.
+No clock is read and no ledger or backend is called here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import Any
 
 import numpy as np
 from mypy_extensions import mypyc_attr
 
-from merkat.bank.ledger import AccountKind, Ledger
-from merkat.bank.policies import Allowance, ChargeByBid, InitialBudget, Renewal
+from merkat.bank.ledger import Ledger
 from merkat.control.base import Controller
 from merkat.control.registry import make_policy
 from merkat.control.types import (
     Action,
+    AppStatus,
     Demand,
     Observation,
     VMState,
@@ -43,140 +49,55 @@ from merkat.control.types import (
     new_vm_view,
 )
 from merkat.market import NO_HOST, RESOURCES, BalanceParams, Clearing, Hosts, VMs, clear
-from merkat.platform.backend import Backend, Plan, VMPlacement
+from merkat.platform.backend import ApplyReport, Backend, Plan, VMPlacement
+from merkat.platform.lifecycle import ENDED, app_transition, vm_transition
+from merkat.platform.market_input import bidding as bidding_vms
+from merkat.platform.market_input import market_vms, same_input
+from merkat.platform.model import (
+    MICRO,
+    App,
+    AppConst,
+    AppSpec,
+    Charged,
+    Decision,
+    Observed,
+    Ops,
+    PeriodRecord,
+    VMRecord,
+    to_micro,
+)
 
-MICRO = 1_000_000
-
-
-def to_micro(credits: float) -> int:
-    """Credits (float) to the ledger's integer micro-credits, rounded to the nearest."""
-    return round(credits * MICRO)
-
-
-class AppStatus(StrEnum):
-    """Where an application is in its life."""
-
-    WAITING = "waiting"  # submitted, no VM yet (postponed or queued)
-    RUNNING = "running"
-    SUSPENDED = "suspended"
-    FINISHED = "finished"  # all work done
-    STOPPED = "stopped"  # stopped by its controller before finishing (deadline out of reach...)
-
-
-ENDED = (AppStatus.FINISHED, AppStatus.STOPPED)
-
-
-@dataclass(frozen=True)
-class AppSpec:
-    """An application as submitted (the template of Merkat Fig. 5, reduced to what the
-    period loop needs).
-
-    ``vm_size``: each VM's maximum useful allocation (cores, MiB); ``vm_min``: what a node must
-    hold for one VM (memory); ``size``: VMs to start. ``budget``: initial credits, ``renewal``:
-    credits added per period, never above ``budget_cap`` (default: the initial budget, Themis
-    §III-A). ``trade``: resources the application bids on (others get no bid: CPU-only runs).
-    """
-
-    id: str
-    policy: str
-    size: int
-    vm_size: Mapping[str, float]
-    submit_time: float
-    budget: float
-    renewal: float = 0.0
-    budget_cap: float | None = None
-    deadline: float | None = None
-    vm_min: Mapping[str, float] = field(default_factory=dict)
-    params: Mapping[str, Any] = field(default_factory=dict)
-    owner: str = "users"
-    nvms_max: int = 1_000_000
-    trade: tuple[str, ...] = RESOURCES
-
-
-@dataclass
-class VMRecord:
-    """The platform's view of one VM. ``bid`` and ``alloc`` hold the resources its application
-    trades (:attr:`AppSpec.trade`), in that order; the others are neither bid for nor limited."""
-
-    id: str
-    app: str
-    state: VMState
-    host: int = NO_HOST
-    bid: dict[str, float] = field(default_factory=dict)
-    alloc: dict[str, float] = field(default_factory=dict)
-    new: bool = True  # created this period (not yet placed)
-    # The controller's view of this VM: reused while its state, alloc and bid are the same
-    # objects (bid and alloc dicts are replaced, never mutated, and kept when a new value
-    # equals the old one; the view shares them).
-    view: VMView | None = field(default=None, repr=False, compare=False)
-
-
-@dataclass
-class App:
-    """One application under its controller."""
-
-    spec: AppSpec
-    controller: Controller
-    account: str
-    status: AppStatus = AppStatus.WAITING
-    vms: list[VMRecord] = field(default_factory=list)
-    start_time: float | None = None
-    end_time: float | None = None
-    reason: str = ""
-    suspensions: int = 0
-    resumes: int = 0
-    vm_count: int = 0  # VMs ever created (for unique ids)
-    spent: int = 0  # micro-credits paid
-    const: _AppConst | None = field(default=None, repr=False, compare=False)
-    # The VM views of the last observation: valid until the VM records change, which only
-    # happens in Platform._reconcile (which drops them) and Platform._plan (on running apps,
-    # whose views _reconcile has dropped earlier in the same period).
-    views: tuple[VMView, ...] | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def active(self) -> bool:
-        return self.status not in ENDED
-
-
-@dataclass(frozen=True)
-class PeriodRecord:
-    """What happened in one period."""
-
-    index: int
-    time: float
-    prices: dict[str, float]
-    allocated: dict[str, float]
-    capacity: dict[str, float]
-    running_apps: int
-    waiting_apps: int
-    suspended_apps: int
-    vms: int
-    created: int
-    destroyed: int
-    migrations: int
-    suspended: int
-    resumed: int
-    charged: int  # micro-credits
+__all__ = ["ENDED", "MICRO", "App", "AppSpec", "AppStatus", "Charged", "Decision", "Observed",
+           "PeriodRecord", "Platform", "VMRecord", "to_micro"]
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass
 class Platform:
-    """The applications manager and market scheduler of one cluster (Merkat §4).
+    """The applications manager and market scheduler of one cluster (Merkat §4): its
+    applications, their VMs and controllers, the last prices. The decision holds no ledger and
+    no backend: the driver (:class:`~merkat.runtime.driver.Driver`) owns them.
 
-    ``hosts`` and ``ledger`` are the cluster and the bank; ``backend`` acts on decisions;
-    ``period`` is the scheduling period in seconds; ``reserve`` the minimum bid per VM and
-    resource; ``balance`` the load-balancing parameters; ``provider`` the account that
-    receives the charges.
+    Compatibility for callers not yet moved onto the driver (the live service): with
+    ``ledger`` and ``backend`` given, :meth:`submit` opens and funds the application's account
+    through a ``themis``/``bid`` :class:`~merkat.runtime.economy.Economy` and
+    :meth:`run_period` is one :meth:`Driver.step <merkat.runtime.driver.Driver.step>` of a
+    driver on them (the same decision and effects; only the loop is the caller's).
+
+    ``hosts`` is the cluster; ``period`` the scheduling period in seconds; ``reserve`` the
+    minimum bid per VM and resource; ``balance`` the load-balancing parameters;
+    ``keep_alive`` how many periods an application may fail to afford the reserve price of
+    its VMs before it is stopped (``stopped-budget``, Merkat §4.2.4 iii).
     """
 
     hosts: Hosts
-    ledger: Ledger
-    backend: Backend
+    ledger: Ledger | None = None
+    backend: Backend | None = None
     period: float = 300.0
     reserve: Mapping[str, float] = field(default_factory=lambda: {r: 0.001 for r in RESOURCES})
     balance: BalanceParams = field(default_factory=BalanceParams)
     provider: str = "provider"
+    keep_alive: int = 3
     history_size: int = 12
     apps: dict[str, App] = field(default_factory=dict)
     active: dict[str, App] = field(default_factory=dict)
@@ -186,18 +107,15 @@ class Platform:
     def __post_init__(self) -> None:
         if not self.period > 0:
             raise ValueError(f"period must be > 0 seconds, got {self.period}")
+        if self.keep_alive < 1:
+            raise ValueError(f"keep_alive must be >= 1 period, got {self.keep_alive}")
         check_amounts("reserve", self.reserve)
-        if not self.ledger.has_account(self.provider):
-            self.ledger.create_account(self.provider, AccountKind.provider)
         self.capacity = {
             r: float(self.hosts.capacity[:, k].sum()) if len(self.hosts) else 0.0
             for k, r in enumerate(RESOURCES)
         }
         self.prices: dict[str, float] = {r: 0.0 for r in RESOURCES}
         self.price_history: list[dict[str, float]] = []
-        self.allowances: dict[str, Allowance] = {}
-        self.renewal = Renewal()
-        self.charger = ChargeByBid(self.provider)
         self._reserve = np.array([self.reserve.get(r, 0.0) for r in RESOURCES])
         self._last_clearing: tuple[Hosts, BalanceParams, np.ndarray, VMs, Clearing] | None = None
         # Per traded-resource tuple: (prices it was built from, prices, past prices).
@@ -205,11 +123,32 @@ class Platform:
             tuple[str, ...],
             tuple[dict[str, float], dict[str, float], tuple[dict[str, float], ...]],
         ] = {}
+        self._retry = Ops()  # destroy/suspend operations the backend failed: re-issued
+        self._economy: Any = None
+        if self.ledger is not None:
+            from merkat.runtime.economy import Economy  # the runtime imports this module
+
+            self._economy = Economy(self.ledger, provider=self.provider)
+
+    @property
+    def allowances(self) -> Mapping[str, Any]:
+        """The renewals by account (compatibility: the economy holds them)."""
+        return self._economy.allowances if self._economy is not None else {}
+
+    def run_period(self, now: float) -> PeriodRecord:
+        """Compatibility: one driver step on this platform's ``ledger`` and ``backend``."""
+        if self._economy is None or self.backend is None:
+            raise ValueError("run_period needs a platform made with a ledger and a backend; "
+                             "use merkat.runtime.driver.Driver")
+        from merkat.runtime.driver import Driver
+
+        return Driver(self, self.backend, self._economy).step(now)
 
     # --- submission -------------------------------------------------------------------
 
     def submit(self, spec: AppSpec, controller: Controller | None = None) -> App:
-        """Admit an application: its account, its initial budget, its controller."""
+        """Admit an application: its record and its controller (its account, named
+        ``app:ID``, is opened and funded by the driver's economy)."""
         if spec.id in self.apps:
             raise ValueError(f"application {spec.id!r} already exists")
         if spec.size < 1:
@@ -219,90 +158,197 @@ class Platform:
         try:  # checked here once, not in every observation (before any account exists)
             check_amounts("vm_size", {r: spec.vm_size.get(r, 0.0) for r in spec.trade})
             check_amounts("vm_min", spec.vm_min)
+            check_amounts("budget", {"budget": spec.budget, "renewal": spec.renewal})
         except ValueError as e:
             raise ValueError(f"application {spec.id!r}: {e}") from None
-        ledger = self.ledger
-        if not ledger.has_account(spec.owner):
-            ledger.create_account(spec.owner, AccountKind.user)
-        account = f"app:{spec.id}"
-        ledger.create_account(account, AccountKind.application, owner=spec.owner)
-        initial = to_micro(spec.budget)
-        if initial > 0:
-            InitialBudget(initial).apply(ledger, account, self.index)
-        rate = to_micro(spec.renewal)
-        cap = to_micro(spec.budget if spec.budget_cap is None else spec.budget_cap)
-        if rate > 0 and cap > 0:
-            self.allowances[account] = Allowance(rate, cap)
         ctl = controller or make_policy(spec.policy, **dict(spec.params))
-        app = App(spec, ctl, account)
+        app = App(spec, ctl, f"app:{spec.id}")
+        if self._economy is not None:  # compatibility (see the class docstring)
+            self._economy.open(app, self.index)
         self.apps[spec.id] = app
         self.active[spec.id] = app
         return app
 
-    # --- the period -------------------------------------------------------------------
+    # --- the decision -----------------------------------------------------------------
 
-    def run_period(self, now: float) -> PeriodRecord:
-        """Run one scheduling period at time ``now`` (seconds); see the module docstring."""
-        active = list(self.active.values())
-        # 1. renew
-        due = {
-            a.account: self.allowances[a.account] for a in active if a.account in self.allowances
-        }
-        self.renewal.apply(self.ledger, self.index, due)
-        balances = self.ledger.balances([a.account for a in active]) if active else {}
-
-        # 2. decide and reconcile
-        ops = _Ops()
-        for app in active:
-            obs = self.observe(app, now, balances[app.account])
-            demand = app.controller.decide(obs)
-            self._reconcile(app, demand, now, balances[app.account], ops)
+    def decide(
+        self, now: float, balances: Mapping[str, int], observed: Mapping[str, Observed]
+    ) -> Decision:
+        """The period at time ``now``: ``balances`` of the active applications' accounts (after
+        this period's renewal), ``observed`` per active application id. Changes only this
+        platform's own records (VMs, statuses, prices); see the module docstring."""
+        ops = Ops(list(self._retry.destroy), list(self._retry.suspend))
+        self._retry = Ops()
+        refused: list[str] = []
+        for app in list(self.active.values()):
+            balance = balances[app.account]
+            seen = observed[app.spec.id]
+            if self._broke(app, balance, now):
+                self._end(app, now, "could not pay the reserve price for "
+                          f"{self.keep_alive} periods", seen.finished, ops, "stopped-budget")
+            else:
+                obs = self.observe(app, now, balance, seen)
+                demand = app.controller.decide(obs)
+                self._reconcile(app, demand, now, balance, seen, ops, refused)
             if not app.active:
                 del self.active[app.spec.id]
 
-        # 3. clear
-        runs = self._bidding()
-        bidding = [vm for _, vms in runs for vm in vms]
-        result = self._clear(self._market_vms(runs, len(bidding)))
+        runs = bidding_vms(self.active.values())
+        bidding = sum(len(vms) for _, vms in runs)
+        result = self._clear(market_vms(runs, bidding, self._const))
         self.prices = {r: float(result.price[k]) for k, r in enumerate(RESOURCES)}
         self.price_history.append(self.prices)
         del self.price_history[: -self.history_size]
         self._shared.clear()
 
-        # 4. apply
-        plan = self._plan(now, runs, result, ops)
-        self.backend.apply(plan)
-
-        # 5. charge
-        charged = self._charge(runs)
-
-        # 6. record
+        starting: list[VMRecord] = []
+        moved: list[tuple[VMRecord, int]] = []
+        plan = self._plan(now, runs, result, ops, starting, moved)
+        bills, usage = self._bills(runs)
         alloc = result.allocation.sum(axis=0) if bidding else np.zeros(len(RESOURCES))
+        return Decision(
+            index=self.index, time=now, plan=plan, bills=bills, usage=usage,
+            refused=tuple(refused), prices=dict(self.prices),
+            allocated={r: float(alloc[k]) for k, r in enumerate(RESOURCES)}, bidding=bidding,
+            starting=starting, moved=moved,
+        )
+
+    def _broke(self, app: App, balance: int, now: float) -> bool:
+        """Whether ``app`` has been unable to pay the reserve price of its VMs for
+        ``keep_alive`` periods (counted from the first period it could not)."""
+        const = app.const or self._const(app)
+        need = const.reserve_cost * max(len(app.vms), app.spec.size)
+        if balance >= need:
+            app.broke_since = None
+            return False
+        if app.broke_since is None:
+            app.broke_since = now
+        return now - app.broke_since >= self.keep_alive * self.period - 1e-9
+
+    def _end(self, app: App, now: float, reason: str, finished: bool, ops: Ops,
+             outcome: str = "") -> None:
+        """End ``app``: release its VMs; ``finished`` when its work is done."""
+        ops.destroy.extend(vm.id for vm in app.vms)
+        app.vms = []
+        app.views = None
+        app.status = AppStatus.FINISHED if finished else AppStatus.STOPPED
+        app.end_time = now if app.end_time is None else app.end_time
+        app.reason = reason
+        app.outcome = "finished" if finished else (outcome or "stopped")
+
+    def withhold(self, decision: Decision, unpaid: Collection[str]) -> Decision:
+        """``decision`` without the VMs of the ``unpaid`` applications (ids): an application
+        that had VMs running has them suspended; one whose VMs were only starting goes back to
+        waiting (its start did not happen). Nothing runs for free."""
+        if not unpaid:
+            return decision
+        plan = decision.plan
+        gone: set[str] = set()
+        suspend: list[str] = []
+        for app_id in sorted(unpaid):
+            app = self.apps[app_id]
+            app.views = None
+            for vm in app.vms:
+                gone.add(vm.id)
+            was_running = [vm for vm in app.vms if vm not in decision.starting
+                           and vm.state is not VMState.SUSPENDED and vm.host != NO_HOST]
+            if was_running:
+                for vm in was_running:
+                    vm.state = vm_transition(vm.state, VMState.SUSPENDED)
+                    vm.alloc = {}
+                    suspend.append(vm.id)
+                app.vms = [vm for vm in app.vms if vm.state is VMState.SUSPENDED]
+                for vm in app.vms:
+                    vm.host = NO_HOST
+                app.status = AppStatus.SUSPENDED
+                app.suspensions += 1
+            else:
+                resumed = [vm for vm in app.vms if vm.state is VMState.RESUMING]
+                for vm in resumed:  # back to suspended: the resume did not happen
+                    vm.state = VMState.SUSPENDED
+                    vm.host = NO_HOST
+                    vm.new = True
+                app.vms = resumed
+                app.status = AppStatus.SUSPENDED if resumed else AppStatus.WAITING
+                if not resumed and app.start_time == decision.time:
+                    app.start_time = None
+        starting = [vm for vm in decision.starting if vm.id not in gone]
+        moved = [(vm, h) for vm, h in decision.moved if vm.id not in gone]
+        new_plan = replace(
+            plan,
+            suspend=plan.suspend + tuple(suspend),
+            create=tuple(p for p in plan.create if p.vm not in gone),
+            resume=tuple(p for p in plan.resume if p.vm not in gone),
+            migrate=tuple(m for m in plan.migrate if m[0] not in gone),
+            allocations={v: a for v, a in plan.allocations.items() if v not in gone},
+        )
+        return replace(
+            decision, plan=new_plan, starting=starting, moved=moved,
+            bills=tuple(b for b in decision.bills if b[0] not in unpaid),
+            usage=tuple(u for u in decision.usage if u[0] not in unpaid),
+        )
+
+    def commit(self, decision: Decision, report: ApplyReport, charged: Charged) -> PeriodRecord:
+        """Take the backend's ``report`` of ``decision``'s plan and the economy's ``charged``
+        into the platform's state; return (and keep) the period's record."""
+        failed = {(o.op, o.vm): o.reason for o in report.ops if not o.ok}
+        failures: list[str] = []
+        if failed:
+            for op, vm_id in sorted(failed):
+                failures.append(f"{op} {vm_id}: {failed[op, vm_id]}")
+            for vm_id in decision.plan.destroy:
+                if ("destroy", vm_id) in failed:
+                    self._retry.destroy.append(vm_id)
+            for vm_id in decision.plan.suspend:
+                if ("suspend", vm_id) in failed:
+                    self._retry.suspend.append(vm_id)
+            for vm, src in decision.moved:
+                if ("migrate", vm.id) in failed:
+                    vm.host = src  # it did not move
+        running = VMState.RUNNING
+        for vm in decision.starting:
+            op = "resume" if vm.state is VMState.RESUMING else "create"
+            if failed and (op, vm.id) in failed:  # not started: placed again next period
+                vm.host = NO_HOST
+                vm.new = True
+                vm.alloc = {}
+                app = self.apps[vm.app]
+                app.views = None
+                continue
+            vm.state = vm_transition(vm.state, running)  # booting/resuming take time in the world
+        for app_id, amount in charged.paid.items():
+            self.apps[app_id].spent += amount
         statuses = [a.status for a in self.active.values()]
+        plan = decision.plan
         record = PeriodRecord(
             index=self.index,
-            time=now,
-            prices=dict(self.prices),
-            allocated={r: float(alloc[k]) for k, r in enumerate(RESOURCES)},
+            time=decision.time,
+            prices=dict(decision.prices),
+            allocated=dict(decision.allocated),
             capacity=dict(self.capacity),
             running_apps=statuses.count(AppStatus.RUNNING),
             waiting_apps=statuses.count(AppStatus.WAITING),
             suspended_apps=statuses.count(AppStatus.SUSPENDED),
-            vms=len(bidding),
+            vms=decision.bidding,
             created=len(plan.create),
             destroyed=len(plan.destroy),
             migrations=len(plan.migrate),
             suspended=len(plan.suspend),
             resumed=len(plan.resume),
-            charged=charged,
+            charged=charged.total,
+            refused=decision.refused,
+            failed=tuple(failures),
+            unpaid=tuple(sorted(charged.unpaid)),
+            minted=charged.minted,
+            redistributed=charged.redistributed,
         )
         self.records.append(record)
         self.index += 1
         return record
 
-    # --- step 2: observation and reconciliation ---------------------------------------
+    # --- step 1: observation and reconciliation ---------------------------------------
 
-    def observe(self, app: App, now: float, balance: int) -> Observation:
+    def observe(self, app: App, now: float, balance: int, seen: Observed) -> Observation:
         """What ``app``'s controller sees this period."""
         spec = app.spec
         trade = spec.trade
@@ -310,11 +356,10 @@ class Platform:
         shared = self._shared.get(trade)
         if shared is None or shared[0] is not self.prices:
             shared = self._shared_view(trade)
-        renewal = self.allowances.get(app.account)
         views = app.views
         if views is None or len(views) != len(app.vms):
             views = app.views = self._views(app)
-        idle = self.backend.idle(spec.id) if app.status is AppStatus.RUNNING else frozenset()
+        idle = seen.idle if app.status is AppStatus.RUNNING else frozenset()
         if idle:  # idle workers, released first by horizontal policies (VMView.busy)
             views = tuple(replace(v, busy=False) if v.id in idle else v for v in views)
         return new_observation_unchecked(  # its parts are checked once (submit, prices)
@@ -323,11 +368,10 @@ class Platform:
             prices=shared[1],
             capacity=const.capacity,
             vm_size=const.vm_size,
-            budget=new_budget(balance=balance / MICRO,
-                              renewal=renewal.rate / MICRO if renewal else 0.0),
+            budget=new_budget(balance=balance / MICRO, renewal=const.renewal),
             bid_min=const.bid_min,
             vms=views,
-            metrics=self.backend.metrics(spec.id),
+            metrics=seen.metrics,
             price_history=shared[2] if const.history else (),
             deadline=spec.deadline,
             submit_time=spec.submit_time,
@@ -365,11 +409,11 @@ class Platform:
         self._shared[trade] = shared
         return shared
 
-    def _const(self, app: App) -> _AppConst:
+    def _const(self, app: App) -> AppConst:
         """What never changes in ``app``'s observations and market rows (built on first use)."""
         spec = app.spec
         trade = spec.trade
-        const = _AppConst(
+        const = AppConst(
             vm_size={r: spec.vm_size[r] for r in trade},
             capacity={r: self.capacity[r] for r in trade},
             bid_min={r: float(self.reserve.get(r, 0.0)) for r in trade},
@@ -378,6 +422,10 @@ class Platform:
             columns=tuple((r, RESOURCES.index(r) if r in RESOURCES else -1) for r in trade),
             zero=dict.fromkeys(trade, 0.0),
             history=type(app.controller).reads_price_history,
+            # as the economy's allowance has it: in micro-credits, none without a cap
+            renewal=(to_micro(spec.renewal) / MICRO
+                     if to_micro(spec.renewal) > 0 and to_micro(_cap(spec)) > 0 else 0.0),
+            reserve_cost=to_micro(sum(float(self.reserve.get(r, 0.0)) for r in trade)),
         )
         check_amounts("capacity", const.capacity)
         check_amounts("vm_size", const.vm_size)
@@ -385,25 +433,25 @@ class Platform:
         app.const = const
         return const
 
-    def _reconcile(self, app: App, demand: Demand, now: float, balance: int, ops: _Ops) -> None:
+    def _reconcile(self, app: App, demand: Demand, now: float, balance: int, seen: Observed,
+                   ops: Ops, refused: list[str]) -> None:
         """Turn a demand into VM records; the bids of the period never exceed the balance."""
         action = demand.action
+        if action is not Action.NONE:
+            nxt = app_transition(app.status, action)
+            if not isinstance(nxt, AppStatus):  # refused: recorded, never re-applied
+                refused.append(f"{app.spec.id}: {nxt}")
+                action = Action.NONE
         if action is Action.NONE and app.status is not AppStatus.RUNNING:
             return  # waiting or suspended, and staying so: no VM bids, nothing changes
         app.views = None  # the VM records change below (and in this period's plan)
         if action is Action.STOP:
-            ops.destroy.extend(vm.id for vm in app.vms)
-            app.vms = []
-            app.status = (
-                AppStatus.FINISHED if self.backend.finished(app.spec.id) else AppStatus.STOPPED
-            )
-            app.end_time = now if app.end_time is None else app.end_time
-            app.reason = demand.reason
+            self._end(app, now, demand.reason, seen.finished, ops)
             return
         if action is Action.SUSPEND:
             for vm in app.vms:
                 if vm.state is not VMState.SUSPENDED:
-                    vm.state = VMState.SUSPENDED
+                    vm.state = vm_transition(vm.state, VMState.SUSPENDED)
                     ops.suspend.append(vm.id)
             app.status = AppStatus.SUSPENDED
             app.suspensions += 1
@@ -424,7 +472,7 @@ class Platform:
                 app.start_time = now
         elif action is Action.RESUME:
             for vm in app.vms:
-                vm.state = VMState.RESUMING
+                vm.state = vm_transition(vm.state, VMState.RESUMING)
                 vm.host = NO_HOST
                 vm.new = True
             app.status = AppStatus.RUNNING
@@ -498,64 +546,6 @@ class Platform:
 
     # --- step 3: the market's input ---------------------------------------------------
 
-    def _bidding(self) -> list[tuple[App, list[VMRecord]]]:
-        """The VMs that bid this period, in runs of one application each (in the order of
-        ``active``): a waiting app has no VM, a suspended one only suspended VMs."""
-        runs = []
-        suspended = VMState.SUSPENDED
-        for a in self.active.values():
-            if a.status is AppStatus.RUNNING:
-                vms = a.vms
-                for vm in vms:
-                    if vm.state is suspended:
-                        vms = [v for v in vms if v.state is not suspended]
-                        break
-                if vms:
-                    runs.append((a, vms))
-        return runs
-
-    def _market_vms(self, runs: Sequence[tuple[App, list[VMRecord]]], n: int) -> VMs:
-        """The market's input: one row per bidding VM, application by application. VMs that
-        share one bid mapping (the usual case) share its row."""
-        n_res = len(RESOURCES)
-        ids: list[str] = []
-        hosts: list[int] = []
-        bids: list[float] = []
-        caps: list[list[float]] = []  # one row per application
-        mins: list[list[float]] = []
-        counts: list[int] = []
-        for app, vms in runs:
-            ids += [vm.id for vm in vms]
-            hosts += [vm.host for vm in vms]
-            first = vms[0].bid
-            row = [first.get(r, 0.0) for r in RESOURCES]
-            shared = True
-            for vm in vms:
-                if vm.bid is not first:
-                    shared = False
-                    break
-            if shared:
-                bids += row * len(vms)
-            else:
-                last_bid = first
-                for vm in vms:
-                    if vm.bid is not last_bid:
-                        last_bid = vm.bid
-                        row = [last_bid.get(r, 0.0) for r in RESOURCES]
-                    bids += row
-            const = app.const or self._const(app)
-            caps.append(const.cap_row)
-            mins.append(const.min_row)
-            counts.append(len(vms))
-        shape = (n, n_res)
-        return VMs(
-            ids=tuple(ids),
-            bid=np.array(bids, dtype=np.float64).reshape(shape),
-            cap=np.repeat(np.array(caps, dtype=np.float64).reshape(-1, n_res), counts, axis=0),
-            host=np.array(hosts, dtype=np.int64),
-            minimum=np.repeat(np.array(mins, dtype=np.float64).reshape(-1, n_res), counts, axis=0),
-        )
-
     def _clear(self, vms: VMs) -> Clearing:
         """:func:`merkat.market.clear`, or the last period's clearing when its input was the same
         (the same bids, caps, minimums and hosts, on the same cluster with the same reserve and
@@ -567,7 +557,7 @@ class Platform:
             and last[0] is self.hosts
             and last[1] is self.balance
             and np.array_equal(last[2], self._reserve)
-            and _same_input(last[3], vms)
+            and same_input(last[3], vms)
         ):
             return last[4]
         result = clear(self.hosts, vms, reserve_price=self._reserve, params=self.balance)
@@ -577,7 +567,8 @@ class Platform:
     # --- step 4: the plan -------------------------------------------------------------
 
     def _plan(
-        self, now: float, runs: Sequence[tuple[App, list[VMRecord]]], result: Any, ops: _Ops
+        self, now: float, runs: Sequence[tuple[App, list[VMRecord]]], result: Any, ops: Ops,
+        starting_vms: list[VMRecord], moved: list[tuple[VMRecord, int]],
     ) -> Plan:
         create: list[VMPlacement] = []
         resume: list[VMPlacement] = []
@@ -585,8 +576,6 @@ class Platform:
         allocations: dict[str, dict[str, float]] = {}
         hosts: list[int] = result.host.tolist()
         cols: list[list[float]] = result.allocation.T.tolist()  # one list per resource
-        starting = (VMState.BOOTING, VMState.RESUMING, VMState.MIGRATING)
-        running = VMState.RUNNING
         i = 0
         for app, vms in runs:
             const = app.const or self._const(app)
@@ -605,8 +594,10 @@ class Platform:
                         VMPlacement(vm.id, vm.app, h)
                     )
                     vm.new = False
+                    starting_vms.append(vm)
                 elif h != vm.host:
                     migrate.append((vm.id, vm.host, h))
+                    moved.append((vm, vm.host))
                 vm.host = h
                 old = vm.alloc  # kept when equal (the controller's view of it stays valid)
                 if one:
@@ -617,8 +608,6 @@ class Platform:
                     alloc = {r: cols[k][i] if k >= 0 else 0.0 for r, k in columns}
                     if alloc != old:
                         vm.alloc = alloc
-                if vm.state in starting:
-                    vm.state = running  # the backend models the delay; next period it runs
                 allocations[vm.id] = vm.alloc
                 i += 1
         return Plan(
@@ -632,62 +621,42 @@ class Platform:
             allocations=allocations,
         )
 
-    # --- step 5: charging ------------------------------------------------------------
+    # --- the bills ---------------------------------------------------------------------
 
-    def _charge(self, runs: Sequence[tuple[App, list[VMRecord]]]) -> int:
-        """Every placed VM pays its bid (in micro-credits, rounded per VM) in one transaction."""
-        per_app: dict[str, int] = {}
+    def _bills(
+        self, runs: Sequence[tuple[App, list[VMRecord]]]
+    ) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
+        """Per application (id order): its placed VMs' bids for the period (micro-credits,
+        rounded per VM) and what they use at this period's prices (allocation x price, at most
+        the bid)."""
+        bills: dict[str, int] = {}
+        usage: dict[str, int] = {}
+        prices = self.prices
         for app, vms in runs:
             last: dict[str, float] | None = None
             x = 0
-            run = 0
+            total = 0
+            used = 0
+            lastalloc: dict[str, float] | None = None
+            u = 0
             for vm in vms:
                 if vm.host != NO_HOST:
                     if vm.bid is not last:
                         last = vm.bid
                         x = to_micro(sum(last.values()))
-                    run += x
+                    if vm.alloc is not lastalloc:
+                        lastalloc = vm.alloc
+                        u = to_micro(sum(a * prices[r] for r, a in lastalloc.items()))
+                    total += x
+                    used += min(u, x)
             if last is not None:
-                per_app[app.spec.id] = per_app.get(app.spec.id, 0) + run
-        names = sorted(per_app)
-        bills = [(self.apps[a].account, per_app[a]) for a in names]
-        if not bills:
-            return 0
-        result = self.charger.apply(self.ledger, self.index, bills)
-        for k in result.paid:
-            self.apps[names[k]].spent += bills[k][1]
-        return result.total
+                a = app.spec.id
+                bills[a] = bills.get(a, 0) + total
+                usage[a] = usage.get(a, 0) + used
+        names = sorted(bills)
+        return tuple((a, bills[a]) for a in names), tuple((a, usage[a]) for a in names)
 
 
-def _same_input(a: VMs, b: VMs) -> bool:
-    """Whether two market inputs are the same arrays (VM ids only name VMs in errors)."""
-    return (
-        len(a) == len(b)
-        and np.array_equal(a.host, b.host)
-        and np.array_equal(a.bid, b.bid)
-        and np.array_equal(a.cap, b.cap)
-        and np.array_equal(a.minimum, b.minimum)
-    )
-
-
-@dataclass(frozen=True)
-class _AppConst:
-    """An application's constant observation parts (restricted to the resources it trades)
-    and its VMs' constant market rows (cap and minimum per resource, in market order)."""
-
-    vm_size: dict[str, float]
-    capacity: dict[str, float]
-    bid_min: dict[str, float]
-    cap_row: list[float]
-    min_row: list[float]
-    columns: tuple[tuple[str, int], ...]  # (traded resource, its market column or -1)
-    zero: dict[str, float]  # no allocation (never mutated)
-    history: bool  # the controller reads past prices (Controller.reads_price_history)
-
-
-@dataclass
-class _Ops:
-    """Operations decided while reconciling, before the market runs."""
-
-    destroy: list[str] = field(default_factory=list)
-    suspend: list[str] = field(default_factory=list)
+def _cap(spec: AppSpec) -> float:
+    """An application's budget cap (default: its initial budget)."""
+    return spec.budget if spec.budget_cap is None else spec.budget_cap

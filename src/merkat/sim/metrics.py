@@ -11,6 +11,7 @@ Definitions (per job j, over the simulated — not dropped — jobs):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,11 +80,15 @@ def write_jobs_csv(
     schedule: Schedule,
     met: npt.NDArray[np.bool_] | None = None,
     value: npt.NDArray[np.float64] | None = None,
+    outcome: Sequence[str] | None = None,
+    paid: npt.NDArray[np.float64] | None = None,
 ) -> None:
     """``jobs.csv``: one row per job in queue order; byte-identical for identical inputs.
 
     ``met`` and ``value`` default to the batch rule (ended by the deadline; value = budget);
-    a market run passes its own (a job it never started has ``nan`` start and end).
+    a market run passes its own (a job it never started has ``nan`` start and end), and its
+    ``outcome`` (finished, late, stopped-deadline, stopped-budget, never-started) and ``paid``
+    (credits) per job: two more columns.
     """
     if met is None:
         met = met_mask(workload, schedule)
@@ -102,13 +107,20 @@ def write_jobs_csv(
         strict=True,
     ):
         lines.append(f"{jid},{_num(sub)},{_num(st)},{_num(en)},{p},{_num(dl)},{int(m)},{_num(v)}")
+    if outcome is not None and paid is not None:
+        lines[0] += ",outcome,paid"
+        for k, (o, x) in enumerate(zip(outcome, paid.tolist(), strict=True)):
+            lines[k + 1] += f",{o},{_num(x)}"
     Path(path).write_text("\n".join(lines) + "\n")
 
 
 def read_jobs_csv(path: str | Path) -> dict[str, npt.NDArray[np.float64]]:
     """The columns of a ``jobs.csv`` as float arrays (for plots and comparisons)."""
-    data = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
-    names = JOBS_CSV_HEADER.split(",")
+    with open(path) as f:
+        header = f.readline().strip().split(",")
+    cols = [k for k, name in enumerate(header) if name != "outcome"]  # the one text column
+    data = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2, usecols=cols)
+    names = [header[k] for k in cols]
     if data.size == 0:
         return {k: np.zeros(0) for k in names}
     return {k: data[:, i] for i, k in enumerate(names)}

@@ -147,7 +147,9 @@ def _piece(k: int, seg: Segment, workload: Workload, names: tuple[str, ...]) -> 
         "records": seg.platform.records,
         "counts": dict(seg.backend.counts),
         "at_idle": seg.at_idle,
-        "audit_ok": seg.ledger.audit().ok,
+        "audit_ok": seg.economy.ledger.audit().ok,
+        "totals": seg.economy.totals(),
+        "economy": (seg.economy.kind, seg.economy.charging),
     }
 
 
@@ -219,13 +221,17 @@ def simulate_parallel(
     n = len(workload)
     if cuts is None:
         pieces = min(workers, n // MIN_JOBS_PER_PIECE)
-        cuts = choose_cuts(workload, pieces, cfg.period) if not reads_history(names) else []
+        cuts = (choose_cuts(workload, pieces, cfg.period)
+                if not reads_history(names) and cfg.economy != "closed" else [])
     else:
         cuts = list(cuts)
         if any(not 0 < c < n for c in cuts) or cuts != sorted(set(cuts)):
             raise ValueError(f"cuts must be increasing job indices in 1..{n - 1}, got {cuts}")
         if cuts and reads_history(names):
             raise ValueError("a policy reads past prices: the run cannot be cut")
+        if cuts and cfg.economy == "closed":
+            raise ValueError("a closed economy carries money across idle points: the run "
+                             "cannot be cut")
     if not cuts:
         return simulate_market(workload, cluster, cfg, policies=names, seed=seed,
                                progress=progress)
@@ -335,8 +341,11 @@ def _merge(
     records: list[PeriodRecord] = []
     counts: dict[str, int] = {}
     audit_ok = True
+    money = {"minted": 0, "initial_budgets": 0, "redistributed": 0, "provider": 0}
     for piece, lo in chain:
-        n_rec, before = piece["at_idle"][lo]  # every piece was idle where its part begins
+        n_rec, before, books = piece["at_idle"][lo]  # every piece was idle where its part begins
+        for key in money:
+            money[key] += piece["totals"][key] - books[key]
         part = piece["jobs"]
         skip = lo - piece["start"]
         for key, v in part.items():
@@ -351,8 +360,22 @@ def _merge(
             if c:
                 counts[key] = counts.get(key, 0) + c
         audit_ok = audit_ok and piece["audit_ok"]
-    cat: dict[str, Any] = {k: np.concatenate(v) for k, v in jobs.items() if k != "reasons"}
+    cat: dict[str, Any] = {k: np.concatenate(v) for k, v in jobs.items()
+                           if k not in ("reasons", "outcomes")}
     reasons = tuple(r for part in jobs["reasons"] for r in part)
+    outcomes = tuple(r for part in jobs["outcomes"] for r in part)
+    kind, charging = chain[0][0]["economy"]
+    m = 1_000_000
+    # a themis economy leaves nothing in user accounts: the money is the applications' or the
+    # provider's (the same books as one process: Economy.summary)
+    bank = {
+        "economy": kind, "charging": charging, "minted": money["minted"] / m, "burned": 0.0,
+        "initial_budgets": money["initial_budgets"] / m,
+        "redistributed": money["redistributed"] / m,
+        "balances": {"application": (money["minted"] - money["provider"]) / m, "bank": 0.0,
+                     "provider": money["provider"] / m, "sub": 0.0, "user": 0.0},
+        "negative_accounts": 0, "audit_ok": audit_ok,
+    }
     return MarketOutcome(
         cat["start"], cat["end"], cat["finished"], cat["met"], cat["value"], cat["work_done"],
         names, reasons, records, counts, int(cat["suspended"].sum()), audit_ok,
@@ -362,4 +385,5 @@ def _merge(
              "wall_s": round(p["wall_s"], 3)}
             for p, lo in chain
         ),
+        outcomes=outcomes, paid=cat["paid"], bank=bank,
     )

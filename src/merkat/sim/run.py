@@ -84,6 +84,8 @@ class RunOptions:
     policy: str = "deadline-strict"  # the market's controllers (scheduler "market")
     period: float = 300.0  # the market's scheduling period, seconds
     workers: int = 1  # the market's run on this many processes (merkat.sim.parallel)
+    economy: str = "themis"  # the market's economy: themis | closed (merkat.runtime.economy)
+    charging: str = "bid"  # bid | use
 
 
 def cluster_for(opts: RunOptions, max_procs: int | None) -> Cluster:
@@ -131,6 +133,8 @@ def run_trace(
                 period=opts.period,
                 budget_base=opts.slo.budget_base,
                 budget_renewal=opts.slo.budget_renewal,
+                economy=opts.economy,
+                charging=opts.charging,
             ),
             seed=opts.seed,
             progress=progress,
@@ -144,6 +148,8 @@ def run_trace(
             Schedule(start=out.start, end=out.end),
             met=out.met,
             value=out.value,
+            outcome=out.outcomes,
+            paid=out.paid,
         )
         summary = summarize_market(workload, out, cluster)
         summary["policy"] = opts.policy

@@ -55,43 +55,9 @@ from merkat.backends.kubernetes.objects import (
 )
 from merkat.control.types import Metrics
 from merkat.market import Hosts
-from merkat.platform.backend import Plan
+from merkat.platform.backend import ApplyReport, OpReport, Plan
 
 RETRYABLE = frozenset({409, 429, 500, 502, 503, 504})
-
-
-@dataclass(frozen=True)
-class OpReport:
-    """One operation's outcome. ``op``: create, bind, resume, destroy, suspend, migrate, resize,
-    lost (a VM found gone), failed (a pod the kubelet rejected or whose command failed),
-    resize-status (a resize the kubelet has not actuated). ``state`` for resizes: Proposed
-    (accepted by the API server, not yet actuated), Done, InProgress, Deferred, Infeasible."""
-
-    op: str
-    vm: str
-    ok: bool
-    reason: str = ""
-    seconds: float = 0.0
-    state: str = ""
-    node: str = ""
-
-
-@dataclass(frozen=True)
-class ApplyReport:
-    time: float
-    ops: tuple[OpReport, ...]
-    api_calls: int
-
-    @property
-    def failed(self) -> tuple[OpReport, ...]:
-        return tuple(o for o in self.ops if not o.ok)
-
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for o in self.ops:
-            key = o.op if o.ok else f"{o.op}-failed"
-            out[key] = out.get(key, 0) + 1
-        return out
 
 
 @dataclass
@@ -257,8 +223,8 @@ class KubernetesBackend:
 
     # --- the period -------------------------------------------------------------------
 
-    def apply(self, plan: Plan) -> None:
-        self.apply_report(plan)
+    def apply(self, plan: Plan) -> ApplyReport:
+        return self.apply_report(plan)
 
     def apply_report(self, plan: Plan) -> ApplyReport:
         """Carry out ``plan``; see the module docstring for the order and the calls."""

@@ -8,20 +8,20 @@ application's bids, VMs, allocations and metric, to plot how the controllers ada
 
 Contract of :class:`Scenario`:
 
-- it owns one :class:`ScenarioPlatform` (the real :class:`~merkat.platform.period.Platform`
-  with one small addition, below), one :class:`ScenarioBackend` (the real
-  :class:`~merkat.backends.sim.SimBackend` plus a parallel-job queue) and one
-  :class:`~merkat.bank.memory.MemoryLedger`;
+- it is a configuration of the runtime driver (:class:`~merkat.runtime.driver.Driver`): one
+  :class:`~merkat.platform.period.Platform`, one :class:`~merkat.backends.sim.SimBackend`
+  (which advances a :class:`BatchQueue` through its own ``advance``), one economy on a
+  :class:`~merkat.bank.memory.MemoryLedger`, a virtual clock that never skips idle periods;
 - :meth:`Scenario.add` queues an application (its :class:`~merkat.platform.period.AppSpec`,
   its simulated model, optionally a ready-made controller); it is submitted at the first
   period boundary at or after ``spec.submit_time``;
 - :meth:`Scenario.at` queues an event (a function of the scenario) fired at the first period
   boundary at or after its time, before that period runs (e.g. ``farm.add_tasks``);
-- :meth:`Scenario.run` runs the virtual clock: at each boundary ``t`` (0, P, 2P, ...) it fires
-  the events and submissions due, tells every :class:`IterativeApp` the time, calls
-  ``platform.run_period(t)``, samples every submitted application, then
-  ``backend.advance(t, t + P)``; it stops at ``until`` or when nothing is pending and no
-  application is active, whichever comes first;
+- :meth:`Scenario.run` runs the driver: at each boundary ``t`` (0, P, 2P, ...) it fires
+  the events and submissions due, tells every :class:`IterativeApp` the time (a hook), runs
+  the period, samples every submitted application (a hook), then advances the backend to
+  ``t + P``; it stops at ``until`` or when nothing is pending and no application is active,
+  whichever comes first;
 - the result (:class:`ScenarioResult`) holds, per application and per period, the sample taken
   right after the period's clearing: VM count, per-VM CPU bid, total bid, CPU allocation,
   the metric the controller saw, progress, tasks/jobs queued and running (``None`` before the
@@ -51,12 +51,15 @@ from typing import Any
 
 import numpy as np
 
-from merkat.backends.sim import _VM, RigidApp, SimBackend, TaskFarm
+from merkat.backends.sim import RigidApp, SimBackend, TaskFarm
 from merkat.bank.memory import MemoryLedger
 from merkat.control.base import Controller
-from merkat.control.types import Metrics, Observation, Sense, VMState
+from merkat.control.types import Metrics, Sense, VMState
 from merkat.market import RESOURCES, BalanceParams, Hosts
-from merkat.platform.period import ENDED, App, AppSpec, Platform
+from merkat.platform.period import ENDED, App, AppSpec, PeriodRecord, Platform
+from merkat.runtime.arrivals import Arrival, ListArrivals
+from merkat.runtime.driver import Driver, Hooks
+from merkat.runtime.economy import Economy
 
 # --- application models -----------------------------------------------------------------------
 
@@ -194,68 +197,12 @@ class BatchQueue:
                 job.restarts += 1
                 self.queue.insert(0, k)
 
-
-# --- backend and platform ------------------------------------------------------------------------
-
-
-@dataclass
-class ScenarioBackend(SimBackend):
-    """:class:`SimBackend` plus :class:`BatchQueue` frameworks (kept in :attr:`batches`)."""
-
-    batches: dict[str, BatchQueue] = field(default_factory=dict)
-
-    def add_batch(self, app_id: str, model: BatchQueue) -> None:
-        self.batches[app_id] = model
-        # also in ``apps``: the base class looks a VM's model up there (migration time)
-        self.apps[app_id] = model
-
-    def metrics(self, app: str) -> Metrics:
-        if app in self.batches:
-            return self.batches[app].metrics()
-        return super().metrics(app)
-
-    def finished(self, app: str) -> bool:
-        if app in self.batches:
-            return self.batches[app].finish_time is not None
-        return super().finished(app)
-
-    def is_busy(self, app: str, vm_id: str) -> bool:
-        """Whether ``vm_id`` runs a task or job (rigid applications: always)."""
-        if app in self.batches:
-            return vm_id in self.batches[app].busy_vms()
-        model = self.apps.get(app)
-        if isinstance(model, TaskFarm):
-            return vm_id in model.running
-        return True
-
-    def _release(self, vm_id: str) -> None:
-        vm = self.vms.get(vm_id)
-        if vm is not None and vm.app in self.batches:
-            self.vms.pop(vm_id)
-            self.batches[vm.app].interrupt(vm_id)
-            return
-        super()._release(vm_id)
-
-    def advance(self, t0: float, t1: float) -> None:
-        """:meth:`SimBackend.advance`, with :class:`BatchQueue` models advanced here."""
-        by_app: dict[str, list[tuple[str, _VM]]] = {}
-        for vm_id, vm in self.vms.items():
-            by_app.setdefault(vm.app, []).append((vm_id, vm))
-        for app_id, model in self.apps.items():
-            if model.finish_time is not None:
-                continue
-            vms = by_app.get(app_id, [])
-            if app_id in self.batches:
-                self._advance_batch(self.batches[app_id], sorted(vms), t0, t1)
-            elif isinstance(model, RigidApp):
-                self._advance_rigid(model, vms, t0, t1)
-            elif isinstance(model, TaskFarm):
-                self._advance_farm(model, vms, t0, t1)
-
-    def _advance_batch(self, q: BatchQueue, vms: list[tuple[str, _VM]], t0: float,
-                       t1: float) -> None:
-        """Event loop over [t0, t1]: arrivals, VMs becoming ready, job completions."""
-        speed = {vm_id: self._speed(q, vm, t0, t1) for vm_id, vm in vms}
+    def advance(self, backend: SimBackend, vms: list[tuple[str, Any]], t0: float,
+                t1: float) -> None:
+        """Event loop over [t0, t1] (called by :meth:`SimBackend.advance`): arrivals, VMs
+        becoming ready, job completions."""
+        q = self
+        speed = {vm_id: backend.speed(q, vm, t0, t1) for vm_id, vm in vms}
         ready = {vm_id: max(t0, vm.ready_at) for vm_id, vm in vms}
         work_before = sum(j.run - j.left for j in q.jobs)
         now = t0
@@ -294,23 +241,6 @@ class ScenarioBackend(SimBackend):
         q.last_rate = (sum(j.run - j.left for j in q.jobs) - work_before) / (t1 - t0)
 
 
-class ScenarioPlatform(Platform):
-    """The platform, with each VM's ``busy`` flag filled from the backend.
-
-    :meth:`Platform.observe` builds every :class:`~merkat.control.types.VMView` with the
-    default ``busy=True``, so a horizontal policy cannot release idle workers first (Merkat
-    Alg. 2 line 9, ``release_order``); this subclass asks the backend instead.
-    """
-
-    def observe(self, app: App, now: float, balance: int) -> Observation:
-        obs = super().observe(app, now, balance)
-        backend = self.backend
-        if not isinstance(backend, ScenarioBackend) or not obs.vms:
-            return obs
-        vms = tuple(replace(v, busy=backend.is_busy(app.spec.id, v.id)) for v in obs.vms)
-        return replace(obs, vms=vms)
-
-
 # --- the scenario ----------------------------------------------------------------------------------
 
 Model = RigidApp | TaskFarm | BatchQueue
@@ -344,7 +274,8 @@ class Scenario:
 
     def __init__(self, *, hosts: int, cores: float, memory: float = 1e12, period: float = 300.0,
                  reserve: float = 0.001, trade: tuple[str, ...] = ("cpu",),
-                 balance: BalanceParams | None = None) -> None:
+                 balance: BalanceParams | None = None, economy: str = "themis",
+                 charging: str = "bid") -> None:
         if hosts < 1 or not cores > 0 or not memory > 0:
             raise ValueError("a scenario needs hosts >= 1, cores > 0 and memory > 0")
         if not set(trade) <= set(RESOURCES) or "cpu" not in trade:
@@ -352,14 +283,15 @@ class Scenario:
         cap = np.array([[float(cores), float(memory)]] * hosts)
         self.trade = tuple(trade)
         self.ledger = MemoryLedger(journal=False)
-        self.backend = ScenarioBackend(trade_memory="memory" in trade)
-        self.platform = ScenarioPlatform(
-            Hosts(tuple(f"h{i}" for i in range(hosts)), cap), self.ledger, self.backend,
+        self.backend = SimBackend(trade_memory="memory" in trade)
+        self.platform = Platform(
+            Hosts(tuple(f"h{i}" for i in range(hosts)), cap),
             period=period, reserve={r: reserve for r in trade},
             balance=balance or BalanceParams())
+        self.economy = Economy(self.ledger, kind=economy, charging=charging)
         self.period = period
-        self._pending: list[tuple[AppSpec, Model, Controller | None]] = []
-        self._events: list[tuple[float, int, Callable[[Scenario], None]]] = []
+        self._pending: list[Arrival] = []
+        self._events: list[Arrival] = []
         self.models: dict[str, Model] = {}
 
     def add(self, spec: AppSpec, model: Model, controller: Controller | None = None) -> None:
@@ -369,54 +301,25 @@ class Scenario:
         if tuple(spec.trade) != self.trade:
             spec = replace(spec, trade=self.trade)
         self.models[spec.id] = model
-        self._pending.append((spec, model, controller))
-        self._pending.sort(key=lambda p: (p[0].submit_time, p[0].id))
+        self._pending.append(Arrival(spec.submit_time, spec, model, controller))
 
     def at(self, time: float, action: Callable[[Scenario], None]) -> None:
         """Fire ``action(self)`` at the first period boundary at or after ``time``."""
-        self._events.append((time, len(self._events), action))
-        self._events.sort(key=lambda e: (e[0], e[1]))
-
-    def _submit(self, spec: AppSpec, model: Model, controller: Controller | None) -> None:
-        if isinstance(model, BatchQueue):
-            self.backend.add_batch(spec.id, model)
-        else:
-            self.backend.add_app(spec.id, model)
-        self.platform.submit(spec, controller)
+        self._events.append(Arrival(time, event=lambda _driver: action(self)))
 
     def run(self, until: float) -> ScenarioResult:
         """Run periods from 0 while t < ``until`` (s) and something is pending or active."""
         P = self.period
         platform, backend = self.platform, self.backend
-        times: list[float] = []
-        prices: list[float] = []
-        series: dict[str, dict[str, list[Any]]] = {}
-        t = 0.0
-        k = 0
-        while t < until and (self._pending or self._events or platform.active):
-            while self._events and self._events[0][0] <= t:
-                self._events.pop(0)[2](self)
-            while self._pending and self._pending[0][0].submit_time <= t:
-                spec, model, ctl = self._pending.pop(0)
-                self._submit(spec, model, ctl)
-                series[spec.id] = {key: [None] * k for key in SERIES_KEYS}
-            for model in self.models.values():
-                if isinstance(model, IterativeApp | BatchQueue):
-                    model.clock = t
-            metrics = {a: backend.metrics(a) for a in platform.active}
-            record = platform.run_period(t)
-            times.append(t)
-            prices.append(record.prices["cpu"])
-            for app_id, cols in series.items():
-                sample = self._sample(platform.apps[app_id], metrics.get(app_id))
-                for key in SERIES_KEYS:
-                    cols[key].append(sample.get(key))
-            backend.advance(t, t + P)
-            k += 1
-            t = k * P
-        apps = {a: self._summary(app) for a, app in platform.apps.items()}
-        return ScenarioResult(P, times, series, apps, prices, dict(backend.counts),
-                              self.ledger.audit().ok)
+        apps = sorted(self._pending, key=lambda a: (a.time, a.spec.id if a.spec else ""))
+        arrivals = ListArrivals(sorted(self._events, key=lambda a: a.time) + apps)
+        self._pending, self._events = [], []
+        sampler = _Sampler(self)
+        Driver(platform, backend, self.economy, arrivals, hooks=sampler,
+               skip_idle=False).run(until, start=0.0)
+        apps_out = {a: self._summary(app) for a, app in platform.apps.items()}
+        return ScenarioResult(P, sampler.times, sampler.series, apps_out, sampler.prices,
+                              dict(backend.counts), self.ledger.audit().ok)
 
     def _sample(self, app: App, m: Metrics | None) -> dict[str, Any]:
         if m is None or app.status in ENDED:  # ended before or during this period
@@ -457,6 +360,36 @@ class Scenario:
             "suspensions": app.suspensions,
             "spent": app.spent / 1_000_000,
         }
+
+
+class _Sampler(Hooks):
+    """The scenario's hooks: each model told the time, the metrics read before the period,
+    every submitted application sampled after it."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.times: list[float] = []
+        self.prices: list[float] = []
+        self.series: dict[str, dict[str, list[Any]]] = {}
+        self.metrics: dict[str, Metrics] = {}
+
+    def admitted(self, driver: Driver, arrival: Arrival, app: App | None) -> None:
+        if app is not None:
+            self.series[app.spec.id] = {key: [None] * len(self.times) for key in SERIES_KEYS}
+
+    def before_period(self, driver: Driver, t: float) -> None:
+        for model in self.scenario.models.values():
+            if isinstance(model, IterativeApp | BatchQueue):
+                model.clock = t
+        self.metrics = {a: driver.backend.metrics(a) for a in driver.platform.active}
+
+    def after_period(self, driver: Driver, t: float, record: PeriodRecord) -> None:
+        self.times.append(t)
+        self.prices.append(record.prices["cpu"])
+        for app_id, cols in self.series.items():
+            sample = self.scenario._sample(driver.platform.apps[app_id], self.metrics.get(app_id))
+            for key in SERIES_KEYS:
+                cols[key].append(sample.get(key))
 
 
 def _finite(x: float | None) -> float | None:

@@ -8,9 +8,11 @@ credits and is renewed with ``B · procs · renewal/B_base`` (20/60) per period,
 initial budget (docs/simulator-market.md). The bank is the in-memory ledger, behind the same
 interface and policies as the persistent one.
 
-The clock is virtual: the loop jumps over idle time to the next submission, runs
-:meth:`~merkat.platform.period.Platform.run_period` at each period boundary and lets the
-:class:`~merkat.backends.sim.SimBackend` advance the applications to the next boundary.
+A run is a configuration of the runtime driver (:mod:`merkat.runtime.driver`): the clock is
+virtual (the driver jumps over idle time to the next submission), the backend is the
+:class:`~merkat.backends.sim.SimBackend` (advanced to the next boundary after each period),
+the money is an :class:`~merkat.runtime.economy.Economy` (``themis`` or ``closed``, charging
+by ``bid`` or ``use``) on the in-memory ledger. Each job's owner is its trace user.
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ from merkat.backends.sim import RigidApp, SimBackend
 from merkat.bank.memory import MemoryLedger
 from merkat.control.utility import utility
 from merkat.market import BalanceParams, Hosts
-from merkat.platform.period import AppSpec, PeriodRecord, Platform
+from merkat.platform.period import MICRO, App, AppSpec, PeriodRecord, Platform
+from merkat.runtime.arrivals import Arrival, ListArrivals
+from merkat.runtime.driver import Driver, Hooks
+from merkat.runtime.economy import Economy
 from merkat.sim.cluster import Cluster
 from merkat.sim.workload.jobs import Workload
 
@@ -50,6 +55,10 @@ class MarketConfig:
     trade_memory: bool | None = None  # None: only when hosts have a memory limit
     balance: BalanceParams = field(default_factory=BalanceParams)
     policy_params: dict[str, Any] = field(default_factory=dict)
+    economy: str = "themis"  # themis | closed (merkat.runtime.economy)
+    charging: str = "bid"  # bid | use
+    redistribute_every: int = 12  # closed economy: the Virtual Bank's interval K (periods)
+    keep_alive: int = 3  # periods an application may not afford the reserve before it stops
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,11 @@ class MarketOutcome:
     # With workers > 1, how the run was cut (merkat.sim.parallel): per piece used, in job
     # order, {"piece", "first_job", "last_job", "wall_s"}; empty for one process.
     pieces: tuple[dict[str, Any], ...] = ()
+    # How each job ended (finished, late, stopped-deadline, stopped-budget, never-started) and
+    # what it paid (credits); the bank's books (merkat.runtime.economy.Economy.summary).
+    outcomes: tuple[str, ...] = ()
+    paid: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    bank: dict[str, Any] = field(default_factory=dict)
 
 
 def _hosts(cluster: Cluster) -> tuple[Hosts, bool]:
@@ -153,14 +167,14 @@ class Segment:
 
     platform: Platform
     backend: SimBackend
-    ledger: MemoryLedger
+    economy: Economy
     ids: list[str]
     start: int
     stop: int = 0  # first job not run here (every job from ``start`` when it is len(workload))
     handoff: int | None = None  # the segment that runs the jobs from ``stop`` on
     # Per idle point i (the cluster empty before job i, as a fresh platform): the number of
     # period records and the backend's operation counts then.
-    at_idle: dict[int, tuple[int, dict[str, int]]] = field(default_factory=dict)
+    at_idle: dict[int, tuple[int, dict[str, int], dict[str, int]]] = field(default_factory=dict)
 
     def jobs(
         self, workload: Workload, names: tuple[str, ...], lo: int, hi: int
@@ -175,6 +189,8 @@ class Segment:
         value = np.zeros(m)
         work = np.zeros(m)
         suspended = np.zeros(m, dtype=np.bool_)
+        paid = np.zeros(m)
+        outcomes: list[str] = []
         apps, models, ids = self.platform.apps, self.backend.apps, self.ids
         for k in range(lo, hi):
             app = apps[ids[k]]
@@ -193,10 +209,12 @@ class Segment:
             work[x] = model.work_done / model.work_total if model.work_total > 0 else 1.0
             value[x] = _value(names[k], workload, k, start[x], end[x], done, work[x])
             suspended[x] = app.suspensions > 0
+            paid[x] = app.spent / MICRO
+            outcomes.append(_outcome(app, done, bool(met[x])))
         return {
             "start": start, "end": end, "finished": finished, "met": met, "value": value,
             "work_done": work, "reasons": tuple(apps[ids[k]].reason for k in range(lo, hi)),
-            "suspended": suspended,
+            "suspended": suspended, "paid": paid, "outcomes": tuple(outcomes),
         }
 
     def outcome(self, workload: Workload, names: tuple[str, ...], wall_s: float) -> MarketOutcome:
@@ -206,7 +224,8 @@ class Segment:
         return MarketOutcome(
             j["start"], j["end"], j["finished"], j["met"], j["value"], j["work_done"], names,
             j["reasons"], records, dict(self.backend.counts), int(j["suspended"].sum()),
-            self.ledger.audit().ok, max_cpu(records), wall_s,
+            self.economy.ledger.audit().ok, max_cpu(records), wall_s,
+            outcomes=j["outcomes"], paid=j["paid"], bank=self.economy.summary(),
         )
 
 
@@ -224,53 +243,94 @@ def run_segment(
     progress: Callable[[int], None] | None,
     handoff: Handoff | None = None,
 ) -> Segment:
-    """The period loop over the jobs from ``start`` on, from a fresh platform: submit each job
-    at the first period boundary at or after its arrival, run a period, let the backend
-    advance to the next boundary; jump over idle time to the next arrival. With ``handoff``,
-    ask it at every idle point whether to stop there."""
+    """The jobs from ``start`` on, from a fresh platform, as a configuration of the runtime
+    driver (:class:`~merkat.runtime.driver.Driver`): a virtual clock that jumps over idle
+    time, the simulated backend, an economy on the in-memory ledger, the trace's jobs as
+    arrivals (each admitted at the first period boundary at or after its submission). With
+    ``handoff``, the driver's idle hook asks it at every idle point whether to stop there."""
     hosts, memory_limited = _hosts(cluster)
     trade_memory = memory_limited if cfg.trade_memory is None else cfg.trade_memory
     trade = ("cpu", "memory") if trade_memory else ("cpu",)
     ledger = MemoryLedger(journal=False)
+    economy = Economy(ledger, kind=cfg.economy, charging=cfg.charging,
+                      redistribute_every=cfg.redistribute_every)
     backend = SimBackend(trade_memory=trade_memory)
     platform = Platform(
         hosts,
-        ledger,
-        backend,
         period=cfg.period,
         reserve={r: cfg.reserve for r in trade},
         balance=cfg.balance,
+        keep_alive=cfg.keep_alive,
     )
-    n = len(workload)
-    P = cfg.period
-    submit = workload.submit.tolist()
     ids = [str(j) for j in workload.job_id.tolist()]
-    seg = Segment(platform, backend, ledger, ids, start)
-    fresh = _state(platform)
-    t = math.floor(submit[start] / P) * P if start < n else 0.0
-    i = start
-    while i < n or platform.active:
-        if not platform.active and i < n:
-            if handoff is not None and _state(platform) == fresh:
-                seg.at_idle[i] = (len(platform.records), dict(backend.counts))
-                to = handoff.idle(i)
-                if to is not None:
-                    seg.stop, seg.handoff = i, to
-                    return seg
-            if submit[i] > t:  # nothing runs: jump to the next arrival
-                t = max(t, math.ceil(submit[i] / P) * P)
-        while i < n and submit[i] <= t:
-            _submit(platform, backend, workload, i, ids[i], names[i], cfg, trade)
-            i += 1
-            if progress:
-                progress(1)
-        if handoff is not None:
-            handoff.passed(i)
-        platform.run_period(t)
-        backend.advance(t, t + P)
-        t += P
-    seg.stop = n
+    seg = Segment(platform, backend, economy, ids, start)
+    arrivals = _TraceArrivals(workload, start, ids, names, cfg, trade)
+    hooks = _TraceHooks(seg, arrivals, _state(platform), handoff, progress)
+    driver = Driver(platform, backend, economy, arrivals, hooks=hooks)
+    driver.run()
+    if seg.handoff is None:
+        seg.stop = len(workload)
     return seg
+
+
+class _TraceArrivals(ListArrivals):
+    """The trace's jobs from ``start`` on, built lazily (one :class:`Arrival` per job when it
+    is due: a 200,000-job trace is not materialised up front)."""
+
+    def __init__(self, w: Workload, start: int, ids: list[str], names: tuple[str, ...],
+                 cfg: MarketConfig, trade: tuple[str, ...]) -> None:
+        super().__init__()
+        self.w, self.i, self.ids, self.names, self.cfg, self.trade = w, start, ids, names, cfg, \
+            trade
+        self.submit = w.submit.tolist()
+        self.n = len(self.submit)
+
+    @property
+    def position(self) -> int:
+        return self.i
+
+    def next_time(self) -> float | None:
+        return self.submit[self.i] if self.i < self.n else None
+
+    def due(self, t: float) -> list[Arrival]:
+        out = []
+        submit = self.submit
+        while self.i < self.n and submit[self.i] <= t:
+            k = self.i
+            spec, model = _job(self.w, k, self.ids[k], self.names[k], self.cfg, self.trade)
+            out.append(Arrival(submit[k], spec, model, index=k))
+            self.i += 1
+        return out
+
+
+class _TraceHooks(Hooks):
+    """Progress per admitted job; the cut points of ``--workers`` (:mod:`merkat.sim.parallel`)
+    at every idle point where the platform is as fresh as a new one."""
+
+    def __init__(self, seg: Segment, arrivals: _TraceArrivals, fresh: tuple[str, ...],
+                 handoff: Handoff | None, progress: Callable[[int], None] | None) -> None:
+        self.seg, self.arrivals, self.fresh = seg, arrivals, fresh
+        self.handoff, self.progress = handoff, progress
+
+    def admitted(self, driver: Driver, arrival: Arrival, app: App | None) -> None:
+        if self.progress:
+            self.progress(1)
+
+    def before_period(self, driver: Driver, t: float) -> None:
+        if self.handoff is not None:
+            self.handoff.passed(self.arrivals.i)
+
+    def idle(self, driver: Driver, t: float) -> bool:
+        seg, i = self.seg, self.arrivals.i
+        if self.handoff is None or _state(driver.platform) != self.fresh:
+            return False
+        seg.at_idle[i] = (len(driver.platform.records), dict(seg.backend.counts),
+                          seg.economy.totals())
+        to = self.handoff.idle(i)
+        if to is None:
+            return False
+        seg.stop, seg.handoff = i, to
+        return True
 
 
 def _state(platform: Platform) -> tuple[str, ...]:
@@ -279,22 +339,18 @@ def _state(platform: Platform) -> tuple[str, ...]:
     return tuple(float.hex(platform.prices[r]) for r in sorted(platform.prices))
 
 
-def _submit(
-    platform: Platform,
-    backend: SimBackend,
-    w: Workload,
-    k: int,
-    app_id: str,
-    policy: str,
-    cfg: MarketConfig,
-    trade: tuple[str, ...],
-) -> None:
+def _job(
+    w: Workload, k: int, app_id: str, policy: str, cfg: MarketConfig, trade: tuple[str, ...]
+) -> tuple[AppSpec, RigidApp]:
+    """Job ``k`` as an application (its owner: the trace's user, else one user per job) and
+    its simulated model."""
     procs = int(w.procs[k])
     b = float(w.budget[k])  # B_base / x, credits per core per period
     memory = float(w.memory[k])
     params = dict(cfg.policy_params)
     if policy != "best-effort":
         params.setdefault("seed", k)
+    user = int(w.user[k]) if w.user is not None else -1
     spec = AppSpec(
         id=app_id,
         policy=policy,
@@ -306,9 +362,21 @@ def _submit(
         deadline=float(w.deadline[k]),
         params=params,
         trade=trade,
+        owner=f"user:{user}" if user >= 0 else f"user:job{app_id}",
     )
-    backend.add_app(app_id, RigidApp(vms=procs, work_total=float(w.run[k]), cpu=1.0, memory=memory))
-    platform.submit(spec)
+    return spec, RigidApp(vms=procs, work_total=float(w.run[k]), cpu=1.0, memory=memory)
+
+
+def _outcome(app: App, done: bool, met: bool) -> str:
+    """How a job ended: finished (on time), late (finished after its deadline),
+    stopped-deadline (its controller gave up), stopped-budget, never-started."""
+    if done:
+        return "finished" if met else "late"
+    if app.outcome == "stopped-budget":
+        return "stopped-budget"
+    if app.start_time is None:
+        return "never-started"
+    return "stopped-deadline"
 
 
 def _value(
@@ -376,6 +444,8 @@ def summarize_market(w: Workload, out: MarketOutcome, cluster: Cluster) -> dict[
         else 0.0,
         "apps_suspended": out.suspended_apps,
         "ledger_audit_ok": out.audit_ok,
+        "bank": out.bank,
+        "outcomes": {o: out.outcomes.count(o) for o in sorted(set(out.outcomes))},
         "max_cores_allocated": out.max_cores_allocated,
         "wall_s": round(out.wall_s, 4),
     }

@@ -82,6 +82,7 @@ class Workload:
     deadline: F64
     budget: F64
     dropped: dict[str, int] = field(default_factory=dict)
+    user: I64 | None = None  # the trace's user id per job (-1: unknown); None: not known at all
 
     def __len__(self) -> int:
         return int(self.job_id.shape[0])
@@ -221,4 +222,5 @@ def build_workload(
         deadline=(submit + factor * np.maximum(run, 0))[keep],
         budget=(slo.budget_base / factor)[keep],
         dropped=dropped,
+        user=d[keep, 11].astype(np.int64),
     )

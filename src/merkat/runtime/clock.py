@@ -1,0 +1,51 @@
+"""Clocks of the driver: virtual (the simulator jumps from period to period) or the wall clock
+(the live service sleeps until the next period).
+
+Contract: ``now()`` is the time in seconds since the run's origin; ``wait_until(t)`` returns
+once ``now() >= t`` (a virtual clock sets it; the wall clock sleeps); ``virtual`` tells the
+driver it may jump over idle time to the next arrival.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class Clock(Protocol):
+    virtual: bool
+
+    def now(self) -> float: ...
+
+    def wait_until(self, t: float) -> None: ...
+
+
+@dataclass
+class VirtualClock:
+    """Simulated time: it moves only when the driver says so."""
+
+    t: float = 0.0
+    virtual: bool = True
+
+    def now(self) -> float:
+        return self.t
+
+    def wait_until(self, t: float) -> None:
+        self.t = max(self.t, t)
+
+
+@dataclass
+class WallClock:
+    """Real time, in seconds since the clock was made (``origin``, from ``time.monotonic``)."""
+
+    origin: float = field(default_factory=time.monotonic)
+    virtual: bool = False
+
+    def now(self) -> float:
+        return time.monotonic() - self.origin
+
+    def wait_until(self, t: float) -> None:
+        delay = t - self.now()
+        if delay > 0:
+            time.sleep(delay)

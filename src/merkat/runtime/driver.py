@@ -1,0 +1,189 @@
+"""The driver: the one loop around the period, and the only caller of its decision.
+
+A :class:`Driver` is configured with a :class:`~merkat.platform.period.Platform` (the
+decision), a backend (the world: :class:`~merkat.backends.sim.SimBackend`, Kubernetes, local
+processes), an :class:`~merkat.runtime.economy.Economy` on a ledger (the money), a clock
+(:mod:`~merkat.runtime.clock`: virtual or wall) and arrivals (:mod:`~merkat.runtime.arrivals`).
+Trace runs (:mod:`merkat.sim.market.trace`), the scenario experiments
+(:mod:`merkat.sim.market.scenarios`) and the live service are configurations of it.
+
+One period at time ``t`` (:meth:`Driver.step`):
+
+1. admit the arrivals due (events fire first); each application is submitted to the platform,
+   given to the backend (``admit``) and its account opened and funded by the economy;
+2. ``hooks.before_period``; the economy renews the active applications' budgets;
+3. read the balances and, per active application, what the backend reports
+   (:class:`~merkat.platform.period.Observed`); ``platform.decide``;
+4. the economy charges the bills; ``platform.withhold`` takes unpaid applications' VMs out;
+5. ``backend.apply(plan)`` → a report; ``platform.commit`` takes VM states from it;
+6. the Virtual Bank redistributes (closed economy); ``hooks.after_period``.
+
+Between periods the world runs: a simulated backend advances its applications to the next
+boundary (``advance(t0, t1)``, when it has one), the clock waits until then. With
+``skip_idle`` (virtual clocks) the driver jumps over idle time to the period of the next
+arrival. Hooks (:class:`Hooks`) see every step: progress, samplers, and ``idle`` — the cut
+points of ``--workers`` (:mod:`merkat.sim.parallel`), which may stop the run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from merkat.control.base import Controller
+from merkat.platform.backend import ApplyReport, Backend
+from merkat.platform.model import App, AppSpec, Charged, Observed, PeriodRecord
+from merkat.platform.period import Platform
+from merkat.runtime.arrivals import Arrival, Arrivals, ListArrivals
+from merkat.runtime.clock import Clock, VirtualClock
+from merkat.runtime.economy import Economy
+
+
+class Hooks:
+    """Callbacks of a run (all optional; override what you need)."""
+
+    def admitted(self, driver: Driver, arrival: Arrival, app: App | None) -> None:
+        """After an arrival is admitted (``app`` is None for an event)."""
+
+    def before_period(self, driver: Driver, t: float) -> None:
+        """Before the period at ``t`` (after the admissions)."""
+
+    def after_period(self, driver: Driver, t: float, record: PeriodRecord) -> None:
+        """After the period at ``t`` was applied and recorded."""
+
+    def idle(self, driver: Driver, t: float) -> bool:
+        """No application is active at ``t``: return True to stop the run here."""
+        return False
+
+
+class World(Protocol):
+    """A simulated backend: the world runs between periods only when told to."""
+
+    def advance(self, t0: float, t1: float) -> None: ...
+
+
+def admit_sim(backend: Any, arrival: Arrival) -> None:
+    """How an application enters a simulated backend: its model is added under its id."""
+    assert arrival.spec is not None
+    backend.add_app(arrival.spec.id, arrival.model)
+
+
+class _Now:
+    """The arrivals of :meth:`Driver.submit`: due at once."""
+
+    def __init__(self, items: list[Arrival]) -> None:
+        self.items = items
+
+    def next_time(self) -> float | None:
+        return None
+
+    def due(self, t: float) -> list[Arrival]:
+        out = list(self.items)
+        self.items.clear()
+        return out
+
+
+@dataclass
+class Driver:
+    """The loop; see the module docstring. ``admit(backend, arrival)`` gives an admitted
+    application to the backend (default: :func:`admit_sim`)."""
+
+    platform: Platform
+    backend: Backend
+    economy: Economy
+    arrivals: Arrivals = field(default_factory=ListArrivals)
+    clock: Clock = field(default_factory=VirtualClock)
+    hooks: Hooks = field(default_factory=Hooks)
+    admit: Callable[[Any, Arrival], None] = admit_sim
+    skip_idle: bool = True
+    arrivals_now: list[Arrival] = field(default_factory=list, repr=False)
+
+    @property
+    def period(self) -> float:
+        return self.platform.period
+
+    def admit_due(self, t: float) -> None:
+        """Admit every arrival due at ``t``."""
+        platform, economy, hooks = self.platform, self.economy, self.hooks
+        for arrival in self.arrivals.due(t):
+            if arrival.event is not None:
+                arrival.event(self)
+                hooks.admitted(self, arrival, None)
+                continue
+            assert arrival.spec is not None
+            app = platform.submit(arrival.spec, arrival.controller)  # checks the spec first
+            self.admit(self.backend, arrival)
+            economy.open(app, platform.index)
+            hooks.admitted(self, arrival, app)
+
+    def submit(self, spec: AppSpec, model: Any = None,
+               controller: Controller | None = None) -> App:
+        """Admit one application now (its account opened and funded); it takes part in the
+        next period."""
+        self.arrivals_now.append(Arrival(spec.submit_time, spec, model, controller))
+        arrivals, self.arrivals = self.arrivals, _Now(self.arrivals_now)
+        try:
+            self.admit_due(math.inf)
+        finally:
+            self.arrivals = arrivals
+            self.arrivals_now.clear()
+        return self.platform.apps[spec.id]
+
+    def step(self, t: float) -> PeriodRecord:
+        """One period at ``t``: steps 2-6 of the module docstring (admit first with
+        :meth:`admit_due`)."""
+        platform, backend, economy = self.platform, self.backend, self.economy
+        self.hooks.before_period(self, t)
+        active = list(platform.active.values())
+        minted = economy.renew(platform.index, [a.account for a in active])
+        ledger = economy.ledger
+        balances = ledger.balances([a.account for a in active]) if active else {}
+        observed = {}
+        for a in active:
+            app_id = a.spec.id
+            running = a.status == "running"
+            observed[app_id] = Observed(
+                backend.metrics(app_id),
+                backend.idle(app_id) if running else frozenset(),
+                backend.finished(app_id),
+            )
+        decision = platform.decide(t, balances, observed)
+        accounts = {a: platform.apps[a].account for a, _ in decision.bills}
+        charged = economy.charge(decision, accounts)
+        if charged.unpaid:
+            decision = platform.withhold(decision, charged.unpaid)
+        report = backend.apply(decision.plan) or ApplyReport(t)  # None: a backend of old
+        given = economy.redistribute(platform.index)
+        if minted or given:
+            charged = Charged(charged.paid, charged.unpaid, charged.total, minted, given)
+        record = platform.commit(decision, report, charged)
+        self.hooks.after_period(self, t, record)
+        return record
+
+    def run(self, until: float = math.inf, start: float | None = None) -> float:
+        """Run periods from ``start`` (default: the period boundary at or before the first
+        arrival) while ``t < until`` and an arrival is pending or an application is active;
+        return the time it stopped at."""
+        P = self.period
+        platform, arrivals, clock = self.platform, self.arrivals, self.clock
+        first = arrivals.next_time()
+        t = start if start is not None else (math.floor(first / P) * P if first else 0.0)
+        advance = getattr(self.backend, "advance", None)
+        while t < until:
+            nxt = arrivals.next_time()
+            if not platform.active:
+                if nxt is None:
+                    break
+                if self.hooks.idle(self, t):
+                    break
+                if self.skip_idle and nxt > t:  # nothing runs: jump to the next arrival
+                    t = max(t, math.ceil(nxt / P) * P)
+            clock.wait_until(t)
+            self.admit_due(t)
+            self.step(t)
+            if advance is not None:
+                advance(t, t + P)
+            t += P
+        return t

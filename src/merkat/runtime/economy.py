@@ -1,0 +1,214 @@
+"""The economy: who holds the money and how it moves (the driver's ledger effects).
+
+Users hold the money (Merkat §4.1.3). When an application is admitted its **initial budget is
+minted into its owner's account** (``initial budget``, once per application) and moved to the
+application's account by the credit manager. Every period each application's renewal
+(``Allowance``: its rate, never lifting its balance above its cap, Themis §III-A) moves from
+its owner's account to it, never more than the owner holds. Two economies, by name
+(:data:`ECONOMIES`):
+
+- ``themis`` — the owner first receives, as a logged mint (``allowance``), exactly what her
+  applications' renewals need this period: the papers' renewal rate, money enters every period;
+- ``closed`` — no money enters after the initial budgets: the provider's income returns to the
+  users through the Virtual Bank every ``redistribute_every`` (K) periods, in equal parts
+  (grid-cloud model §3.1), with an optional idle tax on user balances (``idle_tax_ppm``).
+
+Charging, by name (:data:`CHARGING`): ``bid`` — each placed VM pays its bid for the period
+(Merkat §2.2); ``use`` — the application deposits its bids into its hold account and is charged
+what its VMs use at the clearing's prices (allocation x price, at most the bid), the unspent
+deposit refunded (Tycoon §3). Charges are made before the plan reaches the backend; an
+application that cannot pay its whole bill pays nothing and its VMs do not run
+(:meth:`~merkat.platform.period.Platform.withhold`). No account ever goes negative: every
+movement is checked by the ledger.
+
+Decision (docs/architecture.md): renewals are applied by the driver *before* the period
+decides, since the balances they produce are the decision's input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from merkat.bank.ledger import AccountKind, Ledger, Move
+from merkat.bank.policies import (
+    VIRTUAL_BANK,
+    Allowance,
+    ChargeByBid,
+    ChargeByUse,
+    CreditManager,
+    IdleTax,
+    VirtualBank,
+    hold_account,
+)
+from merkat.platform.model import App, Charged, Decision, to_micro
+
+ECONOMIES = ("themis", "closed")
+KINDS = ("application", "bank", "provider", "sub", "user")
+"""The account kinds of ``summary()["balances"]`` (always all of them)."""
+CHARGING = ("bid", "use")
+
+
+class EconomyError(ValueError):
+    """An unknown economy or charging name, or a bad parameter."""
+
+
+@dataclass
+class Economy:
+    """The money of one run, on ``ledger``. ``kind``: ``themis`` or ``closed``; ``charging``:
+    ``bid`` or ``use``; ``redistribute_every``: K, the Virtual Bank's interval in periods
+    (closed economy); ``idle_tax_ppm``: the idle tax rate (0: none); ``provider``: the account
+    the charges go to."""
+
+    ledger: Ledger
+    kind: str = "themis"
+    charging: str = "bid"
+    redistribute_every: int = 12
+    idle_tax_ppm: int = 0
+    provider: str = "provider"
+    initial_budgets: int = 0
+    redistributed: int = 0
+    minted: int = 0  # every mint this economy made (initial budgets and allowances)
+    allowances: dict[str, Allowance] = field(default_factory=dict)
+    owners: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ECONOMIES:
+            raise EconomyError(f"unknown economy {self.kind!r}; known: {', '.join(ECONOMIES)}")
+        if self.charging not in CHARGING:
+            raise EconomyError(f"unknown charging {self.charging!r}; known: "
+                               f"{', '.join(CHARGING)}")
+        if self.redistribute_every < 1:
+            raise EconomyError(f"redistribute_every must be >= 1, got {self.redistribute_every}")
+        if not self.ledger.has_account(self.provider):
+            self.ledger.create_account(self.provider, AccountKind.provider)
+        self._bid = ChargeByBid(self.provider)
+        self._use = ChargeByUse(self.provider)
+        self._bank = VirtualBank(self.redistribute_every)
+        self._tax = IdleTax(self.idle_tax_ppm, self.redistribute_every) if self.idle_tax_ppm \
+            else None
+        if self.kind == "closed":
+            self._bank.ensure(self.ledger)
+
+    # --- admission ----------------------------------------------------------------------
+
+    def open(self, app: App, period: int) -> None:
+        """Open ``app``'s account under its owner (created as a user account if new), mint its
+        initial budget into the owner's account and move it to the application."""
+        ledger, spec = self.ledger, app.spec
+        owner = spec.owner
+        if not ledger.has_account(owner):
+            ledger.create_account(owner, AccountKind.user)
+        ledger.create_account(app.account, AccountKind.application, owner=owner)
+        self.owners[app.account] = owner
+        initial = to_micro(spec.budget)
+        if initial > 0:
+            ledger.mint(owner, initial, "initial budget", period,
+                        idempotency_key=f"initial-budget/{app.account}")
+            ledger.transfer(owner, app.account, initial, "credit manager: initial budget",
+                            period, idempotency_key=f"initial-transfer/{app.account}")
+            self.initial_budgets += initial
+            self.minted += initial
+        rate = to_micro(spec.renewal)
+        cap = to_micro(spec.budget if spec.budget_cap is None else spec.budget_cap)
+        if rate > 0 and cap > 0:
+            self.allowances[app.account] = Allowance(rate, cap)
+
+    # --- before the decision --------------------------------------------------------------
+
+    def renew(self, period: int, accounts: Iterable[str]) -> int:
+        """Move this period's renewals of ``accounts`` (the active applications) from their
+        owners (themis: minted into the owners first). Returns the micro-credits minted."""
+        due = {a: self.allowances[a] for a in accounts if a in self.allowances}
+        if not due:
+            return 0
+        ledger = self.ledger
+        owners = {a: self.owners[a] for a in due}
+        minted = 0
+        if self.kind == "themis":
+            balances = ledger.balances(due)
+            need: dict[str, int] = {}
+            for a in sorted(due):
+                x = due[a].due(balances[a])
+                if x > 0:
+                    need[owners[a]] = need.get(owners[a], 0) + x
+            if need:
+                ledger.mint_many(sorted(need.items()), "allowance", period, f"allowance/{period}")
+                minted = sum(need.values())
+                self.minted += minted
+        balances = ledger.balances(set(due) | set(owners.values()))
+        moves = CreditManager.plan(balances, owners, due)
+        if moves:
+            ledger.transfer_many(moves, "credit manager", period, f"credit-manager/{period}")
+        return minted
+
+    # --- after the decision ---------------------------------------------------------------
+
+    def charge(self, decision: Decision, accounts: Mapping[str, str]) -> Charged:
+        """Charge ``decision``'s bills (``accounts``: application id -> account). An application
+        that cannot pay its whole bill pays nothing and is listed unpaid."""
+        period = decision.index
+        bills = [(accounts[a], x) for a, x in decision.bills]
+        ids = [a for a, _ in decision.bills]
+        if not bills:
+            return Charged({}, frozenset(), 0)
+        if self.charging == "bid":
+            result = self._bid.apply(self.ledger, period, bills)
+            paid = {ids[k]: bills[k][1] for k in result.paid}
+            return Charged(paid, frozenset(ids[k] for k in result.unpaid), result.total)
+        held = self._use.reserve(self.ledger, period, bills)
+        usage = dict(decision.usage)
+        settled = self._use.settle(
+            self.ledger, period, {bills[k][0]: usage[ids[k]] for k in held.paid})
+        paid = {ids[k]: settled.charged.get(bills[k][0], 0) for k in held.paid}
+        return Charged(paid, frozenset(ids[k] for k in held.unpaid), sum(paid.values()))
+
+    def redistribute(self, period: int) -> int:
+        """Closed economy: every K periods, the idle tax (if any) then the Virtual Bank's
+        redistribution of the provider's income. Returns the micro-credits given to users."""
+        if self.kind != "closed" or (period + 1) % self.redistribute_every:
+            return 0
+        if self._tax is not None:
+            self._tax.apply(self.ledger, period + 1)
+        result = self._bank.apply(self.ledger, period + 1)
+        given = result.share * result.users if result else 0
+        self.redistributed += given
+        return given
+
+    # --- the books ------------------------------------------------------------------------
+
+    def totals(self) -> dict[str, int]:
+        """The counters a cut run needs to merge its pieces' books (micro-credits; O(1))."""
+        return {"minted": self.minted, "initial_budgets": self.initial_budgets,
+                "redistributed": self.redistributed,
+                "provider": self.ledger.balance(self.provider)}
+
+    def summary(self) -> dict[str, Any]:
+        """``summary.json``'s ``bank`` object (credits): minted, burned, initial budgets,
+        redistributed, balances summed by account kind, and the audit."""
+        audit = self.ledger.audit()
+        by_kind: dict[str, int] = dict.fromkeys(KINDS, 0)
+        balances = self.ledger.balances()
+        kinds = {a.name: a.kind.value for a in self.ledger.accounts()}
+        for name, b in balances.items():
+            by_kind[kinds[name]] = by_kind.get(kinds[name], 0) + b
+        negative = sum(1 for b in balances.values() if b < 0)
+        m = 1_000_000
+        return {
+            "economy": self.kind,
+            "charging": self.charging,
+            "minted": audit.minted / m,
+            "burned": audit.burned / m,
+            "initial_budgets": self.initial_budgets / m,
+            "redistributed": self.redistributed / m,
+            "balances": {k: by_kind[k] / m for k in sorted(by_kind)},
+            "negative_accounts": negative,
+            "audit_ok": audit.ok and negative == 0,
+        }
+
+
+EconomyFactory = Callable[..., Economy]
+
+__all__ = ["CHARGING", "ECONOMIES", "VIRTUAL_BANK", "Economy", "EconomyError", "Move",
+           "hold_account"]
