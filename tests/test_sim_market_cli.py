@@ -112,3 +112,24 @@ def test_workers_must_be_positive(trace: str, tmp_path: Path) -> None:
     assert code == 2 and "--workers must be >= 1, got 0" in err
     bad = runner.invoke(app, ["bench", "period", "--workers", "0", "--trace", trace])
     assert bad.exit_code == 2 and "--workers must be >= 1, got 0" in bad.stderr
+
+
+def test_closed_economy_run_reports_its_books_and_each_jobs_outcome(
+        trace: str, tmp_path: Path) -> None:
+    code, out, err = sim_run(trace, tmp_path / "c", "--scheduler", "market", "--economy",
+                             "closed", "--budget-base", "1", "--hosts", "240",
+                             "--cores-per-host", "1")
+    assert code == 0, err
+    bank = json.loads(out)["bank"]
+    assert bank["economy"] == "closed" and bank["audit_ok"] is True
+    assert bank["minted"] == bank["initial_budgets"] > 0 and bank["burned"] == 0
+    assert bank["negative_accounts"] == 0
+    header = (tmp_path / "c" / "jobs.csv").read_text().splitlines()[0].split(",")
+    assert header[-2:] == ["outcome", "paid"]
+    rows = [line.split(",") for line in (tmp_path / "c" / "jobs.csv").read_text().splitlines()[1:]]
+    outcomes = {r[-2] for r in rows}
+    assert outcomes <= {"finished", "late", "stopped-deadline", "stopped-budget", "never-started"}
+    assert sum(float(r[-1]) for r in rows) == pytest.approx(bank["balances"]["provider"]
+                                                            + bank["redistributed"], abs=1e-3)
+    code, _, err = sim_run(trace, tmp_path / "x", "--scheduler", "market", "--economy", "open")
+    assert code == 2 and "--economy must be themis or closed" in err
