@@ -58,7 +58,7 @@ from merkat.control.types import Metrics, Sense, VMState
 from merkat.market import RESOURCES, BalanceParams, Hosts
 from merkat.platform.period import ENDED, App, AppSpec, PeriodRecord, Platform
 from merkat.runtime.arrivals import Arrival, ListArrivals
-from merkat.runtime.driver import Driver, Hooks
+from merkat.runtime.driver import Driver, Hooks, admit_sim
 from merkat.runtime.economy import Economy
 
 # --- application models -----------------------------------------------------------------------
@@ -315,8 +315,14 @@ class Scenario:
         arrivals = ListArrivals(sorted(self._events, key=lambda a: a.time) + apps)
         self._pending, self._events = [], []
         sampler = _Sampler(self)
-        Driver(platform, backend, self.economy, arrivals, hooks=sampler,
-               skip_idle=False).run(until, start=0.0)
+        # a backend set on the platform stands in front of the simulated one (e.g. pods of an
+        # emulated Kubernetes cluster mirroring it); the simulated world still advances
+        world = platform.backend if platform.backend is not None else backend
+        driver = Driver(platform, world, self.economy, arrivals, hooks=sampler, skip_idle=False,
+                        admit=lambda _world, a: admit_sim(backend, a))
+        if world is not backend:
+            sampler.advance = backend.advance
+        driver.run(until, start=0.0)
         apps_out = {a: self._summary(app) for a, app in platform.apps.items()}
         return ScenarioResult(P, sampler.times, sampler.series, apps_out, sampler.prices,
                               dict(backend.counts), self.ledger.audit().ok)
@@ -372,6 +378,7 @@ class _Sampler(Hooks):
         self.prices: list[float] = []
         self.series: dict[str, dict[str, list[Any]]] = {}
         self.metrics: dict[str, Metrics] = {}
+        self.advance: Callable[[float, float], None] | None = None  # a world behind the backend
 
     def admitted(self, driver: Driver, arrival: Arrival, app: App | None) -> None:
         if app is not None:
@@ -390,6 +397,8 @@ class _Sampler(Hooks):
             sample = self.scenario._sample(driver.platform.apps[app_id], self.metrics.get(app_id))
             for key in SERIES_KEYS:
                 cols[key].append(sample.get(key))
+        if self.advance is not None:  # the simulated world behind the platform's backend
+            self.advance(t, t + driver.period)
 
 
 def _finite(x: float | None) -> float | None:
