@@ -95,10 +95,11 @@ class ApplyReport:
 class Backend(Protocol):
     """What the platform needs from the world: act on a plan, report application metrics."""
 
-    def apply(self, plan: Plan) -> ApplyReport:
+    def apply(self, plan: Plan) -> ApplyReport | None:
         """Carry out ``plan`` (create, destroy, migrate, suspend, resume, set allocations) and
         report each operation: done, or failed with a reason. Never raises for a failed
-        operation: errors from the world come back as data."""
+        operation: errors from the world come back as data. ``None``: every operation done
+        (the live backends keep their per-operation results in their own ``report``)."""
         ...
 
     def metrics(self, app: str) -> Metrics:

@@ -55,7 +55,9 @@ from merkat.backends.kubernetes.objects import (
 )
 from merkat.control.types import Metrics
 from merkat.market import Hosts
-from merkat.platform.backend import ApplyReport, OpReport, Plan
+from merkat.platform.backend import ApplyReport as ApplyReport
+from merkat.platform.backend import OpReport as OpReport
+from merkat.platform.backend import Plan
 
 RETRYABLE = frozenset({409, 429, 500, 502, 503, 504})
 
