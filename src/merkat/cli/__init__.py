@@ -89,6 +89,7 @@ def _register() -> None:
         experiment,
         kubernetes,
         market,
+        policy,
         predict,
         report,
         service,
@@ -106,6 +107,7 @@ def _register() -> None:
     app.add_typer(predict.app, name="predict")
     app.add_typer(tycoon.app, name="tycoon")
     app.add_typer(traces.app, name="traces")
+    app.add_typer(policy.app, name="policy")
     app.command("report")(report.report_cmd)
     # the live service (docs/service.md): the server, its users, and the client commands
     app.command("server")(service.server)

@@ -131,9 +131,18 @@ def run_cmd(
     if scheduler == "market":
         from merkat.control.registry import POLICIES
 
+        from merkat.cli.policy import trace_policies
+
         _check(
             policy in POLICIES,
             f"--policy must be one of {', '.join(sorted(POLICIES))}, got {policy!r}",
+        )
+        usable = trace_policies()
+        _check(
+            policy in usable,
+            f"--policy {policy}: not usable on the rigid jobs of a trace (it drives "
+            f"{', '.join(POLICIES[policy].applies_to)} applications); use one of: "
+            f"{', '.join(usable)} (merkat policy list)",
         )
     opts = RunOptions(
         trace=trace_path,
@@ -285,6 +294,10 @@ def bench_sim(
         fail(f"--trace: {e}")
     names = [s.strip() for s in schedulers.split(",") if s.strip()]
     for s in names:
+        _check(
+            s != "market",
+            "--schedulers: market is not a batch scheduler; time it with `merkat bench period`",
+        )
         _check(s in SCHEDULER_NAMES, f"--schedulers: unknown scheduler {s!r}")
     _check(repeat >= 1, f"--repeat must be >= 1, got {repeat}")
     t0, c0 = time.perf_counter(), time.process_time()

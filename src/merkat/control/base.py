@@ -75,6 +75,11 @@ class Controller(ABC):
 
     name: ClassVar[str] = "controller"
     reads_price_history: ClassVar[bool] = False
+    applies_to: ClassVar[tuple[str, ...]] = ("rigid", "task-farm")
+    """What the policy can drive: ``trace`` (the rigid jobs of ``merkat sim run``), ``rigid``,
+    ``task-farm`` (elastic master-worker applications) (shown by ``merkat policy list``)."""
+    needs: ClassVar[str] = "nothing"
+    """What the policy reads of the application, in words (``merkat policy list``)."""
 
     def __init__(self, *, horizon: int = 1, start_fraction: float = 1.0,
                  seed: Seed = 0) -> None:

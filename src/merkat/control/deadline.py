@@ -49,6 +49,8 @@ class VerticalDeadline(Controller):
     """
 
     name = "vertical-deadline"
+    applies_to = ("trace", "rigid")
+    needs = "progress (work done, work total, ideal rate) and a deadline"
 
     def __init__(self, *, t_diff: float = 0.05, limit: int = 3, ewma_alpha: float = 0.5,
                  max_alloc_tol: float = 0.01, postpone_fraction: float = 0.1,
@@ -134,11 +136,17 @@ class VerticalDeadline(Controller):
     # --- suspended ---------------------------------------------------------------------------
 
     def stop_reason(self, obs: Observation) -> str | None:
+        """Finished; suspended with the deadline out of reach; running past its deadline (a
+        strict deadline: results after it are worth nothing, docs/policies.md)."""
         reason = super().stop_reason(obs)
         if reason is None and obs.phase is Phase.SUSPENDED:
             f = needed_fraction(obs)
             if f is not None and f > 1:
                 return "aborted while suspended: the deadline can no longer be met"
+        if reason is None:
+            left = obs.time_to_deadline
+            if left is not None and left <= 0:
+                return "stopped: the deadline has passed"
         return reason
 
     def on_resume(self, obs: Observation) -> Demand:
@@ -165,6 +173,8 @@ class HorizontalDeadline(Controller):
     """
 
     name = "horizontal-deadline"
+    applies_to = ("task-farm",)
+    needs = "a task queue (tasks left, average and longest task time) and a deadline"
 
     def __init__(self, *, limit: int = 3, low: float = 0.75, high: float = 1.0,
                  horizon: int = 1, start_fraction: float = 1.0, seed: Seed = 0) -> None:

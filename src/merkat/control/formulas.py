@@ -47,10 +47,13 @@ def judge(v: float, ref: float, sense: Sense, low: float = 1.0, high: float = 1.
 def gap(v: float, ref: float) -> float:
     """T = |(v_ref - v) / v_ref| (Themis Fig. 3 line 9; Merkat Alg. 1 line 2 is garbled).
 
-    A zero reference gives 0 when v is 0 too and infinity otherwise.
+    A zero reference gives 0 when v is 0 too and infinity otherwise; an infinite reference
+    (a rate a deadline that has passed would need) gives 1, never NaN.
     """
     if ref == 0:
         return 0.0 if v == 0 else math.inf
+    if math.isinf(ref):  # the limit of |(ref - v)/ref|: 1, or 0 when v is the same infinity
+        return 0.0 if v == ref else 1.0
     return abs((ref - v) / ref)
 
 

@@ -19,6 +19,7 @@ from merkat.control.formulas import (
     scale_to,
     share_cost,
     split_budget,
+    start_bid,
     vm_upper_bound,
 )
 from merkat.control.types import Action, Amounts, Demand, Observation, Sense
@@ -226,20 +227,57 @@ def resize(obs: Observation, nvms: int, bid: Amounts, reason: str = "") -> Deman
                   new_vm_bid=dict(bid), release=release, reason=reason)
 
 
+BEST_EFFORT_FRACTION = 0.25
+"""Past its deadline, a generic policy bids what buys this share of the VM size (best-effort's
+start fraction, Merkat §5.3.1) until the work is done (docs/policies.md)."""
+
+
+def deadline_metric(obs: Observation) -> tuple[float, float, Sense] | None:
+    """The metric of an application that reports only its progress (a rigid job of a trace):
+    v = the measured progress rate, v_ref = the rate that finishes the work left exactly at
+    the deadline (work left / time to deadline), higher is better. None before a rate is
+    measured, without a deadline or a work count, or once the deadline has passed."""
+    m = obs.metrics
+    rate, work, left = m.progress_rate, m.work_left, obs.time_to_deadline
+    if rate is None or work is None or left is None or left <= 0:
+        return None
+    return rate, work / left, Sense.HIGHER_IS_BETTER
+
+
+def late(obs: Observation) -> bool:
+    """Past the deadline with work left."""
+    left, work = obs.time_to_deadline, obs.metrics.work_left
+    return left is not None and left <= 0 and work is not None and work > 0
+
+
 class _MetricController(Controller):
-    """A controller on the generic metric v (``metrics.performance``) and v_ref."""
+    """A controller on the generic metric v (``metrics.performance``) and v_ref; for an
+    application that reports none, its progress rate against the rate its deadline needs
+    (:func:`deadline_metric`). Past the deadline it keeps going at the best-effort bid."""
+
+    needs = "a performance metric (v, v_ref), or a progress rate and a deadline"
 
     def metric(self, obs: Observation) -> tuple[float, float, Sense] | None:
         m = obs.metrics
         if m.performance is None or m.reference is None:
-            return None
+            return deadline_metric(obs)
         return m.performance, m.reference, m.sense
+
+    def late_demand(self, obs: Observation) -> Demand | None:
+        """Past the deadline with work left (and no metric of its own): the best-effort bid on
+        the VMs it has, or None when on time."""
+        if obs.metrics.performance is not None or not late(obs):
+            return None
+        n = max(1, len(obs.vms))
+        bid = self.affordable(obs, start_bid(obs, BEST_EFFORT_FRACTION, n), n)
+        return self.uniform(obs, bid, reason="past the deadline: best effort")
 
 
 class ScaleOneVMController(_MetricController):
     """``scale-one-vm``: Themis' generic vertical policy on the generic metric."""
 
     name = "scale-one-vm"
+    applies_to = ("trace", "rigid", "task-farm")
 
     def __init__(self, *, t_diff: float = 0.05, limit: int = 3, horizon: int = 1,
                  start_fraction: float = 1.0, seed: Seed = 0) -> None:
@@ -247,6 +285,8 @@ class ScaleOneVMController(_MetricController):
         self.scaler = ScaleOneVM(t_diff, limit)
 
     def reconfigure(self, obs: Observation) -> Demand:
+        if (demand := self.late_demand(obs)) is not None:
+            return demand
         metric = self.metric(obs)
         if metric is None:
             return self.keep(obs, reason="no metric")
@@ -260,6 +300,7 @@ class ScaleMultiVMsController(_MetricController):
     """``scale-multi-vms``: Themis' generic horizontal policy on the generic metric."""
 
     name = "scale-multi-vms"
+    applies_to = ("task-farm",)  # changes the VM count: a rigid job's tasks are fixed
 
     def __init__(self, *, limit: int = 3, low: float = 0.75, high: float = 1.0,
                  horizon: int = 1, start_fraction: float = 1.0, seed: Seed = 0) -> None:
@@ -267,6 +308,8 @@ class ScaleMultiVMsController(_MetricController):
         self.scaler = ScaleMultiVMs(limit, low, high)
 
     def reconfigure(self, obs: Observation) -> Demand:
+        if (demand := self.late_demand(obs)) is not None:
+            return demand
         metric = self.metric(obs)
         if metric is None:
             return self.keep(obs, reason="no metric")
@@ -284,6 +327,7 @@ class MerkatVertical(_MetricController):
     """
 
     name = "merkat-vertical"
+    applies_to = ("trace", "rigid", "task-farm")
 
     def __init__(self, *, low: float = 0.75, high: float = 1.0, alloc_min: float = 0.0,
                  horizon: int = 1, start_fraction: float = 1.0, seed: Seed = 0) -> None:
@@ -302,6 +346,8 @@ class MerkatVertical(_MetricController):
                                 obs.prices, obs.bid_min, self.vm_bid_max(obs, len(obs.vms)))
 
     def reconfigure(self, obs: Observation) -> Demand:
+        if (demand := self.late_demand(obs)) is not None:
+            return demand
         metric = self.metric(obs)
         if metric is None:
             return self.keep(obs, reason="no metric")
@@ -321,6 +367,7 @@ class MerkatHorizontal(_MetricController):
     """
 
     name = "merkat-horizontal"
+    applies_to = ("task-farm",)  # changes the VM count: a rigid job's tasks are fixed
 
     def __init__(self, *, low: float = 0.75, high: float = 1.0, horizon: int = 1,
                  start_fraction: float = 1.0, seed: Seed = 0) -> None:
@@ -345,6 +392,8 @@ class MerkatHorizontal(_MetricController):
         return n, {r: max(b / n, obs.bid_min.get(r, 0.0)) for r, b in total.items()}
 
     def reconfigure(self, obs: Observation) -> Demand:
+        if (demand := self.late_demand(obs)) is not None:
+            return demand
         metric = self.metric(obs)
         if metric is None:
             return self.keep(obs, reason="no metric")

@@ -69,6 +69,8 @@ class SLOController(Controller):
     """
 
     kind: ClassVar[SLOKind] = SLOKind.DEADLINE_STRICT
+    applies_to = ("trace", "rigid", "task-farm")
+    needs = "progress (work left, progress or ideal rate) and a deadline"
 
     def __init__(self, *, start_fraction: float | None = None, min_fraction: float = 0.25,
                  low: float = 0.75, high: float = 1.0, backoff_max: int = 3, max_wait: int = 3,
@@ -239,6 +241,8 @@ class BestEffort(Controller):
     """
 
     name = "best-effort"
+    applies_to = ("trace", "rigid", "task-farm")
+    needs = "nothing (a fixed bid)"
 
     def __init__(self, *, start_fraction: float = 0.25, horizon: int = 1,
                  seed: Seed = 0) -> None:

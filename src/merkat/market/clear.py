@@ -67,8 +67,11 @@ class Clearing:
 
 
 def check_reserve(vms: VMs, reserve_price: FloatArray) -> None:
-    """Raise :class:`MarketError` naming the first VM whose bid is under the reserve price."""
-    low = np.argwhere(vms.bid < reserve_price[None, :])
+    """Raise :class:`MarketError` naming the first VM whose bid is under the reserve price.
+
+    Only the resources a VM can use are held to it: a VM capped at 0 on a resource (a CPU-only
+    application's memory) bids nothing for it and gets none."""
+    low = np.argwhere((vms.bid < reserve_price[None, :]) & (vms.cap > 0))
     if low.size:
         i, r = (int(x) for x in low[0])
         raise MarketError(

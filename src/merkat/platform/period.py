@@ -26,6 +26,7 @@ No clock is read and no ledger or backend is called here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -67,8 +68,13 @@ from merkat.platform.model import (
     to_micro,
 )
 
-__all__ = ["ENDED", "MICRO", "App", "AppSpec", "AppStatus", "Charged", "Decision", "Observed",
-           "PeriodRecord", "Platform", "VMRecord", "to_micro"]
+__all__ = ["ENDED", "MICRO", "App", "AppSpec", "AppStatus", "Charged", "Decision", "NonFiniteBid",
+           "Observed", "PeriodRecord", "Platform", "VMRecord", "to_micro"]
+
+
+class NonFiniteBid(RuntimeError):
+    """A controller asked for a bid that is NaN or infinite: a bug in its policy. Raised in
+    the period where the bid was made, naming the policy, the application and the VM."""
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -155,6 +161,16 @@ class Platform:
             raise ValueError(f"application {spec.id!r}: size must be >= 1")
         if spec.nvms_max < 1:
             raise ValueError(f"application {spec.id!r}: nvms_max must be >= 1")
+        if any(r not in spec.vm_size for r in spec.trade):
+            # a resource its VM template does not name is one it does not use: no bid for it
+            # (a CPU-only application under the default trade of every resource)
+            trade = tuple(r for r in spec.trade if r in spec.vm_size)
+            if not trade:
+                raise ValueError(
+                    f"application {spec.id!r}: vm_size names none of the traded resources "
+                    f"({', '.join(spec.trade)})"
+                )
+            spec = replace(spec, trade=trade)
         try:  # checked here once, not in every observation (before any account exists)
             check_amounts("vm_size", {r: spec.vm_size.get(r, 0.0) for r in spec.trade})
             check_amounts("vm_min", spec.vm_min)
@@ -533,6 +549,13 @@ class Platform:
                 last = vm.bid
                 x = sum(last.values())
             total += x
+        if not math.isfinite(total):  # NaN or infinity: a bug of the policy, named here
+            bad = next(vm for vm in app.vms if not math.isfinite(sum(vm.bid.values())))
+            raise NonFiniteBid(
+                f"policy {app.controller.name!r} bid {dict(bad.bid)} for VM {bad.id!r} of "
+                f"application {app.spec.id!r}: not a finite number "
+                "(a bug in the policy)"
+            )
         if total <= 0 or to_micro(total) <= balance:
             return
         k = balance / MICRO / total
