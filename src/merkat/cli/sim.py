@@ -129,9 +129,8 @@ def run_cmd(
     except FileNotFoundError as e:
         fail(f"--trace: {e}")
     if scheduler == "market":
-        from merkat.control.registry import POLICIES
-
         from merkat.cli.policy import trace_policies
+        from merkat.control.registry import POLICIES
 
         _check(
             policy in POLICIES,
