@@ -194,3 +194,9 @@ class Ops:
 
     destroy: list[str] = field(default_factory=list)
     suspend: list[str] = field(default_factory=list)
+
+
+class NonFiniteBid(RuntimeError):
+    """A controller asked for a bid that is NaN or infinite: a bug in its policy. Raised in
+    the period where the bid was made, naming the policy, the application and the VM (kept
+    out of the compiled period module: mypyc cannot subclass built-in exceptions there)."""

@@ -61,6 +61,7 @@ from merkat.platform.model import (
     AppSpec,
     Charged,
     Decision,
+    NonFiniteBid,
     Observed,
     Ops,
     PeriodRecord,
@@ -70,11 +71,6 @@ from merkat.platform.model import (
 
 __all__ = ["ENDED", "MICRO", "App", "AppSpec", "AppStatus", "Charged", "Decision", "NonFiniteBid",
            "Observed", "PeriodRecord", "Platform", "VMRecord", "to_micro"]
-
-
-class NonFiniteBid(RuntimeError):
-    """A controller asked for a bid that is NaN or infinite: a bug in its policy. Raised in
-    the period where the bid was made, naming the policy, the application and the VM."""
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
