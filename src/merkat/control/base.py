@@ -21,6 +21,7 @@ give the same demands.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
@@ -153,8 +154,11 @@ class Controller(ABC):
         return spend_limit(obs, self.horizon)
 
     def vm_bid_max(self, obs: Observation, nvms: int) -> float:
-        """The spend limit of one VM when ``nvms`` VMs share it (Themis: B per task)."""
-        return self.bid_max(obs) / max(1, nvms)
+        """The spend limit of one VM when ``nvms`` VMs share it (Themis: B per task), in whole
+        micro-credits rounded down: the bank bills each VM's bid rounded to the micro-credit,
+        so ``nvms`` such bids never add up to more than the budget (a bill one micro-credit
+        over the balance is unpaid and the application is suspended)."""
+        return math.floor(self.bid_max(obs) * 1e6 / max(1, nvms)) / 1e6
 
     def affordable(self, obs: Observation, bid: Amounts, nvms: int) -> dict[str, float]:
         """``bid`` scaled down to one VM's share of the budget, never under the reserve."""

@@ -257,12 +257,13 @@ class Platform:
         plan = decision.plan
         gone: set[str] = set()
         suspend: list[str] = []
+        starting_ids = {vm.id for vm in decision.starting}
         for app_id in sorted(unpaid):
             app = self.apps[app_id]
             app.views = None
             for vm in app.vms:
                 gone.add(vm.id)
-            was_running = [vm for vm in app.vms if vm not in decision.starting
+            was_running = [vm for vm in app.vms if vm.id not in starting_ids
                            and vm.state is not VMState.SUSPENDED and vm.host != NO_HOST]
             if was_running:
                 for vm in was_running:
