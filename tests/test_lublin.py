@@ -100,3 +100,11 @@ def test_small_machines_keep_the_size_range_ordered(nodes: int) -> None:
     size = jobs[:, 4]
     assert size.min() >= 1 and size.max() <= nodes
     assert (size == 1).any() and (size > 1).any()
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 8, 9])
+def test_small_machines_generate_jobs_that_fit(nodes: int) -> None:
+    """``generate(nodes=8)`` used to fail with "high - low < 0" (UMed under ULow for N <= 9)."""
+    jobs = lublin.generate(300, seed=0, nodes=nodes)
+    procs = jobs[:, 4]
+    assert jobs.shape == (300, 18) and procs.min() >= 1 and procs.max() <= nodes
