@@ -189,7 +189,8 @@ def prices(watch: bool = typer.Option(False, "--watch", help="Print each new per
            url: str | None = UrlOption, token: str | None = TokenOption) -> None:
     """The current prices (credits per core and per MiB, per period); with --since, the
     series since then (``-o json``: {"items": [...]}, ``-o csv``: period,time,cpu,memory),
-    which ``merkat sim`` can replay."""
+    which ``merkat tycoon run --background-prices`` replays and ``merkat predict --history``
+    reads."""
     from merkat.cli.timespec import parse_time
 
     if since is not None:

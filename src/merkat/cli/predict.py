@@ -3,7 +3,8 @@ a price history, for users who want the numbers without code (see :mod:`merkat.p
 
 FILE is CSV (a header with a ``price`` column; for ``portfolio`` one column per host) or JSON
 (a list of prices, ``{"price": [...]}``, a list of objects with ``"price"``; for ``portfolio``
-an object ``{host: [prices]}``). numpy/scipy are imported inside the commands.
+an object ``{host: [prices]}``), or the live platform's export (``merkat prices --since T -o
+json|csv``: the CPU price per period is the series). numpy/scipy are imported inside the commands.
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ from merkat.cli._common import OutputFormat, OutputOption, emit, fail, print_tab
 
 app = typer.Typer(help="Price prediction (Tycoon §4) on a price history.", no_args_is_help=True)
 
-HistoryOption = typer.Option(..., "--history", help="Prices: CSV with a 'price' column, or JSON.")
+HistoryOption = typer.Option(
+    ..., "--history",
+    help="Prices: CSV with a 'price' column, JSON, or a live export (`merkat prices --since T "
+         "-o json|csv`: its cpu column).")
+EXPORT_COLUMNS = ("period", "time", "cpu", "memory")
 
 
 def _number(v: Any, where: str) -> float:
@@ -53,6 +58,8 @@ def read_columns(path: Path) -> dict[str, list[float]]:
             fail(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
         if isinstance(data, dict) and "price" in data:
             data = data["price"]
+        elif isinstance(data, dict) and isinstance(data.get("items"), list):
+            return _export_columns(path, data["items"])
         if isinstance(data, list):
             out = []
             for i, v in enumerate(data):
@@ -84,10 +91,28 @@ def read_columns(path: Path) -> dict[str, list[float]]:
     return cols
 
 
+def _export_columns(path: Path, items: list[Any]) -> dict[str, list[float]]:
+    """The columns of ``merkat prices --since T -o json`` (``{"items": [{period, time, cpu,
+    memory}]}``)."""
+    cols: dict[str, list[float]] = {c: [] for c in EXPORT_COLUMNS}
+    for i, it in enumerate(items):
+        if not isinstance(it, dict):
+            fail(f"{path}: item {i}: expected an object")
+        for c in EXPORT_COLUMNS:
+            v = it.get(c)
+            cols[c].append(math.nan if v is None and c == "time"
+                           else _number(v, f"{path}: item {i} {c!r}"))
+    return cols
+
+
 def read_prices(path: Path) -> list[float]:
+    """The single price series of ``path``: its ``price`` column, its only column, or the
+    ``cpu`` column of a live export (``merkat prices --since T -o json|csv``)."""
     cols = read_columns(path)
     if "price" in cols:
         prices = cols["price"]
+    elif "cpu" in cols and "time" in cols:
+        prices = cols["cpu"]
     elif len(cols) == 1:
         prices = next(iter(cols.values()))
     else:

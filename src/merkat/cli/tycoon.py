@@ -176,15 +176,41 @@ def load_scenario(path: Path) -> tuple[Any, list[Any], list[Any]]:
 def run_cmd(
     scenario: Path = typer.Argument(..., help='JSON: {"config": {...}, "jobs": [...], '
                                     '"boosts": [...]} (docs/tycoon.md).'),
+    background_prices: Path | None = typer.Option(
+        None, "--background-prices",
+        help="Replay a live run's prices as the other users' demand: the file written by "
+             "`merkat prices --since T -o json|csv` (docs/tycoon.md, Background prices)."),
+    background_period: float | None = typer.Option(
+        None, "--background-period",
+        help="The recorded period's length in seconds (default: the median gap between rows)."),
+    background_scale: float = typer.Option(
+        1.0, "--background-scale",
+        help="Multiply the recorded prices (live credits to the scenario's currency)."),
     output: OutputFormat = OutputOption,
 ) -> None:
     """Run a Tycoon market scenario in the simulator: jobs funded by transfer tokens, Best
     Response agents, charging by use, refunds, boosts; print each job's outcome."""
+    from dataclasses import replace
+
+    from merkat.sim.background import PriceFileError, read_price_export
     from merkat.sim.tycoon import simulate
 
+    if not (math.isfinite(background_scale) and background_scale >= 0):
+        fail(f"--background-scale: must be a finite number >= 0, got {background_scale}")
+    if background_period is not None and not (math.isfinite(background_period)
+                                               and background_period > 0):
+        fail(f"--background-period: must be a finite number > 0, got {background_period}")
     cfg, jobs, boosts = load_scenario(scenario)
+    series = None
+    if background_prices is not None:
+        try:
+            series = read_price_export(background_prices, background_period)
+        except PriceFileError as exc:
+            fail(str(exc))
+        series = replace(series, cpu=series.cpu * background_scale,
+                         memory=series.memory * background_scale)
     try:
-        res = simulate(cfg, jobs, boosts)
+        res = simulate(cfg, jobs, boosts, series)
     except ValueError as exc:
         fail(f"{scenario}: {exc}")
     doc: dict[str, Any] = {
@@ -195,6 +221,10 @@ def run_cmd(
         "provider_income": res.provider_income,
         "refunded": res.refunded,
     }
+    if series is not None:
+        doc["background"] = {"file": str(background_prices), "rows": int(series.times.size),
+                             "period_s": series.period_s,
+                             "mean_cpu_price_per_s": float(series.cpu.mean())}
 
     def show() -> None:
         print_table("jobs", ["job", "user", "budget", "boosted", "nodes", "complete", "time (h)",

@@ -41,6 +41,7 @@ from merkat.bank.ledger import AccountKind, Move
 from merkat.bank.memory import MemoryLedger
 from merkat.market.best_response import damped, solve
 from merkat.market.tycoon import charges_by_use, clear_hosts
+from merkat.sim.background import PriceSeries
 
 MICRO = 1_000_000
 PROVIDER = "provider"
@@ -134,8 +135,9 @@ class TycoonSim:
     """One run; :meth:`run` returns a :class:`TycoonResult`."""
 
     def __init__(self, config: TycoonConfig, jobs: Sequence[TycoonJob],
-                 boosts: Sequence[Boost] = ()) -> None:
+                 boosts: Sequence[Boost] = (), background: PriceSeries | None = None) -> None:
         self.cfg = config
+        self.background = background
         self.pending = sorted(enumerate(jobs), key=lambda kv: (kv[1].launch_s, kv[0]))
         self.boosts = sorted(boosts, key=lambda b: b.time_s)
         self.ledger = MemoryLedger(journal=True)
@@ -160,8 +162,17 @@ class TycoonSim:
         self.minted = self.ledger.audit().minted
 
     # --- bids ------------------------------------------------------------------------------
-    def _total_bids(self) -> npt.NDArray[np.float64]:
-        total = np.zeros(self.cfg.hosts)
+    def _background_bids(self, now: float) -> npt.NDArray[np.float64] | None:
+        """The outside bidder's bid on each host at ``now`` (credits per second): the recorded
+        price times the host's CPUs, so that alone it would set the host's price to the
+        recorded one (:mod:`merkat.sim.background`); None without a background."""
+        if self.background is None:
+            return None
+        return self.capacity * self.background.cpu_at(now)
+
+    def _total_bids(self, background: npt.NDArray[np.float64] | None = None
+                    ) -> npt.NDArray[np.float64]:
+        total = np.zeros(self.cfg.hosts) if background is None else background.copy()
         for r in self.running:
             np.add.at(total, r.hosts, r.bids)
         return total
@@ -279,7 +290,8 @@ class TycoonSim:
         pi = bi = 0
         while (pi < len(self.pending) or self.running) and k * dt < cfg.until_s:
             now = k * dt
-            total = self._total_bids()
+            bg = self._background_bids(now)
+            total = self._total_bids(bg)
             while pi < len(self.pending) and self.pending[pi][1].launch_s <= now:
                 idx, job = self.pending[pi]
                 self._launch(idx, job, now, total)
@@ -292,7 +304,7 @@ class TycoonSim:
             stalled = self.running and not any(r.bids.any() for r in self.running)
             if stalled and pi >= len(self.pending) and bi >= len(self.boosts):
                 break  # every running job is out of money: nothing can progress any more
-            self._interval(now, dt)
+            self._interval(now, dt, bg)
             if cfg.record_every and k % cfg.record_every == 0:
                 prices.append(total / self.capacity)
                 times.append(now)
@@ -316,12 +328,19 @@ class TycoonSim:
             intervals=k,
         )
 
-    def _interval(self, now: float, dt: float) -> None:
+    def _interval(self, now: float, dt: float,
+                  background: npt.NDArray[np.float64] | None = None) -> None:
         if not self.running:
             return
         hosts = np.concatenate([r.hosts for r in self.running])
         bids = np.concatenate([np.where(r.remaining > 0, r.bids, 0.0) for r in self.running])
-        clearing = clear_hosts(self.capacity, hosts, bids, np.full(hosts.size, self.cfg.vm_cpus))
+        caps = np.full(hosts.size, self.cfg.vm_cpus)
+        if background is not None:  # one outside bidder per host, after the jobs' VMs
+            everywhere = np.arange(self.cfg.hosts)
+            hosts = np.concatenate([hosts, everywhere])
+            bids = np.concatenate([bids, background])
+            caps = np.concatenate([caps, self.capacity])
+        clearing = clear_hosts(self.capacity, hosts, bids, caps)
         at = 0
         for r in self.running:
             n = r.hosts.size
@@ -361,6 +380,7 @@ class TycoonSim:
 
 
 def simulate(config: TycoonConfig, jobs: Sequence[TycoonJob],
-             boosts: Sequence[Boost] = ()) -> TycoonResult:
-    """Run the Tycoon market on ``jobs`` (and ``boosts``) until every job ends."""
-    return TycoonSim(config, jobs, boosts).run()
+             boosts: Sequence[Boost] = (), background: PriceSeries | None = None) -> TycoonResult:
+    """Run the Tycoon market on ``jobs`` (and ``boosts``) until every job ends, against the
+    recorded ``background`` prices if given (:mod:`merkat.sim.background`)."""
+    return TycoonSim(config, jobs, boosts, background).run()
