@@ -25,8 +25,10 @@ from merkat.gridcloud.model import (
 from merkat.gridcloud.provider import Allocation, Provider
 from merkat.gridcloud.run import Config, Group, Simulation, simulate
 from merkat.gridcloud.users import (
+    PRIORITIES,
     UTILITIES,
     Load,
+    StoredTasks,
     Strategy,
     by_importance,
     by_risk,
@@ -344,7 +346,7 @@ def test_retry_drops_expired_tasks_and_asks_for_the_highest_priority() -> None:
     expired = task(tid=1, deadline=50.0, importance=1000.0)
     low = task(1e6, tid=2, deadline=10_000.0, importance=1.0)
     urgent = task(1e6, tid=3, deadline=200.0, importance=1.0)
-    user.queue = [expired, low, urgent]
+    user.queue = StoredTasks([expired, low, urgent])
     sim.reason[1] = "failed_budget"
     sim.total = 3
     sim.retry(100.0, user)
@@ -352,7 +354,7 @@ def test_retry_drops_expired_tasks_and_asks_for_the_highest_priority() -> None:
     assert [t.id for t in user.queue] == [2]
     assert sim.events[0][3] == (sim.tree.root, urgent)  # REQUEST_FOR_OFFERS for task 3
     sim2 = Simulation(Config(groups=(Group(1, 0),), strategy=Strategy(priority="importance")))
-    sim2.users[0].queue = [urgent, task(tid=4, deadline=9e9, importance=5.0)]
+    sim2.users[0].queue = StoredTasks([urgent, task(tid=4, deadline=9e9, importance=5.0)])
     sim2.retry(100.0, sim2.users[0])
     assert sim2.events[0][3][1].id == 4
 
@@ -397,3 +399,24 @@ def test_bad_config_is_refused() -> None:
         Strategy(priority="luck")
     with pytest.raises(ValueError, match="budget"):
         Config(budget=-1.0)
+
+
+@given(st.lists(st.tuples(st.floats(1.0, 1e7), st.floats(0.0, 200.0), st.floats(0.0, 2e4)),
+                min_size=1, max_size=40),
+       st.floats(0.0, 2e4), st.sampled_from(sorted(PRIORITIES)))
+def test_stored_tasks_expire_and_pick_as_the_scalar_priorities_do(
+    specs: list[tuple[float, float, float]], now: float, priority: str
+) -> None:
+    """The packed-array queue drops the same tasks, in the same order, and picks the same
+    task as a scan with :data:`PRIORITIES` (the first of the highest priority)."""
+    tasks = [task(c, tid=i, deadline=d, importance=imp) for i, (c, imp, d) in enumerate(specs)]
+    q = StoredTasks(tasks)
+    gone = q.expire(now)
+    assert [t.id for t in gone] == [t.id for t in tasks if t.deadline <= now]
+    kept = [t for t in tasks if t.deadline > now]
+    assert [t.id for t in q] == [t.id for t in kept]
+    if kept:
+        f = PRIORITIES[priority]
+        want = max(range(len(kept)), key=lambda i: f(kept[i], now))
+        assert q.best(priority, now) == want
+        assert q.pop(want).id == kept[want].id and len(q) == len(kept) - 1

@@ -50,7 +50,14 @@ from merkat.gridcloud.model import (
     cluster_of,
 )
 from merkat.gridcloud.provider import Provider
-from merkat.gridcloud.users import PRIORITIES, UTILITIES, Load, Strategy, generate_tasks
+from merkat.gridcloud.users import (
+    PRIORITIES,
+    UTILITIES,
+    Load,
+    StoredTasks,
+    Strategy,
+    generate_tasks,
+)
 
 ARRIVE, DOWN, UP, OFFERS, RUN, REJECT, DONE, RESULT, TICK, RETRY = range(10)
 SUCCEEDED, F_BUDGET, F_DEADLINE, F_OFFER = "succeeded", "failed_budget", "failed_deadline", (
@@ -113,7 +120,7 @@ class _User:
     group: int
     tasks: list[Task]
     reserved: int = 0
-    queue: list[Task] = field(default_factory=list)
+    queue: StoredTasks = field(default_factory=StoredTasks)
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     value: dict[str, float] = field(default_factory=lambda: {"succeeded": 0.0, "failed": 0.0})
     high: dict[str, int] = field(default_factory=lambda: {"succeeded": 0, "total": 0})
@@ -336,18 +343,12 @@ class Simulation:
         """Drop the expired stored tasks, then negotiate the one of highest priority."""
         if not user.queue:
             return
-        keep = []
-        for t in user.queue:
-            if t.deadline <= now:
-                self.finish(t, self.reason.get(t.id, F_DEADLINE))
-            else:
-                keep.append(t)
-        user.queue = keep
-        if not keep:
+        queue = user.queue
+        for t in queue.expire(now):
+            self.finish(t, self.reason.get(t.id, F_DEADLINE))
+        if not queue:
             return
-        prio = self.priority
-        k = max(range(len(keep)), key=lambda i: prio(keep[i], now))
-        task = keep.pop(k)
+        task = queue.pop(queue.best(self.cfg.strategy.priority, now))
         self.request(now, task)
 
     def on_reject(self, now: float, sed: int, task: Task, fresh: list[Offer]) -> None:

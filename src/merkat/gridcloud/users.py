@@ -15,7 +15,8 @@ the priority of stored tasks. Pure (seeded numpy generators; no clock).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,6 +69,65 @@ PRIORITIES: dict[str, Callable[[Task, float], float]] = {
     "risk": by_risk,
     "importance": by_importance,
 }
+
+
+class StoredTasks:
+    """A user's stored tasks in arrival order, with their deadlines, c·I and I kept in
+    packed arrays beside them, so that dropping the expired ones and finding the one of
+    highest priority are array operations (a user may store thousands of tasks; the queue
+    is scanned after every result). :meth:`best` computes exactly what :data:`PRIORITIES`
+    does, task by task, with the same floating-point operations."""
+
+    def __init__(self, tasks: Sequence[Task] = ()) -> None:
+        self.tasks: list[Task] = []
+        self._deadline = array("d")
+        self._risk = array("d")  # c · I
+        self._importance = array("d")
+        for t in tasks:
+            self.append(t)
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __iter__(self) -> Iterator[Task]:
+        return iter(self.tasks)
+
+    def append(self, task: Task) -> None:
+        self.tasks.append(task)
+        self._deadline.append(task.deadline)
+        self._risk.append(task.cpu * task.importance)
+        self._importance.append(task.importance)
+
+    def pop(self, k: int) -> Task:
+        del self._deadline[k], self._risk[k], self._importance[k]
+        return self.tasks.pop(k)
+
+    def expire(self, now: float) -> list[Task]:
+        """Remove and return, in arrival order, the tasks whose deadline is ``now`` or past."""
+        if not self.tasks:
+            return []
+        gone = np.frombuffer(self._deadline, np.float64) <= now
+        if not gone.any():
+            return []
+        keep = np.flatnonzero(~gone).tolist()
+        out = [self.tasks[i] for i in np.flatnonzero(gone).tolist()]
+        self.tasks = [self.tasks[i] for i in keep]
+        for name in ("_deadline", "_risk", "_importance"):
+            a = np.frombuffer(getattr(self, name), np.float64)
+            setattr(self, name, array("d", a[keep].tobytes()))
+        return out
+
+    def best(self, priority: str, now: float) -> int:
+        """The index of the first stored task of highest ``priority`` (a :data:`PRIORITIES`
+        name) at ``now``, as ``max(range(n), key=...)`` picks it."""
+        if priority == "importance":
+            return int(np.argmax(np.frombuffer(self._importance, np.float64)))
+        if priority != "risk":
+            raise ValueError(f"unknown priority {priority!r}; known: {', '.join(PRIORITIES)}")
+        left = np.frombuffer(self._deadline, np.float64) - now
+        w = np.frombuffer(self._risk, np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return int(np.argmax(np.where(left > 0, w / left, np.inf)))
 
 
 @dataclass(frozen=True)
