@@ -196,3 +196,51 @@ def test_the_event_stream_sends_server_sent_events(tmp_path: Path) -> None:
         assert lines[0] == b"\n" and lines[1].startswith(b"id: ") and lines[2] == b"event: state\n"
     finally:
         svc.shutdown()
+
+
+def test_boosting_a_running_platform_moves_the_owners_money_once(world: Any) -> None:
+    """Tycoon §3's boosting on the live platform: credits from the owner to the running
+    platform's account (its controller then spreads the larger balance over the periods
+    left); refused, with nothing moved, for someone else's platform, a bad amount, more than
+    the owner has, or a platform that has ended."""
+    c, m, keys = world
+    text = SOLVER.replace("seq 1 5", "seq 1 500")
+    assert submit(c, keys["alice"], text).status_code == 201
+    m.admit()
+    m.tick()
+    alice = h(keys["alice"])
+
+    def balance(name: str) -> str:
+        return str(c.get(f"/api/v1/accounts/{name}", headers=alice).json()["balance"])
+
+    before_app, before_alice = balance("app:solver"), balance("alice")
+    r = c.post("/api/v1/platforms/solver/boost",
+               json={"amount": "12.5", "idempotency_key": "b1"}, headers=alice)
+    assert r.status_code == 201, r.text
+    assert r.json()["amount"] == "12.5" and r.json()["name"] == "solver"
+    assert float(balance("app:solver")) == float(before_app) + 12.5
+    assert float(balance("alice")) == float(before_alice) - 12.5
+    again = c.post("/api/v1/platforms/solver/boost",
+                   json={"amount": "12.5", "idempotency_key": "b1"}, headers=alice)
+    assert again.status_code == 201 and float(balance("alice")) == float(before_alice) - 12.5
+    kinds = [e["kind"] for e in c.get("/api/v1/events", headers=alice).json()["items"]]
+    assert kinds.count("boost") == 1
+    snapshot = (balance("alice"), balance("app:solver"))
+    for body, who, code in (
+        ({"amount": "1"}, keys["bob"], 404),
+        ({"amount": "0"}, keys["alice"], 422),
+        ({"amount": "-3"}, keys["alice"], 422),
+        ({"amount": "lots"}, keys["alice"], 422),
+        ({"amount": "1000000"}, keys["alice"], 422),  # more than alice has
+        ({"amount": "1", "extra": 1}, keys["alice"], 422),
+    ):
+        r = c.post("/api/v1/platforms/solver/boost", json=body, headers=h(who))
+        assert r.status_code == code, (body, r.text)
+    assert (balance("alice"), balance("app:solver")) == snapshot
+    m.tick()  # the boosted platform goes on
+    assert c.get("/api/v1/platforms/solver", headers=alice).json()["state"] == "running"
+    c.post("/api/v1/platforms/solver/stop", headers=alice)
+    m.tick()
+    r = c.post("/api/v1/platforms/solver/boost", json={"amount": "1"}, headers=alice)
+    assert r.status_code == 409 and "only a queued, waiting or running" in r.json()["detail"]
+    assert m.store.ledger.audit().ok

@@ -113,6 +113,14 @@ def test_the_cli_against_a_live_server(server: Any, tmp_path: Path) -> None:
     bal = json.loads(cli("account", "balance", "alice", "-o", "json", env=env).stdout)
     assert bal == {"name": "alice", "balance": "80"}  # 100 minus the platform's budget of 20
     wait(lambda: "iteration" in cli("platform", "logs", "spin", env=env).stdout, 60)
+    # Boosting (Tycoon §3): 5 more credits from alice to the running platform, once.
+    r = cli("platform", "boost", "spin", "5", "-o", "json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["amount"] == "5"
+    bal = json.loads(cli("account", "balance", "alice", "-o", "json", env=env).stdout)
+    assert bal == {"name": "alice", "balance": "75"}
+    r = cli("platform", "boost", "spin", "1000", env=env)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     # Someone else's platform: 404 → exit 2, one line; no key: exit 2; no server: exit 1.
     r = cli("platform", "show", "spin", env=envs["bob"])
     assert r.returncode == 2 and r.stderr.strip() == "error: no platform 'spin'"

@@ -33,7 +33,7 @@ from merkat.cli._common import (
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
-platform_app = typer.Typer(help="Virtual platforms on the server: list, show, stop, logs.",
+platform_app = typer.Typer(help="Virtual platforms on the server: list, show, stop, boost, logs.",
                            no_args_is_help=True)
 account_app = typer.Typer(help="Your bank accounts on the server.", no_args_is_help=True)
 
@@ -157,6 +157,20 @@ def platform_stop(name: str, output: OutputFormat = OutputOption, url: str | Non
     """Shut a platform down now (its VMs are destroyed)."""
     p = Client(url, token).post(f"/platforms/{_q(name)}/stop")
     emit(output, p, lambda: print(f"platform {p['name']}: {p['state']}"))
+
+
+@platform_app.command("boost")
+def platform_boost(name: str, amount: str = typer.Argument(..., help="Credits to add."),
+                   key: str | None = typer.Option(None, "--idempotency-key",
+                                                  help="Retry-safe: the same key boosts once."),
+                   output: OutputFormat = OutputOption, url: str | None = UrlOption,
+                   token: str | None = TokenOption) -> None:
+    """Add AMOUNT credits from your account to platform NAME while it runs (Tycoon's
+    boosting): its controller bids the larger budget from the next period on."""
+    b = Client(url, token).post(f"/platforms/{_q(name)}/boost",
+                                {"amount": amount, "idempotency_key": key})
+    emit(output, b, lambda: print(f"platform {b['name']}: boosted by {b['amount']}, "
+                                  f"balance {b['balance']}"))
 
 
 @platform_app.command("logs")

@@ -55,6 +55,12 @@ class TransferBody(BaseModel):
     idempotency_key: str | None = Field(None, max_length=200)
 
 
+class BoostBody(BaseModel):
+    model_config = {"extra": "forbid"}
+    amount: str = Field(min_length=1, max_length=40)
+    idempotency_key: str | None = Field(None, max_length=200)
+
+
 class TokenBody(BaseModel):
     model_config = {"extra": "forbid"}
     token: str = Field(min_length=1, max_length=10_000)
@@ -170,6 +176,23 @@ def create_app(manager: Manager) -> FastAPI:
         except NotFound:
             raise HTTPException(404, f"no platform {name!r}") from None
         return _platform(store.platform(name))
+
+    @r.post("/platforms/{name}/boost", status_code=201)
+    def boost(name: str, body: BoostBody, me: Me) -> dict[str, Any]:
+        """Add credits from the owner's account to a platform that has not ended (Tycoon
+        §3's boosting); its controller bids the larger budget from the next period on."""
+        own_platform(name, me)
+        try:
+            amount = parse_amount(body.amount, "amount")
+            if amount <= 0:
+                raise HTTPException(422, "amount: must be > 0")
+            return manager.boost(name, amount, body.idempotency_key)
+        except NotFound:
+            raise HTTPException(404, f"no platform {name!r}") from None
+        except ValueError as exc:
+            raise HTTPException(409, str(exc)) from None
+        except BankError as exc:
+            raise HTTPException(422, str(exc)) from None
 
     @r.get("/platforms/{name}/logs", response_class=PlainTextResponse)
     def logs(name: str, me: Me, tail: Annotated[int, Query(ge=1, le=100_000)] = 100) -> str:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from merkat.bank.ledger import AccountKind
+from merkat.bank.money import format_amount
 from merkat.control.base import Controller
 from merkat.control.registry import PolicyError, make_policy
 from merkat.market import NO_HOST, Hosts
@@ -156,6 +157,31 @@ class Manager:
             if app is None or not app.active:
                 return
             self._shutdown(app, reason)
+
+    def boost(self, name: str, amount: int, key: str | None = None) -> dict[str, Any]:
+        """Tycoon §3's boosting: move ``amount`` micro-credits from the owner's account to the
+        running (or waiting) platform ``name``'s account. Its controller spends the balance
+        over the periods left to its deadline (``spend_limit``), so its bids rise from the
+        next period on. Raises :class:`NotFound`, ``ValueError`` (the platform has ended) or
+        a bank error (not enough money); nothing moves then."""
+        with self.lock:
+            row = self.store.platform(name)
+            if row is None:
+                raise NotFound(name)
+            app = self.platform.apps.get(name)
+            if app is None or not app.active:
+                raise ValueError(f"platform {name!r} is {row.state}: only a queued, waiting or "
+                                 "running platform can be boosted")
+            ledger = self.store.ledger
+            before = ledger.balance(app.account)
+            t = ledger.transfer(row.owner, app.account, amount, f"boost of {name}",
+                                self.platform.index, idempotency_key=key)
+            after = ledger.balance(app.account)
+            if after != before:  # not a replay of an earlier boost with the same key
+                self._event("boost", f"platform {name} boosted by {format_amount(amount)}",
+                            name)
+            return {"name": name, "id": t.id, "amount": format_amount(t.amount),
+                    "balance": format_amount(after)}
 
     def push_metrics(self, name: str, values: dict[str, float]) -> None:
         with self.lock:
