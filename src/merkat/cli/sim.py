@@ -44,6 +44,40 @@ def _check(cond: bool, message: str) -> None:
         fail(message)
 
 
+def _param_value(text: str) -> Any:
+    """A --policy-param value: an int, a float, true/false, or the text itself."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_policy_params(items: list[str], policy: str | None) -> dict[str, Any]:
+    """``--policy-param KEY=VALUE`` flags as keyword arguments of ``policy`` (checked by
+    building one controller: an unknown key or a bad value is a one-line error, exit 2)."""
+    if items and policy is None:
+        fail("--policy-param: only with --scheduler market")
+    params: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            fail(f"--policy-param: expected KEY=VALUE, got {item!r}")
+        params[key.strip()] = _param_value(value)
+    if params and policy is not None:
+        from merkat.control.registry import PolicyError, make_policy
+
+        try:
+            make_policy(policy, **params)
+        except PolicyError as exc:
+            fail(f"--policy-param: {exc}")
+    return params
+
+
 @app.command("run")
 def run_cmd(
     trace: str = typer.Option(
@@ -72,6 +106,11 @@ def run_cmd(
     ),
     policy: str = typer.Option(
         "deadline-strict", "--policy", help="With --scheduler market: the controllers' policy."
+    ),
+    policy_param: list[str] = typer.Option(
+        [], "--policy-param",
+        help="With --scheduler market: KEY=VALUE, a parameter of the policy (repeatable; "
+             "`merkat policy list` shows them), e.g. forecast=ar.",
     ),
     period: float = typer.Option(
         300.0, "--period", help="With --scheduler market: the scheduling period, seconds."
@@ -143,6 +182,7 @@ def run_cmd(
             f"{', '.join(POLICIES[policy].applies_to)} applications); use one of: "
             f"{', '.join(usable)} (merkat policy list)",
         )
+    params = parse_policy_params(policy_param, policy if scheduler == "market" else None)
     opts = RunOptions(
         trace=trace_path,
         scheduler=scheduler,
@@ -161,6 +201,7 @@ def run_cmd(
         workers=workers,
         economy=economy,
         charging=charging,
+        policy_params=params,
     )
     bars: list[LazyProgress] = []
     t0 = time.perf_counter()

@@ -67,7 +67,8 @@ class Controller(ABC):
     bid buys this fraction of the VM size at the current price. ``seed``: the controller's own
     random generator (:attr:`rng`); every policy accepts one, those that draw use it.
 
-    ``reads_price_history``: a policy that predicts from past prices sets it True to receive
+    ``reads_price_history``: a policy (or an instance, by its parameters) that predicts from
+    past prices sets it True to receive
     :attr:`Observation.price_history <merkat.control.types.Observation.price_history>`; for
     the others it is empty. What a controller cannot see cannot change its decisions: a
     simulation whose policies ignore the history can be cut wherever the cluster is empty and
@@ -75,7 +76,7 @@ class Controller(ABC):
     """
 
     name: ClassVar[str] = "controller"
-    reads_price_history: ClassVar[bool] = False
+    reads_price_history: bool = False
     applies_to: ClassVar[tuple[str, ...]] = ("rigid", "task-farm")
     """What the policy can drive: ``trace`` (the rigid jobs of ``merkat sim run``), ``rigid``,
     ``task-farm`` (elastic master-worker applications) (shown by ``merkat policy list``)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from merkat.control.base import Controller, Ewma, Seed
+from merkat.control.forecast import PriceForecast
 from merkat.control.formulas import app_alloc, current_bid, makespan_bound, start_bid
 from merkat.control.generic import ScaleMultiVMs, ScaleOneVM, resize
 from merkat.control.types import Action, Demand, Observation, Phase, Sense
@@ -46,6 +47,9 @@ class VerticalDeadline(Controller):
       and the predicted progress are under p_ref.
     - **Resume**: after ``resume_wait`` periods suspended, when the needed fraction is
       affordable again; STOP while suspended once the deadline is out of reach.
+    - ``forecast="ar"`` (with ``forecast_order``, ``probability``): start and resume bids are
+      computed at the price expected with probability p next period instead of the last
+      price (:mod:`merkat.control.forecast`, Tycoon eq. 5-6).
     """
 
     name = "vertical-deadline"
@@ -55,8 +59,11 @@ class VerticalDeadline(Controller):
     def __init__(self, *, t_diff: float = 0.05, limit: int = 3, ewma_alpha: float = 0.5,
                  max_alloc_tol: float = 0.01, postpone_fraction: float = 0.1,
                  resume_wait: int = 2, horizon: int = 1, start_fraction: float = 1.0,
+                 forecast: str = "last", forecast_order: int = 2, probability: float = 0.5,
                  seed: Seed = 0) -> None:
         super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
+        self.forecaster = PriceForecast(forecast, forecast_order, probability)
+        self.reads_price_history = self.forecaster.reads_history
         if not 0 <= max_alloc_tol < 1:
             raise ValueError(f"max_alloc_tol must be in [0, 1), got {max_alloc_tol}")
         if not 0 <= postpone_fraction <= 1:
@@ -85,7 +92,7 @@ class VerticalDeadline(Controller):
         slack = left - ideal
         if slack < 0:
             return Demand(Action.STOP, reason="aborted: the deadline can no longer be met")
-        bid = start_bid(obs, max(f, 1e-9), obs.size)
+        bid = start_bid(self.forecaster.expected(obs), max(f, 1e-9), obs.size)
         if sum(bid.values()) <= self.vm_bid_max(obs, obs.size):
             return Demand(Action.START, nvms=obs.size, new_vm_bid=bid, reason="start")
         self.next_try = obs.time + self.postpone_fraction * slack
@@ -155,7 +162,8 @@ class VerticalDeadline(Controller):
             return self.wait(obs, "suspended")
         f = needed_fraction(obs)
         n = len(obs.vms)
-        bid = start_bid(obs, self.start_fraction if f is None else max(f, 1e-9), n)
+        bid = start_bid(self.forecaster.expected(obs),
+                        self.start_fraction if f is None else max(f, 1e-9), n)
         if sum(bid.values()) <= self.vm_bid_max(obs, n):
             self.suspended_at = None
             return self.uniform(obs, bid, Action.RESUME, "price dropped: resume")

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 from merkat.control.base import Controller, Seed
 from merkat.control.deadline import needed_fraction
+from merkat.control.forecast import PriceForecast
 from merkat.control.formulas import alloc_fraction, app_alloc, current_bid, gap, judge, start_bid
 from merkat.control.generic import MerkatVerticalScaler
 from merkat.control.types import Action, Amounts, Demand, Observation, Sense
@@ -65,7 +66,9 @@ class SLOController(Controller):
     0..backoff_max periods (SLO Alg. 1 lines 9-15, max_iterations); ``max_wait``: a postponed
     start or resume retries after a uniform 1..max_wait periods (Alg. 1 line 7, t_wait);
     ``seed``: an int or a numpy Generator — give each application its own, or applications in
-    the same situation back off in lockstep (docs/control.md, "Seeds").
+    the same situation back off in lockstep (docs/control.md, "Seeds"). ``forecast="ar"``
+    (``forecast_order``, ``probability``): start and resume bids at the price expected with
+    probability p next period instead of the last price (:mod:`merkat.control.forecast`).
     """
 
     kind: ClassVar[SLOKind] = SLOKind.DEADLINE_STRICT
@@ -74,10 +77,13 @@ class SLOController(Controller):
 
     def __init__(self, *, start_fraction: float | None = None, min_fraction: float = 0.25,
                  low: float = 0.75, high: float = 1.0, backoff_max: int = 3, max_wait: int = 3,
-                 horizon: int = 1, seed: Seed = 0) -> None:
+                 horizon: int = 1, forecast: str = "last", forecast_order: int = 2,
+                 probability: float = 0.5, seed: Seed = 0) -> None:
         if start_fraction is None:
             start_fraction = 0.75 if self.kind.strict else 0.25
         super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
+        self.forecaster = PriceForecast(forecast, forecast_order, probability)
+        self.reads_price_history = self.forecaster.reads_history
         judge(1.0, 1.0, Sense.LOWER_IS_BETTER, low, high)
         if not 0 <= min_fraction <= 1:
             raise ValueError(f"min_fraction must be in [0, 1], got {min_fraction}")
@@ -107,7 +113,7 @@ class SLOController(Controller):
         if self.next_try is not None and obs.time < self.next_try:
             return self.wait(obs, f"waiting until {self.next_try:g}")
         nvms = obs.size if action is Action.START else len(obs.vms)
-        bid = start_bid(obs, self.target_fraction(obs), nvms)
+        bid = start_bid(self.forecaster.expected(obs), self.target_fraction(obs), nvms)
         if sum(bid.values()) < self.vm_bid_max(obs, nvms):  # line 4
             self.next_try = None
             if action is Action.START:

@@ -434,7 +434,7 @@ class Platform:
             min_row=[spec.vm_min.get(r, 0.0) for r in RESOURCES],
             columns=tuple((r, RESOURCES.index(r) if r in RESOURCES else -1) for r in trade),
             zero=dict.fromkeys(trade, 0.0),
-            history=type(app.controller).reads_price_history,
+            history=app.controller.reads_price_history,
             # as the economy's allowance has it: in micro-credits, none without a cap
             renewal=(to_micro(spec.renewal) / MICRO
                      if to_micro(spec.renewal) > 0 and to_micro(_cap(spec)) > 0 else 0.0),

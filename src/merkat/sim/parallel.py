@@ -40,7 +40,7 @@ import os
 import queue
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from ctypes import c_byte, c_longlong
 from dataclasses import fields, replace
 from typing import Any
@@ -198,11 +198,22 @@ def _as_tuple(r: PeriodRecord) -> tuple[Any, ...]:
     return tuple(getattr(r, f) for f in _RECORD_FIELDS)
 
 
-def reads_history(names: Sequence[str]) -> bool:
-    """Whether any of these policies reads past prices (a run with one is not cut)."""
-    return any(
-        POLICIES[p].reads_price_history for p in set(names) if p in POLICIES
-    )
+def reads_history(names: Sequence[str], params: Mapping[str, Any] | None = None) -> bool:
+    """Whether any of these policies, with these parameters, reads past prices (a run with
+    one is not cut)."""
+    from merkat.control.registry import PolicyError, make_policy
+
+    for p in sorted(set(names)):
+        if p not in POLICIES:
+            continue
+        if POLICIES[p].reads_price_history:
+            return True
+        try:
+            if params and make_policy(p, **params).reads_price_history:
+                return True
+        except PolicyError:  # parameters it does not take: the run itself reports them
+            continue
+    return False
 
 
 def simulate_parallel(
@@ -222,12 +233,12 @@ def simulate_parallel(
     if cuts is None:
         pieces = min(workers, n // MIN_JOBS_PER_PIECE)
         cuts = (choose_cuts(workload, pieces, cfg.period)
-                if not reads_history(names) and cfg.economy != "closed" else [])
+                if not reads_history(names, cfg.policy_params) and cfg.economy != "closed" else [])
     else:
         cuts = list(cuts)
         if any(not 0 < c < n for c in cuts) or cuts != sorted(set(cuts)):
             raise ValueError(f"cuts must be increasing job indices in 1..{n - 1}, got {cuts}")
-        if cuts and reads_history(names):
+        if cuts and reads_history(names, cfg.policy_params):
             raise ValueError("a policy reads past prices: the run cannot be cut")
         if cuts and cfg.economy == "closed":
             raise ValueError("a closed economy carries money across idle points: the run "

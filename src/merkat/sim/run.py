@@ -86,6 +86,7 @@ class RunOptions:
     workers: int = 1  # the market's run on this many processes (merkat.sim.parallel)
     economy: str = "themis"  # the market's economy: themis | closed (merkat.runtime.economy)
     charging: str = "bid"  # bid | use
+    policy_params: dict[str, Any] = field(default_factory=dict)  # passed to every controller
 
 
 def cluster_for(opts: RunOptions, max_procs: int | None) -> Cluster:
@@ -135,6 +136,7 @@ def run_trace(
                 budget_renewal=opts.slo.budget_renewal,
                 economy=opts.economy,
                 charging=opts.charging,
+                policy_params=dict(opts.policy_params),
             ),
             seed=opts.seed,
             progress=progress,
@@ -153,6 +155,8 @@ def run_trace(
         )
         summary = summarize_market(workload, out, cluster)
         summary["policy"] = opts.policy
+        if opts.policy_params:
+            summary["policy_params"] = dict(opts.policy_params)
         summary["period_s"] = opts.period
         summary["workers"] = opts.workers
         summary["pieces"] = list(out.pieces)  # how --workers cut the run (timing: varies)

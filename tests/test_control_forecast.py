@@ -1,0 +1,109 @@
+"""Deadline policies bidding at a forecast price (Tycoon §4.3, eq. 5-6): ``forecast="ar"``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from statistics import NormalDist
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from merkat.cli import app
+from merkat.control.forecast import PriceForecast
+from merkat.control.registry import PolicyError, make_policy
+from merkat.control.types import Action, Budget, Metrics, Observation
+from merkat.predict.ar import fit
+from merkat.sim.parallel import reads_history
+
+runner = CliRunner()
+
+
+def ar1(n: int, seed: int = 0, phi: float = 0.7, mean: float = 1.0) -> list[float]:
+    rng = np.random.default_rng(seed)
+    x = [mean]
+    for _ in range(n - 1):
+        x.append(mean + phi * (x[-1] - mean) + 0.05 * float(rng.standard_normal()))
+    return x
+
+
+def obs(prices: list[float], **kw: object) -> Observation:
+    base: dict[str, object] = dict(
+        time=0.0, period=300.0, prices={"cpu": prices[-1]}, capacity={"cpu": 240.0},
+        vm_size={"cpu": 1.0}, budget=Budget(1e6), bid_min={"cpu": 0.001},
+        price_history=tuple({"cpu": p} for p in prices[:-1]),
+        metrics=Metrics(work_done=0.0, work_total=3000.0, ideal_rate=1.0),
+        deadline=6000.0,
+    )  # fmt: skip
+    base.update(kw)
+    return Observation(**base)  # type: ignore[arg-type]
+
+
+def test_the_ar_forecast_is_the_fitted_one_step_mean_plus_z_sigma() -> None:
+    x = ar1(12)
+    for p in (0.1, 0.5, 0.9):
+        got = PriceForecast("ar", order=2, probability=p).prices(obs(x))["cpu"]
+        model = fit(np.array(x), 2, "adjusted")
+        want = model.forecast(np.array(x), 1)[0] + NormalDist().inv_cdf(p) * math.sqrt(
+            model.sigma2)
+        assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_the_last_price_is_kept_without_enough_history_or_variation() -> None:
+    x = ar1(12)
+    assert PriceForecast("last").prices(obs(x)) == {"cpu": x[-1]}
+    assert PriceForecast("ar", order=2).prices(obs(x[:7])) == {"cpu": x[6]}  # < 8 prices
+    assert PriceForecast("ar", order=3).prices(obs(x[:11])) == {"cpu": x[10]}  # < 4k = 12
+    assert PriceForecast("ar").prices(obs([0.5] * 12)) == {"cpu": 0.5}  # constant
+    # a negative expected price is 0 (a low quantile of a price near 0)
+    near_zero = [max(v - 1.0, 0.0) for v in ar1(12, seed=3)]
+    assert PriceForecast("ar", probability=0.01).prices(obs(near_zero))["cpu"] == 0.0
+
+
+@pytest.mark.parametrize("name", ["vertical-deadline", "deadline-strict"])
+def test_deadline_policies_bid_their_start_at_the_forecast_price(name: str) -> None:
+    x = ar1(12)
+    bids = {}
+    for p in (0.1, 0.5, 0.9):
+        d = make_policy(name, forecast="ar", probability=p).decide(obs(x))
+        assert d.action is Action.START
+        bids[p] = d.new_vm_bid["cpu"]
+    last = make_policy(name).decide(obs(x)).new_vm_bid["cpu"]
+    assert bids[0.1] < bids[0.5] < bids[0.9]
+    assert min(bids.values()) != last or max(bids.values()) != last
+
+
+def test_only_a_forecasting_controller_reads_the_price_history() -> None:
+    assert not make_policy("vertical-deadline").reads_price_history
+    assert make_policy("vertical-deadline", forecast="ar").reads_price_history
+    assert make_policy("deadline-strict", forecast="ar").reads_price_history
+    assert reads_history(["deadline-strict"], {"forecast": "ar"})
+    assert not reads_history(["deadline-strict"], {})
+    with pytest.raises(PolicyError, match="forecast must be one of last, ar"):
+        make_policy("vertical-deadline", forecast="arima")
+    with pytest.raises(PolicyError, match="probability must be in"):
+        make_policy("deadline-strict", forecast="ar", probability=1.0)
+
+
+def test_sim_run_takes_policy_params(tmp_path: Path) -> None:
+    args = ["sim", "run", "--trace", "HPC2N-2002-2.2-cln", "--jobs", "60", "--scheduler",
+            "market", "--policy", "vertical-deadline", "--hosts", "240", "--cores-per-host", "1"]
+    r = runner.invoke(app, [*args, "--policy-param", "forecast=ar", "--policy-param",
+                            "probability=0.75", "--out", str(tmp_path / "a"), "-o", "json"])
+    assert r.exit_code == 0, r.stderr
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary["policy_params"] == {"forecast": "ar", "probability": 0.75}
+    for extra, want in (
+        (["--policy-param", "forecast"], "expected KEY=VALUE"),
+        (["--policy-param", "colour=red"], "has no parameter 'colour'"),
+        (["--policy-param", "forecast=arima"], "forecast must be one of last, ar"),
+    ):
+        r = runner.invoke(app, [*args, *extra, "--out", str(tmp_path / "b")])
+        assert r.exit_code == 2 and want in r.stderr, (extra, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1
+    r = runner.invoke(app, ["sim", "run", "--trace", "HPC2N-2002-2.2-cln", "--jobs", "10",
+                            "--scheduler", "edf", "--policy-param", "forecast=ar",
+                            "--out", str(tmp_path / "c")])
+    assert r.exit_code == 2 and "only with --scheduler market" in r.stderr
