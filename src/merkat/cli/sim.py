@@ -107,6 +107,11 @@ def run_cmd(
     policy: str = typer.Option(
         "deadline-strict", "--policy", help="With --scheduler market: the controllers' policy."
     ),
+    market: str = typer.Option(
+        "proportional-share", "--market",
+        help="With --scheduler market: the market mechanism — proportional-share (Merkat), "
+             "tycoon (an auction per host) or posted (grid-cloud posted prices, eq. 5).",
+    ),
     policy_param: list[str] = typer.Option(
         [], "--policy-param",
         help="With --scheduler market: KEY=VALUE, a parameter of the policy (repeatable; "
@@ -183,6 +188,12 @@ def run_cmd(
             f"{', '.join(usable)} (merkat policy list)",
         )
     params = parse_policy_params(policy_param, policy if scheduler == "market" else None)
+    if market != "proportional-share":
+        from merkat.market.mechanisms import MECHANISMS
+
+        _check(scheduler == "market", "--market: only with --scheduler market")
+        _check(market in MECHANISMS, f"--market must be one of {', '.join(sorted(MECHANISMS))}, "
+               f"got {market!r}")
     opts = RunOptions(
         trace=trace_path,
         scheduler=scheduler,
@@ -202,6 +213,7 @@ def run_cmd(
         economy=economy,
         charging=charging,
         policy_params=params,
+        market=market,
     )
     bars: list[LazyProgress] = []
     t0 = time.perf_counter()

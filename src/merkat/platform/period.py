@@ -49,7 +49,8 @@ from merkat.control.types import (
     new_observation_unchecked,
     new_vm_view,
 )
-from merkat.market import NO_HOST, RESOURCES, BalanceParams, Clearing, Hosts, VMs, clear
+from merkat.market import NO_HOST, RESOURCES, BalanceParams, Clearing, Hosts, VMs
+from merkat.market.mechanisms import make_mechanism
 from merkat.platform.backend import ApplyReport, Backend, Plan, VMPlacement
 from merkat.platform.lifecycle import ENDED, app_transition, vm_transition
 from merkat.platform.market_input import bidding as bidding_vms
@@ -101,6 +102,7 @@ class Platform:
     provider: str = "provider"
     keep_alive: int = 3
     history_size: int = 12
+    market: str = "proportional-share"  # the mechanism (merkat.market.mechanisms), by name
     apps: dict[str, App] = field(default_factory=dict)
     active: dict[str, App] = field(default_factory=dict)
     records: list[PeriodRecord] = field(default_factory=list)
@@ -120,6 +122,7 @@ class Platform:
         self.price_history: list[dict[str, float]] = []
         self._reserve = np.array([self.reserve.get(r, 0.0) for r in RESOURCES])
         self._last_clearing: tuple[Hosts, BalanceParams, np.ndarray, VMs, Clearing] | None = None
+        self._mechanism = make_mechanism(self.market)
         # Per traded-resource tuple: (prices it was built from, prices, past prices).
         self._shared: dict[
             tuple[str, ...],
@@ -567,11 +570,16 @@ class Platform:
     # --- step 3: the market's input ---------------------------------------------------
 
     def _clear(self, vms: VMs) -> Clearing:
-        """:func:`merkat.market.clear`, or the last period's clearing when its input was the same
+        """The mechanism's clearing (:func:`merkat.market.clear` by default), or, for a stateless
+        mechanism, the last period's clearing when its input was the same
         (the same bids, caps, minimums and hosts, on the same cluster with the same reserve and
         parameters): the clearing is a pure function of that input, so it would be identical.
         Quiet periods (no arrival, no bid change, no move) are common in long simulations."""
         last = self._last_clearing
+        mechanism = self._mechanism
+        if not mechanism.stateless:  # its state moves every period: never reuse a clearing
+            return mechanism.clear(self.hosts, vms, reserve_price=self._reserve,
+                                   params=self.balance)
         if (
             last is not None
             and last[0] is self.hosts
@@ -580,7 +588,8 @@ class Platform:
             and same_input(last[3], vms)
         ):
             return last[4]
-        result = clear(self.hosts, vms, reserve_price=self._reserve, params=self.balance)
+        result = mechanism.clear(self.hosts, vms, reserve_price=self._reserve,
+                                 params=self.balance)
         self._last_clearing = (self.hosts, self.balance, self._reserve.copy(), vms, result)
         return result
 

@@ -198,6 +198,13 @@ def _as_tuple(r: PeriodRecord) -> tuple[Any, ...]:
     return tuple(getattr(r, f) for f in _RECORD_FIELDS)
 
 
+def _stateless(market: str) -> bool:
+    from merkat.market.mechanisms import MECHANISMS
+
+    cls = MECHANISMS.get(market)
+    return cls is None or cls.stateless
+
+
 def reads_history(names: Sequence[str], params: Mapping[str, Any] | None = None) -> bool:
     """Whether any of these policies, with these parameters, reads past prices (a run with
     one is not cut)."""
@@ -233,13 +240,17 @@ def simulate_parallel(
     if cuts is None:
         pieces = min(workers, n // MIN_JOBS_PER_PIECE)
         cuts = (choose_cuts(workload, pieces, cfg.period)
-                if not reads_history(names, cfg.policy_params) and cfg.economy != "closed" else [])
+                if not reads_history(names, cfg.policy_params) and cfg.economy != "closed"
+                and _stateless(cfg.market) else [])
     else:
         cuts = list(cuts)
         if any(not 0 < c < n for c in cuts) or cuts != sorted(set(cuts)):
             raise ValueError(f"cuts must be increasing job indices in 1..{n - 1}, got {cuts}")
         if cuts and reads_history(names, cfg.policy_params):
             raise ValueError("a policy reads past prices: the run cannot be cut")
+        if cuts and not _stateless(cfg.market):
+            raise ValueError(f"the {cfg.market} market carries its prices across idle points: "
+                             "the run cannot be cut")
         if cuts and cfg.economy == "closed":
             raise ValueError("a closed economy carries money across idle points: the run "
                              "cannot be cut")

@@ -87,6 +87,7 @@ class RunOptions:
     economy: str = "themis"  # the market's economy: themis | closed (merkat.runtime.economy)
     charging: str = "bid"  # bid | use
     policy_params: dict[str, Any] = field(default_factory=dict)  # passed to every controller
+    market: str = "proportional-share"  # the market mechanism (merkat.market.mechanisms)
 
 
 def cluster_for(opts: RunOptions, max_procs: int | None) -> Cluster:
@@ -137,6 +138,7 @@ def run_trace(
                 economy=opts.economy,
                 charging=opts.charging,
                 policy_params=dict(opts.policy_params),
+                market=opts.market,
             ),
             seed=opts.seed,
             progress=progress,
@@ -155,6 +157,7 @@ def run_trace(
         )
         summary = summarize_market(workload, out, cluster)
         summary["policy"] = opts.policy
+        summary["market"] = opts.market
         if opts.policy_params:
             summary["policy_params"] = dict(opts.policy_params)
         summary["period_s"] = opts.period

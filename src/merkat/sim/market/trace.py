@@ -59,6 +59,7 @@ class MarketConfig:
     charging: str = "bid"  # bid | use
     redistribute_every: int = 12  # closed economy: the Virtual Bank's interval K (periods)
     keep_alive: int = 3  # periods an application may not afford the reserve before it stops
+    market: str = "proportional-share"  # the mechanism, by name (merkat.market.mechanisms)
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,7 @@ def run_segment(
         reserve={r: cfg.reserve for r in trade},
         balance=cfg.balance,
         keep_alive=cfg.keep_alive,
+        market=cfg.market,
     )
     ids = [str(j) for j in workload.job_id.tolist()]
     seg = Segment(platform, backend, economy, ids, start)
