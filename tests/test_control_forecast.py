@@ -107,3 +107,21 @@ def test_sim_run_takes_policy_params(tmp_path: Path) -> None:
                             "--scheduler", "edf", "--policy-param", "forecast=ar",
                             "--out", str(tmp_path / "c")])
     assert r.exit_code == 2 and "only with --scheduler market" in r.stderr
+
+
+def test_themis_fig5_takes_the_policy_and_its_parameters(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["sim", "experiment", "themis-fig5", "--jobs", "30", "--factors",
+                            "1.0", "--policy", "vertical-deadline", "--policy-param",
+                            "forecast=ar", "--out", str(tmp_path / "f5")])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads((tmp_path / "f5" / "results.json").read_text())
+    assert doc["parameters"]["policy"] == "vertical-deadline"
+    assert doc["parameters"]["policy_params"] == {"forecast": "ar"}
+    assert {row["scheduler"] for row in doc["runs"]} == {"market", "fcfs", "edf"}
+    for args, want in (
+        (["themis-fig6", "--policy", "best-effort"], "does not take a policy"),
+        (["themis-fig5", "--policy", "merkat-horizontal"], "--policy must be one of"),
+        (["themis-fig5", "--policy-param", "colour=red"], "has no parameter 'colour'"),
+    ):
+        r = runner.invoke(app, ["sim", "experiment", *args, "--out", str(tmp_path / "x")])
+        assert r.exit_code == 2 and want in r.stderr, (args, r.stderr)

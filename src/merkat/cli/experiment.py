@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -41,6 +42,12 @@ def experiment(
     dask: str | None = typer.Option(
         None, "--dask", help="Run the sweep on this Dask scheduler (e.g. tcp://host:8786)."
     ),
+    policy: str | None = typer.Option(
+        None, "--policy", help="The market's controllers' policy (experiments that take one, "
+        "e.g. themis-fig5; default: the paper's)."),
+    policy_param: list[str] = typer.Option(
+        [], "--policy-param", help="KEY=VALUE, a parameter of the policy (repeatable), e.g. "
+        "forecast=ar."),
 ) -> None:
     """Run a paper's experiment; print where its results are and the headline figures."""
     from rich.progress import (
@@ -56,6 +63,18 @@ def experiment(
     if name not in EXPERIMENTS:
         fail(f"unknown experiment {name!r}; known: {', '.join(sorted(EXPERIMENTS))}")
     fs = _factors(factors, FACTORS)
+    params: dict[str, Any] = {}
+    if policy is not None or policy_param:
+        from merkat.cli.policy import trace_policies
+        from merkat.cli.sim import parse_policy_params
+
+        if not EXPERIMENTS[name].takes_policy:
+            fail(f"--policy: experiment {name!r} does not take a policy (its applications' "
+                 "policies are part of the setup)")
+        chosen = policy or str(EXPERIMENTS[name].parameters.get("policy"))
+        if chosen not in trace_policies():
+            fail(f"--policy must be one of {', '.join(trace_policies())}, got {chosen!r}")
+        params = parse_policy_params(policy_param, chosen)
     stderr_console = err_console()
     t0 = time.perf_counter()
     with Progress(
@@ -81,6 +100,8 @@ def experiment(
                 factors=fs,
                 dask=dask,
                 progress=progress,
+                policy=policy,
+                policy_params=params,
             )
         except FileNotFoundError as exc:
             fail(str(exc))

@@ -44,6 +44,7 @@ class Run:
     policy: str = "deadline-strict"
     random_policies: bool = False
     period: float = 300.0
+    policy_params: tuple[tuple[str, Any], ...] = ()  # keyword arguments of every controller
 
 
 @lru_cache(maxsize=4)
@@ -94,7 +95,8 @@ def execute(run: Run) -> dict[str, Any]:
     }
     if run.scheduler == "market":
         out = simulate_market(
-            w, cluster, MarketConfig(period=run.period), policies=names, seed=run.seed
+            w, cluster, MarketConfig(period=run.period, policy_params=dict(run.policy_params)),
+            policies=names, seed=run.seed
         )
         s = summarize_market(w, out, cluster)
         met, value, wall = int(s["met_deadlines"]), float(s["total_value"]), s["wall_s"]

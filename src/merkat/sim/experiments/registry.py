@@ -14,9 +14,9 @@ One registration style: each paper's module (:mod:`~merkat.sim.experiments.themi
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ class Experiment:
     parameters: dict[str, Any] = field(default_factory=dict)
     execute: Callable[[Any], dict[str, Any]] = execute
     sweeps_load: bool = True  # runs over --factors and --jobs (trace experiments)
+    takes_policy: bool = False  # its market runs take --policy / --policy-param
 
 
 def register(experiment: Experiment) -> Experiment:
@@ -67,6 +68,8 @@ def run_experiment(
     factors: Sequence[float] = FACTORS,
     dask: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    policy: str | None = None,
+    policy_params: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run experiment ``name`` and write its files in ``out``; return ``results.json``'s data.
 
@@ -77,9 +80,20 @@ def run_experiment(
         raise KeyError(f"unknown experiment {name!r}; known: {', '.join(sorted(EXPERIMENTS))}")
     exp = EXPERIMENTS[name]
     runs = exp.runs(seeds, jobs, factors)
+    chosen: dict[str, Any] = {}
+    if policy is not None or policy_params:
+        if not exp.takes_policy:
+            raise ValueError(f"experiment {name!r} does not take --policy or --policy-param "
+                             "(its applications' policies are part of the setup)")
+        given = tuple(sorted((policy_params or {}).items()))
+        runs = [replace(r, policy=policy or r.policy, policy_params=given)
+                if getattr(r, "scheduler", None) == "market" else r for r in runs]
+        chosen["policy"] = policy or exp.parameters.get("policy")
+        if given:
+            chosen["policy_params"] = dict(given)
     rows = _execute_all(exp.execute, runs, workers, dask, progress)
     derived = exp.derive([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])
-    params = {**exp.parameters, "seeds": seeds}
+    params = {**exp.parameters, **chosen, "seeds": seeds}
     if exp.sweeps_load:
         params["jobs"] = jobs or exp.parameters.get("jobs")
         params["interarrival_factors"] = list(factors)

@@ -226,6 +226,7 @@ register(Experiment(
             "policy": "deadline-strict",
             "schedulers": ["market", "fcfs", "edf"],
         },
+        takes_policy=True,
 ))
 register(Experiment(
     "themis-fig6", "Themis Fig. 6: elastic scaling of a master-worker application",
