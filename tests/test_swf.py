@@ -126,8 +126,11 @@ def test_write_gz_is_deterministic(tmp_path: Path) -> None:
 
 
 def test_empty_trace(tmp_path: Path) -> None:
-    tr = read_swf_text(tmp_path, "; MaxProcs: 4\n")
-    assert len(tr) == 0 and tr.data.shape == (0, 18)
+    """A trace whose every line is bad is refused (issue 18: garbage must not "succeed"); one
+    with a header and no job reads as 0 jobs (the commands refuse to run it)."""
+    with pytest.raises(SwfError, match="no job records"):
+        read_swf_text(tmp_path, "; MaxProcs: 4\nhello world\n")
+    assert len(read_swf_text(tmp_path, "; MaxProcs: 4\n")) == 0
 
 
 def test_machine_size_falls_back_to_max_nodes(tmp_path: Path) -> None:

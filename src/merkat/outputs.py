@@ -19,18 +19,38 @@ Errors are :class:`OutputError` (bad input, naming the path).
 from __future__ import annotations
 
 import errno
+import math
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-__all__ = ["OutputError", "output_dir", "prepare_out_dir", "replace_all", "write_atomic"]
+__all__ = [
+    "OutputError",
+    "json_safe",
+    "output_dir",
+    "prepare_out_dir",
+    "replace_all",
+    "write_atomic",
+]
 
 
 class OutputError(ValueError):
     """An output path that cannot be used (the message names it)."""
+
+
+def json_safe(data: Any) -> Any:
+    """``data`` with every non-finite float (NaN, ±Infinity: not JSON) replaced by ``None``."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: json_safe(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [json_safe(v) for v in data]
+    return data
 
 
 def _tmp_file(path: Path, data: bytes, mode: int) -> Path:

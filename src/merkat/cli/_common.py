@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import typer
 
 from merkat.cli.errors import EXIT_BAD_INPUT, EXIT_FAILURE, debug, print_error
+from merkat.outputs import json_safe
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -69,8 +70,9 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 
 
 def print_json(data: Any) -> None:
-    """Write ``data`` as indented JSON on stdout (stable key order as given)."""
-    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    """Write ``data`` as indented JSON on stdout (stable key order as given); a value that is
+    not a finite number (NaN, Infinity) is written ``null``: the output is always valid JSON."""
+    sys.stdout.write(json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n")
 
 
 def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

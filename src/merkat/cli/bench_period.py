@@ -41,20 +41,18 @@ def bench_period(
     ),
 ) -> None:
     """Time one market run of the themis-fig5 sweep (JSON on stdout)."""
+    from merkat.cli.validate import check_float, check_int
     from merkat.sim.cluster import Cluster
     from merkat.sim.market.trace import simulate_market, summarize_market
     from merkat.sim.workload.jobs import build_workload
     from merkat.sim.workload.swf import SwfError, read_swf
     from merkat.sim.workload.traces import find_trace
 
-    if not interarrival_factor > 0:
-        fail("--interarrival-factor: must be > 0")
-    if jobs < 0:
-        fail(f"--jobs must be >= 0 (0: every job), got {jobs}")
-    if hosts < 1:
-        fail(f"--hosts must be >= 1, got {hosts}")
-    if workers < 1:
-        fail(f"--workers must be >= 1, got {workers}")
+    check_float("--interarrival-factor", interarrival_factor, 0, 1000, lo_open=True)
+    check_int("--jobs", jobs, 0, 10_000_000)
+    check_int("--seed", seed, 0, 2**32 - 1)
+    check_int("--hosts", hosts, 1, 1_000_000)
+    check_int("--workers", workers, 1, 1024)
     try:
         path = find_trace(trace)
         tr = read_swf(path)

@@ -48,6 +48,9 @@ def experiment(
     policy_param: list[str] = typer.Option(
         [], "--policy-param", help="KEY=VALUE, a parameter of the policy (repeatable), e.g. "
         "forecast=ar."),
+    force: bool = typer.Option(
+        False, "--force", help="Replace the results of a previous run in a non-empty --out."
+    ),
 ) -> None:
     """Run a paper's experiment; print where its results are and the headline figures."""
     from rich.progress import (
@@ -75,6 +78,9 @@ def experiment(
         if chosen not in trace_policies():
             fail(f"--policy must be one of {', '.join(trace_policies())}, got {chosen!r}")
         params = parse_policy_params(policy_param, chosen)
+    from merkat.outputs import output_dir, prepare_out_dir
+
+    final_out = prepare_out_dir(out, force=force)  # checked before the run, not after
     stderr_console = err_console()
     t0 = time.perf_counter()
     with Progress(
@@ -91,23 +97,25 @@ def experiment(
             bar.update(task, completed=done, total=total)
 
         try:
-            run_experiment(
-                name,
-                out,
-                seeds=seeds,
-                workers=workers,
-                jobs=jobs,
-                factors=fs,
-                dask=dask,
-                progress=progress,
-                policy=policy,
-                policy_params=params,
-            )
+            with output_dir(final_out, force=force) as tmp:
+                run_experiment(
+                    name,
+                    tmp,
+                    seeds=seeds,
+                    workers=workers,
+                    jobs=jobs,
+                    factors=fs,
+                    dask=dask,
+                    progress=progress,
+                    policy=policy,
+                    policy_params=params,
+                )
         except FileNotFoundError as exc:
             fail(str(exc))
         except RuntimeError as exc:
             fail(str(exc), code=1)
     wall = time.perf_counter() - t0
+    out = final_out
     print((out / "results.md").read_text(), end="")
     stderr_console.print(
         f"wrote {out}/results.json, results.md, {name}.png in {wall:.1f} s",

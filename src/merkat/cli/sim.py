@@ -7,6 +7,7 @@ and exit code 2.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -29,6 +30,7 @@ from merkat.cli._common import (
     print_json,
     print_table,
 )
+from merkat.cli.validate import check_float, check_int
 from merkat.sim.workload.traces import HPC2N_NAME, find_trace
 
 app = typer.Typer(
@@ -121,7 +123,9 @@ def run_cmd(
         300.0, "--period", help="With --scheduler market: the scheduling period, seconds."
     ),
     workers: int = typer.Option(
-        1, "--workers", help="With --scheduler market: cut the trace where the cluster is empty "
+        1,
+        "--workers",
+        help="With --scheduler market: cut the trace where the cluster is empty "
         "and run the pieces on this many processes (same results).",
     ),
     economy: str = typer.Option(
@@ -133,9 +137,15 @@ def run_cmd(
         "bid", "--charging", help="With --scheduler market: bid (VMs pay their bids) | use "
         "(VMs pay what they use, the rest of the deposit refunded).",
     ),
+    force: bool = typer.Option(
+        False, "--force", help="Replace the results of a previous run in a non-empty --out."
+    ),
     output: OutputFormat = OutputOption,
 ) -> None:
     """Replay a trace under one scheduler; write DIR/jobs.csv and DIR/summary.json.
+
+    The files appear together when the run ends (written in a temporary directory that then
+    replaces DIR); a non-empty DIR is refused before the run unless --force.
 
     Without --hosts/--cores-per-host the machine is the trace header's MaxProcs as one pool.
     """
@@ -149,29 +159,27 @@ def run_cmd(
     )
     _check(jobs is None or jobs >= 1, f"--jobs must be >= 1, got {jobs}")
     _check(skip >= 0, f"--skip must be >= 0, got {skip}")
-    _check(hosts is None or hosts >= 1, f"--hosts must be >= 1, got {hosts}")
-    _check(
-        cores_per_host is None or cores_per_host >= 1,
-        f"--cores-per-host must be >= 1, got {cores_per_host}",
-    )
-    _check(
-        memory_per_host is None or memory_per_host > 0,
-        f"--memory-per-host must be > 0 MiB, got {memory_per_host}",
-    )
+    check_int("--hosts", hosts, 1, 1_000_000)
+    check_int("--cores-per-host", cores_per_host, 1, 1_000_000)
+    check_int("--seed", seed, 0, 2**32 - 1)
+    check_float("--memory-per-host", memory_per_host, 0, 1e12, lo_open=True)
     _check((hosts is None) == (cores_per_host is None), "--hosts and --cores-per-host go together")
-    _check(interarrival_factor > 0, f"--interarrival-factor must be > 0, got {interarrival_factor}")
-    _check(
-        0 < deadline_min <= deadline_max, "--deadline-factor-min/max must satisfy 0 < min <= max"
-    )
-    _check(budget_base >= 0, f"--budget-base must be >= 0, got {budget_base}")
-    _check(period > 0, f"--period must be > 0 seconds, got {period}")
-    _check(workers >= 1, f"--workers must be >= 1, got {workers}")
+    check_float("--interarrival-factor", interarrival_factor, 0, 1000, lo_open=True)
+    check_float("--deadline-factor-min", deadline_min, 0, 1000, lo_open=True)
+    check_float("--deadline-factor-max", deadline_max, 0, 1000, lo_open=True)
+    _check(deadline_min <= deadline_max, "--deadline-factor-min/max must satisfy min <= max")
+    check_float("--budget-base", budget_base, 0, 1e9, lo_open=True)
+    check_float("--period", period, 1, 86400)
+    check_int("--workers", workers, 1, 1024)
     _check(economy in ("themis", "closed"), f"--economy must be themis or closed, got {economy!r}")
     _check(charging in ("bid", "use"), f"--charging must be bid or use, got {charging!r}")
     try:
         trace_path = find_trace(trace)
     except FileNotFoundError as e:
         fail(f"--trace: {e}")
+    from merkat.outputs import output_dir, prepare_out_dir
+
+    prepare_out_dir(out, force=force)  # before the run, not after it
     if scheduler == "market":
         from merkat.cli.policy import trace_policies
         from merkat.control.registry import POLICIES
@@ -223,7 +231,8 @@ def run_cmd(
         return bars[-1]
 
     try:
-        summary = run_trace(opts, factory)
+        with output_dir(out, force=force) as tmp:
+            summary = run_trace(dataclasses.replace(opts, out=tmp), factory)
     except (SwfError, ValueError) as e:
         fail(str(e))
     except OSError as e:
@@ -279,9 +288,14 @@ def compare_cmd(
         if not path.is_file():
             fail(f"{d}: no summary.json (not a run directory)")
         try:
-            runs.append((str(d), json.loads(path.read_text())))
+            data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
             fail(f"{path}:{e.lineno}: invalid JSON: {e.msg}")
+        except UnicodeDecodeError as e:
+            fail(f"{path}: not UTF-8 text (byte {e.start})")
+        if not isinstance(data, dict):
+            fail(f"{path}: not a run summary (a JSON object)")
+        runs.append((str(d), data))
     emit(output, {name: s for name, s in runs}, lambda: _summary_table(runs))
 
 
@@ -296,8 +310,35 @@ def plot_cmd(
     for name in ("jobs.csv", "summary.json"):
         if not (run_dir / name).is_file():
             fail(f"{run_dir}: no {name} (not a run directory)")
-    for p in plot_run(run_dir, out):
+    _check_complete(run_dir)
+    try:
+        paths = plot_run(run_dir, out)
+    except (ValueError, KeyError, IndexError, UnicodeDecodeError) as e:
+        fail(f"{run_dir}: not a complete run (jobs.csv or summary.json unreadable: {e})")
+    for p in paths:
         print(p)
+
+
+def _check_complete(run_dir: Path) -> None:
+    """Refuse a run whose files do not belong together: jobs.csv must hold as many jobs as
+    summary.json says (a truncated or mixed-up folder would be drawn under a wrong label)."""
+    import csv
+
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+        with (run_dir / "jobs.csv").open(encoding="utf-8", newline="") as f:
+            rows = list(csv.reader(f))
+    except UnicodeDecodeError as e:
+        fail(f"{run_dir}: not UTF-8 text (byte {e.start})")
+    except json.JSONDecodeError as e:
+        fail(f"{run_dir / 'summary.json'}:{e.lineno}: invalid JSON: {e.msg}")
+    jobs = summary.get("jobs") if isinstance(summary, dict) else None
+    width = len(rows[0]) if rows else 0
+    if not rows or any(len(r) != width for r in rows[1:]):
+        fail(f"{run_dir / 'jobs.csv'}: truncated or malformed (rows of different lengths)")
+    if isinstance(jobs, int) and len(rows) - 1 != jobs:
+        fail(f"{run_dir}: jobs.csv has {len(rows) - 1} jobs, summary.json says {jobs}: "
+             "not the files of one complete run")
 
 
 @app.command("lublin")
@@ -311,8 +352,9 @@ def lublin_cmd(
     """Generate a Lublin-Feitelson workload as SWF."""
     from merkat.sim.workload import lublin
 
-    _check(jobs >= 1, f"--jobs must be >= 1, got {jobs}")
-    _check(nodes >= 2, f"--nodes must be >= 2, got {nodes}")
+    check_int("--jobs", jobs, 1, 10_000_000)
+    check_int("--nodes", nodes, 2, 10_000_000)
+    check_int("--seed", seed, 0, 2**32 - 1)
     _check(
         jobtype in lublin.JOBTYPES,
         f"--type must be one of {', '.join(lublin.JOBTYPES)}, got {jobtype!r}",
@@ -351,12 +393,15 @@ def bench_sim(
             "--schedulers: market is not a batch scheduler; time it with `merkat bench period`",
         )
         _check(s in SCHEDULER_NAMES, f"--schedulers: unknown scheduler {s!r}")
-    _check(repeat >= 1, f"--repeat must be >= 1, got {repeat}")
+    check_int("--repeat", repeat, 1, 1000)
+    check_int("--cores", cores, 1, 100_000_000)
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         tr = read_swf(path)
     except SwfError as e:
         fail(str(e))
+    if len(tr) == 0:
+        fail(f"{path}: no job records: nothing to time")
     read_s = time.perf_counter() - t0
     read_cpu_s = time.process_time() - c0
     pool = cores or tr.machine_size()

@@ -6,6 +6,7 @@ allow it); :func:`run_trace` is what ``merkat sim run`` calls.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -15,13 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from merkat.outputs import json_safe
 from merkat.sim.batch import fast
 from merkat.sim.batch.baselines import SCHEDULERS
 from merkat.sim.batch.engine import Schedule, simulate
 from merkat.sim.cluster import Cluster
 from merkat.sim.metrics import summarize, write_jobs_csv
 from merkat.sim.workload.jobs import SloConfig, Workload, build_workload
-from merkat.sim.workload.swf import read_swf
+from merkat.sim.workload.swf import SwfError, read_swf
 
 FAST_SCHEDULERS = ("fcfs", "edf", "easy")
 
@@ -111,6 +113,8 @@ def run_trace(
     callback. Raises :class:`merkat.sim.workload.swf.SwfError` / ValueError on bad input."""
     t0 = time.perf_counter()
     trace = read_swf(opts.trace, strict=opts.strict)
+    if len(trace) == 0:
+        raise SwfError(f"{opts.trace}: no job records: nothing to simulate")
     max_procs = trace.machine_size()
     cluster = cluster_for(opts, max_procs)
     workload = build_workload(
@@ -179,7 +183,8 @@ def run_trace(
             "skipped_lines": trace.skipped,
             "bad_lines": trace.bad_lines[:5],
             "scheduler": opts.scheduler,
-            "trace": str(opts.trace),
+            "trace": str(Path(opts.trace).resolve()),
+            "trace_sha256": _sha256(Path(opts.trace)),
             "cluster": cluster.describe(),
             "skip": opts.skip,
             "jobs_limit": opts.jobs,
@@ -187,5 +192,15 @@ def run_trace(
             "seed": opts.seed,
         }
     )
-    (opts.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    summary = dict(json_safe(summary))
+    (opts.out / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
     return summary
+
+
+def _sha256(path: Path) -> str:
+    """The SHA-256 of a file (the trace a run read, as it was on disk)."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import io
 import warnings
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,11 +98,27 @@ class SwfTrace:
             return None
 
 
-def _open_bytes(path: Path) -> bytes:
-    if path.suffix == ".gz":
-        with gzip.open(path, "rb") as f:
-            return f.read()
-    return path.read_bytes()
+MAX_TRACE_BYTES = 2**30
+"""Largest (decompressed) trace accepted (the archive traces are at most a few hundred MiB); a
+gzip bomb is stopped here instead of filling the memory."""
+
+
+def _open_bytes(path: Path, limit: int | None = None) -> bytes:
+    """The trace's bytes: gzip data (by its magic number, whatever the file's name) is
+    decompressed, at most ``limit`` bytes (:data:`MAX_TRACE_BYTES`) either way."""
+    most = MAX_TRACE_BYTES if limit is None else limit
+    with path.open("rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    with gzip.open(path, "rb") if gz else path.open("rb") as f:
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := f.read(1 << 22):
+            size += len(chunk)
+            if size > most:
+                what = "decompresses to" if gz else "is"
+                raise SwfError(f"{path}: {what} more than {most // 2**20} MiB: not a trace")
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _parse_header_line(line: str, header: dict[str, str]) -> None:
@@ -122,9 +139,18 @@ def read_swf(path: str | Path, strict: bool = False) -> SwfTrace:
         raw = _open_bytes(p)
     except OSError as e:
         raise SwfError(f"{p}: cannot read: {e.strerror or e}") from None
-    except (EOFError, gzip.BadGzipFile) as e:
-        raise SwfError(f"{p}: not a valid gzip file: {e}") from None
-    return parse_swf(raw, name=str(p), strict=strict)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise SwfError(f"{p}: not a valid gzip file: {e or 'truncated'}") from None
+    if not raw.strip():
+        raise SwfError(f"{p}: empty file, not an SWF trace")
+    head = raw[:4096]
+    if b"\x00" in head or head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise SwfError(f"{p}: binary data (or UTF-16 text), not an SWF trace (ASCII text)")
+    trace = parse_swf(raw, name=str(p), strict=strict)
+    if len(trace) == 0 and trace.skipped:
+        raise SwfError(f"{p}: no job records ({trace.skipped} bad lines; first: "
+                       f"{trace.bad_lines[0] if trace.bad_lines else '?'})")
+    return trace
 
 
 def parse_swf(raw: bytes, name: str = "<memory>", strict: bool = False) -> SwfTrace:

@@ -1,0 +1,258 @@
+"""Hostile input against the simulator's commands (issue 18, items 4, 5, 7, 8, 9): float
+flags finite and in range, outputs atomic and never silently overwritten, garbage and corrupt
+traces, gzip bombs, NaN-free JSON, the trace's full path and checksum in the results; and a
+hypothesis fuzz of the CLI's argument parsing (never a traceback, exit codes 0/1/2 only)."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from merkat.cli import app
+from merkat.cli._common import print_json
+from merkat.sim.workload import swf
+from merkat.sim.workload.swf import SwfError
+
+runner = CliRunner()
+TRACE = "HPC2N-2002-2.2-cln"
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    r = runner.invoke(app, list(args))
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    return r.exit_code, r.stdout, r.stderr
+
+
+def one_line_error(code: int, err: str, expected: int = 2) -> None:
+    assert code == expected, err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("--scheduler", "easy", "--interarrival-factor", "inf"),
+        ("--scheduler", "edf", "--interarrival-factor", "nan"),
+        ("--scheduler", "conservative", "--interarrival-factor", "1e999"),
+        ("--scheduler", "fcfs", "--interarrival-factor", "inf"),
+        ("--scheduler", "market", "--period", "inf"),
+        ("--scheduler", "market", "--period", "0.001"),
+        ("--scheduler", "easy", "--budget-base", "0"),
+        ("--scheduler", "easy", "--budget-base", "inf"),
+        ("--scheduler", "easy", "--budget-base", "1e300"),
+        ("--scheduler", "easy", "--memory-per-host", "inf", "--hosts", "4", "--cores-per-host", "64"),
+        ("--scheduler", "easy", "--deadline-factor-max", "inf"),
+        ("--scheduler", "easy", "--hosts", "100000000", "--cores-per-host", "1"),
+        ("--scheduler", "easy", "--seed", "-1"),
+    ],
+)  # fmt: skip
+def test_float_and_range_flags_refused_before_running(
+    tmp_path: Path, flags: tuple[str, ...]
+) -> None:
+    code, out, err = run("sim", "run", "--trace", TRACE, "--out", str(tmp_path / "o"), *flags)
+    one_line_error(code, err)
+    assert out == "" and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("bench", "sim", "--cores", "-5"),
+        ("bench", "sim", "--cores", "0"),
+        ("bench", "period", "--interarrival-factor", "inf"),
+        ("bench", "period", "--seed", "-1"),
+        ("sim", "lublin", "--out", "x.swf", "--seed", "-1"),
+    ],
+)
+def test_bench_and_lublin_flags(args: tuple[str, ...]) -> None:
+    code, _, err = run(*args)
+    one_line_error(code, err)
+
+
+def test_out_refused_when_not_empty_and_replaced_whole_with_force(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    base = ("sim", "run", "--trace", TRACE, "--out", str(out), "-o", "json")
+    code, _, err = run(*base, "--scheduler", "easy", "--jobs", "100")
+    assert code == 0, err
+    first = json.loads((out / "summary.json").read_text())
+    code, _, err = run(*base, "--scheduler", "fcfs", "--jobs", "50")
+    one_line_error(code, err)
+    assert "not empty" in err and json.loads((out / "summary.json").read_text()) == first
+    code, _, err = run(*base, "--scheduler", "fcfs", "--jobs", "50", "--force")
+    assert code == 0, err
+    second = json.loads((out / "summary.json").read_text())
+    assert second["scheduler"] == "fcfs" and second["jobs"] == 50
+    assert sorted(p.name for p in out.iterdir()) == ["jobs.csv", "summary.json"]
+    assert len((out / "jobs.csv").read_text().splitlines()) == 51
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no temporary left behind
+    # the trace recorded by its full path and checksum
+    path = Path(second["trace"])
+    assert path.is_absolute() and path.name == "HPC2N-2002-2.2-cln.swf.gz"
+    assert second["trace_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    # an --out that is a file: refused before the run
+    f = tmp_path / "file"
+    f.write_text("x")
+    code, _, err = run("sim", "run", "--trace", TRACE, "--scheduler", "easy", "--out", str(f))
+    one_line_error(code, err)
+    assert f.read_text() == "x"
+
+
+def test_interrupted_run_leaves_the_previous_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "run"
+    assert (
+        run(
+            "sim", "run", "--trace", TRACE, "--scheduler", "easy", "--jobs", "60", "--out", str(out)
+        )[0]
+        == 0
+    )
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    import merkat.sim.run as simrun
+
+    def boom(*_a: object, **_k: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(simrun, "write_jobs_csv", boom)
+    r = runner.invoke(
+        app,
+        [
+            "sim",
+            "run",
+            "--trace",
+            TRACE,
+            "--scheduler",
+            "fcfs",
+            "--jobs",
+            "50",
+            "--out",
+            str(out),
+            "--force",
+        ],
+    )
+    assert r.exit_code != 0
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
+def _garbage(tmp_path: Path) -> dict[str, bytes]:
+    good = Path("/work/shared/traces") / "lublin_256.swf"
+    raw = good.read_bytes() if good.exists() else b"1 0 0 10 1 -1 -1 1 10 -1 1 1 1 1 1 -1 -1 -1\n"
+    gz = gzip.compress(raw)
+    return {
+        "binary.swf": bytes(range(256)) * 8,
+        "utf16.swf": "; Version: 2\n1 0 0 10 1\n".encode("utf-16"),
+        "bad.swf": b"hello world\nnot a trace\n",
+        "empty.swf": b"",
+        "corrupt.swf.gz": gz[: len(gz) // 2],
+        "junk.swf.gz": b"\x1f\x8b" + b"\x00" * 50,
+    }
+
+
+@pytest.mark.parametrize(
+    "name", ["binary.swf", "utf16.swf", "bad.swf", "empty.swf", "corrupt.swf.gz", "junk.swf.gz"]
+)
+def test_garbage_traces_are_one_line_errors(tmp_path: Path, name: str) -> None:
+    f = tmp_path / name
+    f.write_bytes(_garbage(tmp_path)[name])
+    for cmd in (
+        ("sim", "run", "--trace", str(f), "--scheduler", "fcfs", "--out", str(tmp_path / "o")),
+        ("bench", "sim", "--trace", str(f), "--cores", "8", "--repeat", "1"),
+    ):
+        code, out, err = run(*cmd)
+        one_line_error(code, err)
+        assert out == "" and not (tmp_path / "o").exists()
+
+
+def test_gzip_named_swf_is_read(tmp_path: Path) -> None:
+    f = tmp_path / "t.swf"
+    f.write_bytes(gzip.compress(b"1 0 0 10 2 -1 -1 2 20 -1 1 1 1 1 1 -1 -1 -1\n" * 3))
+    assert len(swf.read_swf(f)) == 3
+
+
+def test_gzip_bomb_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "bomb.swf.gz"
+    f.write_bytes(gzip.compress(b"\x00" * (8 << 20)))  # 8 MiB of zeros in ~8 KiB
+    monkeypatch.setattr(swf, "MAX_TRACE_BYTES", 4 << 20)
+    with pytest.raises(SwfError, match="decompresses to more than 4 MiB"):
+        swf.read_swf(f)
+
+
+def test_json_output_never_has_nan(capsys: pytest.CaptureFixture[str]) -> None:
+    print_json({"a": math.nan, "b": [math.inf, -math.inf, 1.5], "c": {"d": math.nan}})
+    doc = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(c))
+    assert doc == {"a": None, "b": [None, None, 1.5], "c": {"d": None}}
+
+
+def test_compare_and_plot_on_broken_runs(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    assert (
+        run(
+            "sim", "run", "--trace", TRACE, "--scheduler", "easy", "--jobs", "80", "--out", str(out)
+        )[0]
+        == 0
+    )
+    (out / "jobs.csv").write_text((out / "jobs.csv").read_text()[:200])
+    one_line_error(*run("sim", "plot", str(out))[::2])
+    (out / "summary.json").write_bytes(b"\xff\xfe{")
+    one_line_error(*run("sim", "compare", str(out))[::2])
+
+
+# --- fuzz of the CLI's argument parsing ---------------------------------------------------
+
+FLAGS = [
+    "--interarrival-factor", "--period", "--budget-base", "--memory-per-host", "--hosts",
+    "--cores-per-host", "--jobs", "--skip", "--seed", "--workers", "--deadline-factor-min",
+    "--deadline-factor-max", "--scheduler", "-o",
+]  # fmt: skip
+VALUES = st.one_of(
+    st.sampled_from(["inf", "-inf", "nan", "1e999", "-1", "0", "1e300", "0.001", "abc", "", "[/]"]),
+    st.integers(-(2**70), 2**70).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(str),
+    st.text(max_size=8),
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(pairs=st.lists(st.tuples(st.sampled_from(FLAGS), VALUES), min_size=1, max_size=3))
+def test_fuzz_sim_run_arguments(tmp_path: Path, pairs: list[tuple[str, str]]) -> None:
+    args = ["sim", "run", "--trace", TRACE, "--scheduler", "fcfs", "--jobs", "20"]
+    for flag, value in pairs:
+        args += [flag, value]
+    out = tmp_path / "fuzz"
+    r = runner.invoke(app, [*args, "--out", str(out), "--force"])
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert r.exit_code in (0, 1, 2), r.exit_code
+    assert "Traceback" not in r.stderr
+    if r.exit_code != 0:
+        assert len(r.stderr.strip().splitlines()) >= 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(argv=st.lists(st.one_of(st.sampled_from(
+    ["bank", "sim", "market", "bench", "balance", "history", "--limit", "--period", "--db",
+     "sqlite://", "-o", "json", "--seed", "--cores", "inf", "-1", "1e999", "[/]", "--", "--help"]),
+    st.text(max_size=6)), max_size=6))  # fmt: skip
+def test_fuzz_any_arguments_never_traceback(argv: list[str]) -> None:
+    r = runner.invoke(app, argv)
+    assert r.exception is None or isinstance(r.exception, SystemExit), (argv, repr(r.exception))
+    assert r.exit_code in (0, 1, 2), (argv, r.exit_code, r.stderr)
+
+
+def test_a_trace_without_jobs_is_refused_by_the_commands(tmp_path: Path) -> None:
+    f = tmp_path / "header-only.swf"
+    f.write_text("; MaxProcs: 4\n")
+    code, _, err = run("sim", "run", "--trace", str(f), "--scheduler", "fcfs",
+                       "--out", str(tmp_path / "o"))
+    one_line_error(code, err)
+    assert "no job records" in err and not (tmp_path / "o").exists()
