@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import platformdirs
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text
@@ -25,8 +26,31 @@ from merkat.bank.money import MAX_TOTAL
 from merkat.bank.sql import SCHEMA_VERSION, SqlLedger, meta, metadata
 
 ENV_VAR = "MERKAT_DB"
-BUSY_TIMEOUT_MS = 60_000
-"""How long a SQLite writer waits for the write lock before giving up."""
+T = TypeVar("T")
+BUSY_SLICE_MS = 250
+"""How long SQLite's own busy handler waits for the write lock at a time: short, so that the
+wait goes back to Python between slices (Ctrl-C and SIGTERM are seen at once) while
+:meth:`~merkat.bank.sql.SqlLedger._tx` retries until :data:`merkat.bank.sql.LOCK_WAIT_S`."""
+
+
+def _waiting(engine: Engine, fn: Callable[[], T]) -> T:
+    """``fn()``, retried while a SQLite database is locked by another process (SQLite's busy
+    handler waits only :data:`BUSY_SLICE_MS` at a time; here the wait is in Python, so a
+    signal is seen at once) until :data:`merkat.bank.sql.LOCK_WAIT_S`."""
+    import time
+
+    from merkat.bank.sql import LOCK_WAIT_S
+
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            return fn()
+        except DBAPIError as exc:
+            text_ = str(exc.orig).lower()
+            if ("locked" not in text_ and "busy" not in text_) or time.monotonic() > deadline:
+                raise
+            engine.dispose()
+            time.sleep(0.1)
 
 
 def default_url() -> str:
@@ -78,14 +102,14 @@ def make_engine(url: str, schema: str | None = None, *, readonly: bool = False) 
     u = parse_url(url)
     if u.drivername == "sqlite":
         memory = u.database in (None, "", ":memory:")
-        kwargs: dict[str, Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000}}
+        kwargs: dict[str, Any] = {"connect_args": {"timeout": BUSY_SLICE_MS / 1000}}
         if readonly and not memory:
             import sqlite3
             from urllib.parse import quote
 
             ro = f"file:{quote(str(u.database))}?mode=ro&immutable=1"
             kwargs["creator"] = lambda: sqlite3.connect(
-                ro, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+                ro, uri=True, timeout=BUSY_SLICE_MS / 1000, check_same_thread=False
             )
         if memory:
             kwargs["poolclass"] = StaticPool
@@ -98,7 +122,7 @@ def make_engine(url: str, schema: str | None = None, *, readonly: bool = False) 
             cur = dbapi_conn.cursor()
             if not memory and not readonly:
                 cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            cur.execute(f"PRAGMA busy_timeout={BUSY_SLICE_MS}")
             cur.execute("PRAGMA synchronous=FULL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
@@ -145,22 +169,32 @@ def open_ledger(
         if schema is not None and create and engine.dialect.name == "postgresql":
             with engine.begin() as conn:
                 conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
-        with engine.connect() as conn:
-            has_schema = inspect(conn).has_table(meta.name)
-            if not has_schema and not create:
-                raise DatabaseError(
-                    f"the bank is not initialised in {_safe(u)}; run: merkat bank init --db URL"
-                )
-            if has_schema:
-                check_schema(conn, _safe(u))
-            conn.rollback()
-        if create:
+
+        def probe() -> bool:
+            with engine.connect() as conn:
+                found = inspect(conn).has_table(meta.name)
+                if not found and not create:
+                    raise DatabaseError(
+                        f"the bank is not initialised in {_safe(u)}; run: merkat bank init "
+                        "--db URL"
+                    )
+                if found:
+                    check_schema(conn, _safe(u))
+                conn.rollback()
+            return found
+
+        _waiting(engine, probe)
+
+        def init() -> None:
             with engine.begin() as conn:
                 metadata.create_all(conn)
                 version = conn.execute(select(meta.c.value).where(meta.c.key == "schema")).scalar()
                 if version is None:
                     conn.execute(meta.insert().values(key="schema", value=SCHEMA_VERSION))
                     conn.execute(meta.insert().values(key="bank_id", value=secrets.token_hex(16)))
+
+        if create:
+            _waiting(engine, init)
     except DBAPIError as exc:
         engine.dispose()
         raise DatabaseError(f"cannot use database {_safe(u)}: {_first_line(exc)}") from None

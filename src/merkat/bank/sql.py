@@ -182,6 +182,8 @@ _PG_COPY = (
 
 _RETRYABLE_PG = {"40001", "40P01"}  # serialization failure, deadlock detected
 _RETRIES = 30
+LOCK_WAIT_S = 60.0
+"""How long a SQLite writer waits, in all, for a database another process has locked."""
 
 
 def _retryable(exc: DBAPIError) -> bool:
@@ -237,7 +239,9 @@ class SqlLedger:
 
     def _tx(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` in one transaction, retrying transient conflicts; map DB errors."""
-        for attempt in range(_RETRIES):
+        deadline = time.monotonic() + LOCK_WAIT_S
+        attempt = 0
+        while True:
             try:
                 with self._writer_lock(), self.engine.begin() as conn:
                     return fn(conn)
@@ -247,14 +251,19 @@ class SqlLedger:
                 # A concurrent transaction won a race on a unique key (idempotency key,
                 # account name, redemption): retry; the re-read sees the winner.
                 self._forget_uncommitted()
-                if attempt == _RETRIES - 1:
+                if attempt >= _RETRIES - 1:
                     raise DatabaseError(f"database integrity error: {_first_line(exc)}") from exc
             except DBAPIError as exc:
                 self._forget_uncommitted()
-                if not _retryable(exc) or attempt == _RETRIES - 1:
+                if not _retryable(exc):
                     raise DatabaseError(f"database error: {_first_line(exc)}") from exc
-            time.sleep(min(0.5, 0.005 * 2 ** min(attempt, 7)) * random.random())
-        raise AssertionError("unreachable")
+                # SQLite's busy handler waits in short slices: a locked database is retried
+                # here, in Python, until LOCK_WAIT_S (a signal is seen between slices)
+                locked = "locked" in str(exc.orig).lower() or "busy" in str(exc.orig).lower()
+                if (time.monotonic() > deadline) if locked else attempt >= _RETRIES - 1:
+                    raise DatabaseError(f"database error: {_first_line(exc)}") from exc
+            attempt += 1
+            time.sleep(min(0.5, 0.005 * 2 ** min(attempt - 1, 7)) * random.random())
 
     @staticmethod
     def _total(conn: Connection) -> int:

@@ -49,6 +49,8 @@ class MerkatGroup(TyperGroup):
                 **extra,
             )
             code = rv if isinstance(rv, int) else errors.EXIT_OK
+            if code == errors.EXIT_INTERRUPTED:  # typer turned Ctrl-C into a silent exit
+                errors.print_error("interrupted")
         except ClickException as exc:  # usage errors: bad flag, missing argument... → 2
             code = getattr(exc, "exit_code", errors.EXIT_BAD_INPUT)
             if type(exc).__name__ == "NoArgsIsHelpError":  # `merkat bank` alone: its help
@@ -57,7 +59,7 @@ class MerkatGroup(TyperGroup):
                 ctx = getattr(exc, "ctx", None)
                 where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
                 errors.print_error(f"{exc.format_message().rstrip('.')}{where}")  # type: ignore[attr-defined]
-        except (Exception, KeyboardInterrupt) as exc:
+        except (Exception, KeyboardInterrupt, errors.Terminated) as exc:
             code = errors.report(exc)
         finally:
             errors.set_debug(False)
@@ -148,5 +150,14 @@ def _root(
 _register()
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise errors.Terminated()
+
+
 def main() -> None:
+    """The ``merkat`` command. SIGTERM unwinds the command like Ctrl-C (exit 143): a
+    ``--workers`` run stops its worker processes instead of leaving them computing."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate)
     app()

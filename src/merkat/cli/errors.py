@@ -27,6 +27,14 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+
+class Terminated(BaseException):
+    """SIGTERM, turned into an exception so that the command unwinds like on Ctrl-C: worker
+    processes are stopped, temporary outputs removed, transactions rolled back. Not a
+    KeyboardInterrupt (the command-line parser would turn that into a silent exit 130)."""
+
 
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "MERKAT_DEBUG"
@@ -112,6 +120,8 @@ def classify(exc: BaseException) -> tuple[int, str]:
     code = getattr(exc, "exit_code", None)
     if isinstance(exc, BadInput | RunFailure) and isinstance(code, int):
         return code, one_line(str(exc))
+    if isinstance(exc, Terminated):
+        return EXIT_TERMINATED, "terminated"
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_INTERRUPTED, "interrupted"
     if type(exc).__name__ == "Abort":  # click's: a prompt saw end of input

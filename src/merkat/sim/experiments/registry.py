@@ -153,12 +153,20 @@ def _execute_all(
     # Longest runs (market) first so that the pool's tail is short; results in input order.
     order = sorted(range(len(runs)), key=lambda k: _cost_rank(runs[k]))
     results: dict[int, dict[str, Any]] = {}
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers)
+    try:
         futures = {pool.submit(fn, runs[k]): k for k in order}
         for done, fut in enumerate(as_completed(futures), 1):
             results[futures[fut]] = fut.result()
             if progress:
                 progress(done, len(runs))
+    except BaseException:  # Ctrl-C, SIGTERM, a failed run: stop the workers now
+        workers_left = list(getattr(pool, "_processes", {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for p in workers_left:
+            p.terminate()
+        raise
+    pool.shutdown()
     return [results[k] for k in range(len(runs))]
 
 
