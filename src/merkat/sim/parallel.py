@@ -38,6 +38,7 @@ import logging
 import multiprocessing as mp
 import os
 import queue
+import signal
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -167,6 +168,7 @@ def _child(
     Forked, it ends with ``os._exit`` once its report is in the pipe: a forked child must not
     take locks another thread of the caller may have held at the fork (a progress bar's
     refresh thread and the standard streams, which an ordinary exit flushes)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the command's handler: just stop
     t0 = time.perf_counter()
     try:
         with paused_gc():

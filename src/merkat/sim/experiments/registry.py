@@ -125,6 +125,13 @@ def run_experiment(
     return doc
 
 
+def _default_sigterm() -> None:
+    """In a pool worker: SIGTERM stops it (not the command's handler, which unwinds)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _execute_all(
     fn: Callable[[Any], dict[str, Any]],
     runs: Sequence[Any],
@@ -153,7 +160,7 @@ def _execute_all(
     # Longest runs (market) first so that the pool's tail is short; results in input order.
     order = sorted(range(len(runs)), key=lambda k: _cost_rank(runs[k]))
     results: dict[int, dict[str, Any]] = {}
-    pool = ProcessPoolExecutor(max_workers=workers)
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_default_sigterm)
     try:
         futures = {pool.submit(fn, runs[k]): k for k in order}
         for done, fut in enumerate(as_completed(futures), 1):
@@ -164,7 +171,7 @@ def _execute_all(
         workers_left = list(getattr(pool, "_processes", {}).values())
         pool.shutdown(wait=False, cancel_futures=True)
         for p in workers_left:
-            p.terminate()
+            p.kill()
         raise
     pool.shutdown()
     return [results[k] for k in range(len(runs))]
