@@ -256,3 +256,27 @@ def test_a_trace_without_jobs_is_refused_by_the_commands(tmp_path: Path) -> None
                        "--out", str(tmp_path / "o"))
     one_line_error(code, err)
     assert "no job records" in err and not (tmp_path / "o").exists()
+
+
+def test_a_local_file_never_silently_overrides_a_trace_of_merkat_traces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from merkat.sim.workload.traces import TraceNotFound, find_trace
+
+    theirs = tmp_path / "traces"
+    theirs.mkdir()
+    line = b"1 0 0 10 1 -1 -1 1 20 -1 1 1 1 1 1 -1 -1 -1\n"
+    (theirs / "t.swf").write_bytes(line)
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("MERKAT_TRACES", str(theirs))
+    assert find_trace("t.swf") == theirs / "t.swf"  # only there
+    (here / "t.swf").write_bytes(line * 2)
+    with pytest.raises(TraceNotFound, match=r"ambiguous: \./t\.swf and .*t\.swf"):
+        find_trace("t.swf")
+    assert find_trace("./t.swf") == Path("./t.swf")  # explicit: the file here
+    code, _, err = run("sim", "run", "--trace", "t.swf", "--scheduler", "fcfs",
+                       "--out", str(tmp_path / "o"))
+    one_line_error(code, err)
+    assert "ambiguous" in err

@@ -140,15 +140,23 @@ def find_trace(name: str | Path) -> Path:
     """The file of trace ``name`` (a name, a file name or a path); :class:`TraceNotFound`
     naming the places searched and how to get the trace otherwise."""
     direct = Path(name)
-    if direct.is_file():
-        return direct
     text = str(name)
     if "/" in text or not text:
+        if direct.is_file():
+            return direct
         raise TraceNotFound(f"no such file: {text}")
-    for _, d in search_dirs():
+    for source, d in search_dirs():
         found = _in(d, text)
         if found is not None:
+            if direct.is_file() and direct.resolve() != found.resolve():
+                # a bare name matching a file here and a trace there: never pick silently
+                raise TraceNotFound(
+                    f"trace {text!r} is ambiguous: ./{text} and {found} ({source}); write "
+                    f"./{text} for the file here, or {found} for the other"
+                )
             return found
+    if direct.is_file():
+        return direct
     searched = ", ".join(f"{d} ({src})" for src, d in search_dirs())
     hint = (
         f"`merkat traces fetch {trace_name(text)}` downloads it"
