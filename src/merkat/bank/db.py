@@ -53,6 +53,25 @@ def _waiting(engine: Engine, fn: Callable[[], T]) -> T:
             time.sleep(0.1)
 
 
+def _begin_immediate(conn: Any) -> None:
+    """``BEGIN IMMEDIATE`` on ``conn``, retried while the database is locked (see
+    :data:`BUSY_SLICE_MS`) until :data:`merkat.bank.sql.LOCK_WAIT_S`."""
+    import time
+
+    from merkat.bank.sql import LOCK_WAIT_S
+
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            return
+        except DBAPIError as exc:
+            text_ = str(exc.orig).lower()
+            if ("locked" not in text_ and "busy" not in text_) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 def default_url() -> str:
     """``sqlite:///`` + a ``bank.db`` file under the user's data directory."""
     path = Path(platformdirs.user_data_dir("merkat")) / "bank.db"
@@ -129,7 +148,11 @@ def make_engine(url: str, schema: str | None = None, *, readonly: bool = False) 
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Any) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # Every transaction takes the write lock here. SQLite's busy handler waits only
+            # BUSY_SLICE_MS at a time; the wait continues here, in Python (a signal is seen
+            # between slices), until LOCK_WAIT_S -- for every caller (bank, service store),
+            # not only those that retry whole transactions.
+            _begin_immediate(conn)
 
         return engine
     try:
