@@ -84,3 +84,14 @@ def test_prices_and_allocations_at_the_bounds(bids: list[float], cpu: float) -> 
     assert all(0 <= x <= cpu * (1 + 1e-12) for x in ideal)
     assert math.fsum(ideal) <= cpu * (1 + 1e-9)
     json.dumps(doc, allow_nan=False)  # valid JSON: no NaN, no Infinity
+
+
+def test_a_subnormal_price_still_shares_within_the_capacity() -> None:
+    """Found by hypothesis: bids of ~1e-309 on 848394 CPUs set a subnormal price whose lost
+    digits made ``bid / price`` exceed the capacity (docs/market.md, share.py)."""
+    bids, cpu = [2.225e-309], 848394.0
+    hosts, vms, reserve, params = parse_market(decode_market(json.dumps(_doc(bids, cpu)).encode()))
+    doc = clearing_to_dict(hosts, vms, clear(hosts, vms, reserve_price=reserve, params=params))
+    assert 0 < doc["prices"]["cpu"] < 2.3e-308
+    assert doc["vms"][0]["ideal"]["cpu"] == pytest.approx(cpu, rel=1e-12)
+    assert doc["vms"][0]["ideal"]["cpu"] <= cpu * (1 + 1e-12)

@@ -16,7 +16,10 @@ Degenerate cases (decided in ``docs/market.md``, tested in ``tests/test_market_s
 * when every VM with a positive bid is capped (demand below supply), the price is 0 and the
   unallocated capacity stays idle (nobody values it);
 * a market of zero capacity allocates nothing and its price is ``inf`` when anyone bids;
-* an empty market (no VMs) has price 0.
+* an empty market (no VMs) has price 0;
+* a price below the smallest normal float (:data:`_TINY`, e.g. bids of 1e-300 on a capacity of
+  1e12) has lost digits: an uncapped VM then gets ``(b_i / uncapped_bids) * capacity_left`` (the
+  same quantity, computed without the subnormal), so no share exceeds the capacity.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ IntArray = npt.NDArray[np.int64]
 # Relative tolerance when comparing a VM's bid per unit of cap with a candidate price, so that
 # a VM whose share equals its cap exactly is treated the same on both sides of rounding noise.
 _RTOL = 1e-12
+
+# Below this a price is subnormal (fewer significant digits): shares are computed from the two
+# terms of the price instead (see the module docstring).
+_TINY = float(np.finfo(np.float64).tiny)
 
 
 @dataclass(frozen=True)
@@ -109,7 +116,13 @@ def proportional_share(
         s_capped = np.arange(n) < first0
         gp0 = price[0]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            s_alloc = np.where(s_capped, sm0, sb / gp0 if gp0 > 0 else 0.0)
+            if gp0 >= _TINY:
+                s_share = sb / gp0
+            elif gp0 > 0:
+                s_share = (sb / uncapped_bids[0]) * capacity_left[0]
+            else:
+                s_share = np.zeros(n)
+            s_alloc = np.where(s_capped, sm0, s_share)
         s_alloc = np.where(np.isfinite(s_alloc), s_alloc, 0.0)
         allocation[order] = s_alloc
         capped[order] = s_capped
@@ -161,7 +174,11 @@ def proportional_share(
     s_capped = j < first_of
     gp = price[sg]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        s_alloc = np.where(s_capped, sm0, np.where(gp > 0, sb / gp, 0.0))
+        s_share = np.where(gp > 0, sb / gp, 0.0)
+        if np.any((gp > 0) & (gp < _TINY)):
+            sub = (gp > 0) & (gp < _TINY)
+            s_share[sub] = (sb[sub] / uncapped_bids[sg[sub]]) * capacity_left[sg[sub]]
+        s_alloc = np.where(s_capped, sm0, s_share)
     s_alloc = np.where(np.isfinite(s_alloc), s_alloc, 0.0)
     allocation[order] = s_alloc
     capped[order] = s_capped
@@ -185,7 +202,7 @@ def proportional_share_small(
         if pos < first:
             alloc[i] = 0.0 if caps[i] == inf else caps[i]
         elif 0.0 < price < inf:
-            alloc[i] = bids[i] / price
+            alloc[i] = _share(bids[i], price, left_b, left_c)
     return alloc, price, left_b, left_c
 
 
@@ -193,12 +210,18 @@ def share_of_last(bids: list[float], caps: list[float], capacity: float) -> floa
     """The allocation of the last VM of a small market: ``proportional_share_small(bids,
     caps, capacity)[0][-1]`` without the others' (the load balancer asks, for each candidate
     node, what a VM would get there)."""
-    order, first, price, _, _ = _small_market(bids, caps, capacity)
+    order, first, price, left_b, left_c = _small_market(bids, caps, capacity)
     last = len(bids) - 1
     if order.index(last) < first:
         c = caps[last]
         return 0.0 if c == math.inf else c
-    return bids[last] / price if 0.0 < price < math.inf else 0.0
+    return _share(bids[last], price, left_b, left_c) if 0.0 < price < math.inf else 0.0
+
+
+def _share(bid: float, price: float, left_b: float, left_c: float) -> float:
+    """An uncapped VM's share ``bid / price`` (``price`` positive and finite; computed from the
+    price's two terms when it is subnormal)."""
+    return bid / price if price >= _TINY else (bid / left_b) * left_c
 
 
 def first_share_of_added(
@@ -220,7 +243,7 @@ def first_share_of_added(
     else:
         p = math.inf
     if ratio_max <= p * (1.0 + _RTOL):
-        return bid / p if 0.0 < p < math.inf else 0.0
+        return _share(bid, p, left_b, left_c) if 0.0 < p < math.inf else 0.0
     return None
 
 
