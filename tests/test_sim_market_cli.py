@@ -133,3 +133,20 @@ def test_closed_economy_run_reports_its_books_and_each_jobs_outcome(
                                                             + bank["redistributed"], abs=1e-3)
     code, _, err = sim_run(trace, tmp_path / "x", "--scheduler", "market", "--economy", "open")
     assert code == 2 and "--economy must be themis or closed" in err
+
+
+def test_admission_flag_starts_jobs_between_periods_or_at_them(trace: str, tmp_path: Path) -> None:
+    flags = ["--scheduler", "market", "--period", "600"]
+    code, out, err = sim_run(trace, tmp_path / "a", *flags)
+    assert code == 0, err
+    assert json.loads(out)["admission_s"] == 10.0
+    code, out, err = sim_run(trace, tmp_path / "p", *flags, "--admission", "0")
+    assert code == 0, err
+    assert json.loads(out)["admission_s"] is None
+    between = read_jobs_csv(tmp_path / "a" / "jobs.csv")["start"]
+    at_periods = read_jobs_csv(tmp_path / "p" / "jobs.csv")["start"]
+    started = np.isfinite(at_periods)
+    assert np.all(np.mod(at_periods[started], 600.0) == 0)  # the period boundaries only
+    assert np.any(np.mod(between[np.isfinite(between)], 600.0) != 0)  # admitted mid-period
+    code, _, err = sim_run(trace, tmp_path / "x", *flags, "--admission", "-5")
+    assert code == 2 and "--admission must be in [0, 86400], got -5" in err

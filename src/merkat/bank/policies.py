@@ -209,12 +209,15 @@ class ChargeByBid:
         moves = [(bills[k][0], provider, bills[k][1]) for k in paid if bills[k][1] > 0]
         return moves, paid, unpaid
 
-    def apply(self, ledger: Ledger, period: int, bills: Sequence[tuple[str, int]]) -> ChargeResult:
+    def apply(self, ledger: Ledger, period: int, bills: Sequence[tuple[str, int]],
+              tag: str = "") -> ChargeResult:
+        """Charge ``bills`` in one transaction (idempotency key: the provider, the period and
+        ``tag``, which tells an admission's charge between periods from the period's)."""
         _check_entries(bills, "bills")
         balances = ledger.balances({a for a, _ in bills})
         moves, paid, unpaid = self.plan(bills, balances, self.provider)
         ids = ledger.transfer_many(
-            moves, "charge by bid", period, f"charge-by-bid/{self.provider}/{period}"
+            moves, "charge by bid", period, f"charge-by-bid/{self.provider}/{period}{tag}"
         )
         return ChargeResult(tuple(paid), tuple(unpaid), sum(m[2] for m in moves), ids)
 
@@ -239,7 +242,7 @@ class ChargeByUse:
     provider: str
 
     def reserve(
-        self, ledger: Ledger, period: int, deposits: Sequence[tuple[str, int]]
+        self, ledger: Ledger, period: int, deposits: Sequence[tuple[str, int]], tag: str = ""
     ) -> ChargeResult:
         """Move each ``(application, amount)`` into the application's hold account (created on
         first use). Deposits an application cannot cover are skipped and listed as unpaid."""
@@ -252,7 +255,7 @@ class ChargeByUse:
         paid, unpaid = _affordable(deposits, balances)
         moves = [(deposits[k][0], hold_account(deposits[k][0]), deposits[k][1]) for k in paid]
         moves = [m for m in moves if m[2] > 0]
-        ids = ledger.transfer_many(moves, "deposit", period, f"deposit/{self.provider}/{period}")
+        ids = ledger.transfer_many(moves, "deposit", period, f"deposit/{self.provider}/{period}{tag}")
         return ChargeResult(tuple(paid), tuple(unpaid), sum(m[2] for m in moves), ids)
 
     @staticmethod
@@ -274,7 +277,8 @@ class ChargeByUse:
                 refunded[app] = refund
         return moves, Settlement(charged, refunded)
 
-    def settle(self, ledger: Ledger, period: int, usage: Mapping[str, int]) -> Settlement:
+    def settle(self, ledger: Ledger, period: int, usage: Mapping[str, int],
+               tag: str = "") -> Settlement:
         """Charge each application ``min(used, held)`` and refund the rest of its hold."""
         for app, used in usage.items():
             _positive(used, f"usage[{app}]", zero=True)
@@ -282,7 +286,7 @@ class ChargeByUse:
         held = ledger.balances([hold_account(a) for a in usage if hold_account(a) in existing])
         holds = {app: held.get(hold_account(app), 0) for app in usage}
         moves, result = self.plan_settle(usage, holds, self.provider)
-        ledger.transfer_many(moves, "charge by use", period, f"settle/{self.provider}/{period}")
+        ledger.transfer_many(moves, "charge by use", period, f"settle/{self.provider}/{period}{tag}")
         return result
 
 

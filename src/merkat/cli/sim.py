@@ -122,6 +122,12 @@ def run_cmd(
     period: float = typer.Option(
         300.0, "--period", help="With --scheduler market: the scheduling period, seconds."
     ),
+    admission: float = typer.Option(
+        10.0, "--admission", metavar="SECONDS",
+        help="With --scheduler market: the applications manager admits new applications "
+        "between periods every SECONDS (Merkat §4.2.2: 10); 0 makes them wait for the next "
+        "period.",
+    ),
     workers: int = typer.Option(
         1,
         "--workers",
@@ -170,6 +176,7 @@ def run_cmd(
     _check(deadline_min <= deadline_max, "--deadline-factor-min/max must satisfy min <= max")
     check_float("--budget-base", budget_base, 0, 1e9, lo_open=True)
     check_float("--period", period, 1, 86400)
+    check_float("--admission", admission, 0, 86400)
     check_int("--workers", workers, 1, 1024)
     _check(economy in ("themis", "closed"), f"--economy must be themis or closed, got {economy!r}")
     _check(charging in ("bid", "use"), f"--charging must be bid or use, got {charging!r}")
@@ -222,6 +229,7 @@ def run_cmd(
         charging=charging,
         policy_params=params,
         market=market,
+        admission=admission or None,
     )
     bars: list[LazyProgress] = []
     t0 = time.perf_counter()

@@ -157,6 +157,9 @@ class Decision:
     # VMs this plan starts (created or resumed) and moves, for the report's outcome
     starting: list[VMRecord] = field(default_factory=list, repr=False)
     moved: list[tuple[VMRecord, int]] = field(default_factory=list, repr=False)
+    # an admission between periods (merkat.platform.admission), not a period: its plan only
+    # starts the admitted applications' VMs, its bills are prorated, it makes no record
+    admission: bool = False
 
 
 @dataclass(frozen=True)

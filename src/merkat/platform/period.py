@@ -27,7 +27,7 @@ No clock is read and no ledger or backend is called here.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -51,7 +51,7 @@ from merkat.control.types import (
 )
 from merkat.market import NO_HOST, RESOURCES, BalanceParams, Clearing, Hosts, VMs
 from merkat.market.mechanisms import make_mechanism
-from merkat.platform.backend import ApplyReport, Backend, Plan, VMPlacement
+from merkat.platform.backend import ApplyReport, Backend
 from merkat.platform.lifecycle import ENDED, app_transition, vm_transition
 from merkat.platform.market_input import bidding as bidding_vms
 from merkat.platform.market_input import market_vms, same_input
@@ -69,6 +69,7 @@ from merkat.platform.model import (
     VMRecord,
     to_micro,
 )
+from merkat.platform.plan import bills_of, make_plan
 
 __all__ = ["ENDED", "MICRO", "App", "AppSpec", "AppStatus", "Charged", "Decision", "NonFiniteBid",
            "Observed", "PeriodRecord", "Platform", "VMRecord", "to_micro"]
@@ -107,6 +108,8 @@ class Platform:
     active: dict[str, App] = field(default_factory=dict)
     records: list[PeriodRecord] = field(default_factory=list)
     index: int = 0
+    # applications submitted since the last period (ids): the admission queue
+    queue: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.period > 0:
@@ -182,7 +185,27 @@ class Platform:
             self._economy.open(app, self.index)
         self.apps[spec.id] = app
         self.active[spec.id] = app
+        self.queue.append(spec.id)
         return app
+
+    @property
+    def admits_between(self) -> bool:
+        """Whether applications can start between periods (a stateless mechanism; see
+        :mod:`merkat.platform.admission`)."""
+        return self._mechanism.stateless
+
+    def queued(self) -> list[App]:
+        """The applications in the admission queue still waiting for their first start."""
+        apps = self.apps
+        return [apps[a] for a in self.queue
+                if apps[a].status is AppStatus.WAITING and apps[a].active]
+
+    def admit(self, now: float, until: float, balances: Mapping[str, int],
+              observed: Mapping[str, Observed]) -> Decision:
+        """An admission point between periods: :func:`merkat.platform.admission.admit`."""
+        from merkat.platform.admission import admit
+
+        return admit(self, now, until, balances, observed)
 
     # --- the decision -----------------------------------------------------------------
 
@@ -194,6 +217,7 @@ class Platform:
         platform's own records (VMs, statuses, prices); see the module docstring."""
         ops = Ops(list(self._retry.destroy), list(self._retry.suspend))
         self._retry = Ops()
+        self.queue.clear()
         refused: list[str] = []
         for app in list(self.active.values()):
             balance = balances[app.account]
@@ -218,8 +242,8 @@ class Platform:
 
         starting: list[VMRecord] = []
         moved: list[tuple[VMRecord, int]] = []
-        plan = self._plan(now, runs, result, ops, starting, moved)
-        bills, usage = self._bills(runs)
+        plan = make_plan(now, self.period, runs, result, ops, starting, moved, self._const)
+        bills, usage = bills_of(runs, self.prices)
         alloc = result.allocation.sum(axis=0) if bidding else np.zeros(len(RESOURCES))
         return Decision(
             index=self.index, time=now, plan=plan, bills=bills, usage=usage,
@@ -307,33 +331,7 @@ class Platform:
     def commit(self, decision: Decision, report: ApplyReport, charged: Charged) -> PeriodRecord:
         """Take the backend's ``report`` of ``decision``'s plan and the economy's ``charged``
         into the platform's state; return (and keep) the period's record."""
-        failed = {(o.op, o.vm): o.reason for o in report.ops if not o.ok}
-        failures: list[str] = []
-        if failed:
-            for op, vm_id in sorted(failed):
-                failures.append(f"{op} {vm_id}: {failed[op, vm_id]}")
-            for vm_id in decision.plan.destroy:
-                if ("destroy", vm_id) in failed:
-                    self._retry.destroy.append(vm_id)
-            for vm_id in decision.plan.suspend:
-                if ("suspend", vm_id) in failed:
-                    self._retry.suspend.append(vm_id)
-            for vm, src in decision.moved:
-                if ("migrate", vm.id) in failed:
-                    vm.host = src  # it did not move
-        running = VMState.RUNNING
-        for vm in decision.starting:
-            op = "resume" if vm.state is VMState.RESUMING else "create"
-            if failed and (op, vm.id) in failed:  # not started: placed again next period
-                vm.host = NO_HOST
-                vm.new = True
-                vm.alloc = {}
-                app = self.apps[vm.app]
-                app.views = None
-                continue
-            vm.state = vm_transition(vm.state, running)  # booting/resuming take time in the world
-        for app_id, amount in charged.paid.items():
-            self.apps[app_id].spent += amount
+        failures = self.settle(decision, report, charged)
         statuses = [a.status for a in self.active.values()]
         plan = decision.plan
         record = PeriodRecord(
@@ -361,6 +359,39 @@ class Platform:
         self.records.append(record)
         self.index += 1
         return record
+
+    def settle(self, decision: Decision, report: ApplyReport, charged: Charged) -> list[str]:
+        """Take the backend's ``report`` and the economy's ``charged`` into the VM and
+        application records (a period's, or an admission's: :mod:`merkat.platform.admission`);
+        return the failed operations, one line each."""
+        failed = {(o.op, o.vm): o.reason for o in report.ops if not o.ok}
+        failures: list[str] = []
+        if failed:
+            for op, vm_id in sorted(failed):
+                failures.append(f"{op} {vm_id}: {failed[op, vm_id]}")
+            for vm_id in decision.plan.destroy:
+                if ("destroy", vm_id) in failed:
+                    self._retry.destroy.append(vm_id)
+            for vm_id in decision.plan.suspend:
+                if ("suspend", vm_id) in failed:
+                    self._retry.suspend.append(vm_id)
+            for vm, src in decision.moved:
+                if ("migrate", vm.id) in failed:
+                    vm.host = src  # it did not move
+        running = VMState.RUNNING
+        for vm in decision.starting:
+            op = "resume" if vm.state is VMState.RESUMING else "create"
+            if failed and (op, vm.id) in failed:  # not started: placed again next period
+                vm.host = NO_HOST
+                vm.new = True
+                vm.alloc = {}
+                app = self.apps[vm.app]
+                app.views = None
+                continue
+            vm.state = vm_transition(vm.state, running)  # booting/resuming take time in the world
+        for app_id, amount in charged.paid.items():
+            self.apps[app_id].spent += amount
+        return failures
 
     # --- step 1: observation and reconciliation ---------------------------------------
 
@@ -592,99 +623,6 @@ class Platform:
                                  params=self.balance)
         self._last_clearing = (self.hosts, self.balance, self._reserve.copy(), vms, result)
         return result
-
-    # --- step 4: the plan -------------------------------------------------------------
-
-    def _plan(
-        self, now: float, runs: Sequence[tuple[App, list[VMRecord]]], result: Any, ops: Ops,
-        starting_vms: list[VMRecord], moved: list[tuple[VMRecord, int]],
-    ) -> Plan:
-        create: list[VMPlacement] = []
-        resume: list[VMPlacement] = []
-        migrate: list[tuple[str, int, int]] = []
-        allocations: dict[str, dict[str, float]] = {}
-        hosts: list[int] = result.host.tolist()
-        cols: list[list[float]] = result.allocation.T.tolist()  # one list per resource
-        i = 0
-        for app, vms in runs:
-            const = app.const or self._const(app)
-            columns, zero = const.columns, const.zero
-            one = len(columns) == 1 and columns[0][1] >= 0  # one resource (CPU-only markets)
-            r0, c0 = (columns[0][0], cols[columns[0][1]]) if one else ("", [])
-            for vm in vms:
-                h = hosts[i]
-                if h == NO_HOST:  # nowhere to go this period: stays queued, gets nothing
-                    if vm.alloc != zero:
-                        vm.alloc = zero
-                    i += 1
-                    continue
-                if vm.new:
-                    (resume if vm.state is VMState.RESUMING else create).append(
-                        VMPlacement(vm.id, vm.app, h)
-                    )
-                    vm.new = False
-                    starting_vms.append(vm)
-                elif h != vm.host:
-                    migrate.append((vm.id, vm.host, h))
-                    moved.append((vm, vm.host))
-                vm.host = h
-                old = vm.alloc  # kept when equal (the controller's view of it stays valid)
-                if one:
-                    a0 = c0[i]
-                    if len(old) != 1 or old.get(r0) != a0:
-                        vm.alloc = {r0: a0}
-                else:
-                    alloc = {r: cols[k][i] if k >= 0 else 0.0 for r, k in columns}
-                    if alloc != old:
-                        vm.alloc = alloc
-                allocations[vm.id] = vm.alloc
-                i += 1
-        return Plan(
-            time=now,
-            period=self.period,
-            destroy=tuple(ops.destroy),
-            suspend=tuple(ops.suspend),
-            create=tuple(create),
-            resume=tuple(resume),
-            migrate=tuple(migrate),
-            allocations=allocations,
-        )
-
-    # --- the bills ---------------------------------------------------------------------
-
-    def _bills(
-        self, runs: Sequence[tuple[App, list[VMRecord]]]
-    ) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
-        """Per application (id order): its placed VMs' bids for the period (micro-credits,
-        rounded per VM) and what they use at this period's prices (allocation x price, at most
-        the bid)."""
-        bills: dict[str, int] = {}
-        usage: dict[str, int] = {}
-        prices = self.prices
-        for app, vms in runs:
-            last: dict[str, float] | None = None
-            x = 0
-            total = 0
-            used = 0
-            lastalloc: dict[str, float] | None = None
-            u = 0
-            for vm in vms:
-                if vm.host != NO_HOST:
-                    if vm.bid is not last:
-                        last = vm.bid
-                        x = to_micro(sum(last.values()))
-                    if vm.alloc is not lastalloc:
-                        lastalloc = vm.alloc
-                        u = to_micro(sum(a * prices[r] for r, a in lastalloc.items()))
-                    total += x
-                    used += min(u, x)
-            if last is not None:
-                a = app.spec.id
-                bills[a] = bills.get(a, 0) + total
-                usage[a] = usage.get(a, 0) + used
-        names = sorted(bills)
-        return tuple((a, bills[a]) for a in names), tuple((a, usage[a]) for a in names)
-
 
 def _cap(spec: AppSpec) -> float:
     """An application's budget cap (default: its initial budget)."""

@@ -18,10 +18,17 @@ One period at time ``t`` (:meth:`Driver.step`):
 5. ``backend.apply(plan)`` → a report; ``platform.commit`` takes VM states from it;
 6. the Virtual Bank redistributes (closed economy); ``hooks.after_period``.
 
-Between periods the world runs: a simulated backend advances its applications to the next
-boundary (``advance(t0, t1)``, when it has one), the clock waits until then. With
-``skip_idle`` (virtual clocks) the driver jumps over idle time to the period of the next
-arrival. Hooks (:class:`Hooks`) see every step: progress, samplers, and ``idle`` — the cut
+Between periods the applications manager admits (Merkat §4.2.2): with an ``admission``
+interval shorter than the period, at each admission point (a multiple of the interval) after
+an arrival the driver admits it, lets the platform start what can start at the last prices on
+the free capacity (:meth:`Platform.admit <merkat.platform.period.Platform.admit>`;
+:mod:`merkat.platform.admission`), charges the prorated bills and applies the plan
+(:meth:`Driver.admit_between`). Without it (``admission=None``) arrivals wait for the next
+period boundary. The world runs: a simulated backend advances its applications to the next
+boundary (``advance(t0, t1)``, when it has one; a VM started between periods is ready
+``boot_s`` after its start), the clock waits until then. With ``skip_idle`` (virtual clocks)
+the driver jumps over idle time to the period of the next arrival (and runs no period while
+nothing is active). Hooks (:class:`Hooks`) see every step: progress, samplers, and ``idle`` — the cut
 points of ``--workers`` (:mod:`merkat.sim.parallel`), which may stop the run.
 """
 
@@ -98,6 +105,7 @@ class Driver:
     hooks: Hooks = field(default_factory=Hooks)
     admit: Callable[[Any, Arrival], None] = admit_sim
     skip_idle: bool = True
+    admission: float | None = None  # seconds between admission points (None: periods only)
     arrivals_now: list[Arrival] = field(default_factory=list, repr=False)
 
     @property
@@ -162,6 +170,48 @@ class Driver:
         self.hooks.after_period(self, t, record)
         return record
 
+    @property
+    def admits_between(self) -> bool:
+        """Whether this driver admits applications between periods."""
+        A = self.admission
+        return A is not None and 0 < A < self.period and self.platform.admits_between
+
+    def admit_between(self, t0: float, t1: float) -> int:
+        """The admission points of the period ``[t0, t1)``: at the first multiple of the
+        admission interval at or after each arrival (before ``t1``), admit what is due and
+        start what can start (charged, applied, reported back to the platform). Returns how
+        many applications started."""
+        A = self.admission
+        assert A is not None
+        platform, backend, economy, arrivals = self.platform, self.backend, self.economy, \
+            self.arrivals
+        started = 0
+        while True:
+            nxt = arrivals.next_time()
+            if nxt is None or nxt >= t1:
+                return started
+            a = max(math.ceil(nxt / A) * A, t0)
+            if a >= t1:
+                return started
+            self.clock.wait_until(a)
+            self.admit_due(a)
+            queued = platform.queued()
+            if not queued:
+                continue
+            balances = economy.ledger.balances([app.account for app in queued])
+            observed = {app.spec.id: Observed(backend.metrics(app.spec.id), frozenset(),
+                                              backend.finished(app.spec.id)) for app in queued}
+            decision = platform.admit(a, t1, balances, observed)
+            if not decision.plan.create:
+                continue
+            accounts = {x: platform.apps[x].account for x, _ in decision.bills}
+            charged = economy.charge(decision, accounts)
+            if charged.unpaid:
+                decision = platform.withhold(decision, charged.unpaid)
+            report = backend.apply(decision.plan) or ApplyReport(a)
+            platform.settle(decision, report, charged)
+            started += len({vm.app for vm in decision.starting})
+
     def run(self, until: float = math.inf, start: float | None = None) -> float:
         """Run periods from ``start`` (default: the period boundary at or before the first
         arrival) while ``t < until`` and an arrival is pending or an application is active;
@@ -171,6 +221,7 @@ class Driver:
         first = arrivals.next_time()
         t = start if start is not None else (math.floor(first / P) * P if first else 0.0)
         advance = getattr(self.backend, "advance", None)
+        between = self.admits_between
         while t < until:
             nxt = arrivals.next_time()
             if not platform.active:
@@ -179,10 +230,14 @@ class Driver:
                 if self.hooks.idle(self, t):
                     break
                 if self.skip_idle and nxt > t:  # nothing runs: jump to the next arrival
-                    t = max(t, math.ceil(nxt / P) * P)
+                    # (to the period it is admitted in: between periods, or at its end)
+                    t = max(t, (math.floor if between else math.ceil)(nxt / P) * P)
             clock.wait_until(t)
             self.admit_due(t)
-            self.step(t)
+            if platform.active or not self.skip_idle:
+                self.step(t)
+            if between:
+                self.admit_between(t, t + P)
             if advance is not None:
                 advance(t, t + P)
             t += P

@@ -149,18 +149,20 @@ class Economy:
         """Charge ``decision``'s bills (``accounts``: application id -> account). An application
         that cannot pay its whole bill pays nothing and is listed unpaid."""
         period = decision.index
+        # an admission between periods is charged in its own transaction (its own key)
+        tag = f"/admission@{decision.time!r}" if decision.admission else ""
         bills = [(accounts[a], x) for a, x in decision.bills]
         ids = [a for a, _ in decision.bills]
         if not bills:
             return Charged({}, frozenset(), 0)
         if self.charging == "bid":
-            result = self._bid.apply(self.ledger, period, bills)
+            result = self._bid.apply(self.ledger, period, bills, tag)
             paid = {ids[k]: bills[k][1] for k in result.paid}
             return Charged(paid, frozenset(ids[k] for k in result.unpaid), result.total)
-        held = self._use.reserve(self.ledger, period, bills)
+        held = self._use.reserve(self.ledger, period, bills, tag)
         usage = dict(decision.usage)
         settled = self._use.settle(
-            self.ledger, period, {bills[k][0]: usage[ids[k]] for k in held.paid})
+            self.ledger, period, {bills[k][0]: usage[ids[k]] for k in held.paid}, tag)
         paid = {ids[k]: settled.charged.get(bills[k][0], 0) for k in held.paid}
         return Charged(paid, frozenset(ids[k] for k in held.unpaid), sum(paid.values()))
 

@@ -90,6 +90,7 @@ class RunOptions:
     charging: str = "bid"  # bid | use
     policy_params: dict[str, Any] = field(default_factory=dict)  # passed to every controller
     market: str = "proportional-share"  # the market mechanism (merkat.market.mechanisms)
+    admission: float | None = 10.0  # seconds between admission points (None: periods only)
 
 
 def cluster_for(opts: RunOptions, max_procs: int | None) -> Cluster:
@@ -143,6 +144,7 @@ def run_trace(
                 charging=opts.charging,
                 policy_params=dict(opts.policy_params),
                 market=opts.market,
+                admission=opts.admission,
             ),
             seed=opts.seed,
             progress=progress,
@@ -165,6 +167,7 @@ def run_trace(
         if opts.policy_params:
             summary["policy_params"] = dict(opts.policy_params)
         summary["period_s"] = opts.period
+        summary["admission_s"] = opts.admission
         summary["workers"] = opts.workers
         summary["pieces"] = list(out.pieces)  # how --workers cut the run (timing: varies)
     else:

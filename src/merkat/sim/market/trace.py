@@ -60,6 +60,9 @@ class MarketConfig:
     redistribute_every: int = 12  # closed economy: the Virtual Bank's interval K (periods)
     keep_alive: int = 3  # periods an application may not afford the reserve before it stops
     market: str = "proportional-share"  # the mechanism, by name (merkat.market.mechanisms)
+    # seconds between the applications manager's admission points (Merkat §4.2.2: 10 s);
+    # None: arrivals wait for the next period boundary (merkat.platform.admission)
+    admission: float | None = 10.0
 
 
 @dataclass(frozen=True)
@@ -247,7 +250,8 @@ def run_segment(
     """The jobs from ``start`` on, from a fresh platform, as a configuration of the runtime
     driver (:class:`~merkat.runtime.driver.Driver`): a virtual clock that jumps over idle
     time, the simulated backend, an economy on the in-memory ledger, the trace's jobs as
-    arrivals (each admitted at the first period boundary at or after its submission). With
+    arrivals (each admitted at the first admission point at or after its submission, or at
+    the next period boundary without ``cfg.admission``). With
     ``handoff``, the driver's idle hook asks it at every idle point whether to stop there."""
     hosts, memory_limited = _hosts(cluster)
     trade_memory = memory_limited if cfg.trade_memory is None else cfg.trade_memory
@@ -268,7 +272,7 @@ def run_segment(
     seg = Segment(platform, backend, economy, ids, start)
     arrivals = _TraceArrivals(workload, start, ids, names, cfg, trade)
     hooks = _TraceHooks(seg, arrivals, _state(platform), handoff, progress)
-    driver = Driver(platform, backend, economy, arrivals, hooks=hooks)
+    driver = Driver(platform, backend, economy, arrivals, hooks=hooks, admission=cfg.admission)
     driver.run()
     if seg.handoff is None:
         seg.stop = len(workload)

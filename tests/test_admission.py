@@ -1,0 +1,152 @@
+"""Admission between periods (Merkat §4.2.2; merkat.platform.admission, Driver.admit_between):
+an application submitted mid-period starts at the next admission point on the capacity the
+last clearing left free, pays for the rest of the period only, and waits for the next period
+when its VMs do not all fit or the mechanism is stateful."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from merkat.backends.sim import RigidApp, SimBackend
+from merkat.bank.memory import MemoryLedger
+from merkat.control.types import AppStatus
+from merkat.market import Hosts
+from merkat.platform.admission import free_capacity
+from merkat.platform.period import AppSpec, Platform
+from merkat.runtime.arrivals import Arrival, ListArrivals
+from merkat.runtime.driver import Driver
+from merkat.runtime.economy import Economy
+from merkat.sim.cluster import Cluster
+from merkat.sim.market.trace import MarketConfig, simulate_market
+from merkat.sim.workload.jobs import Workload
+
+PERIOD = 60.0
+
+
+def spec(app_id: str, submit: float, size: int = 1, budget: float = 100.0) -> AppSpec:
+    return AppSpec(id=app_id, policy="best-effort", size=size, vm_size={"cpu": 1.0},
+                   submit_time=submit, budget=budget, trade=("cpu",), owner="alice")
+
+
+def world(arrivals: list[tuple[AppSpec, float]], *, admission: float | None = 10.0,
+          market: str = "proportional-share", charging: str = "bid",
+          cpus: float = 4.0) -> tuple[Driver, SimBackend, MemoryLedger]:
+    ledger = MemoryLedger()
+    backend = SimBackend(trade_memory=False, boot_s=0.0)
+    platform = Platform(Hosts(("h0",), np.array([[cpus, 4096.0]])), period=PERIOD,
+                        reserve={"cpu": 0.01}, market=market)
+    items = [Arrival(s.submit_time, s, RigidApp(vms=s.size, work_total=work)) for s, work in
+             arrivals]
+    driver = Driver(platform, backend, Economy(ledger, charging=charging),
+                    ListArrivals(items), admission=admission)
+    return driver, backend, ledger
+
+
+def test_a_mid_period_arrival_starts_at_the_next_admission_point() -> None:
+    d, backend, _ = world([(spec("a", 0.0), 1e6), (spec("b", 25.0), 1e6)])
+    d.admit_due(0.0)
+    d.step(0.0)
+    assert d.admit_between(0.0, PERIOD) == 1  # b: submitted at 25, admitted at 30
+    b = d.platform.apps["b"]
+    assert b.status is AppStatus.RUNNING and b.start_time == 30.0
+    assert "b/vm1" in backend.vms
+    # on the capacity a left free: a is capped at its VM size (1 CPU of 4)
+    assert b.vms[0].host == 0 and b.vms[0].alloc["cpu"] == pytest.approx(1.0)
+    assert d.platform.queue == []
+
+
+def test_an_admission_pays_for_the_rest_of_the_period_only() -> None:
+    d, _, ledger = world([(spec("a", 0.0), 1e6), (spec("b", 25.0), 1e6)])
+    d.admit_due(0.0)
+    d.step(0.0)
+    paid_a = d.platform.apps["a"].spent
+    d.admit_between(0.0, PERIOD)
+    b = d.platform.apps["b"]
+    # the same controller bids what a bids; from 30 to 60 is half the period
+    assert paid_a > 0 and b.spent == round(paid_a * 30.0 / PERIOD)
+    assert ledger.audit().ok
+    assert ledger.balance(b.account) == 100_000_000 - b.spent
+
+
+def test_an_application_whose_vms_do_not_all_fit_waits_for_the_period() -> None:
+    d, backend, ledger = world([(spec("a", 0.0, size=4), 1e6), (spec("b", 25.0, size=2), 1e6)])
+    d.admit_due(0.0)
+    d.step(0.0)
+    free = free_capacity(d.platform)
+    assert free.capacity[0, 0] == pytest.approx(0.0)  # the 4 CPUs are a's
+    assert d.admit_between(0.0, PERIOD) == 0
+    b = d.platform.apps["b"]
+    assert b.status is AppStatus.WAITING and b.vms == [] and b.spent == 0
+    assert not any(v.startswith("b/") for v in backend.vms)
+    assert ledger.balance(b.account) == 100_000_000
+    d.step(PERIOD)  # the period re-clears the whole market: b starts there
+    assert b.status is AppStatus.RUNNING and b.start_time == PERIOD
+
+
+def test_a_stateful_mechanism_admits_at_period_boundaries_only() -> None:
+    d, _, _ = world([(spec("a", 0.0), 1e6), (spec("b", 25.0), 1e6)], market="posted")
+    assert not d.platform.admits_between and not d.admits_between
+    d.run(until=2 * PERIOD)
+    assert d.platform.apps["b"].start_time == PERIOD
+
+
+@pytest.mark.parametrize(("admission", "start"), [(10.0, 30.0), (None, 60.0), (60.0, 60.0)])
+def test_the_run_loop_admits_between_periods_when_configured(admission: float | None,
+                                                             start: float) -> None:
+    d, _, _ = world([(spec("a", 0.0), 1e6), (spec("b", 25.0), 1e6)], admission=admission)
+    d.run(until=3 * PERIOD)
+    assert d.platform.apps["b"].start_time == start
+
+
+def test_an_idle_platform_jumps_to_the_period_of_the_next_arrival() -> None:
+    d, _, _ = world([(spec("a", 1000.0), 1e6)])
+    d.run(until=1100.0)
+    a = d.platform.apps["a"]
+    assert a.start_time == 1000.0  # 1000 is an admission point of the period [960, 1020)
+    assert d.platform.records[0].time == 1020.0  # no period ran while nothing was active
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    submits=st.lists(st.floats(0.0, 300.0), min_size=1, max_size=6),
+    sizes=st.lists(st.integers(1, 3), min_size=6, max_size=6),
+    charging=st.sampled_from(["bid", "use"]),
+)
+def test_admissions_conserve_money_and_capacity(submits: list[float], sizes: list[int],
+                                                charging: str) -> None:
+    arrivals = [(spec(f"a{k}", t, size=sizes[k], budget=20.0), 200.0)
+                for k, t in enumerate(sorted(submits))]
+    d, _, ledger = world(arrivals, charging=charging)
+    d.run(until=600.0)
+    assert ledger.audit().ok
+    assert all(v >= 0 for v in ledger.balances().values())
+    spent = sum(a.spent for a in d.platform.apps.values())
+    assert spent == sum(20_000_000 - ledger.balance(a.account) for a in d.platform.apps.values()
+                        if a.account in ledger.balances())
+    assert free_capacity(d.platform).capacity.min() >= 0.0
+
+
+def test_trace_runs_admit_every_10_s_by_default() -> None:
+    w = Workload.from_arrays(submit=[0, 125], run=[600, 600], procs=[1, 1],
+                             deadline_factor=[3.0, 3.0])
+    cl = Cluster(2, 2, None)
+    now = simulate_market(w, cl, MarketConfig(period=300.0))
+    late = simulate_market(w, cl, MarketConfig(period=300.0, admission=None))
+    assert MarketConfig().admission == 10.0
+    assert now.start.tolist() == [0.0, 130.0]
+    assert late.start.tolist() == [0.0, 300.0]
+
+
+def test_vms_that_fit_only_in_part_share_what_is_free_until_the_period() -> None:
+    d, _, _ = world([(spec("a", 0.0, size=3), 1e6), (spec("b", 25.0, size=2), 1e6)])
+    d.admit_due(0.0)
+    d.step(0.0)
+    assert d.admit_between(0.0, PERIOD) == 1
+    b = d.platform.apps["b"]
+    assert [vm.alloc["cpu"] for vm in b.vms] == pytest.approx([0.5, 0.5])  # the 1 CPU left
+    d.step(PERIOD)  # the period re-clears the whole market: 4 CPUs among 5 VMs
+    allocs = [vm.alloc["cpu"] for app in d.platform.apps.values() for vm in app.vms]
+    assert sum(allocs) == pytest.approx(4.0) and len(allocs) == 5
