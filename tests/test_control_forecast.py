@@ -111,11 +111,11 @@ def test_sim_run_takes_policy_params(tmp_path: Path) -> None:
 
 def test_themis_fig5_takes_the_policy_and_its_parameters(tmp_path: Path) -> None:
     r = runner.invoke(app, ["sim", "experiment", "themis-fig5", "--jobs", "30", "--factors",
-                            "1.0", "--policy", "vertical-deadline", "--policy-param",
+                            "1.0", "--policy", "deadline-strict", "--policy-param",
                             "forecast=ar", "--out", str(tmp_path / "f5")])
     assert r.exit_code == 0, r.stderr
     doc = json.loads((tmp_path / "f5" / "results.json").read_text())
-    assert doc["parameters"]["policy"] == "vertical-deadline"
+    assert doc["parameters"]["policy"] == "deadline-strict"
     assert doc["parameters"]["policy_params"] == {"forecast": "ar"}
     assert {row["scheduler"] for row in doc["runs"]} == {"market", "fcfs", "edf"}
     for args, want in (

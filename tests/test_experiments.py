@@ -36,6 +36,10 @@ def test_themis_fig5_schema_and_reproducibility(tmp_path: Path) -> None:
     assert "efficiency vs FCFS" in out
     doc = json.loads((a / "results.json").read_text())
     assert doc["parameters"]["jobs"] == 40 and doc["parameters"]["interarrival_factors"] == [0.5]
+    # Themis' own controllers by default, admitted every 10 s, no VM overheads (Themis' model)
+    assert doc["parameters"]["policy"] == "vertical-deadline"
+    assert doc["parameters"]["admission_s"] == 10.0
+    assert doc["parameters"]["vm_overheads"].startswith("none")
     labels = {r["scheduler"] for r in doc["rows"]}
     assert labels == {"market", "fcfs", "edf"}
     for r in doc["rows"]:

@@ -205,9 +205,9 @@ def test_events_fire_before_applications_due_at_the_same_time() -> None:
 # --- golden digests -------------------------------------------------------------------------
 
 # market: changed when trace runs began to admit between periods (every 10 s, Merkat §4.2.2):
-# jobs now start at their arrival instead of the next period boundary.
+# jobs now start at their arrival, beside the running VMs, instead of the next period boundary.
 GOLDEN = {
-    "market": "05e33a699f46f85247124afe06a73e3719ce4848cc90fc3ddc6d287ffdc359e9",
+    "market": "af7cf6698153b2af900e6847b1708a4cc1e1a009330244bb9938499317b4c595",
     "scenario": "9eddde577dde1f12e36a5d0a8ff39fa1dc0fefc4a0c28e9dfa17f1633ae80814",
 }
 

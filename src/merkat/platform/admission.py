@@ -1,42 +1,52 @@
 """Admission between periods (Merkat §4.2.2): the applications manager's queue.
 
 Users submit platforms at any time; the applications manager takes them from its queue every
-admission interval (10 s in Merkat) and checks their start condition. Here, at an admission
-point ``now`` between two periods (the driver, :class:`~merkat.runtime.driver.Driver`, calls
-:func:`admit`):
+admission interval (10 s in Merkat), checks their start condition and asks the market
+scheduler for their VMs. Here, at an admission point ``now`` between two periods (the driver,
+:class:`~merkat.runtime.driver.Driver`, calls :func:`admit`):
 
 1. each application submitted since the last period and still waiting is observed at the
    **last clearing's prices** and its controller decides (the start condition is the
-   controller's start policy: it starts, or it waits);
-2. the VMs of the applications that start are placed by the platform's mechanism **on the
-   capacity the last clearing left free** (the running VMs keep their allocations until the
-   next period re-clears the whole market); an application whose VMs do not all fit stays in
-   the queue for the next period;
-3. the placed VMs bid as in a period; their bills are the bids prorated to what is left of the
-   period (``(until - now) / period``), charged by the driver's economy like a period's.
+   controller's start policy: it starts, or it waits for the next period);
+2. the VMs of the applications that start are placed by worst-fit on the hosts' current load
+   (:func:`~merkat.market.placement.worst_fit_decreasing`: **the running VMs stay where they
+   are**, nothing migrates), and every host's proportional share is recomputed with the
+   newcomers' bids (:func:`~merkat.market.balance.enforceable`): a newcomer shares its host
+   with the VMs already there, as a new process shares a cgroup-enforced machine, until the
+   next period re-clears the whole market; an application whose VMs cannot all be placed (a
+   minimum no host can hold) stays in the queue for the next period;
+3. the newcomers' bills are their bids prorated to what is left of the period
+   (``(until - now) / period``), charged by the driver's economy like a period's; the running
+   applications already paid for the period (by bid: their share changes, their bid does not).
 
 Decisions (docs/simulator-market.md, "Admission between periods"):
 
 - an application's start condition is checked once between periods, at the first admission
   point after its submission: prices only change when the market clears, so checking again
   every 10 s until the next period would give the same answer;
-- only stateless mechanisms (proportional share) admit between periods: a stateful one
-  (Tycoon's, posted prices) moves its state with every clearing, and a partial clearing would
-  move it; their applications start at the next period boundary, as before.
+- the market price is not changed by an admission (it is the cluster-wide price of the last
+  clearing; the hosts' shares are what changes);
+- only stateless mechanisms (proportional share, Tycoon's auctions) admit between periods: a
+  stateful one (posted prices) moves its state with every clearing, and a partial clearing
+  would move it; their applications start at the next period boundary, as before.
 
 Pure like the period: no clock, no ledger, no backend.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from merkat.control.types import AppStatus, VMState
-from merkat.market import NO_HOST, Hosts
+from merkat.control.types import AppStatus
+from merkat.market import NO_HOST, enforceable, worst_fit_decreasing
+from merkat.market.clear import check_reserve
+from merkat.market.share import FloatArray, IntArray
 from merkat.platform.backend import Plan
+from merkat.platform.market_input import bidding as bidding_vms
 from merkat.platform.market_input import market_vms
 from merkat.platform.model import App, Decision, Observed, Ops, VMRecord
 from merkat.platform.plan import bills_of, make_plan
@@ -45,23 +55,24 @@ if TYPE_CHECKING:
     from merkat.platform.period import Platform
 
 
-def free_capacity(platform: Platform) -> Hosts:
-    """The cluster's hosts with what the last clearing and the admissions since left free
-    (capacity minus the allocations of every placed, not suspended VM; never below 0)."""
-    hosts = platform.hosts
-    used = np.zeros_like(hosts.capacity)
-    cols = {r: k for k, r in enumerate(platform.capacity)}
-    for app in platform.active.values():
-        if app.status is not AppStatus.RUNNING:
-            continue
-        for vm in app.vms:
-            if vm.host == NO_HOST or vm.state is VMState.SUSPENDED:
-                continue
-            for r, a in vm.alloc.items():
-                k = cols.get(r)
-                if k is not None:
-                    used[vm.host, k] += a
-    return Hosts(hosts.ids, np.maximum(hosts.capacity - used, 0.0))
+@dataclass(frozen=True)
+class Placement:
+    """An admission's clearing: every VM's host and allocation (the two fields of a
+    :class:`~merkat.market.Clearing` that :func:`~merkat.platform.plan.make_plan` reads)."""
+
+    host: IntArray
+    allocation: FloatArray
+
+
+def place(platform: Platform, runs: Sequence[tuple[App, list[VMRecord]]]) -> Placement:
+    """Place ``runs``' new VMs (host ``NO_HOST``) by worst-fit, the others where they are;
+    each host's proportional share of its VMs' bids."""
+    n = sum(len(vms) for _, vms in runs)
+    vms = market_vms(runs, n, platform._const)
+    check_reserve(vms, platform._reserve)
+    host = worst_fit_decreasing(platform.hosts, vms)
+    allocation, _ = enforceable(platform.hosts, vms, host)
+    return Placement(host, allocation)
 
 
 def _revert(app: App, before: int) -> None:
@@ -96,32 +107,35 @@ def admit(
             starting.append((app, before))
         elif not app.active:
             del platform.active[app.spec.id]
-    runs: list[tuple[App, list[VMRecord]]] = [(a, a.vms) for a, _ in starting]
+    newcomers: list[tuple[App, list[VMRecord]]] = [(a, a.vms) for a, _ in starting]
+    runs: list[tuple[App, list[VMRecord]]] = []
     result = None
-    if runs:
-        free = free_capacity(platform)
-        while runs:  # place them all, or send back those whose VMs do not all fit
-            n = sum(len(vms) for _, vms in runs)
-            result = platform._mechanism.clear(
-                free, market_vms(runs, n, platform._const), reserve_price=platform._reserve,
-                params=platform.balance)
+    if newcomers:
+        new_ids = {a.spec.id for a, _ in newcomers}
+        # the VMs placed by the last clearing (and admissions since) keep their hosts
+        here = [(a, [vm for vm in vms if vm.host != NO_HOST])
+                for a, vms in bidding_vms(platform.active.values()) if a.spec.id not in new_ids]
+        here = [(a, vms) for a, vms in here if vms]
+        while newcomers:  # place them all, or send back those whose VMs do not all fit
+            result = place(platform, here + newcomers)
             hosts = result.host
-            keep, i = [], 0
-            for app, vms in runs:
+            keep, i = [], sum(len(vms) for _, vms in here)
+            for app, vms in newcomers:
                 if (hosts[i:i + len(vms)] != NO_HOST).all():
                     keep.append((app, vms))
                 i += len(vms)
-            if len(keep) == len(runs):
+            if len(keep) == len(newcomers):
                 break
             for app, before in starting:
                 if all(app is not a for a, _ in keep):
                     _revert(app, before)
-            runs = keep
+            newcomers = keep
+        runs = here + newcomers
     placed: list[VMRecord] = []
     moved: list[tuple[VMRecord, int]] = []
-    if runs and result is not None:
+    if newcomers and result is not None:
         plan = make_plan(now, platform.period, runs, result, ops, placed, moved, platform._const)
-        bills, usage = bills_of(runs, platform.prices)
+        bills, usage = bills_of(newcomers, platform.prices)
         frac = max(0.0, min(1.0, (until - now) / platform.period))
         bills = tuple((a, round(x * frac)) for a, x in bills)
         usage = tuple((a, round(x * frac)) for a, x in usage)
@@ -135,6 +149,6 @@ def admit(
         index=platform.index, time=now, plan=plan, bills=bills, usage=usage,
         refused=tuple(refused), prices=dict(platform.prices),
         allocated={r: float(alloc[k]) for k, r in enumerate(platform.capacity)},
-        bidding=sum(len(vms) for _, vms in runs), starting=placed, moved=moved,
+        bidding=sum(len(vms) for _, vms in newcomers), starting=placed, moved=moved,
         admission=True,
     )

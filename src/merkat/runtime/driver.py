@@ -176,23 +176,26 @@ class Driver:
         A = self.admission
         return A is not None and 0 < A < self.period and self.platform.admits_between
 
-    def admit_between(self, t0: float, t1: float) -> int:
+    def admit_between(self, t0: float, t1: float) -> float:
         """The admission points of the period ``[t0, t1)``: at the first multiple of the
         admission interval at or after each arrival (before ``t1``), admit what is due and
-        start what can start (charged, applied, reported back to the platform). Returns how
-        many applications started."""
+        start what can start (charged, applied, reported back to the platform). A simulated
+        world (``advance``) is first advanced to an admission point that starts something (the
+        hosts' shares change there). Returns the time the world was advanced to (``t0`` when
+        nothing started)."""
         A = self.admission
         assert A is not None
         platform, backend, economy, arrivals = self.platform, self.backend, self.economy, \
             self.arrivals
-        started = 0
+        advance = getattr(backend, "advance", None)
+        done = t0
         while True:
             nxt = arrivals.next_time()
             if nxt is None or nxt >= t1:
-                return started
-            a = max(math.ceil(nxt / A) * A, t0)
+                return done
+            a = max(math.ceil(nxt / A) * A, t0, nxt)  # (never before it, whatever the rounding)
             if a >= t1:
-                return started
+                return done
             self.clock.wait_until(a)
             self.admit_due(a)
             queued = platform.queued()
@@ -208,9 +211,11 @@ class Driver:
             charged = economy.charge(decision, accounts)
             if charged.unpaid:
                 decision = platform.withhold(decision, charged.unpaid)
+            if advance is not None and a > done:
+                advance(done, a)
+                done = a
             report = backend.apply(decision.plan) or ApplyReport(a)
             platform.settle(decision, report, charged)
-            started += len({vm.app for vm in decision.starting})
 
     def run(self, until: float = math.inf, start: float | None = None) -> float:
         """Run periods from ``start`` (default: the period boundary at or before the first
@@ -236,9 +241,8 @@ class Driver:
             self.admit_due(t)
             if platform.active or not self.skip_idle:
                 self.step(t)
-            if between:
-                self.admit_between(t, t + P)
+            done = self.admit_between(t, t + P) if between else t
             if advance is not None:
-                advance(t, t + P)
+                advance(done, t + P)
             t += P
         return t

@@ -45,6 +45,9 @@ class Run:
     random_policies: bool = False
     period: float = 300.0
     policy_params: tuple[tuple[str, Any], ...] = ()  # keyword arguments of every controller
+    # the market's simulated VM overheads (SLO paper §4.2: 30 s; Themis' model had none)
+    boot_s: float = 30.0
+    resume_s: float = 30.0
 
 
 @lru_cache(maxsize=4)
@@ -95,7 +98,8 @@ def execute(run: Run) -> dict[str, Any]:
     }
     if run.scheduler == "market":
         out = simulate_market(
-            w, cluster, MarketConfig(period=run.period, policy_params=dict(run.policy_params)),
+            w, cluster, MarketConfig(period=run.period, policy_params=dict(run.policy_params),
+                                     boot_s=run.boot_s, resume_s=run.resume_s),
             policies=names, seed=run.seed
         )
         s = summarize_market(w, out, cluster)

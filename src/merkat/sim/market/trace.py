@@ -63,6 +63,9 @@ class MarketConfig:
     # seconds between the applications manager's admission points (Merkat §4.2.2: 10 s);
     # None: arrivals wait for the next period boundary (merkat.platform.admission)
     admission: float | None = 10.0
+    # VM overheads of the simulated world (SLO paper §4.2: 30 s each; Themis' model had none)
+    boot_s: float = 30.0
+    resume_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -259,7 +262,7 @@ def run_segment(
     ledger = MemoryLedger(journal=False)
     economy = Economy(ledger, kind=cfg.economy, charging=cfg.charging,
                       redistribute_every=cfg.redistribute_every)
-    backend = SimBackend(trade_memory=trade_memory)
+    backend = SimBackend(trade_memory=trade_memory, boot_s=cfg.boot_s, resume_s=cfg.resume_s)
     platform = Platform(
         hosts,
         period=cfg.period,
