@@ -104,7 +104,7 @@ def test_report_on_themis_fig5(fig5: Path, tmp_path: Path) -> None:
     assert float(market[col]) == pytest.approx(want, rel=1e-3)
     assert "Efficiency" in page.tables
     params = dict((r[0], r[1]) for r in page.tables["Parameters"][1:])
-    assert params["jobs"] == "30" and params["policy"] == "deadline-strict"
+    assert params["jobs"] == "30" and params["policy"] == "vertical-deadline"
     assert len(page.tables["All runs (one row per simulation)"]) == 1 + 3
 
 

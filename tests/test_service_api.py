@@ -244,3 +244,26 @@ def test_boosting_a_running_platform_moves_the_owners_money_once(world: Any) -> 
     r = c.post("/api/v1/platforms/solver/boost", json={"amount": "1"}, headers=alice)
     assert r.status_code == 409 and "only a queued, waiting or running" in r.json()["detail"]
     assert m.store.ledger.audit().ok
+
+
+def test_a_platform_admitted_between_periods_starts_before_the_next_one(world: Any) -> None:
+    """Merkat §4.2.2: the applications manager checks the queue every admission interval and
+    starts what can start at the last prices, without waiting for the next period."""
+    c, m, keys = world
+    assert submit(c, keys["alice"]).status_code == 201
+    m.admit()
+    m.tick()  # the first period: solver runs, the market has a price
+    assert m.driver.admits_between
+    assert submit(c, keys["alice"], SOLVER.replace("name: solver", "name: later")).status_code == 201
+    assert m.admit() == ["later"]
+    m.next_period = m.clock() + 1.0  # the next period is a second away
+    assert m.start_queued() == ["later"]
+    show = c.get("/api/v1/platforms/later", headers=h(keys["alice"])).json()
+    assert show["state"] == "running" and show["vms"][0]["state"] == "running"
+    assert show["vms"][0]["allocation"]["cpu"] > 0
+    paid = show["spent"]
+    assert 0 < paid <= 1.0 * sum(show["vms"][0]["bid"].values())  # at most a period's bid
+    assert m.start_queued() == []  # nothing left in the queue
+    kinds = [e["kind"] for e in c.get("/api/v1/events?platform=later",
+                                      headers=h(keys["alice"])).json()["items"]]
+    assert "vm-start" in kinds and "charge" in kinds

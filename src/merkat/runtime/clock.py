@@ -9,6 +9,7 @@ driver it may jump over idle time to the next arrival.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -47,5 +48,23 @@ class WallClock:
 
     def wait_until(self, t: float) -> None:
         delay = t - self.now()
+        if delay > 0:
+            time.sleep(delay)
+
+
+@dataclass
+class FunctionClock:
+    """The time some function reads (the live service: ``time.time``, or a test's fake
+    clock); ``wait_until`` sleeps until then (the service's loop does its own waiting and
+    never asks for a time in the future)."""
+
+    read: Callable[[], float] = time.time
+    virtual: bool = False
+
+    def now(self) -> float:
+        return self.read()
+
+    def wait_until(self, t: float) -> None:
+        delay = t - self.read()
         if delay > 0:
             time.sleep(delay)

@@ -179,16 +179,21 @@ class Driver:
     def admit_between(self, t0: float, t1: float) -> float:
         """The admission points of the period ``[t0, t1)``: at the first multiple of the
         admission interval at or after each arrival (before ``t1``), admit what is due and
-        start what can start (charged, applied, reported back to the platform). A simulated
-        world (``advance``) is first advanced to an admission point that starts something (the
-        hosts' shares change there). Returns the time the world was advanced to (``t0`` when
-        nothing started)."""
+        start what can start (:meth:`admission_point`). A simulated world (``advance``) is
+        first advanced to an admission point that starts something (the hosts' shares change
+        there). Returns the time the world was advanced to (``t0`` when nothing started)."""
         A = self.admission
         assert A is not None
-        platform, backend, economy, arrivals = self.platform, self.backend, self.economy, \
-            self.arrivals
-        advance = getattr(backend, "advance", None)
+        arrivals = self.arrivals
+        advance = getattr(self.backend, "advance", None)
         done = t0
+
+        def catch_up(a: float) -> None:
+            nonlocal done
+            if advance is not None and a > done:
+                advance(done, a)
+                done = a
+
         while True:
             nxt = arrivals.next_time()
             if nxt is None or nxt >= t1:
@@ -198,24 +203,35 @@ class Driver:
                 return done
             self.clock.wait_until(a)
             self.admit_due(a)
-            queued = platform.queued()
-            if not queued:
-                continue
-            balances = economy.ledger.balances([app.account for app in queued])
-            observed = {app.spec.id: Observed(backend.metrics(app.spec.id), frozenset(),
-                                              backend.finished(app.spec.id)) for app in queued}
-            decision = platform.admit(a, t1, balances, observed)
-            if not decision.plan.create:
-                continue
-            accounts = {x: platform.apps[x].account for x, _ in decision.bills}
-            charged = economy.charge(decision, accounts)
-            if charged.unpaid:
-                decision = platform.withhold(decision, charged.unpaid)
-            if advance is not None and a > done:
-                advance(done, a)
-                done = a
-            report = backend.apply(decision.plan) or ApplyReport(a)
-            platform.settle(decision, report, charged)
+            self.admission_point(a, t1, before_apply=catch_up)
+
+    def admission_point(self, a: float, t1: float,
+                        before_apply: Callable[[float], None] | None = None) -> ApplyReport | None:
+        """One admission point at ``a`` (``t1``: the next period boundary): the queued
+        applications' start condition at the last prices; those that start are placed,
+        charged pro rata and applied (:meth:`Platform.admit
+        <merkat.platform.period.Platform.admit>`). ``before_apply(a)`` runs just before the
+        backend applies the plan. Returns the backend's report, or None when nothing
+        started. The live service calls it every admission interval."""
+        platform, backend, economy = self.platform, self.backend, self.economy
+        queued = platform.queued()
+        if not queued:
+            return None
+        balances = economy.ledger.balances([app.account for app in queued])
+        observed = {app.spec.id: Observed(backend.metrics(app.spec.id), frozenset(),
+                                          backend.finished(app.spec.id)) for app in queued}
+        decision = platform.admit(a, t1, balances, observed)
+        if not decision.plan.create:
+            return None
+        accounts = {x: platform.apps[x].account for x, _ in decision.bills}
+        charged = economy.charge(decision, accounts)
+        if charged.unpaid:
+            decision = platform.withhold(decision, charged.unpaid)
+        if before_apply is not None:
+            before_apply(a)
+        report = backend.apply(decision.plan) or ApplyReport(a)
+        platform.settle(decision, report, charged)
+        return report
 
     def run(self, until: float = math.inf, start: float | None = None) -> float:
         """Run periods from ``start`` (default: the period boundary at or before the first

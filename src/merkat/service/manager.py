@@ -114,6 +114,15 @@ class Manager:
                                  period=config.period, reserve=dict(config.reserve),
                                  provider=config.provider)
         self.platform.index = store.last_period() + 1  # the period counter continues
+        # The period and the admissions between periods: the runtime driver on this wall
+        # clock (the service's loop, :meth:`run`, owns the waiting and the queue).
+        from merkat.runtime.clock import FunctionClock
+        from merkat.runtime.driver import Driver
+
+        self.driver = Driver(self.platform, backend, self.platform._economy,
+                             clock=FunctionClock(clock), skip_idle=False,
+                             admission=config.admission)
+        self.next_period = clock()  # when the loop runs the next period
         self.live: dict[str, Live] = {}
         self.started = clock()
         self._batch: list[tuple[str, str, str | None, str | None, float]] | None = None
@@ -304,26 +313,58 @@ class Manager:
                     "vms": record.vms, "charged": record.charged / 1e6}
 
     def _run_period(self, now: float) -> Any:
-        """THE call of the period decision on the wall clock (issue 11's driver replaces this
-        one line: the service is then the driver's wall-clock configuration)."""
-        return self.platform.run_period(now)
+        """THE call of the period on the wall clock: one step of the runtime driver."""
+        return self.driver.step(now)
+
+    def start_queued(self) -> list[str]:
+        """Admission between periods (Merkat §4.2.2): the platforms admitted since the last
+        period whose start condition holds at the last prices start now, beside the running
+        VMs, paying for the rest of the period (:meth:`Driver.admission_point
+        <merkat.runtime.driver.Driver.admission_point>`); the others wait for the next period.
+        Returns the names of the platforms that started."""
+        with self.lock:
+            if not self.driver.admits_between:
+                return []
+            self._batch = []
+            try:
+                now = self.clock()
+                before = {a for a, app in self.platform.apps.items()
+                          if app.status is AppStatus.RUNNING}
+                report = self.driver.admission_point(now, max(self.next_period, now))
+                if report is None:
+                    return []
+                for r in getattr(self.backend, "report", []):
+                    if r.error:
+                        self._event("vm-error", f"{r.vm}: {r.op} failed: {r.error}",
+                                    r.vm.split("/", 1)[0])
+                    elif r.op == "create":
+                        self._event(VM_EVENTS[r.op], f"{r.vm}: {r.op}", r.vm.split("/", 1)[0])
+                self._charges(self.platform.index)
+                self._sync(now)
+                return sorted(a for a, app in self.platform.apps.items()
+                              if app.status is AppStatus.RUNNING and a not in before)
+            finally:
+                batch, self._batch = self._batch, None
+                self.store.add_events(batch)
 
     def run(self, stop: threading.Event, on_period: Callable[[dict[str, Any]], None] | None = None
             ) -> None:
         """The wall-clock loop: admission every ``admission`` s, a period every ``period`` s,
         until ``stop`` is set."""
-        next_period = self.clock()
+        self.next_period = self.clock()
         while not stop.is_set():
             try:
                 self.admit()
-                if self.clock() >= next_period:
+                if self.clock() >= self.next_period:
                     rec = self.tick()
-                    next_period += self.config.period
+                    self.next_period += self.config.period
                     if on_period:
                         on_period(rec)
+                else:
+                    self.start_queued()
             except Exception as exc:  # a period that fails is recorded; the loop goes on
                 self.store.add_event("error", f"period failed: {type(exc).__name__}: {exc}")
-            wait = min(self.config.admission, max(0.0, next_period - self.clock()))
+            wait = min(self.config.admission, max(0.0, self.next_period - self.clock()))
             stop.wait(wait)
 
     def close(self) -> None:
