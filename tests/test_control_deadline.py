@@ -17,6 +17,7 @@ from merkat.control import (
     VMView,
     make_policy,
 )
+from merkat.control.formulas import start_bid
 
 
 def ob(**kw: object) -> Observation:
@@ -105,12 +106,35 @@ def test_resumes_after_the_wait_when_the_price_allows() -> None:
                        metrics=metrics)).action is Action.SUSPEND
     suspended = running(0.0, 1.0, VMState.SUSPENDED)
     assert c.decide(ob(time=100.0, budget=Budget(11.0), vms=suspended)).action is Action.NONE
+    # the wait is over but the price is still the one it was suspended at (1.0): it waits
     d = c.decide(ob(time=200.0, budget=Budget(11.0), vms=suspended))
+    assert d.action is Action.NONE and "has not dropped" in d.reason
+    d = c.decide(ob(time=200.0, budget=Budget(11.0), prices={"cpu": 0.5}, vms=suspended))
     assert d.action is Action.RESUME  # 500 s of work, 800 s left: 62.5 % of the VM
-    assert d.bids["vm0"] == pytest.approx({"cpu": 0.625 / (1 - 0.0625)})
+    o = ob(time=200.0, budget=Budget(11.0), prices={"cpu": 0.5}, vms=suspended)
+    assert d.bids["vm0"] == pytest.approx(start_bid(o, 0.625, 1))
     c2 = VerticalDeadline(resume_wait=0)
     d = c2.decide(ob(time=200.0, budget=Budget(1.0), prices={"cpu": 5.0}, vms=suspended))
     assert d.action is Action.NONE  # price still too high
+
+
+def test_the_resume_wait_doubles_with_each_suspension() -> None:
+    """Themis §IV-A resumes "when the price drops and enough time has passed"; a fixed wait
+    made applications that cannot afford their share cycle every 3 periods (docs/control.md,
+    decision on the resume wait): the k-th suspension waits resume_wait x 2^(k-1) periods."""
+    c = VerticalDeadline(resume_wait=2)
+    metrics = Metrics(work_total=500.0, ideal_rate=1.0, progress_rate=0.4)
+    assert c.decide(ob(budget=Budget(11.0), vms=running(0.4, 1.0),
+                       metrics=metrics)).action is Action.SUSPEND
+    assert c.suspensions == 1 and c.suspend_cost == 1.0  # 1 CPU at price 1.0
+    cheap, suspended = {"cpu": 0.5}, running(0.0, 1.0, VMState.SUSPENDED)
+    for k, wait in ((1, 2), (2, 4), (3, 8)):
+        c.suspensions, c.suspended_at = k, 0.0
+        early = ob(time=(wait - 1) * 100.0, prices=cheap, vms=suspended, deadline=1e4)
+        assert c.decide(early).action is Action.NONE
+        on_time = ob(time=wait * 100.0, prices=cheap, vms=suspended, deadline=1e4)
+        assert c.decide(on_time).action is Action.RESUME
+        c.suspend_cost = 1.0
 
 
 def test_aborts_while_suspended_once_the_deadline_is_out_of_reach() -> None:

@@ -45,7 +45,8 @@ class VerticalDeadline(Controller):
       (line 7).
     - **Suspend** (§IV-A): when Scale-One-VM wanted more than bid_max and both the current
       and the predicted progress are under p_ref.
-    - **Resume**: after ``resume_wait`` periods suspended, when the needed fraction is
+    - **Resume**: after ``resume_wait`` × 2^(k-1) periods since its k-th suspension, once a VM
+      costs less than when it was suspended ("when the price drops"), when the needed fraction is
       affordable again; STOP while suspended once the deadline is out of reach.
     - ``forecast="ar"`` (with ``forecast_order``, ``probability``): start and resume bids are
       computed at the price expected with probability p next period instead of the last
@@ -77,6 +78,8 @@ class VerticalDeadline(Controller):
         self.resume_wait = resume_wait
         self.next_try: float | None = None
         self.suspended_at: float | None = None
+        self.suspend_cost = math.inf  # a full VM's cost at the prices it was suspended at
+        self.suspensions = 0  # how many times it was suspended (the resume wait doubles)
         self.short = False  # this period, Scale-One-VM wanted more than bid_max
 
     # --- start: postpone, then abort (Themis §IV-A) ----------------------------------------
@@ -137,6 +140,8 @@ class VerticalDeadline(Controller):
         p_now, p_est, p_ref = self.progress(obs)
         if self.short and p_now < p_ref and p_est < p_ref:
             self.suspended_at = obs.time
+            self.suspend_cost = _vm_cost(obs)
+            self.suspensions += 1
             return True
         return False
 
@@ -158,16 +163,25 @@ class VerticalDeadline(Controller):
 
     def on_resume(self, obs: Observation) -> Demand:
         since = self.suspended_at if self.suspended_at is not None else -math.inf
-        if obs.time < since + self.resume_wait * obs.period:
+        wait = self.resume_wait * 2 ** min(self.suspensions - 1, 16)
+        if obs.time < since + wait * obs.period:
             return self.wait(obs, "suspended")
+        if _vm_cost(obs) >= self.suspend_cost:  # "resumed when the price drops" (§IV-A)
+            return self.wait(obs, "suspended: the price has not dropped")
         f = needed_fraction(obs)
         n = len(obs.vms)
         bid = start_bid(self.forecaster.expected(obs),
                         self.start_fraction if f is None else max(f, 1e-9), n)
         if sum(bid.values()) <= self.vm_bid_max(obs, n):
             self.suspended_at = None
+            self.suspend_cost = math.inf
             return self.uniform(obs, bid, Action.RESUME, "price dropped: resume")
         return self.wait(obs, "suspended: price still too high")
+
+
+def _vm_cost(obs: Observation) -> float:
+    """What a full-size VM costs per period at the current prices."""
+    return sum(obs.prices.get(r, 0.0) * s for r, s in obs.vm_size.items())
 
 
 class HorizontalDeadline(Controller):
