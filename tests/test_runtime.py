@@ -238,3 +238,40 @@ def _scenario_digest() -> str:
 def test_golden_digests_of_a_small_market_run_and_a_small_scenario() -> None:
     """Pinned: a change of these results must be deliberate (update GOLDEN and say why)."""
     assert {"market": _market_digest(), "scenario": _scenario_digest()} == GOLDEN
+
+
+def test_charging_and_economies_are_plugins_by_name() -> None:
+    """A charging rule registered by name is chosen like the built-in ones; it sees the
+    bills and the usage, and what it reports paid is what the applications spent."""
+    from collections.abc import Sequence
+    from typing import ClassVar
+
+    from merkat.bank.ledger import Ledger
+    from merkat.runtime.economy import CHARGING, ECONOMIES, register_charging
+
+    assert set(CHARGING) >= {"bid", "use"} and set(ECONOMIES) >= {"themis", "closed"}
+
+    @register_charging
+    class OneCredit:
+        """Every bill pays one micro-credit to the provider."""
+
+        name: ClassVar[str] = "one-micro-credit"
+
+        def __init__(self, provider: str) -> None:
+            self.provider = provider
+
+        def charge(self, ledger: Ledger, period: int, bills: Sequence[tuple[str, int]],
+                   usage: Sequence[int], tag: str) -> tuple[dict[int, int], frozenset[int]]:
+            for account, _ in bills:
+                ledger.transfer(account, self.provider, 1, "flat fee", period)
+            return dict.fromkeys(range(len(bills)), 1), frozenset()
+
+    try:
+        d, _, ledger = driver(charging="one-micro-credit")
+        app = d.submit(spec("a", budget=10.0), RigidApp(vms=1, work_total=1e6))
+        d.step(0.0)
+        d.step(60.0)
+        assert app.spent == 2 and ledger.balance("provider") == 2
+        assert ledger.audit().ok
+    finally:
+        del CHARGING["one-micro-credit"]

@@ -13,7 +13,8 @@ its owner's account to it, never more than the owner holds. Two economies, by na
   users through the Virtual Bank every ``redistribute_every`` (K) periods, in equal parts
   (grid-cloud model §3.1), with an optional idle tax on user balances (``idle_tax_ppm``).
 
-Charging, by name (:data:`CHARGING`): ``bid`` — each placed VM pays its bid for the period
+Charging, by name (:data:`CHARGING`, plugins of the :class:`Charging` interface; the economies
+are :class:`MoneyRules` plugins of :data:`ECONOMIES`): ``bid`` — each placed VM pays its bid for the period
 (Merkat §2.2); ``use`` — the application deposits its bids into its hold account and is charged
 what its VMs use at the clearing's prices (allocation x price, at most the bid), the unspent
 deposit refunded (Tycoon §3). Charges are made before the plan reaches the backend; an
@@ -27,9 +28,9 @@ decides, since the balances they produce are the decision's input.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 from merkat.bank.ledger import AccountKind, Ledger, Move
 from merkat.bank.policies import (
@@ -44,10 +45,136 @@ from merkat.bank.policies import (
 )
 from merkat.platform.model import App, Charged, Decision, to_micro
 
-ECONOMIES = ("themis", "closed")
 KINDS = ("application", "bank", "provider", "sub", "user")
 """The account kinds of ``summary()["balances"]`` (always all of them)."""
-CHARGING = ("bid", "use")
+
+
+# --- the plugins: charging and the economy's money rules, each a registry by name ---------
+
+
+class Charging(Protocol):
+    """How a decision's bills are paid (a plugin of :data:`CHARGING`, by ``name``).
+
+    ``charge(ledger, period, bills, usage, tag)``: ``bills`` are ``(account, micro-credits)``
+    (one per application, the bids of its placed VMs), ``usage[k]`` what bill ``k``'s VMs used
+    at the clearing's prices; ``tag`` makes the transactions' idempotency keys unique (an
+    admission between periods). Returns ``(paid, unpaid)``: the amount paid per bill index, and
+    the indexes of the bills that could not be paid (they pay nothing). All or nothing per
+    transaction; never a negative balance."""
+
+    name: ClassVar[str]
+
+    def charge(self, ledger: Ledger, period: int, bills: Sequence[tuple[str, int]],
+               usage: Sequence[int], tag: str) -> tuple[dict[int, int], frozenset[int]]: ...
+
+
+CHARGING: dict[str, Callable[[str], Charging]] = {}
+"""Charging plugins by name; each is made with the provider's account."""
+
+
+def register_charging(cls: Any) -> Any:
+    """Add a :class:`Charging` class under its ``name`` (a decorator)."""
+    CHARGING[cls.name] = cls
+    return cls
+
+
+@register_charging
+class ByBid:
+    """``bid``: each placed VM pays its bid for the period (Merkat §2.2)."""
+
+    name: ClassVar[str] = "bid"
+
+    def __init__(self, provider: str) -> None:
+        self.policy = ChargeByBid(provider)
+
+    def charge(self, ledger: Ledger, period: int, bills: Sequence[tuple[str, int]],
+               usage: Sequence[int], tag: str) -> tuple[dict[int, int], frozenset[int]]:
+        result = self.policy.apply(ledger, period, bills, tag)
+        return {k: bills[k][1] for k in result.paid}, frozenset(result.unpaid)
+
+
+@register_charging
+class ByUse:
+    """``use``: the bids are deposited in the application's hold account, what the VMs used at
+    the clearing's prices is charged and the rest refunded (Tycoon §3)."""
+
+    name: ClassVar[str] = "use"
+
+    def __init__(self, provider: str) -> None:
+        self.policy = ChargeByUse(provider)
+
+    def charge(self, ledger: Ledger, period: int, bills: Sequence[tuple[str, int]],
+               usage: Sequence[int], tag: str) -> tuple[dict[int, int], frozenset[int]]:
+        held = self.policy.reserve(ledger, period, bills, tag)
+        settled = self.policy.settle(ledger, period,
+                                     {bills[k][0]: usage[k] for k in held.paid}, tag)
+        return ({k: settled.charged.get(bills[k][0], 0) for k in held.paid},
+                frozenset(held.unpaid))
+
+
+class MoneyRules(Protocol):
+    """Where money comes from and goes back to (a plugin of :data:`ECONOMIES`, by ``name``).
+
+    ``mints_allowances``: whether the owners receive, as a logged mint, what their
+    applications' renewals need each period (else renewals only move what owners hold).
+    ``redistribute(ledger, period)``: after a period, money back to the users; returns the
+    micro-credits given."""
+
+    name: ClassVar[str]
+    mints_allowances: ClassVar[bool]
+
+    def redistribute(self, ledger: Ledger, period: int) -> int: ...
+
+
+ECONOMIES: dict[str, Callable[..., MoneyRules]] = {}
+"""Economies by name; each is made with ``(ledger, redistribute_every, idle_tax_ppm)``."""
+
+
+def register_economy(cls: Any) -> Any:
+    """Add a :class:`MoneyRules` class under its ``name`` (a decorator)."""
+    ECONOMIES[cls.name] = cls
+    return cls
+
+
+@register_economy
+class ThemisRules:
+    """``themis``: users receive their applications' renewals every period (Themis §III-A);
+    nothing is given back."""
+
+    name: ClassVar[str] = "themis"
+    mints_allowances: ClassVar[bool] = True
+
+    def __init__(self, ledger: Ledger, redistribute_every: int = 12,
+                 idle_tax_ppm: int = 0) -> None:
+        pass
+
+    def redistribute(self, ledger: Ledger, period: int) -> int:
+        return 0
+
+
+@register_economy
+class ClosedRules:
+    """``closed``: no money enters after the initial budgets; every K periods the idle tax (if
+    any), then the Virtual Bank returns the provider's income to the users in equal parts
+    (grid-cloud model §3.1)."""
+
+    name: ClassVar[str] = "closed"
+    mints_allowances: ClassVar[bool] = False
+
+    def __init__(self, ledger: Ledger, redistribute_every: int = 12,
+                 idle_tax_ppm: int = 0) -> None:
+        self.every = redistribute_every
+        self.bank = VirtualBank(redistribute_every)
+        self.tax = IdleTax(idle_tax_ppm, redistribute_every) if idle_tax_ppm else None
+        self.bank.ensure(ledger)
+
+    def redistribute(self, ledger: Ledger, period: int) -> int:
+        if (period + 1) % self.every:
+            return 0
+        if self.tax is not None:
+            self.tax.apply(ledger, period + 1)
+        result = self.bank.apply(ledger, period + 1)
+        return result.share * result.users if result else 0
 
 
 class EconomyError(ValueError):
@@ -83,13 +210,9 @@ class Economy:
             raise EconomyError(f"redistribute_every must be >= 1, got {self.redistribute_every}")
         if not self.ledger.has_account(self.provider):
             self.ledger.create_account(self.provider, AccountKind.provider)
-        self._bid = ChargeByBid(self.provider)
-        self._use = ChargeByUse(self.provider)
-        self._bank = VirtualBank(self.redistribute_every)
-        self._tax = IdleTax(self.idle_tax_ppm, self.redistribute_every) if self.idle_tax_ppm \
-            else None
-        if self.kind == "closed":
-            self._bank.ensure(self.ledger)
+        self._charging = CHARGING[self.charging](self.provider)
+        self._rules = ECONOMIES[self.kind](self.ledger, self.redistribute_every,
+                                           self.idle_tax_ppm)
 
     # --- admission ----------------------------------------------------------------------
 
@@ -126,7 +249,7 @@ class Economy:
         ledger = self.ledger
         owners = {a: self.owners[a] for a in due}
         minted = 0
-        if self.kind == "themis":
+        if self._rules.mints_allowances:
             balances = ledger.balances(due)
             need: dict[str, int] = {}
             for a in sorted(due):
@@ -155,26 +278,16 @@ class Economy:
         ids = [a for a, _ in decision.bills]
         if not bills:
             return Charged({}, frozenset(), 0)
-        if self.charging == "bid":
-            result = self._bid.apply(self.ledger, period, bills, tag)
-            paid = {ids[k]: bills[k][1] for k in result.paid}
-            return Charged(paid, frozenset(ids[k] for k in result.unpaid), result.total)
-        held = self._use.reserve(self.ledger, period, bills, tag)
         usage = dict(decision.usage)
-        settled = self._use.settle(
-            self.ledger, period, {bills[k][0]: usage[ids[k]] for k in held.paid}, tag)
-        paid = {ids[k]: settled.charged.get(bills[k][0], 0) for k in held.paid}
-        return Charged(paid, frozenset(ids[k] for k in held.unpaid), sum(paid.values()))
+        paid_k, unpaid_k = self._charging.charge(self.ledger, period, bills,
+                                                 [usage.get(a, 0) for a in ids], tag)
+        paid = {ids[k]: x for k, x in paid_k.items()}
+        return Charged(paid, frozenset(ids[k] for k in unpaid_k), sum(paid.values()))
 
     def redistribute(self, period: int) -> int:
         """Closed economy: every K periods, the idle tax (if any) then the Virtual Bank's
         redistribution of the provider's income. Returns the micro-credits given to users."""
-        if self.kind != "closed" or (period + 1) % self.redistribute_every:
-            return 0
-        if self._tax is not None:
-            self._tax.apply(self.ledger, period + 1)
-        result = self._bank.apply(self.ledger, period + 1)
-        given = result.share * result.users if result else 0
+        given = self._rules.redistribute(self.ledger, period)
         self.redistributed += given
         return given
 
@@ -212,5 +325,5 @@ class Economy:
 
 EconomyFactory = Callable[..., Economy]
 
-__all__ = ["CHARGING", "ECONOMIES", "VIRTUAL_BANK", "Economy", "EconomyError", "Move",
-           "hold_account"]
+__all__ = ["CHARGING", "ECONOMIES", "VIRTUAL_BANK", "Charging", "Economy", "EconomyError",
+           "MoneyRules", "Move", "hold_account", "register_charging", "register_economy"]
