@@ -217,3 +217,37 @@ def test_plot_bins_are_time_averages() -> None:
     # 2 cores busy on [0, 5), then none: bins [0, 10) and [10, 20).
     got = _bin_means(np.array([0.0, 5.0]), np.array([2.0, -2.0]), np.array([0.0, 10.0, 20.0]))
     assert got.tolist() == [1.0, 0.0]
+
+
+def test_a_scheduler_registered_by_name_runs_through_sim_run(tmp_path: Path) -> None:
+    """merkat.sim.schedulers is the one registry of trace schedulers: an entry added there is
+    accepted by `merkat sim run --scheduler NAME` and its outcome written like the others'."""
+    from dataclasses import dataclass
+
+    from merkat.sim.schedulers import SCHEDULERS, Batch, names, register
+
+    assert names()[:4] == ("fcfs", "edf", "easy", "conservative") and "market" in names()
+    assert SCHEDULERS["market"].market and not SCHEDULERS["edf"].market
+
+    @dataclass(frozen=True)
+    class FcfsAgain(Batch):
+        """FCFS under another name."""
+
+        def run(self, workload, cluster, opts, progress):  # type: ignore[no-untyped-def]
+            return Batch("fcfs", "").run(workload, cluster, opts, progress)
+
+    register(FcfsAgain("fcfs-again", "FCFS under another name"))
+    try:
+        outs = {}
+        for name in ("fcfs", "fcfs-again"):
+            r = CliRunner().invoke(app, ["sim", "run", "--trace", "HPC2N-2002-2.2-cln", "--jobs",
+                                         "50", "--scheduler", name, "--out", str(tmp_path / name)])
+            assert r.exit_code == 0, r.stderr
+            outs[name] = (tmp_path / name / "jobs.csv").read_bytes()
+        assert outs["fcfs"] == outs["fcfs-again"]
+        r = CliRunner().invoke(app, ["sim", "run", "--trace", "HPC2N-2002-2.2-cln", "--scheduler",
+                                     "fcfs-again", "--policy-param", "forecast=ar", "--out",
+                                     str(tmp_path / "x")])
+        assert r.exit_code == 2 and "only with --scheduler market" in r.stderr
+    finally:
+        del SCHEDULERS["fcfs-again"]

@@ -31,6 +31,7 @@ from merkat.cli._common import (
     print_table,
 )
 from merkat.cli.validate import check_float, check_int
+from merkat.sim.schedulers import SCHEDULERS  # light: each entry imports its engine when run
 from merkat.sim.workload.traces import HPC2N_NAME, find_trace
 
 app = typer.Typer(
@@ -38,7 +39,6 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-SCHEDULER_NAMES = ("fcfs", "edf", "easy", "conservative", "market")
 
 
 def _check(cond: bool, message: str) -> None:
@@ -86,7 +86,7 @@ def run_cmd(
         ..., "--trace", help="A trace name (`merkat traces list`) or an SWF file (.swf, .swf.gz)."
     ),
     scheduler: str = typer.Option(
-        ..., "--scheduler", help="fcfs | edf | easy | conservative | market"
+        ..., "--scheduler", help=" | ".join(SCHEDULERS) + " (merkat.sim.schedulers)"
     ),
     out: Path = typer.Option(..., "--out", help="Directory for jobs.csv and summary.json."),
     jobs: int | None = typer.Option(None, "--jobs", help="Simulate at most N jobs."),
@@ -160,8 +160,8 @@ def run_cmd(
     from merkat.sim.workload.swf import SwfError
 
     _check(
-        scheduler in SCHEDULER_NAMES,
-        f"--scheduler must be one of {', '.join(SCHEDULER_NAMES)}, got {scheduler!r}",
+        scheduler in SCHEDULERS,
+        f"--scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}",
     )
     _check(jobs is None or jobs >= 1, f"--jobs must be >= 1, got {jobs}")
     _check(skip >= 0, f"--skip must be >= 0, got {skip}")
@@ -187,7 +187,8 @@ def run_cmd(
     from merkat.outputs import output_dir, prepare_out_dir
 
     prepare_out_dir(out, force=force)  # before the run, not after it
-    if scheduler == "market":
+    takes_market = SCHEDULERS[scheduler].market  # the market's options apply
+    if takes_market:
         from merkat.cli.policy import trace_policies
         from merkat.control.registry import POLICIES
 
@@ -202,11 +203,11 @@ def run_cmd(
             f"{', '.join(POLICIES[policy].applies_to)} applications); use one of: "
             f"{', '.join(usable)} (merkat policy list)",
         )
-    params = parse_policy_params(policy_param, policy if scheduler == "market" else None)
+    params = parse_policy_params(policy_param, policy if takes_market else None)
     if market != "proportional-share":
         from merkat.market.mechanisms import MECHANISMS
 
-        _check(scheduler == "market", "--market: only with --scheduler market")
+        _check(takes_market, "--market: only with --scheduler market")
         _check(market in MECHANISMS, f"--market must be one of {', '.join(sorted(MECHANISMS))}, "
                f"got {market!r}")
     opts = RunOptions(
@@ -396,11 +397,11 @@ def bench_sim(
         fail(f"--trace: {e}")
     names = [s.strip() for s in schedulers.split(",") if s.strip()]
     for s in names:
+        _check(s in SCHEDULERS, f"--schedulers: unknown scheduler {s!r}")
         _check(
-            s != "market",
-            "--schedulers: market is not a batch scheduler; time it with `merkat bench period`",
+            not SCHEDULERS[s].market,
+            f"--schedulers: {s} is not a batch scheduler; time it with `merkat bench period`",
         )
-        _check(s in SCHEDULER_NAMES, f"--schedulers: unknown scheduler {s!r}")
     check_int("--repeat", repeat, 1, 1000)
     check_int("--cores", cores, 1, 100_000_000)
     t0, c0 = time.perf_counter(), time.process_time()

@@ -21,7 +21,7 @@ from merkat.sim.batch import fast
 from merkat.sim.batch.baselines import SCHEDULERS
 from merkat.sim.batch.engine import Schedule, simulate
 from merkat.sim.cluster import Cluster
-from merkat.sim.metrics import summarize, write_jobs_csv
+from merkat.sim.metrics import write_jobs_csv
 from merkat.sim.workload.jobs import SloConfig, Workload, build_workload
 from merkat.sim.workload.swf import SwfError, read_swf
 
@@ -129,53 +129,13 @@ def run_trace(
     )
     t1 = time.perf_counter()
     progress = progress_factory(len(workload)) if progress_factory else None
-    if opts.scheduler == "market":
-        from merkat.sim.market.trace import MarketConfig, simulate_market, summarize_market
+    from merkat.sim.schedulers import get
 
-        out = simulate_market(
-            workload,
-            cluster,
-            MarketConfig(
-                policy=opts.policy,
-                period=opts.period,
-                budget_base=opts.slo.budget_base,
-                budget_renewal=opts.slo.budget_renewal,
-                economy=opts.economy,
-                charging=opts.charging,
-                policy_params=dict(opts.policy_params),
-                market=opts.market,
-                admission=opts.admission,
-            ),
-            seed=opts.seed,
-            progress=progress,
-            workers=opts.workers,
-        )
-        t2 = time.perf_counter()
-        opts.out.mkdir(parents=True, exist_ok=True)
-        write_jobs_csv(
-            opts.out / "jobs.csv",
-            workload,
-            Schedule(start=out.start, end=out.end),
-            met=out.met,
-            value=out.value,
-            outcome=out.outcomes,
-            paid=out.paid,
-        )
-        summary = summarize_market(workload, out, cluster)
-        summary["policy"] = opts.policy
-        summary["market"] = opts.market
-        if opts.policy_params:
-            summary["policy_params"] = dict(opts.policy_params)
-        summary["period_s"] = opts.period
-        summary["admission_s"] = opts.admission
-        summary["workers"] = opts.workers
-        summary["pieces"] = list(out.pieces)  # how --workers cut the run (timing: varies)
-    else:
-        sched = schedule(workload, cluster, opts.scheduler, progress)
-        t2 = time.perf_counter()
-        opts.out.mkdir(parents=True, exist_ok=True)
-        write_jobs_csv(opts.out / "jobs.csv", workload, sched)
-        summary = summarize(workload, sched, cluster)
+    outcome = get(opts.scheduler).run(workload, cluster, opts, progress)
+    t2 = time.perf_counter()
+    opts.out.mkdir(parents=True, exist_ok=True)
+    write_jobs_csv(opts.out / "jobs.csv", workload, outcome.schedule, **outcome.columns)
+    summary = outcome.summary
     sim_s = t2 - t1
     summary.update(
         {

@@ -18,6 +18,7 @@ from merkat.control.utility import utility
 from merkat.sim.cluster import Cluster
 from merkat.sim.market.trace import MarketConfig, simulate_market, summarize_market
 from merkat.sim.run import schedule
+from merkat.sim.schedulers import is_market
 from merkat.sim.workload.jobs import Workload, build_workload
 from merkat.sim.workload.swf import SwfTrace, read_swf
 from merkat.sim.workload.traces import HPC2N, find_trace
@@ -96,7 +97,7 @@ def execute(run: Run) -> dict[str, Any]:
         "seed": run.seed,
         "jobs": n,
     }
-    if run.scheduler == "market":
+    if is_market(run.scheduler):
         out = simulate_market(
             w, cluster, MarketConfig(period=run.period, policy_params=dict(run.policy_params),
                                      boot_s=run.boot_s, resume_s=run.resume_s),

@@ -46,6 +46,7 @@ from merkat.sim.market.scenarios import (
 )
 from merkat.sim.market.trace import MarketConfig, simulate_market
 from merkat.sim.run import schedule
+from merkat.sim.schedulers import is_market
 from merkat.sim.workload import lublin
 from merkat.sim.workload.jobs import Workload
 
@@ -295,7 +296,7 @@ def merkat_satisfaction_run(run: ScenarioRun) -> dict[str, Any]:
     w = satisfaction_workload(run.seed, run.value)
     cluster = Cluster(p["hosts"], p["cores_per_host"], None)
     extra: dict[str, Any] = {}
-    if run.scheduler == "market":
+    if is_market(run.scheduler):
         out = simulate_market(w, cluster, MarketConfig(policy=p["market_policy"],
                                                        period=p["period_s"],
                                                        budget_base=p["budget_base"],

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from merkat.sim.experiments.common import FACTORS, execute, markdown
+from merkat.sim.schedulers import is_market
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def run_experiment(
                              "(its applications' policies are part of the setup)")
         given = tuple(sorted((policy_params or {}).items()))
         runs = [replace(r, policy=policy or r.policy, policy_params=given)
-                if getattr(r, "scheduler", None) == "market" else r for r in runs]
+                if is_market(getattr(r, "scheduler", "")) else r for r in runs]
         chosen["policy"] = policy or exp.parameters.get("policy")
         if given:
             chosen["policy_params"] = dict(given)
@@ -182,4 +183,4 @@ def _cost_rank(run: Any) -> tuple[bool, float]:
     baselines, and among them the mid-load factors (about 0.3-0.4 on HPC2N: many VMs bid and
     the load balancer works every period) before the extremes."""
     factor = getattr(run, "factor", 0.35)
-    return getattr(run, "scheduler", "") != "market", abs(factor - 0.35)
+    return not is_market(getattr(run, "scheduler", "")), abs(factor - 0.35)

@@ -1,0 +1,142 @@
+"""The schedulers a trace run can use, in one registry by name: the batch baselines and the
+market (``merkat sim run --scheduler NAME``, the experiments' runs, ``merkat bench sim``).
+
+Contract of an entry (:class:`TraceScheduler`): ``name``; ``summary`` (one line, for help and
+errors); ``market`` (whether it takes the market's options: ``--policy``, ``--policy-param``,
+``--market``, ``--period``, ``--economy``...; the batch schedulers take none); and
+``run(workload, cluster, opts, progress) -> TraceOutcome``: the jobs' start and end times, the
+extra ``jobs.csv`` columns it computes itself (a market run's ``met``, ``value``, ``outcome``,
+``paid``) and its summary. :func:`register` adds one (a decorator). This module imports
+nothing heavy: an entry imports its engine when it runs, so the CLI can list the names at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from merkat.sim.batch.engine import Schedule
+    from merkat.sim.cluster import Cluster
+    from merkat.sim.run import RunOptions
+    from merkat.sim.workload.jobs import Workload
+
+
+@dataclass(frozen=True)
+class TraceOutcome:
+    """What a scheduler made of a trace's jobs (see the module docstring)."""
+
+    schedule: Schedule
+    summary: dict[str, Any]
+    columns: dict[str, Any] = field(default_factory=dict)
+
+
+class TraceScheduler(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def summary(self) -> str: ...
+
+    @property
+    def market(self) -> bool: ...
+
+    def run(self, workload: Workload, cluster: Cluster, opts: RunOptions,
+            progress: Callable[[int], None] | None) -> TraceOutcome: ...
+
+
+SCHEDULERS: dict[str, TraceScheduler] = {}
+"""Every scheduler of a trace run, by name (registration order: the batch baselines, then the
+market)."""
+
+
+def register(entry: TraceScheduler) -> TraceScheduler:
+    """Add ``entry`` under its ``name``."""
+    SCHEDULERS[entry.name] = entry
+    return entry
+
+
+def names() -> tuple[str, ...]:
+    return tuple(SCHEDULERS)
+
+
+def market_names() -> tuple[str, ...]:
+    """The schedulers that take the market's options."""
+    return tuple(n for n, s in SCHEDULERS.items() if s.market)
+
+
+def get(name: str) -> TraceScheduler:
+    """The scheduler ``name``; ValueError naming the known ones."""
+    try:
+        return SCHEDULERS[name]
+    except KeyError:
+        raise ValueError(f"unknown scheduler {name!r}; choose from {', '.join(SCHEDULERS)}"
+                         ) from None
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch baseline of :mod:`merkat.sim.batch` (the fast single-pool loop when it
+    applies: :func:`merkat.sim.run.schedule`)."""
+
+    name: str
+    summary: str
+    market: bool = False
+
+    def run(self, workload: Workload, cluster: Cluster, opts: RunOptions,
+            progress: Callable[[int], None] | None) -> TraceOutcome:
+        from merkat.sim.metrics import summarize
+        from merkat.sim.run import schedule
+
+        sched = schedule(workload, cluster, self.name, progress)
+        return TraceOutcome(sched, summarize(workload, sched, cluster))
+
+
+@dataclass(frozen=True)
+class Market:
+    """The market (:mod:`merkat.sim.market.trace`): controllers, the mechanism, the bank."""
+
+    name: str = "market"
+    summary: str = "the market: controllers bid for cores every period"
+    market: bool = True
+
+    def run(self, workload: Workload, cluster: Cluster, opts: RunOptions,
+            progress: Callable[[int], None] | None) -> TraceOutcome:
+        from merkat.sim.batch.engine import Schedule
+        from merkat.sim.market.trace import MarketConfig, simulate_market, summarize_market
+
+        out = simulate_market(
+            workload, cluster,
+            MarketConfig(policy=opts.policy, period=opts.period,
+                         budget_base=opts.slo.budget_base, budget_renewal=opts.slo.budget_renewal,
+                         economy=opts.economy, charging=opts.charging,
+                         policy_params=dict(opts.policy_params), market=opts.market,
+                         admission=opts.admission),
+            seed=opts.seed, progress=progress, workers=opts.workers)
+        summary = summarize_market(workload, out, cluster)
+        summary["policy"] = opts.policy
+        summary["market"] = opts.market
+        if opts.policy_params:
+            summary["policy_params"] = dict(opts.policy_params)
+        summary["period_s"] = opts.period
+        summary["admission_s"] = opts.admission
+        summary["workers"] = opts.workers
+        summary["pieces"] = list(out.pieces)  # how --workers cut the run (timing: varies)
+        return TraceOutcome(Schedule(start=out.start, end=out.end), summary,
+                            {"met": out.met, "value": out.value, "outcome": out.outcomes,
+                             "paid": out.paid})
+
+
+for _name, _summary in (("fcfs", "first come, first served"),
+                        ("edf", "earliest deadline first (non-preemptive)"),
+                        ("easy", "EASY backfilling"),
+                        ("conservative", "conservative backfilling")):
+    register(Batch(_name, _summary))
+register(Market())
+
+
+def is_market(name: str) -> bool:
+    """Whether the scheduler ``name`` is a market (takes the market's options)."""
+    entry = SCHEDULERS.get(name)
+    return entry is not None and entry.market
