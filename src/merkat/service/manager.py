@@ -330,7 +330,9 @@ class Manager:
                 now = self.clock()
                 before = {a for a, app in self.platform.apps.items()
                           if app.status is AppStatus.RUNNING}
-                report = self.driver.admission_point(now, max(self.next_period, now))
+                # the next period's time (a loop not running: one period from now)
+                until = self.next_period if self.next_period > now else now + self.config.period
+                report = self.driver.admission_point(now, until)
                 if report is None:
                     return []
                 for r in getattr(self.backend, "report", []):
