@@ -217,13 +217,15 @@ class Economy:
     # --- admission ----------------------------------------------------------------------
 
     def open(self, app: App, period: int) -> None:
-        """Open ``app``'s account under its owner (created as a user account if new), mint its
+        """Open ``app``'s account under its owner (created as a user account if new; an
+        existing account is kept, with its money: the live service's recovery), mint its
         initial budget into the owner's account and move it to the application."""
         ledger, spec = self.ledger, app.spec
         owner = spec.owner
         if not ledger.has_account(owner):
             ledger.create_account(owner, AccountKind.user)
-        ledger.create_account(app.account, AccountKind.application, owner=owner)
+        if not ledger.has_account(app.account):  # (an application admitted again keeps it)
+            ledger.create_account(app.account, AccountKind.application, owner=owner)
         self.owners[app.account] = owner
         initial = to_micro(spec.budget)
         if initial > 0:

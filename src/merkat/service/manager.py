@@ -376,10 +376,13 @@ class Manager:
     # --- internals --------------------------------------------------------------------------
 
     def _recover(self) -> None:
-        """After a crash (the previous server was killed): destroy the VMs it left behind,
-        end its active platforms as ``failed`` and refund what their accounts still hold to
-        their owners (idempotent: a second restart refunds nothing). Platforms still queued
-        stay queued. Re-adopting running VMs under their controllers is not implemented."""
+        """After a crash (the previous server was killed): destroy the VMs it left behind and
+        admit its active platforms again, each under a new controller of its template's
+        policy, with the money its account still holds and its original deadline; their VMs
+        are started again by the period (the processes of the killed server are not
+        re-adopted: they are restarted). A platform that cannot be admitted again ends as
+        ``failed`` and what its account holds goes back to its owner (idempotent). Platforms
+        still queued stay queued."""
         reap = getattr(self.backend, "reap_orphans", None)
         orphans = reap() if reap else []
         if orphans:
@@ -388,24 +391,35 @@ class Manager:
         ledger = self.store.ledger
         for row in self.store.platforms(states=("waiting", "running", "suspended")):
             account = f"app:{row.name}"
-            left = ledger.balance(account) if ledger.has_account(account) else 0
-            if left > 0:
-                ledger.transfer(account, row.owner, left, f"refund of {row.name} after restart",
-                                idempotency_key=f"refund:{row.name}")
-            self._end_row(row.name, row.owner, "failed",
-                          f"server restarted while {row.state}; its VMs were destroyed and "
-                          f"{left / 1e6:g} credits refunded")
+            try:
+                self._admit(row, resumed=True)
+            except (TemplateError, ValueError) as exc:
+                left = ledger.balance(account) if ledger.has_account(account) else 0
+                if left > 0:
+                    ledger.transfer(account, row.owner, left,
+                                    f"refund of {row.name} after restart",
+                                    idempotency_key=f"refund:{row.name}")
+                self._end_row(row.name, row.owner, "failed",
+                              f"server restarted while {row.state} and the platform could not "
+                              f"be admitted again ({exc}); {left / 1e6:g} credits refunded")
+                continue
+            self.store.add_event("recovery", f"platform {row.name} resumed after a server "
+                                 f"restart (it was {row.state}); its VMs are started again",
+                                 row.name, row.owner)
 
-    def _admit(self, row: PlatformRow) -> None:
+    def _admit(self, row: PlatformRow, resumed: bool = False) -> None:
+        """Admit ``row`` into the platform (``resumed``: again, after a restart: its account
+        and money exist, its deadline counts from its submission)."""
         t = Template.model_validate(row.template)
         ctl = make_controller(t.controller.policy, dict(t.controller.params))
         c = t.controlled
         now = self.clock()
+        start = row.submitted if resumed else now
         spec = AppSpec(
             id=t.name, policy=t.controller.policy, size=t.size,
-            vm_size={"cpu": c.cpu, "memory": c.memory}, submit_time=now, budget=0.0,
+            vm_size={"cpu": c.cpu, "memory": c.memory}, submit_time=start, budget=0.0,
             renewal=t.renewal, budget_cap=t.budget if t.renewal > 0 else None,
-            deadline=now + t.controller.reference if t.controller.reference else None,
+            deadline=start + t.controller.reference if t.controller.reference else None,
             vm_min={"cpu": c.min_cpu, "memory": c.min_memory}, owner=row.owner,
             trade=tuple(t.trade))
         owners = getattr(self.backend, "owner_of", None)
@@ -414,13 +428,14 @@ class Manager:
         self.backend.register(t.name, self._launcher(t))
         app = self.platform.submit(spec, ctl)
         budget = to_micro(t.budget)
-        if budget > 0:
+        if budget > 0 and not resumed:
             self.store.ledger.transfer(row.owner, app.account, budget, f"budget of {t.name}",
                                        idempotency_key=f"budget:{t.name}")
         self.live[t.name] = Live(t, row.owner, MetricsTracker(t.monitored.monitor))
         self.store.set_platform(t.name, state="waiting")
-        self._event("admitted", f"platform {t.name} admitted: budget {t.budget:g}, "
-                    f"controller {t.controller.policy}", t.name)
+        if not resumed:
+            self._event("admitted", f"platform {t.name} admitted: budget {t.budget:g}, "
+                        f"controller {t.controller.policy}", t.name)
 
     def _launcher(self, t: Template) -> Callable[[str, str, int], Any]:
         from merkat.backends.local import Launch
