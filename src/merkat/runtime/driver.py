@@ -20,10 +20,11 @@ One period at time ``t`` (:meth:`Driver.step`):
 
 Between periods the applications manager admits (Merkat §4.2.2): with an ``admission``
 interval shorter than the period, at each admission point (a multiple of the interval) after
-an arrival the driver admits it, lets the platform start what can start at the last prices on
-the free capacity (:meth:`Platform.admit <merkat.platform.period.Platform.admit>`;
-:mod:`merkat.platform.admission`), charges the prorated bills and applies the plan
-(:meth:`Driver.admit_between`). Without it (``admission=None``) arrivals wait for the next
+an arrival the driver admits it, lets the platform start what can start at the last prices,
+placed beside the running VMs (:meth:`Platform.admit <merkat.platform.period.Platform.admit>`;
+:mod:`merkat.platform.admission`), advances a simulated world to that point, charges the
+prorated bills and applies the plan (:meth:`Driver.admit_between`,
+:meth:`Driver.admission_point`, which the live service calls on its own clock). Without it (``admission=None``) arrivals wait for the next
 period boundary. The world runs: a simulated backend advances its applications to the next
 boundary (``advance(t0, t1)``, when it has one; a VM started between periods is ready
 ``boot_s`` after its start), the clock waits until then. With ``skip_idle`` (virtual clocks)

@@ -296,12 +296,7 @@ class Manager:
             t_period = time.perf_counter()
             record = self._run_period(now)
             elapsed = time.perf_counter() - t_period
-            for r in getattr(self.backend, "report", []):
-                if r.error:
-                    self._event("vm-error", f"{r.vm}: {r.op} failed: {r.error}",
-                                r.vm.split("/", 1)[0])
-                elif r.op in VM_EVENTS:  # starts, suspends, resumes, migrations, shutdowns
-                    self._event(VM_EVENTS[r.op], f"{r.vm}: {r.op}", r.vm.split("/", 1)[0])
+            self._report_events()
             self._charges(record.index)
             self._budgets()
             self._sync(now)
@@ -325,29 +320,34 @@ class Manager:
         with self.lock:
             if not self.driver.admits_between:
                 return []
+            queued = [app.spec.id for app in self.platform.queued()]
+            if not queued:
+                return []
             self._batch = []
             try:
                 now = self.clock()
-                before = {a for a, app in self.platform.apps.items()
-                          if app.status is AppStatus.RUNNING}
                 # the next period's time (a loop not running: one period from now)
                 until = self.next_period if self.next_period > now else now + self.config.period
-                report = self.driver.admission_point(now, until)
-                if report is None:
+                if self.driver.admission_point(now, until) is None:
                     return []
-                for r in getattr(self.backend, "report", []):
-                    if r.error:
-                        self._event("vm-error", f"{r.vm}: {r.op} failed: {r.error}",
-                                    r.vm.split("/", 1)[0])
-                    elif r.op == "create":
-                        self._event(VM_EVENTS[r.op], f"{r.vm}: {r.op}", r.vm.split("/", 1)[0])
+                self._report_events()
                 self._charges(self.platform.index)
                 self._sync(now)
-                return sorted(a for a, app in self.platform.apps.items()
-                              if app.status is AppStatus.RUNNING and a not in before)
+                return sorted(a for a in queued
+                              if self.platform.apps[a].status is AppStatus.RUNNING)
             finally:
                 batch, self._batch = self._batch, None
                 self.store.add_events(batch)
+
+    def _report_events(self) -> None:
+        """Events for the backend's report of the plan it just applied: failures, and the
+        starts, suspends, resumes, migrations and shutdowns (:data:`VM_EVENTS`)."""
+        for r in getattr(self.backend, "report", []):
+            app = r.vm.split("/", 1)[0]
+            if r.error:
+                self._event("vm-error", f"{r.vm}: {r.op} failed: {r.error}", app)
+            elif r.op in VM_EVENTS:
+                self._event(VM_EVENTS[r.op], f"{r.vm}: {r.op}", app)
 
     def run(self, stop: threading.Event, on_period: Callable[[dict[str, Any]], None] | None = None
             ) -> None:
