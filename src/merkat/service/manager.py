@@ -10,12 +10,13 @@ bank) and a live backend. Its life:
   loop: an account ``app:<name>`` funded by a transfer of the template's budget from the
   owner's account, a controller (a policy by name, or a ``merkat.controllers`` entry point),
   and a launcher telling the backend how to start each VM (its cluster's command, the
-  environment of §4.2.2). The controller's start condition then decides, each period, when it
-  starts (``waiting`` until then: "put back in the queue");
+  environment of §4.2.2). The controller's start condition then decides when it starts: at
+  once between periods (:meth:`start_queued`), else each period (``waiting`` until then:
+  "put back in the queue");
 - :meth:`tick`, every period (40 s), reaps and restarts failed processes (health check),
-  reads the monitors, runs the period (:meth:`_run_period`, the ONE place that calls the
-  period decision), applies user stops and budget exhaustion, and records prices, states and
-  events in the store;
+  reads the monitors, runs the period (:meth:`_run_period`: one step of the runtime driver),
+  applies user stops and budget exhaustion, and records prices, states and events in the
+  store;
 - :meth:`stop` shuts a platform down at the user's request.
 
 Every public method takes the manager's lock: the API thread and the loop thread never see a
