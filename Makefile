@@ -12,6 +12,7 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m compileall -q src >/dev/null  # bytecode, as a regular install has
 	touch $(STAMP)
 
 ## run: set up .venv, install, and run the main job on embedded defaults: the live service with

@@ -86,6 +86,61 @@ def test_bank_balance_needs_sqlalchemy_only(tmp_path: Path) -> None:
     assert (code, heavy) == (0, ["sqlalchemy"])
 
 
+def _merkat_modules(*args: str) -> set[str]:
+    """The ``merkat.*`` modules a fresh ``merkat ARGS`` process imported."""
+    code = (
+        "import atexit, json, sys\n"
+        "atexit.register(lambda: sys.stderr.write('\\nMERKAT ' + json.dumps(sorted("
+        "m for m in sys.modules if m.startswith('merkat'))) + '\\n'))\n"
+        f"sys.argv = ['merkat', *{list(args)!r}]\n"
+        "from merkat.cli import main\nmain()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True,
+                       timeout=120)
+    line = [x for x in r.stderr.splitlines() if x.startswith("MERKAT ")][-1]
+    return set(json.loads(line.removeprefix("MERKAT ")))
+
+
+def test_a_bank_command_loads_the_bank_nouns_only(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'bank.db'}"
+    assert runner.invoke(app, ["bank", "init", "--db", db]).exit_code == 0
+    loaded = _merkat_modules("bank", "audit", "--db", db, "-o", "json")
+    assert "merkat.cli.bank" in loaded
+    others = {m for m in loaded if m.startswith("merkat.cli.")} - {
+        "merkat.cli.bank", "merkat.cli.bench", "merkat.cli.errors", "merkat.cli._common",
+        "merkat.cli.validate"}
+    assert others == set(), others
+    assert not any(m.startswith(("merkat.sim", "merkat.service", "merkat.market")) for m in loaded)
+    assert not any(m.startswith("merkat.cli.") for m in _merkat_modules("--help")
+                   if m != "merkat.cli.errors")
+
+
+def test_every_noun_loads_and_its_listed_summary_is_its_help() -> None:
+    import typer.main
+
+    from merkat.cli import NOUNS, build_noun
+
+    root = typer.main.get_command(app)
+    assert root.list_commands(None) == [n.name for n in NOUNS]  # type: ignore[attr-defined,arg-type]
+    for noun in NOUNS:
+        cmd = build_noun(noun)
+        full = cmd.get_short_help_str(10_000)
+        # the listing may shorten a long first sentence, never say something else
+        assert full.startswith(noun.summary.rstrip(".")), (noun.name, full)
+    # the nouns that register subcommands from other modules have them once loaded
+    sim = build_noun(next(n for n in NOUNS if n.name == "sim"))
+    bench = build_noun(next(n for n in NOUNS if n.name == "bench"))
+    assert "experiment" in sim.list_commands(None)  # type: ignore[attr-defined,arg-type]
+    assert {"startup", "period", "service"} <= set(bench.list_commands(None))  # type: ignore[attr-defined,arg-type]
+
+
+def test_a_mistyped_noun_suggests_the_right_one() -> None:
+    code, _, err = _run("bnak", "balance")
+    assert code == 2
+    assert _one_error_line(err) == (
+        "error: No such command 'bnak'. Did you mean 'bank'? (see merkat --help)")
+
+
 # --- the error path -------------------------------------------------------------------------
 
 

@@ -11,11 +11,16 @@ any failure is one line on stderr, exit 2 for bad input and 1 at run time, no tr
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+from difflib import get_close_matches
 from typing import Any
 
 import typer
+from typer import _click as click  # the click that this Typer ships (vendored)
+from typer._click.utils import make_default_short_help
 from typer.core import TyperGroup
 
 from merkat import __version__
@@ -28,7 +33,38 @@ ClickException: type[Exception] = next(
 
 
 class MerkatGroup(TyperGroup):
-    """The root command group: parses, runs, and turns whatever escapes into one line."""
+    """The root command group: parses, runs, and turns whatever escapes into one line.
+
+    Its nouns (:data:`NOUNS`) are loaded on first use: ``merkat bank balance`` imports the bank's
+    commands and nothing of the simulator, the service or the experiments, and ``merkat --help``
+    lists the nouns without importing any of them."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [n.name for n in NOUNS]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in _BY_NAME:
+            self.commands[cmd_name] = build_noun(_BY_NAME[cmd_name])
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        width = formatter.width or 80
+        limit = width - 6 - max(len(n.name) for n in NOUNS)
+        rows = [(n.name, make_default_short_help(n.summary, limit)) for n in NOUNS]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return self._click_resolve_command(ctx, args)
+        except click.exceptions.UsageError as e:
+            matches = get_close_matches(args[0], self.list_commands(ctx)) if args else []
+            if matches:
+                e.message = (f"{e.message.rstrip('.')}. Did you mean "
+                             f"{', '.join(repr(m) for m in matches)}?")
+            raise
 
     def main(  # type: ignore[override]
         self,
@@ -78,52 +114,83 @@ app = typer.Typer(
 )
 
 
-def _register() -> None:
-    from merkat.cli import (
-        bank,
-        bench,
-        bench_gridcloud,
-        bench_kubernetes,
-        bench_period,
-        bench_service,
-        bench_web,
-        client,
-        experiment,
-        kubernetes,
-        market,
-        policy,
-        predict,
-        report,
-        service,
-        sim,
-        startup,
-        traces,
-        tycoon,
-    )
+@dataclass(frozen=True)
+class Noun:
+    """One top-level command, loaded on first use: ``module:attr`` is a Typer app (a noun with
+    verbs) or a function (a command). ``summary`` is what ``merkat --help`` lists without
+    importing the module (a test checks it against the loaded command's help); ``extra`` are
+    modules that add subcommands to this noun when imported (``sim experiment``, ``bench ...``)."""
 
-    app.add_typer(market.app, name="market")
-    app.add_typer(bank.app, name="bank")
-    app.add_typer(sim.app, name="sim")
-    app.add_typer(bench.app, name="bench")
-    app.add_typer(kubernetes.app, name="kubernetes")
-    app.add_typer(predict.app, name="predict")
-    app.add_typer(tycoon.app, name="tycoon")
-    app.add_typer(traces.app, name="traces")
-    app.add_typer(policy.app, name="policy")
-    app.command("report")(report.report_cmd)
-    # the live service (docs/service.md): the server, its users, and the client commands
-    app.command("server")(service.server)
-    app.command("demo")(service.demo)
-    app.add_typer(service.user_app, name="user")
-    app.command("submit")(client.submit)
-    app.add_typer(client.platform_app, name="platform")
-    app.command("prices")(client.prices)
-    app.command("nodes")(client.nodes)
-    app.command("events")(client.events)
-    app.add_typer(client.account_app, name="account")
-    # these register `sim experiment` and the `bench` subcommands on the apps above
-    _ = (experiment, bench_period, bench_kubernetes, bench_service, bench_gridcloud, bench_web,
-         startup)
+    name: str
+    target: str
+    summary: str
+    extra: tuple[str, ...] = ()
+
+
+NOUNS: tuple[Noun, ...] = (
+    Noun("report", "report:report_cmd",
+         "Write one self-contained HTML page (figures embedded, summary table, parameters)."),
+    Noun("server", "service:server",
+         "Run the live service: REST API, applications manager and period loop (Ctrl-C stops "
+         "it and destroys its VMs: processes, or pods with --backend kubernetes)."),
+    Noun("demo", "service:demo",
+         "Run the live service with a small embedded demo (two deadline-driven solvers and a "
+         "best-effort one sharing this machine), print what happens, then a report."),
+    Noun("submit", "client:submit", "Submit a virtual platform template to the server's queue."),
+    Noun("prices", "client:prices",
+         "The current prices (credits per core and per MiB, per period); with --since, the "
+         "series since then."),
+    Noun("nodes", "client:nodes", "The logical nodes and what is allocated on them."),
+    Noun("events", "client:events",
+         "Events: submissions, state changes, VM failures, warnings (yours; an admin's: all)."),
+    Noun("market", "market:app", "The proportional-share market."),
+    Noun("bank", "bank:app", "The bank: accounts, transfers, audit, keys and transfer tokens."),
+    Noun("sim", "sim:app",
+         "Trace-driven simulator: batch baselines (FCFS, EDF, EASY) on SWF workloads.",
+         ("experiment",)),
+    Noun("bench", "bench:app", "Benchmarks; each prints a JSON object on stdout.",
+         ("bank", "market", "sim", "tycoon", "bench_period", "bench_kubernetes", "bench_service",
+          "bench_gridcloud", "bench_web", "startup")),
+    Noun("kubernetes", "kubernetes:app",
+         "The Kubernetes backend: nodes as merkat sees them, the API emulator."),
+    Noun("predict", "predict:app", "Price prediction (Tycoon §4) on a price history."),
+    Noun("tycoon", "tycoon:app", "Tycoon's per-host auctions and Best Response."),
+    Noun("traces", "traces:app",
+         "Workload traces: the bundled one, the ones fetched from the archive."),
+    Noun("policy", "policy:app", "Controller policies (SLO and scaling), by name."),
+    Noun("user", "service:user_app", "Users of the live service and their API keys."),
+    Noun("platform", "client:platform_app",
+         "Virtual platforms on the server: list, show, stop, boost, logs."),
+    Noun("account", "client:account_app", "Your bank accounts on the server."),
+)
+_BY_NAME = {n.name: n for n in NOUNS}
+
+
+def load_noun(noun: Noun) -> Any:
+    """Import ``noun``'s module (and its ``extra`` modules) and return its Typer app or
+    function."""
+    module, attr = noun.target.split(":")
+    mod = importlib.import_module(f"merkat.cli.{module}")
+    for extra in noun.extra:
+        importlib.import_module(f"merkat.cli.{extra}")
+    return getattr(mod, attr)
+
+
+def build_noun(noun: Noun) -> click.Command:
+    """The click command of ``noun``, built as Typer builds a registered sub-app or command
+    (plain help: rich_markup_mode None, like the root)."""
+    from typer.main import get_command_from_info, get_group_from_info
+    from typer.models import CommandInfo, TyperInfo
+
+    target = load_noun(noun)
+    cmd: click.Command
+    if isinstance(target, typer.Typer):
+        cmd = get_group_from_info(TyperInfo(target, name=noun.name), pretty_exceptions_short=True,
+                                  suggest_commands=True, rich_markup_mode=None)
+    else:
+        cmd = get_command_from_info(CommandInfo(name=noun.name, callback=target),
+                                    pretty_exceptions_short=True, rich_markup_mode=None)
+    return cmd
 
 
 def _version(value: bool) -> None:
@@ -147,7 +214,6 @@ def _root(
     """merkat: a market-based resource manager for shared clusters."""
 
 
-_register()
 
 
 def _terminate(signum: int, frame: object) -> None:
