@@ -9,10 +9,23 @@
 - :mod:`merkat.bank.money` — micro-credit amounts.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from merkat.bank.errors import BankError, InsufficientFunds, InvalidInput
 from merkat.bank.ledger import Account, AccountKind, Audit, Ledger, Move, Transfer, TransferKind
-from merkat.bank.memory import MemoryLedger
 from merkat.bank.money import MICRO, format_amount, parse_amount
+
+if TYPE_CHECKING:
+    from merkat.bank.memory import MemoryLedger
+
+
+def __getattr__(name: str) -> Any:
+    # MemoryLedger is the simulator's: the bank's commands (SQL) do not pay for its import.
+    if name == "MemoryLedger":
+        from merkat.bank.memory import MemoryLedger
+
+        return MemoryLedger
+    raise AttributeError(f"module 'merkat.bank' has no attribute {name!r}")
 
 __all__ = [
     "MICRO",
