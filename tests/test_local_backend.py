@@ -4,6 +4,7 @@ root (a CPU hog is throttled to its quota, frozen, moved between nodes' cpusets)
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -205,3 +206,95 @@ def _stat_usage(b: LocalBackend, vm: str) -> float:
             continue
         total += int(fields[11]) + int(fields[12])
     return total / os.sysconf("SC_CLK_TCK")
+
+
+def _sleeper() -> subprocess.Popen[bytes]:
+    """A process in its own session, as a VM of a killed server is (the test plays the
+    kernel's part: it writes the pid into a fake group's cgroup.procs)."""
+    return subprocess.Popen(["sleep", "600"], start_new_session=True)
+
+
+def test_adopt_takes_back_a_live_group_and_restarts_an_empty_one(tmp_path: Path) -> None:
+    cg = tmp_path / "cg"
+    fake_v1(cg, ["merkat", "merkat/a", "merkat/a/vm1", "merkat/a/vm2", "merkat/b",
+                 "merkat/b/vm1"])
+    nodes = [Node("n0", "0", 1.0, 512.0), Node("n1", "1", 1.0, 512.0)]
+    b = LocalBackend(nodes, tmp_path / "logs", cgroup_root=cg)
+    staged: list[str] = []
+    b.register("a", lambda app, vm, i: Launch("exec sleep 600", index=i,
+                                              setup=lambda: staged.append(vm)))
+    old = _sleeper()
+    orphan = _sleeper()
+    try:
+        (cg / "cpu/merkat/a/vm1/cgroup.procs").write_text(f"{old.pid}\n")
+        (cg / "cpu/merkat/b/vm1/cgroup.procs").write_text(f"{orphan.pid}\n")
+        r = b.adopt("a/vm1", "a", 1, 0, {"cpu": 0.25, "memory": 64.0})
+        assert (r.op, r.error) == ("adopt", None)
+        d = b.describe("a/vm1") or {}
+        assert (d["pid"], d["process"], d["node"], d["adopted"]) == (old.pid, "running", "n1",
+                                                                      True)
+        # its allocation and node written again: quota, memory limit, cpuset
+        assert b.tree.limits("a/vm1") == Limits(0.25, 64.0, "1")
+        assert b.poll() == []  # still running: nothing to report
+        # vm2's group is empty: started again (files not staged in again), on its node
+        r = b.adopt("a/vm2", "a", 0, 1, {"cpu": 0.5})
+        assert (r.op, r.error) == ("restart", None) and staged == []
+        p2 = b.vms["a/vm2"]
+        assert p2.proc is not None and p2.pid == p2.proc.pid and not p2.adopted
+        assert p2.launch.index == 1 and b.tree.limits("a/vm2").cpu == 0.5
+        # the orphan group (no platform) is destroyed: its process killed
+        assert b.reap_orphans() == ["b/vm1"]
+        assert orphan.wait(5) < 0
+        # the adopted process ends: not our child, seen through its group; its wrapper's
+        # exit status (here: none, it was killed) makes it a failure, restarted
+        old.kill()
+        old.wait()
+        (cg / "cpu/merkat/a/vm1/cgroup.procs").write_text("")  # as the kernel does
+        b.monitored["a"] = "a/vm1"
+        (out,) = b.poll()
+        assert (out.op, out.vm) == ("restart", "a/vm1") and b.vms["a/vm1"].proc is not None
+        assert b.vms["a/vm1"].restarts == 1 and not b.finished("a")
+    finally:
+        for p in (old, orphan):
+            p.kill()
+            p.wait()
+        b.close()
+
+
+def test_an_adopted_vm_whose_wrapper_wrote_status_0_has_finished(tmp_path: Path) -> None:
+    cg = tmp_path / "cg"
+    fake_v2(cg, ["merkat", "merkat/a", "merkat/a/vm1"])
+    b = LocalBackend([Node("n0", "0", 1.0, 512.0)], tmp_path / "logs", cgroup_root=cg)
+    b.register("a", lambda app, vm, i: Launch("exec sleep 600", index=i))
+    b.monitored["a"] = "a/vm1"
+    old = _sleeper()
+    try:
+        (cg / "merkat/a/vm1/cgroup.procs").write_text(f"{old.pid}\n")
+        (cg / "merkat/a/vm1/cgroup.freeze").write_text("1")  # frozen: it was suspended
+        r = b.adopt("a/vm1", "a", 0, 0)
+        assert r.op == "adopt-frozen" and b.vms["a/vm1"].state == "suspended"
+        assert b.poll() == []  # a suspended VM is not polled
+        b.apply(Plan(0.0, 1.0, resume=(VMPlacement("a/vm1", "a", 0),)))
+        assert (cg / "merkat/a/vm1/cgroup.freeze").read_text() == "0"
+        exit_file = b.vms["a/vm1"].exit_file
+        exit_file.parent.mkdir(parents=True)
+        exit_file.write_text("0\n")  # what the VM's wrapper writes at its end
+        old.kill()
+        old.wait()
+        (cg / "merkat/a/vm1/cgroup.procs").write_text("")  # as the kernel does
+        assert [(o.op, o.error) for o in b.poll()] == [("exit", None)]
+        assert b.finished("a")
+    finally:
+        old.kill()
+        old.wait()
+        b.close()
+
+
+def test_each_vm_runs_under_a_wrapper_that_records_its_exit_status(tmp_path: Path) -> None:
+    b = LocalBackend([Node("n0", "0", 1.0, 512.0)], tmp_path, cgroup_root=tmp_path / "none")
+    b.register("a", lambda app, vm, i: Launch("exit 7"))
+    b.apply(Plan(0.0, 1.0, create=(VMPlacement("a/vm1", "a", 0),)))
+    p = b.vms["a/vm1"]
+    assert p.proc is not None and p.proc.wait(5) == 7
+    assert p.exit_file.read_text() == "7\n" and p.pid == p.proc.pid
+    b.close()

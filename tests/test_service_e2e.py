@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from merkat.backends.local import pid_alive
 from merkat.backends.local.cgroups import detect
 from merkat.service.config import load_config
 from merkat.service.server import Service
@@ -196,10 +197,12 @@ def test_bench_service_prints_its_figures() -> None:
 @pytest.mark.skipif(os.geteuid() != 0 or detect(Path("/sys/fs/cgroup")) is None,
                     reason="needs root and cgroups")
 def test_sigkill_and_restart_resumes_the_platform_and_loses_no_money(tmp_path: Path) -> None:
-    """The server is killed (SIGKILL) while a platform runs: the restarted server destroys the
-    VM the dead one left, admits the platform again under a new controller with the money its
-    account still holds (no refund, no second budget), starts its VM again, and the period
-    counter and the bank's audit go on."""
+    """The server is killed (SIGKILL) while a platform runs: its VM outlives it (its own
+    session); the restarted server finds the VM's cgroup and re-adopts the **same process**
+    (same pid, same cgroup, its quota written again), admits the platform again under a new
+    controller with the money its account still holds (no refund, no second budget), the
+    period counter continues and the bank's audit balances. An orphan cgroup (no platform)
+    is destroyed."""
     import signal
 
     key = cli("user", "add", "alice", "--budget", "100", "--data-dir", str(tmp_path),
@@ -218,38 +221,56 @@ def test_sigkill_and_restart_resumes_the_platform_and_loses_no_money(tmp_path: P
         return p
 
     server = start()
+    orphan = None
     try:
         (tmp_path / "spin.yaml").write_text(SPIN.format(name="spin", budget=30))
         assert cli("submit", str(tmp_path / "spin.yaml"), env=env).returncode == 0
         wait(lambda: (s := api(env, "/platforms/spin"))["state"] == "running" and s["vms"])
         before = api(env, "/prices")["period"]
-        pid = api(env, "/platforms/spin")["vms"][0]["pid"]
+        (vm,) = api(env, "/platforms/spin")["vms"]
+        pid = vm["pid"]
         server.send_signal(signal.SIGKILL)
         server.wait()
         os.kill(pid, 0)  # the VM outlived its server
         held = {a["name"]: a["balance"] for a in api_db(tmp_path)}
+        # an orphan: a VM cgroup of no platform, with a live process in it
+        cpu = Path("/sys/fs/cgroup/cpu") / prefix
+        (cpu / "ghost" / "vm1").mkdir(parents=True)
+        orphan = subprocess.Popen(["sleep", "600"], start_new_session=True)
+        (cpu / "ghost" / "vm1" / "cgroup.procs").write_text(str(orphan.pid))
         server = start()
-        with pytest.raises(ProcessLookupError):  # the orphan is destroyed
-            for _ in range(50):
-                os.kill(pid, 0)
-                time.sleep(0.1)
-        # admitted again and running on a new VM, with the money it held (no refund)
-        wait(lambda: (s := api(env, "/platforms/spin"))["state"] == "running" and s["vms"]
-             and s["vms"][0]["pid"] != pid)
+        assert orphan.wait(timeout=10) == -signal.SIGKILL or orphan.returncode < 0
+        assert not (cpu / "ghost").exists()  # the orphan destroyed, its group removed
+        # re-adopted: the same process in the same cgroup, the platform running, its quota
+        # written again
+        (again,) = api(env, "/platforms/spin")["vms"]
+        assert (again["id"], again["pid"], again["cgroup"]) == (vm["id"], pid, vm["cgroup"])
+        assert again["state"] == "running" and again["process"] == "running"
+        assert pid in [int(x) for x in (cpu.parent / vm["cgroup"] / "cgroup.procs")
+                       .read_text().split()]
+        assert api(env, "/platforms/spin")["state"] == "running"
+        log = tmp_path / "logs" / "spin" / "vm1.log"
+        n = log.read_text().count("iteration")
+        wait(lambda: log.read_text().count("iteration") > n)  # it goes on working
         acc = {a["name"]: a["balance"] for a in api(env, "/accounts")["items"]}
         assert acc["alice"] == held["alice"] == "70"  # nothing refunded, no second budget
         assert 0 < float(acc["app:spin"]) <= float(held["app:spin"])
         wait(lambda: (api(env, "/prices")["period"] or 0) > before)  # the counter continues
-        kinds = [e["kind"] for e in api(env, "/events?limit=1000")["items"]]
-        assert "recovery" in kinds
+        recovery = [e["message"] for e in api(env, "/events?limit=1000")["items"]
+                    if e["kind"] == "recovery"]
+        assert any("1 VM(s) re-adopted (0 frozen), 0 started again" in m for m in recovery)
+        os.kill(pid, 0)
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
+        if orphan is not None and orphan.poll() is None:
+            orphan.kill()
     from merkat.service.db import open_store
 
     store = open_store(f"sqlite:///{tmp_path / 'merkat.db'}")
     assert store.ledger.audit().ok
     assert not (Path("/sys/fs/cgroup/cpu") / prefix / "spin").exists()
+    assert not pid_alive(pid)  # the server's shutdown destroyed the VM
 
 
 def api_db(data_dir: Path) -> list[dict[str, str]]:

@@ -1,4 +1,5 @@
-"""The service's persistence: users and API keys, platforms, events, prices, counters.
+"""The service's persistence: users and API keys, platforms and their VMs, events, prices,
+counters.
 
 :func:`open_store` opens (creating if needed) the database at a URL — the bank's tables
 through :func:`merkat.bank.db.open_ledger`, the service's through alembic migrations
@@ -13,7 +14,7 @@ import hashlib
 import json
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,19 @@ class PlatformRow:
     outcome: str
 
 
+@dataclass(frozen=True)
+class VmRow:
+    """One VM of an active platform as the last period left it (:meth:`Store.save_vms`)."""
+
+    id: str
+    platform: str
+    index: int
+    node: str | None
+    state: str
+    bid: dict[str, float]
+    alloc: dict[str, float]
+
+
 def migrate(engine: Engine) -> None:
     """Bring the service's tables to the newest revision (alembic ``upgrade head``)."""
     from alembic import command
@@ -69,6 +83,12 @@ def open_store(url: str) -> Store:
     ledger = open_ledger(url, create=True)
     migrate(ledger.engine)
     return Store(ledger)
+
+
+def vm_number(vm: str) -> int:
+    """N of a VM id ``app/vmN`` (its creation order in its platform; -1 if not of that form)."""
+    tail = vm.rsplit("/vm", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
 
 
 def hash_key(key: str) -> str:
@@ -172,6 +192,27 @@ class Store:
             q = q.where(s.platforms.c.state.in_(list(states)))
         with self.engine.connect() as conn:
             return [_platform(r) for r in conn.execute(q)]
+
+    def save_vms(self, rows: Mapping[str, Sequence[VmRow]]) -> None:
+        """Replace the stored VMs of each platform named in ``rows`` (one transaction; an
+        empty sequence forgets a platform's VMs)."""
+        if not rows:
+            return
+        with self.engine.begin() as conn:
+            conn.execute(s.vms.delete().where(s.vms.c.platform.in_(list(rows))))
+            values = [{"id": v.id, "platform": v.platform, "idx": v.index, "node": v.node,
+                       "state": v.state, "bid": json.dumps(v.bid), "alloc": json.dumps(v.alloc)}
+                      for vms in rows.values() for v in vms]
+            if values:
+                conn.execute(insert(s.vms), values)
+
+    def vms(self, platform: str) -> list[VmRow]:
+        """The stored VMs of ``platform`` in creation order (``app/vmN`` by N)."""
+        q = select(s.vms).where(s.vms.c.platform == platform)
+        with self.engine.connect() as conn:
+            rows = [VmRow(r.id, r.platform, r.idx, r.node, r.state, json.loads(r.bid),
+                          json.loads(r.alloc)) for r in conn.execute(q)]
+        return sorted(rows, key=lambda v: (vm_number(v.id), v.id))
 
     # --- events and prices ------------------------------------------------------------------
 

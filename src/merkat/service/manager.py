@@ -130,9 +130,13 @@ class Manager:
         self.paid: dict[str, int] = {}  # micro-credits each platform had paid at the last tick
         # Called after each period with (platform, its record, the period's wall seconds).
         self.observers: list[Callable[[Platform, PeriodRecord, float], None]] = []
+        self.vm_index: dict[str, int] = {}  # each VM's index in its platform (its launcher's)
+        self.saved_vms: dict[str, tuple[Any, ...]] = {}  # the VMs last written to the store
         if backend.warning:
             store.add_event("warning", backend.warning)
-        self._recover()
+        from merkat.service.recovery import recover
+
+        recover(self)
 
     # --- the API's side ----------------------------------------------------------------------
 
@@ -376,38 +380,6 @@ class Manager:
 
     # --- internals --------------------------------------------------------------------------
 
-    def _recover(self) -> None:
-        """After a crash (the previous server was killed): destroy the VMs it left behind and
-        admit its active platforms again, each under a new controller of its template's
-        policy, with the money its account still holds and its original deadline; their VMs
-        are started again by the period (the processes of the killed server are not
-        re-adopted: they are restarted). A platform that cannot be admitted again ends as
-        ``failed`` and what its account holds goes back to its owner (idempotent). Platforms
-        still queued stay queued."""
-        reap = getattr(self.backend, "reap_orphans", None)
-        orphans = reap() if reap else []
-        if orphans:
-            self.store.add_event("recovery", f"destroyed {len(orphans)} VM(s) left by the "
-                                 f"previous server: {', '.join(orphans[:10])}")
-        ledger = self.store.ledger
-        for row in self.store.platforms(states=("waiting", "running", "suspended")):
-            account = f"app:{row.name}"
-            try:
-                self._admit(row, resumed=True)
-            except (TemplateError, ValueError) as exc:
-                left = ledger.balance(account) if ledger.has_account(account) else 0
-                if left > 0:
-                    ledger.transfer(account, row.owner, left,
-                                    f"refund of {row.name} after restart",
-                                    idempotency_key=f"refund:{row.name}")
-                self._end_row(row.name, row.owner, "failed",
-                              f"server restarted while {row.state} and the platform could not "
-                              f"be admitted again ({exc}); {left / 1e6:g} credits refunded")
-                continue
-            self.store.add_event("recovery", f"platform {row.name} resumed after a server "
-                                 f"restart (it was {row.state}); its VMs are started again",
-                                 row.name, row.owner)
-
     def _admit(self, row: PlatformRow, resumed: bool = False) -> None:
         """Admit ``row`` into the platform (``resumed``: again, after a restart: its account
         and money exist, its deadline counts from its submission)."""
@@ -447,16 +419,18 @@ class Manager:
             cluster, k = t.cluster_of(index)
             if cluster.name == monitored.name and k == 0:
                 self.backend.monitored[app] = vm
+            self.vm_index[vm] = index
             master = t.clusters[[c.name for c in t.clusters].index(cluster.depends)] \
                 if cluster.depends else cluster
             data = Path(self.config.data_dir)
             cwd = files.work_dir(data, app, cluster.name, k)
-            files.stage_in(cluster.files_in, cwd)  # an error here is the VM's, as data
             env = {"MERKAT_MASTER": f"{app}/{master.name}-0", "MERKAT_MASTER_HOST": "127.0.0.1",
                    "MERKAT_CLUSTER_INDEX": str(k),
                    "MERKAT_SHARED": str(files.shared_dir(data, app))}
             return Launch(cluster.command, cluster.name, index, env, str(cwd),
-                          memory_floor=max(cluster.min_memory, 16.0))
+                          memory_floor=max(cluster.min_memory, 16.0),
+                          # an error here is the VM's, as data; a re-adopted VM skips it
+                          setup=lambda: files.stage_in(cluster.files_in, cwd))
 
         return launch
 
@@ -541,6 +515,9 @@ class Manager:
             if app.reason:
                 msg += f" ({app.reason}; paid {app.spent / 1e6:g})"
             self._event("state", msg, name)
+        from merkat.service.recovery import save_vms
+
+        save_vms(self)
 
     def _files_out(self, t: Template) -> None:
         """Copy each VM's ``files_out`` to ``out/<platform>/`` (the platform has ended)."""

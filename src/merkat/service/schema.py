@@ -72,3 +72,16 @@ state = Table(
     Column("key", String(64), primary_key=True),
     Column("value", Text, nullable=False),
 )
+
+vms = Table(
+    "svc_vms", metadata,
+    Column("id", String(160), primary_key=True),  # app/vmN
+    Column("platform", String(64), nullable=False, index=True),
+    Column("idx", Integer, nullable=False),  # the VM's index in its platform (MERKAT_INDEX)
+    Column("node", String(64)),  # the node it runs on (None: not placed)
+    Column("state", String(16), nullable=False),  # the platform's VMState
+    Column("bid", Text, nullable=False),  # JSON {resource: amount}
+    Column("alloc", Text, nullable=False),  # JSON {resource: amount}
+)
+"""Each active platform's VMs as the last period left them: what a restarted server re-adopts
+(docs/service.md, "Crash and restart")."""

@@ -15,6 +15,12 @@ host index ``h`` is ``nodes[h]``. For each operation of a :class:`~merkat.platfo
 - **migrate** — the running VM's cpuset becomes the new node's (vCPUs pinned, Merkat §5.1);
 - **destroy** — SIGTERM then SIGKILL to the group, then the group is removed.
 
+**Recovery** (:meth:`LocalBackend.adopt`): VMs run in their own sessions, so they outlive a
+server killed with SIGKILL; a restarted server finds each one's group, takes its live
+processes back (polled, not waited for: they are not its children; the exit status comes from
+the file the VM's wrapper shell writes) or starts the VM again when the group is empty or
+gone, and :meth:`LocalBackend.reap_orphans` destroys the groups no platform claims.
+
 Without a writable cgroup hierarchy the processes still run, unenforced (:attr:`enforced` is
 False and :attr:`warning` says why). Errors never raise: each operation's outcome is an
 :class:`OpResult` in :attr:`LocalBackend.report` (the last plan's) — errors from the world are
@@ -36,11 +42,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from merkat.backends.local.cgroups import CgroupTree, Limits
+from merkat.backends.local.cgroups import CgroupTree, Limits, pid_alive
 from merkat.control.types import Metrics
 from merkat.platform.backend import Plan
 
-__all__ = ["Launch", "LocalBackend", "Node", "OpResult", "VMProcess", "split_machine"]
+__all__ = ["Launch", "LocalBackend", "Node", "OpResult", "VMProcess", "pid_alive", "split_machine"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,9 @@ class Launch:
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
     memory_floor: float = 0.0  # MiB: the memory limit never goes under this (the VM's minimum)
+    # Prepares the VM's first start (copies its input files): run once by a create, never by
+    # an adoption (the files of a re-adopted VM are where it left them).
+    setup: Callable[[], Any] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,13 @@ class VMProcess:
     restarts: int = 0
     exit_code: int | None = None
     limits: Limits | None = None  # the CPU/memory limits last written
+    pid: int | None = None  # the VM's process (its session leader): our child's, or adopted
+    adopted: bool = False  # found in its cgroup after a restart: not our child (polled)
+
+    @property
+    def exit_file(self) -> Path:
+        """Where the VM's wrapper shell writes its command's exit status."""
+        return self.log.with_suffix(".exit")
 
 
 Launcher = Callable[[str, str, int], Launch]
@@ -187,9 +203,17 @@ class LocalBackend:
         out: list[OpResult] = []
         with self._lock:
             for vm in list(self.vms.values()):
-                if vm.proc is None or vm.state not in ("running",):
+                if vm.state != "running":
                     continue
-                code = vm.proc.poll()
+                if vm.proc is not None:
+                    code = vm.proc.poll()
+                elif vm.adopted:  # not our child: it ended when its group is empty
+                    if self._alive(vm):
+                        continue
+                    status = _exit_status(vm.exit_file)
+                    code = UNKNOWN_EXIT if status is None else status
+                else:
+                    continue
                 if code is None:
                     continue
                 vm.exit_code = code
@@ -213,6 +237,49 @@ class LocalBackend:
         """The limits the kernel holds for ``vm`` now."""
         p = self.vms.get(vm)
         return self.tree.limits(_group(vm)) if p and self.enforced else Limits()
+
+    def adopt(self, vm: str, app: str, host: int, index: int,
+              alloc: Mapping[str, float] | None = None) -> OpResult:
+        """Take ``vm`` back after the server restarted: its cgroup (this backend's naming,
+        ``<prefix>/<app>/<vm>``) still holds live processes → the VM is known again as
+        ``running`` on node ``host`` (``suspended`` when its group is frozen; op
+        ``adopt-frozen``), its cpuset and ``alloc`` written again (op ``adopt``); its group is
+        empty or gone → it is started again (op ``restart``, its files not staged in again).
+        ``index`` is its index in its platform (its launcher's). Errors are data."""
+        with self._lock:
+            if vm in self.vms:
+                return OpResult("adopt", vm, "already known")
+            launcher = self.launchers.get(app)
+            if launcher is None:
+                return OpResult("adopt", vm, f"no launcher registered for application {app!r}")
+            group = _group(vm)
+            live = [pid for pid in self.tree.pids(group) if pid_alive(pid)] \
+                if self.enforced else []
+            if not live:
+                if self.enforced and self.tree.exists(group):
+                    self.tree.remove(group)
+                err = self._create(vm, app, host, index, setup=False)
+                if err is None and alloc:
+                    err = self._limit(vm, alloc)
+                return OpResult("restart", vm, err)
+            try:
+                launch = launcher(app, vm, index)
+            except Exception as exc:  # a bad template reaches us as data
+                return OpResult("adopt", vm, f"cannot prepare VM: {exc}")
+            p = VMProcess(vm, app, host, launch, self.tree.path(group), self._log(app, vm),
+                          pid=_leader(live), adopted=True)
+            frozen = self.tree.frozen(group)
+            p.state = "suspended" if frozen else "running"
+            self.vms[vm] = p
+            err = self.tree.set_limits(group, Limits(cpus=self._node(host).cpus))
+            if alloc:
+                err = self._limit(vm, alloc) or err
+            return OpResult("adopt-frozen" if frozen else "adopt", vm, err)
+
+    def _alive(self, p: VMProcess) -> bool:
+        """Whether an adopted VM still runs: a live process in its group (or its pid)."""
+        pids = self.tree.pids(_group(p.id)) if self.enforced else ([p.pid] if p.pid else [])
+        return any(pid_alive(pid) for pid in pids)
 
     def reap_orphans(self) -> list[str]:
         """Destroy the VM groups a previous server left under the prefix (it was killed):
@@ -242,7 +309,7 @@ class LocalBackend:
             return None
         lim = self.limits(vm)
         return {"node": self._node(p.node).name, "process": p.state,
-                "pid": p.proc.pid if p.proc else None, "restarts": p.restarts,
+                "pid": p.pid, "restarts": p.restarts, "adopted": p.adopted,
                 "exit_code": p.exit_code, "cgroup": p.cgroup if self.enforced else None,
                 "cluster": p.launch.cluster, "limits": {"cpu": lim.cpu, "memory": lim.memory,
                                                         "cpus": lim.cpus}}
@@ -267,17 +334,23 @@ class LocalBackend:
 
     # --- operations --------------------------------------------------------------------------
 
-    def _create(self, vm: str, app: str, host: int) -> str | None:
+    def _log(self, app: str, vm: str) -> Path:
+        return self.logs / _safe(app) / f"{_safe(vm.rsplit('/', 1)[-1])}.log"
+
+    def _create(self, vm: str, app: str, host: int, index: int | None = None,
+                setup: bool = True) -> str | None:
         launcher = self.launchers.get(app)
         if launcher is None:
             return f"no launcher registered for application {app!r}"
-        index = sum(1 for v in self.vms.values() if v.app == app)
+        if index is None:
+            index = sum(1 for v in self.vms.values() if v.app == app)
         try:
             launch = launcher(app, vm, index)
+            if setup and launch.setup is not None:
+                launch.setup()
         except Exception as exc:  # a bad template reaches us as data
             return f"cannot prepare VM: {exc}"
-        log = self.logs / _safe(app) / f"{_safe(vm.rsplit('/', 1)[-1])}.log"
-        p = VMProcess(vm, app, host, launch, self.tree.path(_group(vm)), log)
+        p = VMProcess(vm, app, host, launch, self.tree.path(_group(vm)), self._log(app, vm))
         self.vms[vm] = p
         if self.enforced:
             err = self.tree.create(_group(vm)) or self.tree.set_limits(
@@ -306,10 +379,13 @@ class LocalBackend:
                 finally:
                     os.close(fd)
 
+        with contextlib.suppress(OSError):
+            p.exit_file.unlink()
         try:
             with open(p.log, "ab") as out:
                 p.proc = subprocess.Popen(
-                    ["/bin/sh", "-c", p.launch.command], stdout=out, stderr=subprocess.STDOUT,
+                    ["/bin/sh", "-c", WRAPPER, "merkat-vm", p.launch.command, str(p.exit_file)],
+                    stdout=out, stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL, env=env, cwd=p.launch.cwd or None,
                     start_new_session=True, preexec_fn=join if procs else None)
         except (OSError, subprocess.SubprocessError) as exc:
@@ -317,6 +393,8 @@ class LocalBackend:
             return f"cannot start {p.launch.command!r}: {exc}"
         p.state = "running"
         p.exit_code = None
+        p.pid = p.proc.pid
+        p.adopted = False
         return None
 
     def _destroy(self, vm: str) -> str | None:
@@ -389,6 +467,32 @@ class LocalBackend:
 
     def _node(self, host: int) -> Node:
         return self.nodes[host] if 0 <= host < len(self.nodes) else self.nodes[0]
+
+
+WRAPPER = '/bin/sh -c "$1"; s=$?; echo "$s" >"$2"; exit "$s"'
+"""Each VM runs ``/bin/sh -c COMMAND`` under this shell (in a new session, the VM's
+cgroup), which writes the command's exit status to a file: a VM re-adopted after a restart
+is not the new server's child, so its status is read from there (:meth:`LocalBackend.poll`)."""
+
+UNKNOWN_EXIT = -1
+"""The exit code of an adopted VM that ended without writing its status (killed): a failure."""
+
+
+def _exit_status(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _leader(pids: list[int]) -> int:
+    """The VM's own process among its group's: the session leader (each VM runs in a new
+    session), else the oldest (lowest) pid."""
+    for pid in sorted(pids):
+        with contextlib.suppress(OSError):
+            if os.getsid(pid) == pid:
+                return pid
+    return min(pids)
 
 
 def _group(vm: str) -> str:

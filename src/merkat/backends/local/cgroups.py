@@ -151,7 +151,7 @@ class CgroupTree:
         """The processes in the group (from the cpu controller's, or the unified, directory)."""
         d = self._main_dir(name)
         text = _read(d / "cgroup.procs") if d else None
-        return [int(x) for x in (text or "").split()]
+        return [pid for pid in map(int, (text or "").split()) if pid > 0]  # never "0": us
 
     def remove(self, name: str, grace: float = 2.0) -> str | None:
         """Kill every process of the group (thawing it first), wait, then remove its directories."""
@@ -161,9 +161,9 @@ class CgroupTree:
                 with contextlib.suppress(OSError):
                     os.kill(pid, sig)
             deadline = time.monotonic() + grace
-            while self.pids(name) and time.monotonic() < deadline:
+            while self._live(name) and time.monotonic() < deadline:
                 time.sleep(0.02)
-            if not self.pids(name):
+            if not self._live(name):
                 break
         errors = []
         for d in self.dirs(name).values():
@@ -173,6 +173,9 @@ class CgroupTree:
                 except OSError as exc:
                     errors.append(f"cannot remove {d}: {exc.strerror or exc}")
         return "; ".join(errors) or None
+
+    def _live(self, name: str) -> bool:
+        return any(pid_alive(pid) for pid in self.pids(name))
 
     def exists(self, name: str) -> bool:
         d = self._main_dir(name)
@@ -297,6 +300,21 @@ class CgroupTree:
     def _main_dir(self, name: str) -> Path | None:
         d = self.dirs(name)
         return d.get("cpu") or d.get("unified") or next(iter(d.values()), None)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: kill(0) said it exists
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def _enable_v2(parent: Path) -> None:

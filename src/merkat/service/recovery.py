@@ -1,0 +1,143 @@
+"""Crash and restart: what the manager keeps of its VMs, and how a restarted server takes them
+back (docs/service.md, "Crash and restart").
+
+After every period (and admission between periods) :func:`save_vms` writes each active
+platform's VMs to the store (id, index, node, state, bid, allocation) when they changed. A
+server killed with SIGKILL leaves its VMs running: they live in their own sessions and
+cgroups. At start-up :func:`recover` admits the active platforms again (new controllers, the
+money their accounts hold, their deadlines from submission) and, on a backend that can
+(``adopt``: the local backend), takes each stored VM back through its cgroup — the same
+process, on its node, frozen if its platform was suspended, its allocation written again —
+or starts it again when its cgroup is empty or gone; the platform resumes in its stored state
+and the period counter continues. The cgroups no active platform claims are destroyed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from merkat.control.types import AppStatus, VMState
+from merkat.market import NO_HOST
+from merkat.platform.backend import Plan, VMPlacement
+from merkat.platform.model import VMRecord
+from merkat.service.db import PlatformRow, VmRow, vm_number
+from merkat.service.templates import TemplateError
+
+if TYPE_CHECKING:
+    from merkat.service.manager import Manager
+
+ACTIVE = ("waiting", "running", "suspended")
+
+
+def save_vms(m: Manager) -> None:
+    """Write the VMs of the platforms whose VMs changed since the last write (one
+    transaction; an ended platform's VMs are forgotten)."""
+    ids = m.platform.hosts.ids
+    changed: dict[str, tuple[VmRow, ...]] = {}
+    for name in {*m.saved_vms, *m.live}:
+        app = m.platform.apps.get(name)
+        rows: tuple[VmRow, ...] = () if app is None or not app.active else tuple(
+            VmRow(vm.id, name, m.vm_index.get(vm.id, 0),
+                  ids[vm.host] if vm.host != NO_HOST else None, vm.state.value,
+                  dict(vm.bid), dict(vm.alloc)) for vm in app.vms)
+        if rows != m.saved_vms.get(name, ()):
+            changed[name] = rows
+    if not changed:
+        return
+    m.store.save_vms(changed)
+    for name, rows in changed.items():
+        if rows:
+            m.saved_vms[name] = rows
+        else:
+            m.saved_vms.pop(name, None)
+            for vm in [v for v in m.vm_index if v.startswith(name + "/")]:
+                del m.vm_index[vm]
+
+
+def recover(m: Manager) -> None:
+    """Admit again the platforms the previous server left active, re-adopt their VMs, and
+    destroy the cgroups no platform claims (module doc). A platform that cannot be admitted
+    again ends as ``failed`` and its account's balance goes back to its owner (idempotent).
+    Platforms still queued stay queued."""
+    ledger = m.store.ledger
+    for row in m.store.platforms(states=ACTIVE):
+        account = f"app:{row.name}"
+        try:
+            m._admit(row, resumed=True)
+        except (TemplateError, ValueError) as exc:
+            left = ledger.balance(account) if ledger.has_account(account) else 0
+            if left > 0:
+                ledger.transfer(account, row.owner, left,
+                                f"refund of {row.name} after restart",
+                                idempotency_key=f"refund:{row.name}")
+            m.store.save_vms({row.name: ()})
+            m._end_row(row.name, row.owner, "failed",
+                       f"server restarted while {row.state} and the platform could not "
+                       f"be admitted again ({exc}); {left / 1e6:g} credits refunded")
+            continue
+        how = readopt(m, row)
+        m.store.add_event("recovery", f"platform {row.name} resumed after a server "
+                          f"restart (it was {row.state}): {how}", row.name, row.owner)
+    reap = getattr(m.backend, "reap_orphans", None)
+    orphans = reap() if reap else []
+    if orphans:
+        m.store.add_event("recovery", f"destroyed {len(orphans)} VM(s) no platform claims: "
+                          f"{', '.join(orphans[:10])}")
+
+
+def readopt(m: Manager, row: PlatformRow) -> str:
+    """Give the re-admitted platform ``row`` its stored VMs back (module doc); returns what
+    happened, in words. Without stored VMs or a backend that adopts, the platform waits and
+    its controller starts it again (its VMs are started anew)."""
+    app = m.platform.apps[row.name]
+    stored = m.store.vms(row.name)
+    adopt: Any = getattr(m.backend, "adopt", None)
+    if adopt is None or not stored or row.state == "waiting":
+        return "its VMs are started again"
+    hosts = {h: k for k, h in enumerate(m.platform.hosts.ids)}
+    suspended = row.state == "suspended"
+    counts: Counter[str] = Counter()
+    records: list[VMRecord] = []
+    freeze: list[str] = []
+    thaw: list[VMPlacement] = []
+    for v in stored:
+        state = VMState(v.state)
+        host = hosts.get(v.node, NO_HOST) if v.node is not None else NO_HOST
+        m.vm_index[v.id] = v.index
+        rec = VMRecord(v.id, app.spec.id, state, host=host, bid=dict(v.bid),
+                       alloc=dict(v.alloc) if host != NO_HOST else {}, new=host == NO_HOST)
+        records.append(rec)
+        if state is VMState.BOOTING and host == NO_HOST:
+            continue  # never started: the next period places it
+        frozen = suspended or state in (VMState.SUSPENDED, VMState.RESUMING)
+        r = adopt(v.id, app.spec.id, max(host, 0), v.index, None if frozen else v.alloc)
+        counts[r.op] += 1
+        if r.error:
+            m.store.add_event("vm-error", f"{v.id}: {r.op} failed: {r.error}", row.name,
+                              row.owner)
+            if m.backend.describe(v.id) is None:  # not running anywhere: placed again
+                rec.state, rec.host, rec.new, rec.alloc = VMState.BOOTING, NO_HOST, True, {}
+                continue
+        if state is VMState.MIGRATING:  # the move was written (cpuset) or not: it runs
+            rec.state = VMState.RUNNING
+        if frozen and r.op != "adopt-frozen":
+            freeze.append(v.id)
+        elif not frozen and r.op == "adopt-frozen":
+            thaw.append(VMPlacement(v.id, app.spec.id, max(host, 0)))
+    if freeze or thaw:
+        m.backend.apply(Plan(time=m.clock(), period=m.platform.period, suspend=tuple(freeze),
+                             resume=tuple(thaw)))
+    app.vms = records
+    app.views = None
+    app.vm_count = max([vm_number(v.id) for v in stored] + [len(stored)])
+    app.status = AppStatus(row.state)
+    app.start_time = row.started
+    if row.name in m.platform.queue:
+        m.platform.queue.remove(row.name)
+    m.store.set_platform(row.name, state=row.state)
+    m.live[row.name].state = row.state
+    m.saved_vms[row.name] = tuple(stored)
+    adopted = counts["adopt"] + counts["adopt-frozen"]
+    return (f"{adopted} VM(s) re-adopted ({counts['adopt-frozen']} frozen), "
+            f"{counts['restart']} started again")
