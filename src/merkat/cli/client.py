@@ -143,12 +143,18 @@ def platform_show(name: str, output: OutputFormat = OutputOption, url: str | Non
         print(f"platform {p['name']}: {p['state']} (owner {p['owner']}"
               f"{', ' + p['outcome'] if p['outcome'] else ''}); paid {p['spent']:.6g}")
         print_table(None, ["VM", "NODE", "STATE", "BID CPU", "BID MEM", "CPU", "MEM MiB",
-                           "CGROUP"], [
+                           "CGROUP", "PID"], [
             (v["id"], v["node"], v["state"], v["bid"]["cpu"], v["bid"]["memory"],
-             v["allocation"]["cpu"], v["allocation"]["memory"], v["cgroup"])
+             v["allocation"]["cpu"], v["allocation"]["memory"], v["cgroup"], _pid(v))
             for v in p["vms"]])
 
     emit(output, p, table)
+
+
+def _pid(vm: dict[str, Any]) -> str | None:
+    """A VM's pid, marked when a restarted server re-adopted it (docs/service.md)."""
+    pid = vm.get("pid")
+    return None if pid is None else f"{pid} (adopted)" if vm.get("adopted") else str(pid)
 
 
 @platform_app.command("stop")

@@ -219,7 +219,8 @@ class Manager:
                     "bid": {r: vm.bid.get(r, 0.0) for r in ("cpu", "memory")},
                     "allocation": {r: vm.alloc.get(r, 0.0) for r in ("cpu", "memory")},
                     "cgroup": d.get("cgroup"), "process": d.get("process"),
-                    "pid": d.get("pid"), "restarts": d.get("restarts", 0),
+                    "pid": d.get("pid"), "adopted": d.get("adopted", False),
+                    "restarts": d.get("restarts", 0),
                     "limits": d.get("limits"),
                 })
             return out

@@ -10,8 +10,9 @@ so log monitors read it unchanged), ``report`` (the last period's operations, ea
 ``op``, ``vm``, ``error``), ``reap_orphans`` and ``close``.
 
 Restarts: the backend finds the previous server's pods by label at start (:attr:`adopted`).
-The service does not yet resume platforms under their controllers after a restart (it ends
-them as failed and refunds them, docs/service.md), so ``reap_orphans`` deletes those pods, and
+The service admits their platforms again after a restart, but this backend has no ``adopt``
+(the local backend's re-adoption, docs/service.md): ``reap_orphans`` deletes those pods and
+the platforms' controllers start them again; and
 ``close`` (a graceful stop) deletes this server's pods, as the local backend destroys its VMs.
 """
 
