@@ -10,8 +10,8 @@ for ``merkat platform logs``), ``report`` (the last period's operations, each wi
 ``op``, ``vm``, ``error``), ``reap_orphans`` and ``close``.
 
 Restarts: the backend finds the previous server's pods by label at start (:attr:`adopted`).
-The service does not yet resume platforms under their controllers after a restart (it ends
-them as failed and refunds them, docs/service.md), so ``reap_orphans`` deletes those pods, and
+After a crash the service admits its platforms again and restarts their VMs rather than
+adopting them (docs/service.md, "Crash and restart"), so ``reap_orphans`` deletes those pods, and
 ``close`` (a graceful stop) deletes this server's pods, as the local backend destroys its VMs.
 
 Monitors run in the pods (:func:`merkat.service.monitors.read_in_vm` asks for these): a command
