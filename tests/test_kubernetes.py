@@ -454,6 +454,9 @@ def test_the_shipped_rbac_grants_every_call_the_backend_makes() -> None:
         b.apply_report(plan(create=create, allocations={p.vm: {"cpu": 1} for p in create}))
         b.apply_report(plan(60, migrate=(("a/vm1", 0, 2),), allocations={
             "a/vm1": {"cpu": 1}, "a/vm2": {"cpu": 2}}))
+        p = b.pods["a/vm2"]  # the monitors: a command in the pod, the pod's log
+        assert b.exec("a/vm2", ["true"]).ok
+        assert list(b.client.log(p.name, namespace=p.namespace, container="vm")) == []
         emu.remove_node("node-1")
         b.apply_report(plan(120, suspend=("a/vm1",)))
         return emu
@@ -461,14 +464,21 @@ def test_the_shipped_rbac_grants_every_call_the_backend_makes() -> None:
     ns_rules, cluster_rules = grants("rbac.yaml")
     emu = exercise(NS)
     needed = {_rbac_verb(c.verb, c.path) for c in emu.calls}
+    # An exec's WebSocket upgrade is a GET, authorized as get (and, from Kubernetes 1.35, as
+    # create too: the AuthorizePodWebsocketUpgradeCreatePermission gate): both are needed.
+    needed |= {(r, "create", w) for r, v, w in needed if r == "pods/exec"}
     assert {(r, v) for r, v, _ in needed} >= {("pods", "create"), ("pods/binding", "create"),
                                               ("pods/resize", "patch"), ("pods", "delete"),
-                                              ("nodes", "list"), ("pods", "list")}
+                                              ("nodes", "list"), ("pods", "list"),
+                                              ("pods/exec", "get"), ("pods/exec", "create"),
+                                              ("pods/log", "get")}
     for resource, verb, wide in needed:
         assert (resource, verb) in (cluster_rules if wide else ns_rules), (resource, verb)
     _, cluster_rules = grants("rbac.yaml", "rbac-per-user.yaml")
     emu = exercise(None)
-    for resource, verb, _ in {_rbac_verb(c.verb, c.path) for c in emu.calls}:
+    needed = {_rbac_verb(c.verb, c.path) for c in emu.calls}
+    assert ("pods/exec", "get", False) in needed
+    for resource, verb, _ in needed | {("pods/exec", "create", False)}:
         assert (resource, verb) in cluster_rules, (resource, verb)
 
 

@@ -38,6 +38,7 @@ from merkat.bank.ledger import AccountKind
 from merkat.bank.money import format_amount
 from merkat.control.base import Controller
 from merkat.control.registry import PolicyError, make_policy
+from merkat.control.types import VMState
 from merkat.market import NO_HOST, Hosts
 from merkat.platform.period import (
     ENDED,
@@ -51,7 +52,7 @@ from merkat.platform.period import (
 from merkat.service import files
 from merkat.service.config import ServiceConfig
 from merkat.service.db import PlatformRow, Store, StoreError
-from merkat.service.monitors import MetricsTracker, read_log, run_command
+from merkat.service.monitors import MetricsTracker, read_in_vm, read_log, run_command
 from merkat.service.templates import Monitor, Template, TemplateError
 
 VM_EVENTS = {"create": "vm-start", "suspend": "vm-suspend", "resume": "vm-resume",
@@ -96,6 +97,7 @@ class Live:
     tracker: MetricsTracker
     last_poll: float = -math.inf
     state: str = "waiting"  # as last written to the store
+    monitor_error: str | None = None  # the last failed reading's (an event when it changes)
 
 
 class Manager:
@@ -443,8 +445,17 @@ class Manager:
         app = self.platform.apps.get(name)
         if mon is None or app is None or not app.active:
             return
-        if mon.kind == "log":
-            vm = self.backend.monitored.get(name)
+        vm = self.backend.monitored.get(name)
+        due = mon.kind != "command" or now - live.last_poll >= live.template.poll
+        up = any(r.id == vm and r.state is not VMState.SUSPENDED for r in app.vms)
+        reading = read_in_vm(self.backend, vm if up else None, mon) if due else None  # in a pod
+        if reading is not None:
+            live.last_poll = now
+            live.tracker.update(reading.values, now)
+            if reading.error != live.monitor_error and reading.error is not None:
+                self._event("monitor-error", f"monitor of {name}: {reading.error}", name)
+            live.monitor_error = reading.error
+        elif mon.kind == "log":
             path = mon.path or (self.backend.log_path(vm) if vm else None)
             if path:
                 live.tracker.update(read_log(Path(path), mon.regex or ""), now)

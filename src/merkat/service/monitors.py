@@ -4,12 +4,19 @@ A monitor reads raw values — the last match of a regex in a log file, the ``ke
 JSON output of a command, or the values pushed to ``POST .../platforms/{name}/metrics`` — and
 :class:`MetricsTracker` turns successive readings into metrics, adding the measured progress
 rate (work units per second between two readings whose work differs).
+
+Where a monitor runs: on the machine for the local backend; inside the monitored VM when the
+backend runs commands there (it has ``exec_in(vm, command, timeout)`` and ``log_text(vm)``: the
+Kubernetes backend, through ``pods/{name}/exec`` and ``pods/{name}/log``), so templates are the
+same for both — :func:`read_in_vm`. A reading that fails there (timeout, pod gone, non-zero exit)
+is a :class:`Reading` with an ``error``, never an exception.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +29,40 @@ TAIL_BYTES = 65_536
 INT_FIELDS = ("tasks_left",)
 
 
+@dataclass(frozen=True)
+class Reading:
+    """One reading of a monitor: the values it gave, and what went wrong (None: nothing)."""
+
+    values: dict[str, float]
+    error: str | None = None
+
+
+def read_in_vm(backend: Any, vm: str | None, monitor: Monitor,
+               timeout: float = 5.0) -> Reading | None:
+    """``monitor`` read inside ``vm`` when ``backend`` runs commands in its VMs (module doc);
+    None when it does not (the monitor runs on this machine). A command monitor runs ``/bin/sh -c
+    command`` there; a log monitor reads the VM's own output (the pod's log) or, with a
+    ``path``, the last 64 KiB of that file in the VM."""
+    exec_in = getattr(backend, "exec_in", None)
+    if exec_in is None:
+        return None
+    if vm is None:  # its VM has not started yet: nothing to read (and not on this machine)
+        return Reading({})
+    if monitor.kind == "log" and not monitor.path:
+        text, error = backend.log_text(vm)
+        return Reading(match_log(text, monitor.regex or ""), error)
+    if monitor.kind == "log":
+        command = f"tail -c {TAIL_BYTES} {shlex.quote(monitor.path or '')}"
+    elif monitor.kind == "command":
+        command = monitor.command or ""
+    else:
+        return None
+    r = exec_in(vm, command, timeout)
+    out = r.stdout if r.error is None else ""
+    values = parse_output(out) if monitor.kind == "command" else match_log(out, monitor.regex or "")
+    return Reading(values, r.problem())
+
+
 def read_log(path: Path, regex: str) -> dict[str, float]:
     """The named groups of the last match of ``regex`` in the tail of ``path`` ({} if none)."""
     try:
@@ -32,6 +73,11 @@ def read_log(path: Path, regex: str) -> dict[str, float]:
             text = f.read().decode(errors="replace")
     except OSError:
         return {}
+    return match_log(text, regex)
+
+
+def match_log(text: str, regex: str) -> dict[str, float]:
+    """The named groups of the last match of ``regex`` in ``text`` ({} if none)."""
     last = None
     for m in re.finditer(regex, text):
         last = m

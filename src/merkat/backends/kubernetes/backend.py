@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +53,7 @@ from merkat.backends.kubernetes.objects import (
     resize_patch,
     resize_state,
 )
+from merkat.backends.kubernetes.podexec import ExecResult, exec_in_pod
 from merkat.control.types import Metrics
 from merkat.market import Hosts
 from merkat.platform.backend import ApplyReport as ApplyReport
@@ -202,6 +203,15 @@ class KubernetesBackend:
                                     or p.state == "InProgress", p.message, state=p.state,
                                     node=p.node or ""))
         return out
+
+    def exec(self, vm: str, argv: Sequence[str], timeout: float = 5.0) -> ExecResult:
+        """Run ``argv`` in ``vm``'s pod (``pods/{name}/exec``: one API call, not retried);
+        failures and timeouts come back in the result (:mod:`.podexec`), never raised."""
+        p = self.pods.get(vm)
+        if p is None:
+            return ExecResult(error=f"no pod for {vm}")
+        self.api_calls += 1
+        return exec_in_pod(self.client, p.name, p.namespace, argv, timeout=timeout)
 
     def adopt(self) -> dict[str, str]:
         """After a restart: read the pods of this instance and take them over; returns

@@ -11,7 +11,10 @@ What it emulates (Kubernetes 1.33+ semantics):
 - ``GET /api/v1/nodes``; ``GET`` pods in a namespace or in all namespaces with an equality
   ``labelSelector``; ``POST``/``GET``/``DELETE`` a pod; ``POST .../pods/{name}/binding``;
   ``PATCH .../pods/{name}/resize`` (strategic merge on the container named in the body);
-  ``GET .../pods/{name}/log``; ``POST /api/v1/namespaces``.
+  ``GET .../pods/{name}/log`` (``tailLines``); ``POST /api/v1/namespaces``; ``GET
+  .../pods/{name}/exec``, a WebSocket whose command really runs in a subprocess here, with the
+  pod's environment (:mod:`~merkat.backends.kubernetes.emulator_exec`; each recorded in
+  :attr:`KubeEmulator.execs`).
 - Errors as the API server sends them (``Status`` bodies): 404 NotFound, 409 AlreadyExists (a
   pod of the same name still terminating) and 409 Conflict on binding an already bound pod,
   422 Invalid (limit below request, a QoS class change, a memory limit decrease when the
@@ -32,15 +35,18 @@ Every request is recorded in :attr:`KubeEmulator.calls` as ``(verb, path, query,
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
 import httpx2
 
+from merkat.backends.kubernetes.emulator_exec import PROTOCOLS, ExecSession, accept
+from merkat.backends.kubernetes.emulator_http import serve as serve
 from merkat.backends.kubernetes.objects import (
     CONTAINER,
     DEFERRED,
@@ -59,7 +65,7 @@ from merkat.backends.kubernetes.objects import (
 
 SERVER = "https://kubernetes.emulator"
 TOKEN = "merkat-emulator-token"
-_POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)(?:/(binding|resize|log|status))?$")
+_POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)(?:/(binding|resize|log|status|exec))?$")
 _PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
 
 
@@ -70,6 +76,20 @@ class Call:
     query: dict[str, str]
     body: Any
     content_type: str = ""
+
+
+@dataclass
+class ExecRecord:
+    """One exec session: where, what, the subprotocol chosen and the exit code (None while
+    running, or when the command could not start or was killed)."""
+
+    namespace: str
+    pod: str
+    container: str
+    argv: list[str]
+    protocol: str
+    exit_code: int | None = None
+    done: bool = False
 
 
 @dataclass
@@ -96,6 +116,10 @@ class KubeEmulator:
     _terminating: dict[tuple[str, str], int] = field(default_factory=dict)
     _on_node: dict[str, dict[tuple[str, str], None]] = field(default_factory=dict)
     busy_s: float = 0.0  # time spent answering (the benchmark tells it from the client's)
+    execs: list[ExecRecord] = field(default_factory=list)
+    exec_protocols: tuple[str, ...] = PROTOCOLS  # ("v4.channel.k8s.io",): an older server
+    exec_dir: str | None = None  # the containers' working directories (default: a temp dir)
+    exec_limit_s: float = 60.0  # a command still running then is killed
     _rv: int = 0
 
     # --- setup and inspection (not API calls) -------------------------------------------
@@ -185,6 +209,8 @@ class KubeEmulator:
                 f.times -= 1
                 return _status(f.status, f.reason, f"injected fault on {verb} {path}")
         try:
+            if (m := _POD.match(path)) and m.group(3) == "exec":
+                return self._exec(request, m.group(1), m.group(2))
             return self._route(verb, path, query, body, ctype)
         except _ApiError as e:
             return _status(e.code, e.reason, e.message)
@@ -222,9 +248,61 @@ class KubeEmulator:
             if sub == "resize" and verb == "PATCH":
                 return _ok(self._resize(pod, body, ctype))
             if sub == "log" and verb == "GET":
-                return httpx2.Response(200, text=self.logs.get((ns, name), ""))
+                text = self.logs.get((ns, name), "")
+                if query.get("tailLines", "").isdigit():
+                    lines = text.splitlines(keepends=True)
+                    text = "".join(lines[len(lines) - min(len(lines), int(query["tailLines"])):])
+                return httpx2.Response(200, text=text)
         raise _ApiError(404, "NotFound", f"the server could not find the requested resource "
                         f"({verb} {path})")
+
+    def _exec(self, request: httpx2.Request, ns: str, name: str) -> httpx2.Response:
+        """``pods/{name}/exec``: checked as the API server and kubelet do, then a WebSocket
+        session (``101``) whose far end is the command running here."""
+        if request.method not in ("GET", "POST"):
+            raise _ApiError(405, "MethodNotAllowed", f"{request.method} is not allowed")
+        pod = self.pods.get((ns, name))
+        if pod is None or (ns, name) in self._terminating:
+            raise _ApiError(404, "NotFound", f'pods "{name}" not found')
+        params = parse_qs(request.url.query.decode())
+        argv, c = params.get("command", []), _container(pod) or {}
+        container = params.get("container", [c.get("name", "")])[-1]
+        if container != c.get("name"):
+            raise _ApiError(400, "BadRequest", f"container {container} is not valid for pod {name}")
+        if not argv:
+            raise _ApiError(400, "BadRequest", "you must specify at least 1 command")
+        flags = {s: params.get(s, ["false"])[-1] in ("true", "1") for s in ("stdin", "stdout", "stderr")}
+        if not any(flags.values()):
+            raise _ApiError(400, "BadRequest", "you must specify at least one of stdin, "
+                            "stdout, stderr")
+        phase = pod["status"].get("phase")
+        if not pod["spec"].get("nodeName"):
+            raise _ApiError(400, "BadRequest", f"pod {name} does not have a host assigned")
+        if phase in ("Succeeded", "Failed"):
+            raise _ApiError(400, "BadRequest", "cannot exec into a container in a completed "
+                            f"pod; current phase is {phase}")
+        if phase != "Running":
+            raise _ApiError(400, "BadRequest", f'container "{container}" in pod "{name}" is '
+                            "waiting to start: ContainerCreating")
+        try:
+            protocol, headers = accept(request, self.exec_protocols)
+        except ValueError as e:
+            raise _ApiError(400, "BadRequest", str(e)) from None
+        if self.exec_dir is None:
+            self.exec_dir = tempfile.mkdtemp(prefix="merkat-emulator-")
+        cwd = os.path.join(self.exec_dir, ns, name)
+        os.makedirs(cwd, exist_ok=True)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": cwd, "HOSTNAME": name,
+               **{e["name"]: str(e.get("value", "")) for e in c.get("env") or ()}}
+        rec = ExecRecord(ns, name, container, argv, protocol)
+        self.execs.append(rec)
+
+        def ended(code: int | None) -> None:
+            rec.exit_code, rec.done = code, True
+
+        session = ExecSession(argv, env=env, cwd=cwd, protocol=protocol, stdin=flags["stdin"],
+                              limit_s=self.exec_limit_s, on_exit=ended)
+        return httpx2.Response(101, headers=headers, extensions={"network_stream": session})
 
     def _list_pods(self, namespace: str | None, query: dict[str, str]) -> Json:
         want = _selector(query.get("labelSelector", ""))
@@ -503,44 +581,3 @@ def quantities(size: Size) -> dict[str, str]:
     if size.memory is not None:
         out["memory"] = fmt_memory(size.memory)
     return out
-
-
-Handler = Callable[[httpx2.Request], httpx2.Response]
-
-
-def serve(emulator: KubeEmulator, host: str = "127.0.0.1", port: int = 0) -> Any:
-    """Serve ``emulator`` over plain HTTP (a ``ThreadingHTTPServer``, not yet started: call
-    ``serve_forever``); its kubeconfig is :func:`kubeconfig` with ``server`` the returned
-    server's ``url`` attribute. For trying ``merkat server --backend kubernetes`` without a
-    cluster (``merkat kubernetes emulator``)."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    lock = threading.Lock()
-
-    class Handler(BaseHTTPRequestHandler):
-        def _any(self) -> None:
-            n = int(self.headers.get("content-length") or 0)
-            body = self.rfile.read(n) if n else b""
-            url = f"http://{self.headers.get('host', 'emulator')}{self.path}"
-            req = httpx2.Request(self.command, url, headers=dict(self.headers.items()),
-                                 content=body)
-            with lock:
-                resp = emulator.handle(req)
-            data = resp.content
-            self.send_response(resp.status_code)
-            self.send_header("content-type", resp.headers.get("content-type",
-                                                              "application/json"))
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _any
-
-        def log_message(self, format: str, *args: Any) -> None:  # quiet
-            pass
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.url = f"http://{host}:{server.server_address[1]}"  # type: ignore[attr-defined]
-    server.lock = lock  # type: ignore[attr-defined]  # hold it to read the emulator's state
-    return server

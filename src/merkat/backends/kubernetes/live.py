@@ -6,7 +6,7 @@ backend's: ``register(app, launcher)`` (how each VM starts: ``launcher(app, vm, 
 the command, environment, virtual cluster and memory floor — run by ``/bin/sh -c`` in the
 configured ``image``), ``set_metrics``, ``poll`` (pods that exited since the last call),
 ``describe``, ``node_list``, ``log_path`` (the pod's log fetched through the API into a file,
-so log monitors read it unchanged), ``report`` (the last period's operations, each with
+for ``merkat platform logs``), ``report`` (the last period's operations, each with
 ``op``, ``vm``, ``error``), ``reap_orphans`` and ``close``.
 
 Restarts: the backend finds the previous server's pods by label at start (:attr:`adopted`).
@@ -14,6 +14,11 @@ The service admits their platforms again after a restart, but this backend has n
 (the local backend's re-adoption, docs/service.md): ``reap_orphans`` deletes those pods and
 the platforms' controllers start them again; and
 ``close`` (a graceful stop) deletes this server's pods, as the local backend destroys its VMs.
+
+Monitors run in the pods (:func:`merkat.service.monitors.read_in_vm` asks for these): a command
+monitor through :meth:`KubernetesLive.exec_in` (``pods/{name}/exec``), a log monitor through
+:meth:`KubernetesLive.log_text` (``pods/{name}/log``) or, when it names a file, ``tail`` of that
+file run by ``exec_in``.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 
 from merkat.backends.kubernetes.backend import KubernetesBackend, OpReport, _Failed
 from merkat.backends.kubernetes.objects import PodTemplate
+from merkat.backends.kubernetes.podexec import ExecResult
 from merkat.control.types import Metrics
 from merkat.platform.backend import Plan
 
@@ -166,21 +172,37 @@ class KubernetesLive:
                                 schedulable=cap is not None))
         return out
 
+    def exec_in(self, vm: str, command: str, timeout: float = 5.0) -> ExecResult:
+        """``/bin/sh -c command`` in ``vm``'s pod (``pods/{name}/exec``), its stdin at
+        end-of-file (:mod:`.podexec`); failures and timeouts as data."""
+        return self.kube.exec(vm, ("/bin/sh", "-c", f"exec </dev/null; {command}"), timeout)
+
+    def log_text(self, vm: str, tail_lines: int = 1000) -> tuple[str, str | None]:
+        """The last ``tail_lines`` lines of ``vm``'s pod log (``GET pods/{name}/log``), and
+        the error (None) — ``("", reason)`` when there is no pod or the API refused."""
+        p = self.kube.pods.get(vm)
+        if p is None:
+            return "", f"no pod for {vm}"
+        try:
+            lines = self.kube._call(lambda: list(self.kube.client.log(
+                p.name, namespace=p.namespace, container="vm", tail_lines=tail_lines)),
+                retry=False)
+        except _Failed as e:
+            return "", e.reason
+        return "".join(lines), None
+
     def log_path(self, vm: str, tail_lines: int = 1000) -> str | None:
         """The pod's log (its last ``tail_lines`` lines) copied to ``logs/<app>/<vm>.log``."""
         p = self.kube.pods.get(vm)
         if p is None:
             return None
         path = self.logs / p.app / f"{vm.rpartition('/')[2]}.log"
-        try:
-            lines = self.kube._call(lambda: list(self.kube.client.log(
-                p.name, namespace=p.namespace, container="vm", tail_lines=tail_lines)),
-                retry=False)
-        except _Failed:
+        text, error = self.log_text(vm, tail_lines)
+        if error is not None:
             return str(path) if path.exists() else None
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(lines))
+        tmp.write_text(text)
         tmp.replace(path)
         return str(path)
 
