@@ -32,12 +32,20 @@ if TYPE_CHECKING:
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILURE"]
 
 
+PIPED_WIDTH = 4096
+
+
 @cache
 def out_console() -> Console:
-    """The rich console on stdout (created, and rich imported, on first use)."""
+    """The rich console on stdout (created, and rich imported, on first use). Piped into a file
+    or another program (not a terminal, no ``COLUMNS``), tables are never cut to 80 columns: a
+    cell is printed whole, so ``merkat platform list | grep`` sees full names."""
+    import os
+
     from rich.console import Console
 
-    return Console(soft_wrap=True)
+    piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(soft_wrap=True, width=PIPED_WIDTH if piped else None)
 
 
 @cache
