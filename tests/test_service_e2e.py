@@ -262,9 +262,12 @@ def test_sigkill_and_restart_resumes_the_platform_and_loses_no_money(tmp_path: P
         os.kill(pid, 0)
     finally:
         server.send_signal(signal.SIGTERM)
-        server.wait(timeout=30)
+        _, err = server.communicate(timeout=30)
         if orphan is not None and orphan.poll() is None:
             orphan.kill()
+    # SIGTERM is how a service is stopped: a clean stop, exit 0, no error line
+    assert server.returncode == 0, err[-2000:]
+    assert "error:" not in err and err.rstrip().endswith("stopped")
     from merkat.service.db import open_store
 
     store = open_store(f"sqlite:///{tmp_path / 'merkat.db'}")

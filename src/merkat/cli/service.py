@@ -70,10 +70,18 @@ def server(
         fail(f"cannot start the server: {exc}", EXIT_FAILURE)
     from merkat.service.server import ServiceError
 
+    from merkat.cli.errors import Terminated
+    from merkat.service.server import log
+
     try:
         svc.serve()
     except ServiceError as exc:
         fail(str(exc), EXIT_FAILURE)
+    except (Terminated, KeyboardInterrupt):
+        # SIGTERM or Ctrl-C is how a service is stopped (systemd, kill): serve() has already
+        # stopped the loop and destroyed the VMs, so this is a clean stop, not an error.
+        # (uvicorn re-raises the signal it caught once it has shut down.)
+        log("stopped")
 
 
 @user_app.command("add")
