@@ -68,10 +68,8 @@ def server(
         fail(f"cannot start the server: {exc}")
     except Exception as exc:  # the database or backend cannot be opened: one line
         fail(f"cannot start the server: {exc}", EXIT_FAILURE)
-    from merkat.service.server import ServiceError
-
     from merkat.cli.errors import Terminated
-    from merkat.service.server import log
+    from merkat.service.server import ServiceError, log
 
     try:
         svc.serve()
