@@ -91,7 +91,7 @@ def test_a_restarted_server_finds_the_pods_left_and_reaps_them(tmp_path: Path) -
     kube = KubernetesBackend(emulated_client(emu, "merkat"), namespace="merkat")
     again = KubernetesLive(kube, logs=tmp_path / "logs")
     assert again.adopted == {"a/vm1": "node-a", "b/vm1": "node-a"}
-    # ...and, as the service ends the platforms of a crashed server, deletes them.
+    # ...and, when no stored VM claims them (no adopt: their platforms ended), deletes them.
     assert sorted(again.reap_orphans()) == ["a/vm1", "b/vm1"] and emu.pods == {}
     # A graceful stop deletes the server's pods.
     again.apply(Plan(40.0, 40.0, create=create[:1], allocations={"a/vm1": {"cpu": 1.0}}))

@@ -3,13 +3,18 @@ back (docs/service.md, "Crash and restart").
 
 After every period (and admission between periods) :func:`save_vms` writes each active
 platform's VMs to the store (id, index, node, state, bid, allocation) when they changed. A
-server killed with SIGKILL leaves its VMs running: they live in their own sessions and
-cgroups. At start-up :func:`recover` admits the active platforms again (new controllers, the
-money their accounts hold, their deadlines from submission) and, on a backend that can
-(``adopt``: the local backend), takes each stored VM back through its cgroup — the same
-process, on its node, frozen if its platform was suspended, its allocation written again —
-or starts it again when its cgroup is empty or gone; the platform resumes in its stored state
-and the period counter continues. The cgroups no active platform claims are destroyed.
+server killed with SIGKILL leaves its VMs running: on the local backend they live in their own
+sessions and cgroups, on the Kubernetes backend they are pods. At start-up :func:`recover`
+admits the active platforms again (new controllers, the money their accounts hold, their
+deadlines from submission) and, on a backend that can (``adopt(vm, app, host, index, alloc)``,
+``alloc`` None for a VM of a suspended platform: the local and Kubernetes backends), takes
+each stored VM back — the local backend through its cgroup (the same process, on its node,
+frozen if its platform was suspended, its allocation written again), the Kubernetes backend
+through its pod found by label (the same pod on its node, resized only if its spec differs;
+a suspended VM has no pod) — or starts it again when it is gone (an empty cgroup; a pod
+deleted, ended or on a node gone); the platform resumes in its stored state and the period
+counter continues. A backend whose report names the VM's ``node`` (the pod's) moves the record
+there. The cgroups or pods no active platform claims are destroyed (``reap_orphans``).
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ def save_vms(m: Manager) -> None:
 
 def recover(m: Manager) -> None:
     """Admit again the platforms the previous server left active, re-adopt their VMs, and
-    destroy the cgroups no platform claims (module doc). A platform that cannot be admitted
+    destroy the cgroups or pods no platform claims (module doc). A platform that cannot be admitted
     again ends as ``failed`` and its account's balance goes back to its owner (idempotent).
     Platforms still queued stay queued."""
     ledger = m.store.ledger
@@ -119,6 +124,9 @@ def readopt(m: Manager, row: PlatformRow) -> str:
             if m.backend.describe(v.id) is None:  # not running anywhere: placed again
                 rec.state, rec.host, rec.new, rec.alloc = VMState.BOOTING, NO_HOST, True, {}
                 continue
+        where = getattr(r, "node", "")  # a backend that says where the VM is (kubernetes)
+        if where in hosts and not frozen:
+            rec.host, rec.new, rec.alloc = hosts[where], False, rec.alloc or dict(v.alloc)
         if state is VMState.MIGRATING:  # the move was written (cpuset) or not: it runs
             rec.state = VMState.RUNNING
         if frozen and r.op != "adopt-frozen":

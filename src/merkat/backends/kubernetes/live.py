@@ -9,11 +9,16 @@ configured ``image``), ``set_metrics``, ``poll`` (pods that exited since the las
 for ``merkat platform logs``), ``report`` (the last period's operations, each with
 ``op``, ``vm``, ``error``), ``reap_orphans`` and ``close``.
 
-Restarts: the backend finds the previous server's pods by label at start (:attr:`adopted`).
-The service admits their platforms again after a restart, but this backend has no ``adopt``
-(the local backend's re-adoption, docs/service.md): ``reap_orphans`` deletes those pods and
-the platforms' controllers start them again; and
-``close`` (a graceful stop) deletes this server's pods, as the local backend destroys its VMs.
+Restarts (docs/kubernetes.md, "Restart"): the backend finds the previous server's pods by
+label at start (:attr:`adopted`: ``merkat.io/instance``, each pod's VM in its annotation
+``merkat.io/vm``). The service's recovery then calls :meth:`KubernetesLive.adopt` for each VM
+the store kept, with the local backend's contract: a pod still Running (or Pending, bound) on a
+Ready node is taken back as it is (same pod, same uid: op ``adopt``), resized only when its
+spec differs from the stored allocation; a pod gone, ended, unbound or on a node gone or not
+Ready is deleted and created again on the stored node (op ``restart``); a suspended VM
+(``alloc`` None) has no pod (suspend deletes it) and stays so (op ``adopt-frozen``).
+``reap_orphans`` then deletes the pods no stored VM claimed. ``close`` (a graceful stop)
+deletes this server's pods, as the local backend destroys its VMs.
 
 Monitors run in the pods (:func:`merkat.service.monitors.read_in_vm` asks for these): a command
 monitor through :meth:`KubernetesLive.exec_in` (``pods/{name}/exec``), a log monitor through
@@ -24,6 +29,7 @@ file run by ``exec_in``.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +63,7 @@ class Result:
     error: str | None = None
     seconds: float = 0.0
     state: str = ""
+    node: str = ""  # where the VM's pod is (an adoption keeps the pod's node)
 
     @property
     def ok(self) -> bool:
@@ -64,7 +71,7 @@ class Result:
 
     @classmethod
     def of(cls, r: OpReport) -> Result:
-        return cls(r.op, r.vm, None if r.ok else r.reason, r.seconds, r.state)
+        return cls(r.op, r.vm, None if r.ok else r.reason, r.seconds, r.state, r.node)
 
 
 class KubernetesLive:
@@ -82,6 +89,7 @@ class KubernetesLive:
         self.enforced = True
         self.warning: str | None = None
         self._exited: set[str] = set()
+        self._claimed: set[str] = set()  # VMs a restart took back (adopt): not orphans
         kube.template_of = self._template
         try:
             adopted = kube.adopt()
@@ -206,9 +214,50 @@ class KubernetesLive:
         tmp.replace(path)
         return str(path)
 
+    def adopt(self, vm: str, app: str, host: int, index: int,
+              alloc: Mapping[str, float] | None = None) -> Result:
+        """Take ``vm`` back after the server restarted (the local backend's contract; the
+        module doc): its pod, found by label at start, still Running (or Pending and bound) on
+        a Ready node → op ``adopt``, the same pod on its node (``node``), resized only if its
+        spec differs from ``alloc``; ``alloc`` None (a suspended VM) → op ``adopt-frozen``
+        when it has no pod, ``adopt`` when it has one (the caller suspends it: the pod is
+        deleted); otherwise → op ``restart``: the pod deleted if any and created again on
+        ``host``'s node (an error when that node is gone: the next period places the VM).
+        ``index`` is the VM's index in its platform. Errors are data."""
+        if vm in self._claimed:
+            return Result("adopt", vm, "already known")
+        launcher = self.launchers.get(app)
+        if launcher is None:
+            return Result("adopt", vm, f"no launcher registered for application {app!r}")
+        try:
+            launcher(app, vm, index)  # the manager learns the monitored VM, as at a start
+        except Exception as exc:  # a bad template reaches us as data
+            return Result("adopt", vm, f"cannot prepare VM: {exc}")
+        self._claimed.add(vm)
+        kube = self.kube
+        p = kube.pods.get(vm)
+        if alloc is None:  # suspended: a suspended VM holds no pod (suspend deletes it)
+            r = kube._remove("suspend", vm)
+            return Result("adopt-frozen", vm, None if r.ok else r.reason)
+        if p is not None and p.node is not None and kube.capacity.get(p.node) is not None \
+                and p.phase in ("Running", "Pending"):
+            error = None
+            if alloc:
+                want = kube._size(app, alloc, p.desired, vm)
+                if want != p.desired:
+                    r = kube._resize(vm, p, want)
+                    error = None if r.ok else r.reason
+            return Result("adopt", vm, error, node=p.node)
+        if p is not None:
+            r = kube._remove("restart", vm)
+            if not r.ok:
+                return Result.of(r)
+        return Result.of(kube._create("restart", vm, app, host, alloc or {}, 0.0))
+
     def reap_orphans(self) -> list[str]:
-        """Delete the pods a previous server left (found by label at start); their VM ids."""
-        return self._delete_all()
+        """Delete the pods a previous server left (found by label at start) that no stored VM
+        claimed (:meth:`adopt`); their VM ids."""
+        return self._delete_all(keep=self._claimed)
 
     def close(self) -> None:
         """Delete this server's pods (a graceful stop), then close the client."""
@@ -216,11 +265,13 @@ class KubernetesLive:
         with contextlib.suppress(Exception):
             self.kube.client.close()
 
-    def _delete_all(self) -> list[str]:
+    def _delete_all(self, keep: set[str] | frozenset[str] = frozenset()) -> list[str]:
         from lightkube.resources.core_v1 import Pod
 
         gone = []
         for vm, p in list(self.kube.pods.items()):
+            if vm in keep:
+                continue
             try:
                 self.kube._call(lambda p=p: self.kube.client.delete(  # type: ignore[misc]
                     Pod, p.name, namespace=p.namespace, grace_period=0))

@@ -1,0 +1,203 @@
+"""A restarted server re-adopts its pods (the Kubernetes backend's ``adopt``, docs/kubernetes.md
+"Restart"), on the emulator: first the backend's contract op by op, then the service: a
+Manager on the kubernetes backend dropped without ``close`` (as SIGKILL would), a second one on
+the same store and emulator takes the running pod back (same uid, no DELETE or POST of it),
+recreates the pod deleted meanwhile, keeps a suspended platform without pod, deletes the
+orphan, and its period counter, controllers and bank go on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from merkat.backends.kubernetes import KubernetesBackend
+from merkat.backends.kubernetes.emulator import KubeEmulator, emulated_client
+from merkat.backends.kubernetes.live import KubernetesLive
+from merkat.control.types import AppStatus, VMState
+from merkat.platform.backend import Plan, VMPlacement
+from merkat.service.config import load_config
+from merkat.service.db import open_store
+from merkat.service.manager import Manager
+from merkat.service.templates import parse
+from test_kubernetes_live_adapter import Launch
+from test_service_recovery import SLEEP  # the same platform as the local backend's test
+
+pytestmark = pytest.mark.kubernetes
+
+
+def live(emu: KubeEmulator, tmp_path: Path) -> KubernetesLive:
+    kube = KubernetesBackend(emulated_client(emu, "merkat"), namespace="merkat",
+                             sleep=lambda s: None)
+    return KubernetesLive(kube, logs=tmp_path / "logs")
+
+
+def cluster() -> KubeEmulator:
+    emu = KubeEmulator()
+    emu.namespaces.add("merkat")
+    emu.add_node("node-a", "4", "8Gi")
+    emu.add_node("node-b", "4", "8Gi")
+    emu.add_node("node-c", "4", "8Gi")
+    return emu
+
+
+def uid(emu: KubeEmulator, name: str) -> str:
+    return str(emu.pod("merkat", name)["metadata"]["uid"])
+
+
+def kubectl_delete(emu: KubeEmulator, name: str) -> None:
+    from lightkube.resources.core_v1 import Pod
+
+    emulated_client(emu, "merkat").delete(Pod, name, namespace="merkat", grace_period=0)
+
+
+def writes(emu: KubeEmulator, since: int) -> list[tuple[str, str]]:
+    """The requests after ``since`` that change something (not GET)."""
+    return [(c.verb, c.path) for c in emu.calls[since:] if c.verb != "GET"]
+
+
+def test_adopt_takes_pods_back_restarts_the_rest_and_reaps_orphans(tmp_path: Path) -> None:
+    emu = cluster()
+    first = live(emu, tmp_path)
+    vms = ("a", "b", "c", "d", "e", "f", "g", "h", "ghost")
+    for app in vms:
+        first.register(app, lambda app, vm, i: Launch("sleep 1000"))
+    hosts = {"a": 0, "b": 0, "c": 0, "d": 0, "e": 1, "f": 0, "g": 0, "h": 2, "ghost": 0}
+    first.apply(Plan(0.0, 40.0, create=tuple(VMPlacement(f"{a}/vm1", a, h)
+                                             for a, h in hosts.items()),
+                     allocations={f"{a}/vm1": {"cpu": 0.5} for a in vms}))
+    assert all(r.error is None for r in first.report), first.report
+    before = {a: uid(emu, f"{a}-default-1") for a in vms}
+    emu.finish("merkat", "c-default-1", code=1)  # c's container failed meanwhile
+    kubectl_delete(emu, "d-default-1")         # d's pod deleted behind merkat's back
+    emu.nodes["node-b"]["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    emu.remove_node("node-c")                    # h's node left the cluster...
+    emu.gc()                                     # ...and its pod with it
+    # The server is killed (no close): a new one finds its pods by label.
+    again = live(emu, tmp_path)
+    assert again.adopted == {**{f"{a}/vm1": "node-a" for a in ("a", "b", "c", "f", "g", "ghost")},
+                             "e/vm1": "node-b"}
+    assert [n.name for n in again.node_list()] == ["node-a", "node-b"]  # the new host indices
+    for app in vms:
+        again.register(app, lambda app, vm, i: Launch("sleep 1000"))
+    mark = len(emu.calls)
+    # a: as stored -> taken back, no call at all.
+    r = again.adopt("a/vm1", "a", 0, 0, {"cpu": 0.5})
+    assert (r.op, r.error, r.node) == ("adopt", None, "node-a")
+    assert uid(emu, "a-default-1") == before["a"] and writes(emu, mark) == []
+    # b: stored with 1.25 cores -> the same pod, resized once (PATCH .../resize).
+    r = again.adopt("b/vm1", "b", 0, 0, {"cpu": 1.25})
+    assert (r.op, r.error) == ("adopt", None) and uid(emu, "b-default-1") == before["b"]
+    assert writes(emu, mark) == [("PATCH", "/api/v1/namespaces/merkat/pods/b-default-1/resize")]
+    limits = emu.pod("merkat", "b-default-1")["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["cpu"] == "1250m"
+    # c: its container failed -> the pod deleted and created again on its node.
+    mark = len(emu.calls)
+    r = again.adopt("c/vm1", "c", 0, 0, {"cpu": 0.5})
+    assert (r.op, r.error, r.node) == ("restart", None, "node-a")
+    assert writes(emu, mark) == [("DELETE", "/api/v1/namespaces/merkat/pods/c-default-1"),
+                                 ("POST", "/api/v1/namespaces/merkat/pods"),
+                                 ("POST", "/api/v1/namespaces/merkat/pods/c-default-1/binding")]
+    assert uid(emu, "c-default-1") != before["c"]
+    # d: its pod gone -> created again on its node (POST pods, POST binding).
+    mark = len(emu.calls)
+    r = again.adopt("d/vm1", "d", 0, 0, {"cpu": 0.5})
+    assert (r.op, r.error, r.node) == ("restart", None, "node-a")
+    assert writes(emu, mark) == [("POST", "/api/v1/namespaces/merkat/pods"),
+                                 ("POST", "/api/v1/namespaces/merkat/pods/d-default-1/binding")]
+    # e: its node is NotReady -> its pod deleted, not created again there: an error and no
+    # pod (recovery sees describe() None: the next period places it).
+    mark = len(emu.calls)
+    r = again.adopt("e/vm1", "e", 1, 0, {"cpu": 0.5})
+    assert (r.op, r.error) == ("restart", "node node-b is gone or not schedulable")
+    assert again.describe("e/vm1") is None
+    assert writes(emu, mark) == [("DELETE", "/api/v1/namespaces/merkat/pods/e-default-1")]
+    # h: its node left with its pod; recovery knows no host for it and passes 0: created on
+    # node-a (the report's node tells recovery where).
+    r = again.adopt("h/vm1", "h", 0, 0, {"cpu": 0.5})
+    assert (r.op, r.error, r.node) == ("restart", None, "node-a")
+    # g: stored on node-b (gone) but its pod runs on node-a -> taken back where it runs.
+    r = again.adopt("g/vm1", "g", 1, 0, {"cpu": 0.5})
+    assert (r.op, r.error, r.node) == ("adopt", None, "node-a")
+    assert uid(emu, "g-default-1") == before["g"]
+    # f: its platform was suspended (alloc None) but the pod is there -> deleted.
+    mark = len(emu.calls)
+    r = again.adopt("f/vm1", "f", 0, 0, None)
+    assert (r.op, r.error) == ("adopt-frozen", None) and again.describe("f/vm1") is None
+    assert writes(emu, mark) == [("DELETE", "/api/v1/namespaces/merkat/pods/f-default-1")]
+    assert again.adopt("a/vm1", "a", 0, 0, {"cpu": 0.5}).error == "already known"
+    # The pod no stored VM claims is deleted; the adopted ones stay.
+    assert again.reap_orphans() == ["ghost/vm1"]
+    assert sorted(n for _, n in emu.pods) == [f"{a}-default-1" for a in "abcdgh"]
+    assert uid(emu, "a-default-1") == before["a"] and uid(emu, "d-default-1") != before["d"]
+
+
+def manager(tmp_path: Path, emu: KubeEmulator) -> Manager:
+    cfg = load_config(None, data_dir=tmp_path, period=0.5, admission=0.25)
+    return Manager(cfg, open_store(cfg.database), live(emu, tmp_path))
+
+
+def test_a_restarted_manager_readopts_its_pods(tmp_path: Path) -> None:
+    emu = cluster()
+    m1 = manager(tmp_path, emu)
+    m1.store.add_user("alice", budget=100_000_000)
+    for name in ("run", "gone", "frz"):
+        m1.submit("alice", parse(SLEEP.format(name=name), "x.yaml"))
+    m1.admit()
+    m1.tick()
+    m1.tick()
+    assert all(m1.platform.apps[n].status is AppStatus.RUNNING for n in ("run", "gone", "frz"))
+    before = {n: uid(emu, f"{n}-main-1") for n in ("run", "gone", "frz")}
+    (vm,) = m1.platform.apps["run"].vms
+    host, bid, alloc = vm.host, dict(vm.bid), dict(vm.alloc)
+    index = m1.platform.index
+    # While no server runs: gone's pod is deleted, the previous server had suspended frz
+    # (the store says so; its pod is still there), and a pod no platform claims is left.
+    kubectl_delete(emu, "gone-main-1")
+    store = m1.store
+    store.set_platform("frz", state="suspended")
+    (row,) = store.vms("frz")
+    store.save_vms({"frz": [type(row)(**{**row.__dict__, "state": "suspended"})]})
+    stray = live(emu, tmp_path)
+    stray.register("ghost", lambda app, vm, i: Launch("sleep 1000"))
+    stray.apply(Plan(0.0, 40.0, create=(VMPlacement("ghost/vm1", "ghost", 0),),
+                     allocations={"ghost/vm1": {"cpu": 0.25}}))
+    paid = store.ledger.balance("app:run")
+    mark = len(emu.calls)
+
+    m2 = manager(tmp_path, emu)  # m1 was "killed": never closed
+
+    run = m2.platform.apps["run"]
+    assert run.status is AppStatus.RUNNING and run.vm_count == 1
+    (vm,) = run.vms
+    assert (vm.id, vm.state, vm.host, vm.bid, vm.alloc, vm.new) == (
+        "run/vm1", VMState.RUNNING, host, bid, alloc, False)
+    assert uid(emu, "run-main-1") == before["run"]  # the same pod
+    assert uid(emu, "gone-main-1") != before["gone"]  # created again
+    assert m2.platform.apps["frz"].status is AppStatus.SUSPENDED
+    assert m2.platform.apps["frz"].vms[0].state is VMState.SUSPENDED
+    assert ("merkat", "frz-main-1") not in emu.pods  # a suspended VM holds no pod
+    assert ("merkat", "ghost-default-1") not in emu.pods  # the orphan deleted
+    assert m2.platform.index == index  # the period counter continues
+    events = [e["message"] for e in m2.store.events(limit=1000) if e["kind"] == "recovery"]
+    assert any("run resumed" in e and "1 VM(s) re-adopted (0 frozen), 0 started again" in e
+               for e in events)
+    assert any("gone resumed" in e and "0 VM(s) re-adopted (0 frozen), 1 started again" in e
+               for e in events)
+    assert any("frz resumed" in e and "1 VM(s) re-adopted (1 frozen)" in e for e in events)
+    assert any("destroyed 1 VM(s) no platform claims: ghost/vm1" in e for e in events)
+    # The next periods: the controllers go on, the adopted pod is neither deleted nor created
+    # again, the platform pays, the counter goes on and the books balance.
+    assert m2.tick()["index"] == index
+    assert m2.tick()["index"] == index + 1
+    pod = "/api/v1/namespaces/merkat/pods/run-main-1"
+    assert [c for c in writes(emu, mark) if c[1].startswith(pod) and c[0] != "PATCH"] == []
+    assert ("POST", "/api/v1/namespaces/merkat/pods") not in [
+        (c.verb, c.path) for c in emu.calls[mark:] if (c.body or {}).get("metadata", {}).get(
+            "name") == "run-main-1"]
+    assert uid(emu, "run-main-1") == before["run"]
+    assert m2.platform.apps["run"].status is AppStatus.RUNNING
+    assert m2.store.ledger.balance("app:run") < paid
+    assert m2.store.ledger.audit().ok
+    m2.close()
+    assert emu.pods == {}  # a graceful stop deletes the pods
