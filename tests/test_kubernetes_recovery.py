@@ -173,6 +173,7 @@ def test_a_restarted_manager_readopts_its_pods(tmp_path: Path) -> None:
     assert (vm.id, vm.state, vm.host, vm.bid, vm.alloc, vm.new) == (
         "run/vm1", VMState.RUNNING, host, bid, alloc, False)
     assert uid(emu, "run-main-1") == before["run"]  # the same pod
+    assert [m2.vms(n)[0]["adopted"] for n in ("run", "gone")] == [True, False]  # the API's
     assert uid(emu, "gone-main-1") != before["gone"]  # created again
     assert m2.platform.apps["frz"].status is AppStatus.SUSPENDED
     assert m2.platform.apps["frz"].vms[0].state is VMState.SUSPENDED
@@ -197,7 +198,16 @@ def test_a_restarted_manager_readopts_its_pods(tmp_path: Path) -> None:
             "name") == "run-main-1"]
     assert uid(emu, "run-main-1") == before["run"]
     assert m2.platform.apps["run"].status is AppStatus.RUNNING
+    assert m2.vms("run")[0]["adopted"] and m2.vms("run")[0]["process"] == "running"
     assert m2.store.ledger.balance("app:run") < paid
     assert m2.store.ledger.audit().ok
     m2.close()
     assert emu.pods == {}  # a graceful stop deletes the pods
+
+
+def test_platform_show_marks_an_adopted_pod_without_pid() -> None:
+    from merkat.cli.client import _pid
+
+    assert [_pid(v) for v in ({"pid": None, "adopted": True}, {"pid": None, "adopted": False},
+                              {"pid": 42, "adopted": True}, {"pid": 42})] == [
+        "(adopted)", None, "42 (adopted)", "42"]

@@ -152,9 +152,10 @@ def platform_show(name: str, output: OutputFormat = OutputOption, url: str | Non
 
 
 def _pid(vm: dict[str, Any]) -> str | None:
-    """A VM's pid, marked when a restarted server re-adopted it (docs/service.md)."""
-    pid = vm.get("pid")
-    return None if pid is None else f"{pid} (adopted)" if vm.get("adopted") else str(pid)
+    """A VM's pid, marked when a restarted server re-adopted it (docs/service.md); a pod
+    (kubernetes backend: no pid) re-adopted shows ``(adopted)`` alone."""
+    pid, mark = vm.get("pid"), " (adopted)" if vm.get("adopted") else ""
+    return (mark.strip() or None) if pid is None else f"{pid}{mark}"
 
 
 @platform_app.command("stop")

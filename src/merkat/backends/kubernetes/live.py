@@ -90,6 +90,7 @@ class KubernetesLive:
         self.warning: str | None = None
         self._exited: set[str] = set()
         self._claimed: set[str] = set()  # VMs a restart took back (adopt): not orphans
+        self._kept: set[str] = set()  # ... of which the pod was kept as it was
         kube.template_of = self._template
         try:
             adopted = kube.adopt()
@@ -127,6 +128,7 @@ class KubernetesLive:
     def apply(self, plan: Plan) -> None:
         report = self.kube.apply_report(plan)
         self.report = [Result.of(r) for r in report.ops]
+        self._kept -= {r.vm for r in self.report if r.op not in ("resize", "resize-status")}
 
     def metrics(self, app: str) -> Metrics:
         m = self.kube.metrics(app)
@@ -169,7 +171,7 @@ class KubernetesLive:
             return None
         size = p.desired.as_market() if p.desired else {}
         return {"node": p.node, "process": p.phase.lower(), "pod": f"{p.namespace}/{p.name}",
-                "resize": p.state, "cgroup": None,
+                "resize": p.state, "cgroup": None, "adopted": vm in self._kept,
                 "limits": {"cpu": size.get("cpu"), "memory": size.get("memory")}}
 
     def node_list(self) -> list[KubeNode]:
@@ -247,6 +249,7 @@ class KubernetesLive:
                 if want != p.desired:
                     r = kube._resize(vm, p, want)
                     error = None if r.ok else r.reason
+            self._kept.add(vm)
             return Result("adopt", vm, error, node=p.node)
         if p is not None:
             r = kube._remove("restart", vm)
