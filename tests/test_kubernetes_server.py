@@ -1,7 +1,8 @@
 """`merkat server --backend kubernetes --kubeconfig FILE --namespace NS` end to end: the real
 server (uvicorn, period loop, bank) in its own process drives the emulated cluster served over
 HTTP; platforms submitted with the CLI become pods bound to nodes, whose specs hold the
-allocations `merkat platform show` reports."""
+allocations `merkat platform show` reports; killed with SIGKILL and started again, the server
+re-adopts the same pods."""
 
 from __future__ import annotations
 
@@ -65,11 +66,15 @@ def test_merkat_server_on_the_emulated_cluster(cluster: Any, tmp_path: Path) -> 
               "--parsable").stdout.strip()
     assert key.startswith("mk_")
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "merkat", "server", "--backend", "kubernetes", "--kubeconfig",
-         str(config), "--namespace", "team", "--data-dir", str(tmp_path), "--port", str(port),
-         "--period", "0.5", "--admission", "0.25"],
-        env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def server() -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "merkat", "server", "--backend", "kubernetes", "--kubeconfig",
+             str(config), "--namespace", "team", "--data-dir", str(tmp_path), "--port",
+             str(port), "--period", "0.5", "--admission", "0.25"],
+            env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    proc = server()
     env = {**ENV, "MERKAT_URL": f"http://127.0.0.1:{port}", "MERKAT_TOKEN": key}
     try:
         nodes = wait(lambda: (r := cli("nodes", "-o", "json", env=env)).returncode == 0
@@ -112,6 +117,20 @@ def test_merkat_server_on_the_emulated_cluster(cluster: Any, tmp_path: Path) -> 
         wait(consistent)
         # Three 2-core platforms on two 2-core nodes: the market shares a node.
         assert len({p["spec"]["nodeName"] for p in pods().values()}) == 2
+
+        # Killed (SIGKILL) and started again: the same pods are re-adopted (same uid), none
+        # deleted or created, and the platforms go on (docs/kubernetes.md, "Restart").
+        uids = {vm: p["metadata"]["uid"] for vm, p in pods().items()}
+        proc.kill()
+        proc.wait()
+        proc = server()
+        shown = wait(lambda: (r := cli("platform", "show", "spin-a", "-o", "json", env=env))
+                     .returncode == 0 and json.loads(r.stdout))
+        assert shown["state"] == "running" and shown["vms"][0]["adopted"] is True
+        assert {vm: p["metadata"]["uid"] for vm, p in pods().items()} == uids
+        r = cli("events", "-o", "json", env=env)
+        assert "1 VM(s) re-adopted (0 frozen), 0 started again" in r.stdout
+        wait(consistent)
     finally:
         proc.send_signal(signal.SIGINT)
         try:
