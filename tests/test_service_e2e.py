@@ -149,7 +149,7 @@ def test_the_cli_against_a_live_server(server: Any, tmp_path: Path) -> None:
 @pytest.mark.skipif(os.geteuid() != 0 or detect(Path("/sys/fs/cgroup")) is None,
                     reason="needs root and cgroups")
 def test_the_cgroup_quota_follows_the_allocation_and_budgets_run_out(
-        server: Any, tmp_path: Path) -> None:
+        cpu_heavy: int, server: Any, tmp_path: Path) -> None:
     svc, envs = server
     env = envs["alice"]
     assert svc.backend.enforced
@@ -196,7 +196,8 @@ def test_bench_service_prints_its_figures() -> None:
 @pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0 or detect(Path("/sys/fs/cgroup")) is None,
                     reason="needs root and cgroups")
-def test_sigkill_and_restart_resumes_the_platform_and_loses_no_money(tmp_path: Path) -> None:
+def test_sigkill_and_restart_resumes_the_platform_and_loses_no_money(
+        cpu_heavy: int, tmp_path: Path) -> None:
     """The server is killed (SIGKILL) while a platform runs: its VM outlives it (its own
     session); the restarted server finds the VM's cgroup and re-adopts the **same process**
     (same pid, same cgroup, its quota written again), admits the platform again under a new

@@ -194,15 +194,16 @@ BEST_EFFORT = ("be-1", "be-2", "be-3", "be-4")  # §5.4.1's four best-effort Zep
 
 @pytest.mark.slow  # ~40 s: the solver's run
 def test_the_deadline_solver_meets_its_deadline_beside_best_effort_solvers_that_pay_less(
-        start: Any) -> None:
-    """Merkat §5.4.1 scaled to seconds, on one logical node of one CPU: four best-effort
-    solvers run there (each bids the reserve price: they started when the node was cheap),
-    then a ``vertical-deadline`` solver of 12 s of CPU arrives with a 30 s deadline. At an
-    equal share (1/5 of the CPU) it would need 60 s: it must outbid them, and it does — it
+        cpu_heavy: int, start: Any) -> None:
+    """Merkat §5.4.1 scaled to seconds, on one logical node of one CPU (no other CPU-bound
+    test runs meanwhile: ``cpu_heavy``): four best-effort solvers run there (each bids the
+    reserve price: they started when the node was cheap), then a ``vertical-deadline``
+    solver of 12 s of CPU arrives with a 40 s deadline. At an equal share (1/5 of the CPU)
+    it would need 60 s: it must outbid them, and it does — it
     finishes before its deadline while the four keep running beside it on the same CPU, and
     each of them pays less than it did. The platforms' paid figures agree with the bank's
     accounts and the bank's audit balances."""
-    svc, env = start([{"name": "n0", "cpus": str(CPUS[0]), "memory": 1024}])
+    svc, env = start([{"name": "n0", "cpus": str(cpu_heavy), "memory": 1024}])
     for n in BEST_EFFORT:
         post(env, "/platforms", template(n))
     wait(lambda: all(api(env, f"/platforms/{n}")["state"] == "running" for n in BEST_EFFORT)

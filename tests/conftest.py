@@ -1,0 +1,21 @@
+"""Fixtures shared by several test modules."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture
+def cpu_heavy() -> Iterator[int]:
+    """One CPU-bound end-to-end test at a time (a lock file shared by every pytest process,
+    xdist's workers and other runs): the market's VMs outweigh every other process
+    (docs/service.md), so two such tests at once would starve the servers and the CLI of a
+    two-CPU machine. Yields the CPU a test pins its VMs to, when it pins them."""
+    import fcntl
+
+    with open("/tmp/merkat-e2e-cpu.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
+        yield sorted(os.sched_getaffinity(0))[0]
