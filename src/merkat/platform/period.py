@@ -234,7 +234,8 @@ class Platform:
 
         runs = bidding_vms(self.active.values())
         bidding = sum(len(vms) for _, vms in runs)
-        result = self._clear(market_vms(runs, bidding, self._const))
+        vms = market_vms(runs, bidding, self._const)
+        result = self._clear(vms)
         self.prices = {r: float(result.price[k]) for k, r in enumerate(RESOURCES)}
         self.price_history.append(self.prices)
         del self.price_history[: -self.history_size]
@@ -243,7 +244,7 @@ class Platform:
         starting: list[VMRecord] = []
         moved: list[tuple[VMRecord, int]] = []
         plan = make_plan(now, self.period, runs, result, ops, starting, moved, self._const)
-        bills, usage = bills_of(runs, self.prices)
+        bills, usage = bills_of(runs, result.host, result.allocation, vms.bid, self.prices)
         alloc = result.allocation.sum(axis=0) if bidding else np.zeros(len(RESOURCES))
         return Decision(
             index=self.index, time=now, plan=plan, bills=bills, usage=usage,
