@@ -201,9 +201,8 @@ class Observation:
     def phase(self) -> Phase:
         if not self.vms:
             return Phase.WAITING
-        if all(vm.state is VMState.SUSPENDED for vm in self.vms):
-            return Phase.SUSPENDED
-        return Phase.RUNNING
+        # every VM suspended: none active (active_vms is computed once per observation)
+        return Phase.RUNNING if self.active_vms else Phase.SUSPENDED
 
     @property
     def active_vms(self) -> tuple[VMView, ...]:

@@ -62,7 +62,8 @@ class Placement:
 
     host: IntArray
     allocation: FloatArray
-    bid: FloatArray  # the bids it placed (the market's input rows)
+    bid: FloatArray  # the market's input: bids and hosts before
+    before: IntArray
 
 
 def place(platform: Platform, runs: Sequence[tuple[App, list[VMRecord]]]) -> Placement:
@@ -73,7 +74,7 @@ def place(platform: Platform, runs: Sequence[tuple[App, list[VMRecord]]]) -> Pla
     check_reserve(vms, platform._reserve)
     host = worst_fit_decreasing(platform.hosts, vms)
     allocation, _ = enforceable(platform.hosts, vms, host)
-    return Placement(host, allocation, vms.bid)
+    return Placement(host, allocation, vms.bid, vms.host)
 
 
 def _revert(app: App, before: int) -> None:
@@ -135,7 +136,8 @@ def admit(
     placed: list[VMRecord] = []
     moved: list[tuple[VMRecord, int]] = []
     if newcomers and result is not None:
-        plan = make_plan(now, platform.period, runs, result, ops, placed, moved, platform._const)
+        plan = make_plan(now, platform.period, runs, result, ops, placed, moved, platform._const,
+                         result.before)
         bills, usage = bills_of(newcomers, result.host, result.allocation, result.bid,
                                 platform.prices, start=sum(len(vms) for _, vms in here))
         frac = max(0.0, min(1.0, (until - now) / platform.period))

@@ -64,7 +64,7 @@ class VMRecord:
     host: int = NO_HOST
     bid: dict[str, float] = field(default_factory=dict)
     alloc: dict[str, float] = field(default_factory=dict)
-    new: bool = True  # created this period (not yet placed)
+    new: bool = True  # not placed yet (created or resumed): has no host
     # The controller's view of this VM: reused while its state, alloc and bid are the same
     # objects (bid and alloc dicts are replaced, never mutated, and kept when a new value
     # equals the old one; the view shares them).

@@ -243,7 +243,8 @@ class Platform:
 
         starting: list[VMRecord] = []
         moved: list[tuple[VMRecord, int]] = []
-        plan = make_plan(now, self.period, runs, result, ops, starting, moved, self._const)
+        plan = make_plan(now, self.period, runs, result, ops, starting, moved, self._const,
+                         vms.host)
         bills, usage = bills_of(runs, result.host, result.allocation, vms.bid, self.prices)
         alloc = result.allocation.sum(axis=0) if bidding else np.zeros(len(RESOURCES))
         return Decision(
@@ -548,7 +549,18 @@ class Platform:
         bid: dict[str, float] = {}
         fresh = False  # ``bid`` is new and no VM holds it yet
         bids, new_bid = demand.bids, demand.new_vm_bid
-        for vm in app.vms:
+        vms = app.vms
+        values = list(bids.values())
+        if vms and values.count(new_bid) == len(values):
+            # every VM bids alike (Controller.uniform): what the loop below does, in one step
+            b = bids.get(vms[0].id, new_bid)
+            bid = {r: float(b.get(r, 0.0)) for r in trade}
+            if vms[0].bid == bid:
+                bid = vms[0].bid
+            for vm in vms:
+                vm.bid = bid
+            vms = []
+        for vm in vms:
             # VMs usually bid alike: one dict per distinct bid, shared by the VMs that bid it
             # (the market's rows, the charge and the controllers' sums go by shared dicts);
             # the first VM's dict is kept when it is equal (its controller view stays valid).

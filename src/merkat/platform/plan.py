@@ -22,53 +22,74 @@ from merkat.platform.model import MICRO, App, AppConst, Ops, VMRecord
 def make_plan(
     now: float, period: float, runs: Sequence[tuple[App, list[VMRecord]]], result: Any,
     ops: Ops, starting_vms: list[VMRecord], moved: list[tuple[VMRecord, int]],
-    const_of: Callable[[App], AppConst],
+    const_of: Callable[[App], AppConst], before: IntArray,
 ) -> Plan:
     """The backend's plan for ``runs`` (each application with the VMs it bids with, in the
-    order the market saw them) placed by the clearing ``result``: VMs placed for the first
-    time are created or resumed (and appended to ``starting_vms``), VMs on another host
-    migrate (appended to ``moved`` with their source), every placed VM's allocation is
-    updated in its record; ``ops`` adds the destroys and suspends decided before."""
+    order the market saw them, on hosts ``before``: the market's input) placed by the
+    clearing ``result``: VMs placed for the first time are created or resumed (and appended
+    to ``starting_vms``), VMs on another host migrate (appended to ``moved`` with their
+    source), every placed VM's allocation is updated in its record; ``ops`` adds the destroys
+    and suspends decided before.
+
+    The VMs whose host changes (placed for the first time, moved, or not placed: a new VM
+    has no host, :class:`~merkat.platform.model.VMRecord`) are found with numpy and visited
+    alone; the others only take their allocation, application by application."""
     create: list[VMPlacement] = []
     resume: list[VMPlacement] = []
     migrate: list[tuple[str, int, int]] = []
     allocations: dict[str, dict[str, float]] = {}
-    hosts: list[int] = result.host.tolist()
+    host = result.host
+    unplaced = host == NO_HOST
+    hosts: list[int] = host.tolist()
+    flat = [vm for _, vms in runs for vm in vms]
+    for i in np.flatnonzero(unplaced | (host != before)).tolist():
+        vm, h = flat[i], hosts[i]
+        if h == NO_HOST:  # nowhere to go this period: stays queued (its allocation: below)
+            continue
+        if vm.new:
+            (resume if vm.state is VMState.RESUMING else create).append(
+                VMPlacement(vm.id, vm.app, h)
+            )
+            vm.new = False
+            starting_vms.append(vm)
+        else:
+            migrate.append((vm.id, vm.host, h))
+            moved.append((vm, vm.host))
+        vm.host = h
     cols: list[list[float]] = result.allocation.T.tolist()  # one list per resource
+    some_unplaced = bool(unplaced.any())
     i = 0
     for app, vms in runs:
         const = app.const or const_of(app)
         columns, zero = const.columns, const.zero
-        one = len(columns) == 1 and columns[0][1] >= 0  # one resource (CPU-only markets)
-        r0, c0 = (columns[0][0], cols[columns[0][1]]) if one else ("", [])
-        for vm in vms:
-            h = hosts[i]
-            if h == NO_HOST:  # nowhere to go this period: stays queued, gets nothing
-                if vm.alloc != zero:
-                    vm.alloc = zero
-                i += 1
-                continue
-            if vm.new:
-                (resume if vm.state is VMState.RESUMING else create).append(
-                    VMPlacement(vm.id, vm.app, h)
-                )
-                vm.new = False
-                starting_vms.append(vm)
-            elif h != vm.host:
-                migrate.append((vm.id, vm.host, h))
-                moved.append((vm, vm.host))
-            vm.host = h
-            old = vm.alloc  # kept when equal (the controller's view of it stays valid)
-            if one:
-                a0 = c0[i]
-                if len(old) != 1 or old.get(r0) != a0:
+        j = i + len(vms)
+        placed = vms
+        rows: Sequence[int] = range(i, j)
+        if some_unplaced and unplaced[i:j].any():
+            placed = []
+            for vm, h in zip(vms, hosts[i:j], strict=True):
+                if h == NO_HOST:  # gets nothing
+                    if vm.alloc != zero:
+                        vm.alloc = zero
+                else:
+                    placed.append(vm)
+            rows = [k for k in rows if hosts[k] != NO_HOST]
+        # a VM's allocation mapping is kept when equal (the controller's view stays valid)
+        if len(columns) == 1 and columns[0][1] >= 0:  # one resource (CPU-only markets)
+            r0, c0 = columns[0][0], cols[columns[0][1]]
+            for vm, a0 in zip(placed, [c0[k] for k in rows] if placed is not vms else c0[i:j],
+                              strict=True):
+                old = vm.alloc
+                if old.get(r0) != a0 or len(old) != 1:
                     vm.alloc = {r0: a0}
-            else:
-                alloc = {r: cols[k][i] if k >= 0 else 0.0 for r, k in columns}
-                if alloc != old:
+        else:
+            for vm, k in zip(placed, rows, strict=True):
+                alloc = {r: cols[c][k] if c >= 0 else 0.0 for r, c in columns}
+                if alloc != vm.alloc:
                     vm.alloc = alloc
-            allocations[vm.id] = vm.alloc
-            i += 1
+        allocations.update(zip([vm.id for vm in placed], [vm.alloc for vm in placed],
+                               strict=True))
+        i = j
     return Plan(
         time=now,
         period=period,
