@@ -15,7 +15,8 @@ MODULES=(
   merkat/control/types.py merkat/control/formulas.py merkat/control/base.py
   merkat/control/generic.py merkat/control/deadline.py merkat/control/slo.py
   merkat/control/utility.py
-  merkat/platform/period.py merkat/platform/plan.py merkat/platform/backend.py
+  merkat/platform/period.py merkat/platform/plan.py merkat/platform/bids.py
+  merkat/platform/backend.py
   merkat/backends/sim.py
   merkat/market/balance.py merkat/market/share.py
 )

@@ -26,7 +26,6 @@ No clock is read and no ledger or backend is called here.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -52,6 +51,7 @@ from merkat.control.types import (
 from merkat.market import NO_HOST, RESOURCES, BalanceParams, Clearing, Hosts, VMs
 from merkat.market.mechanisms import make_mechanism
 from merkat.platform.backend import ApplyReport, Backend
+from merkat.platform.bids import set_bids, within_budget
 from merkat.platform.lifecycle import ENDED, app_transition, vm_transition
 from merkat.platform.market_input import bidding as bidding_vms
 from merkat.platform.market_input import market_vms, same_input
@@ -544,72 +544,8 @@ class Platform:
                         bid=dict(demand.new_vm_bid),
                     )
                 )
-        trade = app.spec.trade  # a VM's bid holds the traded resources only
-        src: Mapping[str, float] | None = None
-        bid: dict[str, float] = {}
-        fresh = False  # ``bid`` is new and no VM holds it yet
-        bids, new_bid = demand.bids, demand.new_vm_bid
-        vms = app.vms
-        values = list(bids.values())
-        if vms and values.count(new_bid) == len(values):
-            # every VM bids alike (Controller.uniform): what the loop below does, in one step
-            b = bids.get(vms[0].id, new_bid)
-            bid = {r: float(b.get(r, 0.0)) for r in trade}
-            if vms[0].bid == bid:
-                bid = vms[0].bid
-            for vm in vms:
-                vm.bid = bid
-            vms = []
-        for vm in vms:
-            # VMs usually bid alike: one dict per distinct bid, shared by the VMs that bid it
-            # (the market's rows, the charge and the controllers' sums go by shared dicts);
-            # the first VM's dict is kept when it is equal (its controller view stays valid).
-            b = bids.get(vm.id, new_bid)  # Demand.bid_for, inlined
-            if b is not src and (src is None or b != src):
-                bid = {r: float(b.get(r, 0.0)) for r in trade}
-                fresh = True
-            src = b
-            if vm.bid is not bid:
-                if fresh and vm.bid == bid:
-                    bid = vm.bid
-                else:
-                    vm.bid = bid
-            fresh = False
-        self._within_budget(app, balance)
-
-    def _within_budget(self, app: App, balance: int) -> None:
-        """Scale the app's bids down to what its balance pays, never under the reserve.
-
-        A controller should never bid beyond its balance (bid_max is part of its observation);
-        if one does, its bids are scaled down in proportion. An application that cannot even pay
-        the reserve price for its VMs bids the reserve and is charged what it has (the charge
-        policy then leaves its VMs unpaid, which the next period's balance shows).
-        """
-        total: float = 0.0
-        last: dict[str, float] | None = None
-        x: float = 0.0
-        for vm in app.vms:
-            if vm.bid is not last:
-                last = vm.bid
-                x = sum(last.values())
-            total += x
-        if not math.isfinite(total):  # NaN or infinity: a bug of the policy, named here
-            bad = next(vm for vm in app.vms if not math.isfinite(sum(vm.bid.values())))
-            raise NonFiniteBid(
-                f"policy {app.controller.name!r} bid {dict(bad.bid)} for VM {bad.id!r} of "
-                f"application {app.spec.id!r}: not a finite number "
-                "(a bug in the policy)"
-            )
-        if total <= 0 or to_micro(total) <= balance:
-            return
-        k = balance / MICRO / total
-        last = None
-        scaled: dict[str, float] = {}
-        for vm in app.vms:  # VMs that shared a bid share its scaled one
-            if vm.bid is not last:
-                last = vm.bid
-                scaled = {r: max(b * k, self.reserve.get(r, 0.0)) for r, b in last.items()}
-            vm.bid = scaled
+        set_bids(app, demand)
+        within_budget(app, balance, self.reserve)
 
     # --- step 3: the market's input ---------------------------------------------------
 
