@@ -138,7 +138,7 @@ def admit(
     if newcomers and result is not None:
         plan = make_plan(now, platform.period, runs, result, ops, placed, moved, platform._const,
                          result.before)
-        bills, usage = bills_of(newcomers, result.host, result.allocation, result.bid,
+        bills, usage = bills_of(newcomers, result.host, result.before, result.allocation, result.bid,
                                 platform.prices, start=sum(len(vms) for _, vms in here))
         frac = max(0.0, min(1.0, (until - now) / platform.period))
         bills = tuple((a, round(x * frac)) for a, x in bills)

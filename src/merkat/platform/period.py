@@ -245,7 +245,8 @@ class Platform:
         moved: list[tuple[VMRecord, int]] = []
         plan = make_plan(now, self.period, runs, result, ops, starting, moved, self._const,
                          vms.host)
-        bills, usage = bills_of(runs, result.host, result.allocation, vms.bid, self.prices)
+        bills, usage = bills_of(runs, result.host, vms.host, result.allocation, vms.bid,
+                                self.prices)
         alloc = result.allocation.sum(axis=0) if bidding else np.zeros(len(RESOURCES))
         return Decision(
             index=self.index, time=now, plan=plan, bills=bills, usage=usage,

@@ -102,14 +102,15 @@ def make_plan(
     )
 
 def bills_of(
-    runs: Sequence[tuple[App, list[VMRecord]]], host: IntArray, alloc: FloatArray,
-    bid: FloatArray, prices: Mapping[str, float], start: int = 0,
+    runs: Sequence[tuple[App, list[VMRecord]]], host: IntArray, before: IntArray,
+    alloc: FloatArray, bid: FloatArray, prices: Mapping[str, float], start: int = 0,
 ) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
-    """Per application (id order): its placed VMs' bids for the period (micro-credits,
+    """Per application (id order): the bids of its VMs that have a host (micro-credits,
     rounded per VM) and what they use at ``prices`` (allocation x price over the resources it
     trades, rounded per VM, at most the VM's bid). ``runs`` are rows ``start`` on of the
-    market's input ``bid`` and of the placement (``host``, ``alloc``), as :func:`make_plan`
-    took them into the VM records.
+    market's input (``bid``, hosts ``before``) and of the placement (``host``, ``alloc``), as
+    :func:`make_plan` took them into the VM records: a VM the clearing did not place keeps
+    the host it had (and is billed its bid, as it was VM by VM) and uses nothing.
 
     Vectorised over the VMs (numpy) with the arithmetic of the per-VM sums it replaces: a
     VM's bid holds its traded resources only, so its row sum is ``sum(vm.bid.values())``
@@ -121,6 +122,7 @@ def bills_of(
         return (), ()
     rows = slice(start, start + n)
     placed = host[rows] != NO_HOST
+    hosted = placed | (before[rows] != NO_HOST)  # the VM records' hosts after make_plan
     x = np.rint(bid[rows].sum(axis=1) * MICRO).astype(np.int64)
     price = np.array([prices[r] for r in RESOURCES])
     a = alloc[rows]
@@ -133,14 +135,14 @@ def bills_of(
             if not all(traded):
                 term = np.where(np.repeat(traded, counts), term, 0.0)
             used = used + term
-    u = np.minimum(np.rint(used * MICRO).astype(np.int64), x)
+    u = np.where(placed, np.minimum(np.rint(used * MICRO).astype(np.int64), x), 0)
     starts = np.cumsum([0, *counts[:-1]])
-    totals = np.add.reduceat(np.where(placed, x, 0), starts).tolist()
-    uses = np.add.reduceat(np.where(placed, u, 0), starts).tolist()
-    any_placed = np.logical_or.reduceat(placed, starts).tolist()
+    totals = np.add.reduceat(np.where(hosted, x, 0), starts).tolist()
+    uses = np.add.reduceat(np.where(hosted, u, 0), starts).tolist()
+    any_hosted = np.logical_or.reduceat(hosted, starts).tolist()
     bills: dict[str, int] = {}
     usage: dict[str, int] = {}
-    for (app, _), p, t, v in zip(runs, any_placed, totals, uses, strict=True):
+    for (app, _), p, t, v in zip(runs, any_hosted, totals, uses, strict=True):
         if p:
             i = app.spec.id
             bills[i] = bills.get(i, 0) + t

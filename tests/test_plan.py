@@ -1,0 +1,109 @@
+"""The plan and the bills of a period (merkat.platform.plan), vectorised with numpy, against
+their per-VM definitions: the same operations, allocations and micro-credits, exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from merkat.control.registry import make_policy
+from merkat.control.types import VMState
+from merkat.market import NO_HOST, RESOURCES, Hosts
+from merkat.platform.market_input import market_vms
+from merkat.platform.model import App, AppSpec, Ops, VMRecord, to_micro
+from merkat.platform.period import Platform
+from merkat.platform.plan import bills_of, make_plan
+
+
+class _Placed:
+    def __init__(self, host: np.ndarray, allocation: np.ndarray) -> None:
+        self.host, self.allocation = host, allocation
+
+
+def _runs(rng: np.random.Generator, platform: Platform) -> list[tuple[App, list[VMRecord]]]:
+    """Applications trading the CPU, or CPU and memory, with placed, new and resuming VMs,
+    VMs that share one bid mapping and VMs with their own."""
+    runs = []
+    for a in range(int(rng.integers(1, 6))):
+        trade = ("cpu",) if rng.random() < 0.5 else ("memory", "cpu")
+        spec = AppSpec(f"a{a}", "best-effort", 1, {"cpu": 1.0, "memory": 512.0}, 0.0, 100.0,
+                       trade=trade)
+        app = App(spec, make_policy("best-effort"), f"app:a{a}")
+        shared = {r: float(rng.uniform(0.001, 3.0)) for r in trade}
+        for v in range(int(rng.integers(1, 7))):
+            own = {r: float(rng.uniform(0.001, 3.0)) for r in trade}
+            state = VMState.RESUMING if rng.random() < 0.2 else VMState.RUNNING
+            vm = VMRecord(f"a{a}/vm{v}", spec.id, state, bid=shared if rng.random() < 0.7 else own)
+            if rng.random() < 0.6:  # placed before (else new: no host yet)
+                vm.host, vm.new = int(rng.integers(0, 4)), False
+                vm.alloc = {r: 0.25 for r in trade}
+            app.vms.append(vm)
+        platform._const(app)
+        runs.append((app, app.vms))
+    return runs
+
+
+def _reference_bills(runs: list[tuple[App, list[VMRecord]]],
+                     prices: dict[str, float]) -> tuple[dict[str, int], dict[str, int]]:
+    """The per-VM definition (the code before numpy): each VM with a host is billed its bid
+    and uses its allocation x price, rounded per VM, at most the bid."""
+    bills: dict[str, int] = {}
+    usage: dict[str, int] = {}
+    for app, vms in runs:
+        placed = [vm for vm in vms if vm.host != NO_HOST]
+        if placed:
+            x = [to_micro(sum(vm.bid.values())) for vm in placed]
+            u = [min(to_micro(sum(a * prices[r] for r, a in vm.alloc.items())), b)
+                 for vm, b in zip(placed, x, strict=True)]
+            bills[app.spec.id] = sum(x)
+            usage[app.spec.id] = sum(u)
+    return bills, usage
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_plan_and_bills_match_their_per_vm_definitions(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    platform = Platform(Hosts(tuple(f"h{k}" for k in range(4)), np.array([[1.0, 4096.0]] * 4)))
+    runs = _runs(rng, platform)
+    n = sum(len(vms) for _, vms in runs)
+    vms = market_vms(runs, n, platform._const)
+    before = [(vm.host, vm.new, vm.state) for _, v in runs for vm in v]
+    host = rng.integers(0, 4, n)
+    host[rng.random(n) < 0.2] = NO_HOST  # not placed this period
+    allocation = rng.uniform(0.0, 1.0, (n, len(RESOURCES)))
+    starting: list[VMRecord] = []
+    moved: list[tuple[VMRecord, int]] = []
+    plan = make_plan(0.0, 300.0, runs, _Placed(host, allocation), Ops(["gone"], []), starting,
+                     moved, platform._const, vms.host)
+
+    flat = [vm for _, v in runs for vm in v]
+    create, resume, migrate, allocations = [], [], [], {}
+    for i, (vm, (src, new, state)) in enumerate(zip(flat, before, strict=True)):
+        h = int(host[i])
+        if h == NO_HOST:
+            assert vm.host == src and vm.alloc == dict.fromkeys(vm.bid, 0.0)  # gets nothing
+            continue
+        if new:
+            (resume if state is VMState.RESUMING else create).append((vm.id, h))
+        elif h != src:
+            migrate.append((vm.id, src, h))
+        assert vm.host == h and not vm.new
+        expected = {r: float(allocation[i, RESOURCES.index(r)]) for r in vm.bid}
+        assert vm.alloc == expected
+        allocations[vm.id] = expected
+    assert [(p.vm, p.host) for p in plan.create] == create
+    assert [(p.vm, p.host) for p in plan.resume] == resume
+    assert list(plan.migrate) == migrate
+    assert plan.allocations == allocations and list(plan.allocations) == list(allocations)
+    assert plan.destroy == ("gone",)
+    assert [vm.id for vm, _ in moved] == [m[0] for m in migrate]
+
+    prices = {"cpu": float(rng.uniform(0.1, 5.0)), "memory": float(rng.uniform(0.0, 0.01))}
+    bills, usage = bills_of(runs, host, vms.host, allocation, vms.bid, prices)
+    want_bills, want_usage = _reference_bills(runs, prices)
+    assert dict(bills) == want_bills and dict(usage) == want_usage
+    assert [a for a, _ in bills] == sorted(want_bills)
+    # the newcomers of an admission: the tail of the arrays
+    k = len(runs[0][1])
+    tail = bills_of(runs[1:], host, vms.host, allocation, vms.bid, prices, start=k)
+    assert dict(tail[0]) == {a: b for a, b in want_bills.items() if a != runs[0][0].spec.id}
