@@ -31,11 +31,12 @@ from mypy_extensions import mypyc_attr
 from merkat.control.formulas import current_bid, scale_to, spend_limit, start_bid
 from merkat.control.types import Action, Amounts, Demand, Observation, Phase, new_demand
 
-Seed = int | np.random.Generator
+Seed = int | np.random.SeedSequence | np.random.Generator
 
 
 def make_rng(seed: Seed) -> np.random.Generator:
-    """An explicit generator: a seed gives a fresh one, a Generator is used as is."""
+    """An explicit generator: an int or a ``SeedSequence`` (a run's stream of this controller,
+    :func:`merkat.seeds.controller`) gives a fresh one, a Generator is used as is."""
     return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
 
 

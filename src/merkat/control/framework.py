@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from merkat.control.base import Controller
+from merkat.control.base import Controller, Seed
 from merkat.control.formulas import judge
 from merkat.control.generic import MerkatHorizontal, resize
 from merkat.control.types import Demand, Observation
@@ -25,7 +25,7 @@ class FrameworkHorizontal(Controller):
     name = "framework-horizontal"
 
     def __init__(self, *, keep_idle: float = 600.0, low: float = 0.75, high: float = 1.0,
-                 horizon: int = 1, start_fraction: float = 1.0, seed: int = 0) -> None:
+                 horizon: int = 1, start_fraction: float = 1.0, seed: Seed = 0) -> None:
         super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
         if keep_idle < 0:
             raise ValueError(f"keep_idle must be >= 0 s, got {keep_idle}")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from merkat import seeds
 from merkat.gridcloud.model import (
     HIGH_IMPORTANCE,
     HIGH_SHARE,
@@ -172,9 +173,10 @@ class Load:
 def generate_tasks(
     user: int, n: int, load: Load, seed: int, first_id: int = 0
 ) -> list[Task]:
-    """The ``n`` tasks of ``user`` (ids from ``first_id``), seeded by (seed, user). The gap
-    before each arrival has the mean λ⁻¹ in force at the previous arrival."""
-    rng = np.random.default_rng([seed, user])
+    """The ``n`` tasks of ``user`` (ids from ``first_id``), drawn from the seed's ``user/<user>``
+    stream (:mod:`merkat.seeds`). The gap before each arrival has the mean λ⁻¹ in force at
+    the previous arrival."""
+    rng = seeds.stream(seed, f"user/{user}")
     gaps = rng.exponential(1.0, n)
     sizes = rng.exponential(MEAN_TASK_MI, n)
     urgency = rng.choice(np.array(URGENCY), n)

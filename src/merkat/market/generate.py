@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from merkat import seeds
 from merkat.market.types import NO_HOST, Hosts, VMs
 
 
@@ -16,7 +17,7 @@ def random_market(
     bid uniformly in [0.1, 10] credits per resource, and a ``placed_fraction`` of them already
     run on a random host (the rest are new and must be placed).
     """
-    rng = np.random.default_rng(seed)
+    rng = seeds.stream(seed, seeds.WORKLOAD)
     cores = rng.choice(np.array([8.0, 16.0, 32.0, 64.0]), size=n_hosts)
     hosts = Hosts(tuple(f"h{i}" for i in range(n_hosts)), np.column_stack([cores, cores * 4096]))
     vcpus = rng.choice(np.array([1.0, 2.0, 4.0, 8.0]), size=n_vms)

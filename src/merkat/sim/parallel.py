@@ -4,8 +4,9 @@
 stopped, none waits or is suspended), what the rest of a market run does depends only on the
 jobs still to come and on what the empty platform carries over that a controller can see:
 
-- the jobs' own parameters and random generators (each controller draws from its own,
-  seeded with its job's index, not from a shared stream);
+- the jobs' own parameters and random generators (each controller draws from its own
+  stream of the run's seed, ``controllers/<job id>`` (:mod:`merkat.seeds`), not from a
+  shared one);
 - the last prices (an empty market clears at 0, like a fresh platform's), compared bit for bit;
 - the time of the next period: the first boundary at or after the next arrival, whichever way
   the run got there (the loop submits every job at the first boundary at or after its
@@ -162,6 +163,7 @@ def _child(
     names: tuple[str, ...],
     board: _Board,
     results: Any,
+    seed: int,
 ) -> None:
     """Piece ``k`` on its own process: its result (or its error) goes to ``results``.
 
@@ -174,7 +176,7 @@ def _child(
         with paused_gc():
             seg = run_segment(
                 workload, cluster, cfg, names, board.starts[k], None,
-                _Handoff(board, k, lambda: time.sleep(_POLL_S)),
+                _Handoff(board, k, lambda: time.sleep(_POLL_S)), seed=seed,
             )
         out = _piece(k, seg, workload, names)
         # as plain tuples: cheaper to pickle, and a compiled (mypyc) frozen record cannot be
@@ -268,7 +270,7 @@ def simulate_parallel(
     procs = {
         k: ctx.Process(
             target=_child,
-            args=(k, workload, cluster, cfg, names, board, results),
+            args=(k, workload, cluster, cfg, names, board, results, seed),
             name=f"merkat-piece-{k}",
             daemon=True,
         )
@@ -327,7 +329,7 @@ def simulate_parallel(
             p.start()
         with paused_gc():
             seg0 = run_segment(
-                workload, cluster, cfg, names, 0, count, _Handoff(board, 0, wait)
+                workload, cluster, cfg, names, 0, count, _Handoff(board, 0, wait), seed=seed
             )
         board.progress[0].value = n + 1
         collect(block=False)

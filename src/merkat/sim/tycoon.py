@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from merkat import seeds
 from merkat.bank import tokens
 from merkat.bank.ledger import AccountKind, Move
 from merkat.bank.memory import MemoryLedger
@@ -83,7 +84,7 @@ class TycoonConfig:
     min_horizon_s: float = 600.0
     until_s: float = math.inf
     record_every: int = 1  # record the prices every k intervals (0: never)
-    seed: int = 0  # breaks ties between equal bids when a job picks its hosts
+    seed: int = 0  # its ``ties`` stream (merkat.seeds) breaks ties between equal bids
 
 
 @dataclass
@@ -146,7 +147,7 @@ class TycoonSim:
         self.finished: list[dict[str, Any]] = []
         self.keys: dict[str, Any] = {}
         self.refunded = 0
-        self.rng = np.random.default_rng(config.seed)
+        self.rng = seeds.stream(config.seed, "ties")
         self.ledger.create_account(PROVIDER, AccountKind.provider)
         self.ledger.create_account(BROKER, AccountKind.user)
         users = sorted({j.user for j in jobs} | {b.user for b in boosts})

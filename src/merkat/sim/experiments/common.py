@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from merkat import seeds
 from merkat.control.utility import utility
 from merkat.sim.cluster import Cluster
 from merkat.sim.market.trace import MarketConfig, simulate_market, summarize_market
@@ -70,10 +71,11 @@ def workload_of(run: Run) -> tuple[Workload, Cluster]:
 
 
 def policies_of(run: Run, n: int) -> list[str]:
-    """Each job's policy: the run's, or one of the four SLO types drawn with the run's seed."""
+    """Each job's policy: the run's, or one of the four SLO types drawn from the run seed's
+    ``policies`` stream (:mod:`merkat.seeds`)."""
     if not run.random_policies:
         return [run.policy] * n
-    rng = np.random.default_rng([run.seed, 4])
+    rng = seeds.stream(run.seed, "policies")
     return [SLO_KINDS[k] for k in rng.integers(0, len(SLO_KINDS), n)]
 
 

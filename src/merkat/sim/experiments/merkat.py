@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from merkat import seeds
 from merkat.backends.sim import RigidApp
 from merkat.control.framework import FrameworkHorizontal
 from merkat.control.utility import efficiency, merkat_satisfaction
@@ -71,7 +72,7 @@ MERKAT6: dict[str, Any] = {
     "best_effort_arrivals_min": [10.0, 20.0, 30.0, 40.0],
     "best_effort_jitter_min": 2.0,
     "best_effort_arrivals": "seed 0: as listed; seed k > 0: each moved by U[-2, 2] min "
-                            "(numpy default_rng([k, 6]))",
+                            "(the seed's arrivals stream, merkat.seeds)",
     "best_effort_work_s": 77.5 * MIN,
     "best_effort_budget": 20.0,
     "best_effort_renewal_per_period": 20.0,
@@ -94,7 +95,7 @@ def merkat6_arrivals(seed: int) -> list[float]:
     if seed == 0:
         return nominal
     j = p["best_effort_jitter_min"] * MIN
-    shift = np.random.default_rng([seed, 6]).uniform(-j, j, len(nominal))
+    shift = seeds.stream(seed, seeds.ARRIVALS).uniform(-j, j, len(nominal))
     return [a + float(d) for a, d in zip(nominal, shift, strict=True)]
 
 
@@ -254,7 +255,8 @@ SATISFACTION: dict[str, Any] = {
     "run_floor_s": 600.0,
     "interarrival_factors": [1.0, 0.5, 0.25, 0.1, 0.05],
     "deadline_factor": [1.2, 10.0],
-    "deadline_factor_rng": "numpy default_rng([seed, 6])",
+    "deadline_factor_rng": "the seed's deadline-factors stream (merkat.seeds); the Lublin "
+                           "jobs come from its workload stream",
     "budget_base": 60.0,
     "budget_renewal": 20.0,
     "budget": "B = B_base / deadline factor credits per core per period; initial B·procs, "
@@ -276,7 +278,7 @@ def satisfaction_workload(seed: int, factor: float) -> Workload:
     if len(swf) < p["jobs"]:
         raise RuntimeError(f"seed {seed}: only {len(swf)} Lublin jobs of <= 8 processes")
     lo, hi = p["deadline_factor"]
-    x = np.random.default_rng([seed, 6]).uniform(lo, hi, len(swf))
+    x = seeds.stream(seed, "deadline-factors").uniform(lo, hi, len(swf))
     submit = (swf[:, 1] - swf[0, 1]) * factor
     run = np.maximum(swf[:, 3], p["run_floor_s"])
     return Workload.from_arrays(submit, run, swf[:, 4].astype(np.int64), deadline_factor=x,
@@ -426,7 +428,7 @@ def _fig7_runs(seeds: int, jobs: int | None, factors: Sequence[float]) -> list[S
 def merkat7_scenario(seed: int) -> Scenario:
     """The scenario of one Merkat Fig. 7 run (not yet run)."""
     p = MERKAT7
-    rng = np.random.default_rng([seed, 7])
+    rng = seeds.stream(seed, "condor-tasks")
     tasks = np.maximum(rng.normal(p["condor_task_mean_s"], p["condor_task_sd_s"],
                                   p["condor_tasks"]), p["condor_task_min_s"])
     lp = p["torque_lublin"]

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from merkat import seeds
 from merkat.predict import ar, portfolio, slots
 from merkat.sim.experiments.common import pyplot
 from merkat.sim.experiments.registry import Experiment, register
@@ -203,8 +204,9 @@ def _seed_runs(seeds: int, jobs: int | None, factors: Sequence[float]) -> list[S
 
 
 def price_history(seed: int, hours: float = AR6["history_h"]) -> np.ndarray:
-    """A host's spot price every ``sample_min`` minutes over ``hours`` of a busy market."""
-    rng = np.random.default_rng(seed)
+    """A host's spot price every ``sample_min`` minutes over ``hours`` of a busy market (the
+    jobs from the seed's ``workload`` stream, the simulator's ties from its ``ties``)."""
+    rng = seeds.stream(seed, seeds.WORKLOAD)
     jobs, t, k = [], 0.0, 0
     while t < hours * HOUR:
         budget = max(20.0, float(rng.normal(300.0, 100.0)))
@@ -299,7 +301,7 @@ PORTFOLIO: dict[str, Any] = {
 
 
 def tycoon_portfolio(run: SeedRun) -> dict[str, Any]:
-    rng = np.random.default_rng(run.seed)
+    rng = seeds.stream(run.seed, seeds.WORKLOAD)
     n, t1, t2 = PORTFOLIO["hosts"], PORTFOLIO["history_steps"], PORTFOLIO["test_steps"]
     mean = np.maximum(rng.normal(1.0, 0.2, n), 0.2)
     sd = np.abs(rng.normal(0.2, 0.1, n))
@@ -391,8 +393,8 @@ def _draw(name: str, rng: np.random.Generator, size: int) -> np.ndarray:
 def tycoon_window(run: SeedRun) -> dict[str, Any]:
     n = WINDOW["window"]
     out: dict[str, Any] = {"label": run.label, "seed": run.seed}
-    for k, name in enumerate(WINDOW["distributions"]):
-        rng = np.random.default_rng([run.seed, k])
+    for name in WINDOW["distributions"]:
+        rng = seeds.stream(run.seed, f"window/{name}")
         target = _draw(name, rng, n)
         ref = _draw(name, rng, 100_000)
         lo, hi = np.quantile(ref, [0.005, 0.995])

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from merkat import seeds
 from merkat.backends.sim import RigidApp, SimBackend
 from merkat.bank.memory import MemoryLedger
 from merkat.control.utility import utility
@@ -115,9 +116,11 @@ def simulate_market(
     workers: int = 1,
 ) -> MarketOutcome:
     """Run ``workload`` on ``cluster`` under the market; ``policies`` gives one policy name per
-    job (default: ``config.policy`` for all). Each controller draws from its own generator,
-    seeded with its job's index; ``seed`` does not change them (the workload's own draws, made
-    by :func:`~merkat.sim.workload.build_workload`, take the seed).
+    job (default: ``config.policy`` for all). ``seed`` is the run's: each controller draws
+    from its own stream of it, ``controllers/<job id>`` (:mod:`merkat.seeds`), so adding a job
+    does not shift another's draws (the workload's own draws, made by
+    :func:`~merkat.sim.workload.build_workload`, come from the same seed's ``workload``
+    stream).
 
     ``workers`` > 1 cuts the trace where the cluster is empty and runs the pieces on that many
     processes (:mod:`merkat.sim.parallel`): the same outcome, byte for byte, sooner."""
@@ -134,7 +137,7 @@ def simulate_market(
         return simulate_parallel(workload, cluster, cfg, names, seed, progress, workers)
     t_wall = time.perf_counter()
     with paused_gc():
-        seg = run_segment(workload, cluster, cfg, names, 0, progress)
+        seg = run_segment(workload, cluster, cfg, names, 0, progress, seed=seed)
     return seg.outcome(workload, names, time.perf_counter() - t_wall)
 
 
@@ -249,6 +252,7 @@ def run_segment(
     start: int,
     progress: Callable[[int], None] | None,
     handoff: Handoff | None = None,
+    seed: int = 0,
 ) -> Segment:
     """The jobs from ``start`` on, from a fresh platform, as a configuration of the runtime
     driver (:class:`~merkat.runtime.driver.Driver`): a virtual clock that jumps over idle
@@ -273,7 +277,7 @@ def run_segment(
     )
     ids = [str(j) for j in workload.job_id.tolist()]
     seg = Segment(platform, backend, economy, ids, start)
-    arrivals = _TraceArrivals(workload, start, ids, names, cfg, trade)
+    arrivals = _TraceArrivals(workload, start, ids, names, cfg, trade, seed)
     hooks = _TraceHooks(seg, arrivals, _state(platform), handoff, progress)
     driver = Driver(platform, backend, economy, arrivals, hooks=hooks, admission=cfg.admission)
     driver.run()
@@ -287,10 +291,11 @@ class _TraceArrivals(ListArrivals):
     is due: a 200,000-job trace is not materialised up front)."""
 
     def __init__(self, w: Workload, start: int, ids: list[str], names: tuple[str, ...],
-                 cfg: MarketConfig, trade: tuple[str, ...]) -> None:
+                 cfg: MarketConfig, trade: tuple[str, ...], seed: int) -> None:
         super().__init__()
         self.w, self.i, self.ids, self.names, self.cfg, self.trade = w, start, ids, names, cfg, \
             trade
+        self.seed = seed
         self.submit = w.submit.tolist()
         self.n = len(self.submit)
 
@@ -306,7 +311,8 @@ class _TraceArrivals(ListArrivals):
         submit = self.submit
         while self.i < self.n and submit[self.i] <= t:
             k = self.i
-            spec, model = _job(self.w, k, self.ids[k], self.names[k], self.cfg, self.trade)
+            spec, model = _job(self.w, k, self.ids[k], self.names[k], self.cfg, self.trade,
+                               self.seed)
             out.append(Arrival(submit[k], spec, model, index=k))
             self.i += 1
         return out
@@ -349,16 +355,18 @@ def _state(platform: Platform) -> tuple[str, ...]:
 
 
 def _job(
-    w: Workload, k: int, app_id: str, policy: str, cfg: MarketConfig, trade: tuple[str, ...]
+    w: Workload, k: int, app_id: str, policy: str, cfg: MarketConfig, trade: tuple[str, ...],
+    seed: int,
 ) -> tuple[AppSpec, RigidApp]:
     """Job ``k`` as an application (its owner: the trace's user, else one user per job) and
-    its simulated model."""
+    its simulated model; its controller draws from the run's ``controllers/<app_id>``
+    stream unless the policy parameters give a seed."""
     procs = int(w.procs[k])
     b = float(w.budget[k])  # B_base / x, credits per core per period
     memory = float(w.memory[k])
     params = dict(cfg.policy_params)
-    if policy != "best-effort":
-        params.setdefault("seed", k)
+    if "seed" not in params:
+        params["seed"] = seeds.controller(seed, app_id)
     user = int(w.user[k]) if w.user is not None else -1
     spec = AppSpec(
         id=app_id,

@@ -18,9 +18,9 @@ baselines and (later) the market run on *identical* jobs. Contract:
    processors than cores, or memory per task above a host's memory) are dropped and counted by
    reason in :attr:`Workload.dropped`.
 
-Random draws come from ``numpy.random.default_rng(seed)``: the deadline factors for all taken
-records first, then the memory fractions, so a job's attributes do not depend on which other
-jobs are dropped. The same trace, options and seed give the same arrays.
+Random draws come from the seed's ``workload`` stream (:mod:`merkat.seeds`; exactly
+``numpy.random.default_rng(seed)``): the deadline factors for all taken records first, then
+the memory fractions, so a job's attributes do not depend on which other jobs are dropped. The same trace, options and seed give the same arrays.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from merkat import seeds
 from merkat.sim.cluster import Cluster
 from merkat.sim.workload.swf import SwfTrace
 
@@ -176,7 +177,7 @@ def build_workload(
     procs = np.where(req_procs > 0, req_procs, alloc_procs).astype(np.int64)
     estimate = np.where(d[:, 8] >= 0, d[:, 8], run)
 
-    rng = np.random.default_rng(seed)
+    rng = seeds.stream(seed, seeds.WORKLOAD)
     factor = np.asarray(
         rng.uniform(slo.deadline_factor_min, slo.deadline_factor_max, n), dtype=np.float64
     )

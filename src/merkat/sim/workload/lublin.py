@@ -24,8 +24,9 @@ Implemented from the model's published description and parameters
   seconds, at least 1), 5 (nodes), 11 (status 1), 15 (type: 0 typeless, 1 batch, 2
   interactive); every other field -1.
 
-The same arguments and seed give the same jobs (one ``numpy.random.Generator``, draws in job
-order).
+The same arguments and seed give the same jobs (one ``numpy.random.Generator``, the seed's
+``workload`` stream of :mod:`merkat.seeds` — exactly ``numpy.random.default_rng(seed)`` —,
+draws in job order).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.stats import gamma as gamma_dist
 
+from merkat import seeds
 from merkat.sim.workload.swf import NFIELDS, write_swf
 
 BUCKET_S = 1800.0
@@ -171,7 +173,7 @@ def generate(
         raise ValueError(f"nodes must be >= 2, got {nodes}")
     if jobtype not in JOBTYPES:
         raise ValueError(f"job type must be one of {', '.join(JOBTYPES)}, got {jobtype!r}")
-    rng = np.random.default_rng(seed)
+    rng = seeds.stream(seed, seeds.WORKLOAD)
     names = ["typeless"] if jobtype == "typeless" else ["batch", "interactive"]
     sets = {k: PARAMS[k].for_nodes(nodes) for k in names}
     streams = {k: _Arrivals(sets[k], rng) for k in names}
