@@ -109,7 +109,7 @@ def merkat6_scenario(deadline_min: float, seed: int = 0, *, policy: str | None =
     deadline = deadline_min * MIN
     cpu = p["vm"]["cpu"]
     sc = Scenario(hosts=p["hosts"], cores=p["cores_per_host"], period=p["period_s"],
-                  reserve=p["reserve"])
+                  reserve=p["reserve"], seed=seed)
     slo = IterativeApp(vms=1, work_total=p["ideal_s"], cpu=cpu, iteration=p["iteration_s"],
                        deadline=deadline)
     sc.add(spec("slo", policy or p["slo_policy"], cpu=cpu, budget=p["slo_budget"],
@@ -438,7 +438,7 @@ def merkat7_scenario(seed: int) -> Scenario:
     submit = first + (swf[:, 1] - swf[0, 1]) * p["torque_interarrival_scale"]
     run = np.maximum(swf[:, 3] * p["torque_run_scale"], p["torque_run_floor_s"])
     sc = Scenario(hosts=p["hosts"], cores=p["cores_per_host"], period=p["period_s"],
-                  reserve=p["reserve"])
+                  reserve=p["reserve"], seed=seed)
     budget = p["budget_per_period"]
     for app_id, model, at in (
         ("condor", QueueFarm(tasks.tolist(), threshold=p["condor_threshold"]), 0.0),
@@ -446,7 +446,8 @@ def merkat7_scenario(seed: int) -> Scenario:
                               threshold=p["torque_threshold"]), first),
     ):
         sc.add(spec(app_id, "framework-horizontal", submit=at, budget=budget, renewal=budget),
-               model, FrameworkHorizontal(**p["policy_params"]))
+               model, FrameworkHorizontal(**p["policy_params"],
+                                          seed=seeds.controller(seed, app_id)))
     return sc
 
 

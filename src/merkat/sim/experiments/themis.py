@@ -129,7 +129,7 @@ def themis_fig6(run: ScenarioRun) -> dict[str, Any]:
     first = rng.uniform(lo, hi, p["tasks"]).tolist()
     burst = rng.uniform(lo, hi, p["burst_tasks"]).tolist()
     sc = Scenario(hosts=p["hosts"], cores=p["cores_per_host"], period=p["period_s"],
-                  reserve=p["reserve"])
+                  reserve=p["reserve"], seed=run.seed)
     farm = TaskFarm(first)
     sc.add(spec("elastic", p["policy"], size=p["initial_vms"], budget=p["budget"],
                 renewal=p["renewal_per_period"], deadline=p["deadline_s"],

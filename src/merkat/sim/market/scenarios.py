@@ -28,7 +28,9 @@ Contract of :class:`Scenario`:
   application is submitted and after it ends), plus each application's start and end.
 
 Nothing here reads a clock or draws a random number: models bring their own (seeded) inputs,
-so the same scenario gives the same series.
+and each controller built from its spec draws from the scenario seed's
+``controllers/<application id>`` stream (:mod:`merkat.seeds`), so the same scenario and seed
+give the same series.
 
 Models added here (the simulated backend's :class:`RigidApp` and :class:`TaskFarm` are reused):
 
@@ -51,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from merkat import seeds
 from merkat.backends.sim import RigidApp, SimBackend, TaskFarm
 from merkat.bank.memory import MemoryLedger
 from merkat.control.base import Controller
@@ -269,13 +272,14 @@ class Scenario:
 
     ``hosts`` hosts of ``cores`` cores and ``memory`` MiB each; ``trade`` the resources the
     applications bid on (``("cpu",)``: memory is not traded); ``reserve`` the minimum bid per VM
-    and traded resource (credits per period).
+    and traded resource (credits per period); ``seed`` the run's seed (its controllers'
+    streams).
     """
 
     def __init__(self, *, hosts: int, cores: float, memory: float = 1e12, period: float = 300.0,
                  reserve: float = 0.001, trade: tuple[str, ...] = ("cpu",),
                  balance: BalanceParams | None = None, economy: str = "themis",
-                 charging: str = "bid") -> None:
+                 charging: str = "bid", seed: int = 0) -> None:
         if hosts < 1 or not cores > 0 or not memory > 0:
             raise ValueError("a scenario needs hosts >= 1, cores > 0 and memory > 0")
         if not set(trade) <= set(RESOURCES) or "cpu" not in trade:
@@ -290,16 +294,22 @@ class Scenario:
             balance=balance or BalanceParams())
         self.economy = Economy(self.ledger, kind=economy, charging=charging)
         self.period = period
+        self.seed = seed
         self._pending: list[Arrival] = []
         self._events: list[Arrival] = []
         self.models: dict[str, Model] = {}
 
     def add(self, spec: AppSpec, model: Model, controller: Controller | None = None) -> None:
-        """Queue application ``spec`` (run by ``model``), submitted at its ``submit_time``."""
+        """Queue application ``spec`` (run by ``model``), submitted at its ``submit_time``; a
+        controller built from the spec draws from the ``controllers/<id>`` stream of the
+        scenario's seed unless its parameters give a seed."""
         if spec.id in self.models:
             raise ValueError(f"application {spec.id!r} added twice")
         if tuple(spec.trade) != self.trade:
             spec = replace(spec, trade=self.trade)
+        if controller is None and "seed" not in spec.params:
+            spec = replace(spec, params={**spec.params,
+                                         "seed": seeds.controller(self.seed, spec.id)})
         self.models[spec.id] = model
         self._pending.append(Arrival(spec.submit_time, spec, model, controller))
 
