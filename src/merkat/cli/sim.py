@@ -99,7 +99,7 @@ def run_cmd(
     interarrival_factor: float = typer.Option(
         1.0, "--interarrival-factor", help="Multiply inter-arrival times (0.1 = heavy load)."
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the SLO attribute draws."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the run: the jobs' SLO attributes and the controllers' draws."),
     strict: bool = typer.Option(False, "--strict", help="Fail on the first bad trace line."),
     deadline_min: float = typer.Option(1.2, "--deadline-factor-min"),
     deadline_max: float = typer.Option(10.0, "--deadline-factor-max"),
