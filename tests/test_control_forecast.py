@@ -125,3 +125,15 @@ def test_themis_fig5_takes_the_policy_and_its_parameters(tmp_path: Path) -> None
     ):
         r = runner.invoke(app, ["sim", "experiment", *args, "--out", str(tmp_path / "x")])
         assert r.exit_code == 2 and want in r.stderr, (args, r.stderr)
+
+
+def test_an_explosive_fit_is_replaced_by_the_stationary_one() -> None:
+    # A smoothed step: adjusted AR(5) is explosive on it; the controller bids at the mle
+    # model's forecast instead.
+    from merkat.predict.ar import smooth
+
+    x = [float(v) for v in smooth(np.r_[np.zeros(10), np.ones(10)], 10.0) + 1.0]
+    assert not fit(np.array(x), 5, "adjusted").stationary
+    model = fit(np.array(x), 5, "mle")
+    got = PriceForecast("ar", order=5).prices(obs(x))["cpu"]
+    assert got == pytest.approx(model.forecast(np.array(x), 1)[0], rel=1e-12)

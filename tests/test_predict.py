@@ -226,6 +226,24 @@ def test_epsilon_and_backtest() -> None:
         ar.fit([1.0, 1.0, 1.0], 1)
 
 
+def test_an_explosive_yule_walker_fit_is_replaced_by_the_stationary_mle_fit() -> None:
+    # A smoothed step: the adjusted (1/(N − k)) autocorrelation is not positive definite and
+    # its AR(6) has a root inside the unit circle; its forecasts grow without bound.
+    x = ar.smooth(np.r_[np.zeros(10), np.ones(10)], 10.0)
+    raw = ar.fit(x, 6, "adjusted")
+    assert not raw.stationary and raw.method == "adjusted"
+    assert abs(raw.forecast(x, 200)[-1]) > 1e3
+    safe = ar.fit(x, 6, "adjusted", stationary=True)
+    mle = ar.fit(x, 6, "mle")
+    assert safe.stationary and safe.method == "mle"
+    assert safe.coefficients.tolist() == mle.coefficients.tolist()
+    # A stationary fit is kept as it is.
+    y = _ar2(300, 4)
+    assert ar.fit(y, 2, stationary=True).coefficients.tolist() == ar.fit(y, 2).coefficients.tolist()
+    assert ar.ARModel(np.array([1.2]), 0.0, 1.0).stationary is False
+    assert ar.ARModel(np.array([0.5, 0.3]), 0.0, 1.0).stationary is True
+
+
 # --- portfolio (§4.4) ------------------------------------------------------------------------
 def test_minimum_variance_diagonal_closed_form() -> None:
     var = np.array([1.0, 4.0, 4.0])

@@ -130,3 +130,19 @@ def test_funding_and_ar6_contracts(tmp_path: Path) -> None:
     assert t2["3-5"]["cost_per_h"] > t2["1-2"]["cost_per_h"]
     ar6 = run_experiment("tycoon-ar6", tmp_path / "a", seeds=1)
     assert 0 < ar6["epsilon_ar"] < 1 and 0 < ar6["epsilon_naive"] < 1
+
+
+def test_ar6_scores_one_hour_ahead_on_hourly_means() -> None:
+    from merkat.sim.experiments.tycoon import _ar6_host
+
+    rng = np.random.default_rng(5)
+    hourly = np.repeat(rng.uniform(0.5, 1.5, 10), 4)  # 40 h of prices held 4 h each
+    x = np.repeat(hourly, 360)  # sampled every 10-s interval
+    got = _ar6_host(x)
+    # naive: "the price stays" one hour, scored on the last 20 hourly means (from hour 19).
+    measured, naive = hourly[20:], hourly[19:-1]
+    want = float(np.abs(naive - measured).mean() / 2 / measured.mean())
+    assert got["epsilon_naive"] == pytest.approx(want, rel=1e-12)
+    assert 0 < got["epsilon_ar"] < 1 and 0 < got["epsilon_ar_10min"] < 1
+    assert got["mle_fallback"] in (0.0, 1.0)
+    assert _ar6_host(np.r_[np.zeros(20 * 360), x[: 20 * 360]]) == {}  # unused while fitting

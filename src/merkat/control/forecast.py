@@ -11,8 +11,9 @@ gives the one-step forecast μ and its error variance σ²; the price is y_p = �
 = 0.9 for a price exceeded one period in ten.
 
 Decisions (docs/predict.md, "Forecasts in controllers"): fewer than ``min_points`` prices (4 ×
-order, at least 8), or prices that do not vary, fall back to the last price; a negative
-expected price is 0; each resource is forecast on its own. Pure: the same prices give the same
+order, at least 8), or prices that do not vary, fall back to the last price; an explosive
+fit (the adjusted autocorrelation of a short series need not be positive definite) is replaced
+by the always-stationary ``mle`` fit; a negative expected price is 0; each resource is forecast on its own. Pure: the same prices give the same
 forecast (fits are cached by the series, so the applications of one period share them).
 """
 
@@ -37,7 +38,7 @@ def _expected(series: tuple[float, ...], order: int, z: float) -> float:
     if float(x.max() - x.min()) <= 1e-12 * max(1.0, abs(float(x[-1]))):
         return series[-1]
     try:
-        model = fit(x, order, "adjusted")
+        model = fit(x, order, "adjusted", stationary=True)
     except ValueError:
         return series[-1]
     mean = float(model.forecast(x, 1)[0])

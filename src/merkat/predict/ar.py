@@ -75,6 +75,15 @@ class ARModel:
     def order(self) -> int:
         return int(self.coefficients.size)
 
+    @property
+    def stationary(self) -> bool:
+        """True when every root of 1 − Σ α_j·z^j lies outside the unit circle (the forecasts
+        then decay to μ instead of growing without bound)."""
+        if not self.order:
+            return True
+        roots = np.roots(np.r_[1.0, -self.coefficients])
+        return bool(np.abs(roots).max() < 1.0)
+
     def to_json(self) -> dict[str, object]:
         return {
             "coefficients": [float(a) for a in self.coefficients],
@@ -115,8 +124,22 @@ class ARModel:
         return np.asarray(self.sigma2 * np.cumsum(self.impulse_response(steps) ** 2))
 
 
-def fit(prices: Sequence[float] | FloatArray, order: int, method: Method = "adjusted") -> ARModel:
-    """Fit AR(``order``) by Yule-Walker, solved by Levinson-Durbin."""
+def fit(
+    prices: Sequence[float] | FloatArray,
+    order: int,
+    method: Method = "adjusted",
+    *,
+    stationary: bool = False,
+) -> ARModel:
+    """Fit AR(``order``) by Yule-Walker, solved by Levinson-Durbin.
+
+    The ``paper`` and ``adjusted`` autocorrelations need not form a positive-definite Toeplitz
+    matrix (short or smooth series), and the model they give can then be explosive. With
+    ``stationary``, such a model is replaced by the ``mle`` fit (1/N sums: always stationary);
+    the returned model's ``method`` says which was used."""
+    if stationary and method != "mle":
+        model = fit(prices, order, method)
+        return model if model.stationary else fit(prices, order, "mle")
     from scipy.linalg import solve_toeplitz
 
     if order < 0:
@@ -168,10 +191,12 @@ def backtest(
     method: Method = "adjusted",
     smoothing: bool = False,
     lam: float | None = None,
+    stationary: bool = False,
 ) -> dict[str, object]:
     """§5.4's check: fit on the first ``train`` prices, then at every later point t forecast
     t + ``horizon`` from the prices up to t (smoothed causally, on the past only, when
-    ``smoothing``), against the naive forecast "the price stays". Returns both ε, the model,
+    ``smoothing``), against the naive forecast "the price stays"; ``stationary`` as in
+    :func:`fit`. Returns both ε, the model,
     and the series (measured, AR, naive) at the validated points."""
     x = _series(prices)
     if not order < train < x.size - horizon:
@@ -179,7 +204,7 @@ def backtest(
             f"need order < train < len(prices) - horizon ({order} < {train} < {x.size - horizon})"
         )
     base = smooth(x[:train], lam) if smoothing else x[:train]
-    model = fit(base, order, method)
+    model = fit(base, order, method, stationary=stationary)
     points = np.arange(train - 1, x.size - horizon)
     ar = np.empty(points.size)
     for i, t in enumerate(points):
