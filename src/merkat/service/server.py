@@ -79,7 +79,10 @@ class Service:
         host, port = self.config.host, self.config.port
         try:
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            sock = socket.socket(family, socket.SOCK_STREAM)
+            # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on accepted sockets whose
+            # proto says TCP, and without it a response written in two parts (head, body) waits
+            # for the client's delayed ACK: ~40 ms per request on a keep-alive connection.
+            sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((host, port))
         except OSError as exc:
