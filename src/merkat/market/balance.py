@@ -250,7 +250,9 @@ class _Search:
         """
         src = self.host_l[v]
         n_nodes = self.cl.shape[0]
-        score = np.zeros(n_nodes)
+        # v's estimated error per node: the largest over its resources (every term is >= 0,
+        # so the first resource's array is the running maximum; 0 when no resource counts).
+        score: FloatArray | None = None
         feasible: npt.NDArray[np.bool_] | None = None  # None: every node but src
         # (numpy's divide/invalid warnings are off for the whole search: see search_mapping)
         for r in self.err_res:  # elsewhere v bids nothing and has no ideal share
@@ -264,13 +266,18 @@ class _Search:
                     feasible = fits.copy() if feasible is None else feasible & fits
                 e = np.where(est > 0, np.abs(1.0 - self.ideal_t[r][v] / est), ERROR_LIMIT)
             elif self.ideal_t[r][v] > 0:  # pragma: no cover - ideal is 0 when the bid is 0
-                e = np.full(score.shape, ERROR_LIMIT)
+                e = np.full(n_nodes, ERROR_LIMIT)
             else:
                 continue
-            np.maximum(score, e, out=score)
+            if score is None:
+                score = e  # a new array (np.where, np.full): updated in place below
+            else:
+                np.maximum(score, e, out=score)
             if self.has_min and self.min_t[r][v] > 0:
                 fits = self.free[:, r] >= self.min_t[r][v]
                 feasible = fits if feasible is None else feasible & fits
+        if score is None:
+            score = np.zeros(n_nodes)
         if feasible is None:
             score[src] = np.inf
             n_ok = n_nodes - 1
@@ -362,7 +369,9 @@ class _Search:
             sums[src] = sum(nb[src])
             rmaxs[src] = max(map(bid_ratio, nb[src], nc[src]), default=-math.inf)
             sums[dst] = sums[dst] + b_v  # = sum(nb[dst]): v is last
-            rmaxs[dst] = max(rmaxs[dst], bid_ratio(b_v, self.cap_t[r][v]))
+            r_v = bid_ratio(b_v, self.cap_t[r][v])
+            if r_v > rmaxs[dst]:  # = max(rmaxs[dst], r_v)
+                rmaxs[dst] = r_v
         self.host[v] = dst
         self.host_l[v] = dst
         if self.has_min:
@@ -421,7 +430,12 @@ def _rel_error(a: float, ideal: float) -> float:
     operations, so the same value), in plain Python."""
     if a > 0:
         e = (a - ideal) / a
-        return abs(min(max(e, -ERROR_LIMIT), ERROR_LIMIT))
+        # = abs(min(max(e, -ERROR_LIMIT), ERROR_LIMIT)), without the calls (NaN stays NaN)
+        if e > ERROR_LIMIT:
+            return ERROR_LIMIT
+        if e < -ERROR_LIMIT:
+            return ERROR_LIMIT
+        return abs(e)
     return ERROR_LIMIT if ideal > 0 else 0.0
 
 

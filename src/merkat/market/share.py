@@ -234,7 +234,9 @@ def first_share_of_added(
     This is the first step of the water-filling: if the VM with the highest ratio is not
     capped at the price all bids set, nobody is, and the VM gets ``bid / price``.
     """
-    left_b = max(total_b - 0.0, 0.0)
+    left_b = total_b - 0.0
+    if left_b < 0.0:  # = max(total_b - 0.0, 0.0) without the call (NaN stays NaN)
+        left_b = 0.0
     left_c = capacity - 0.0
     if left_b <= 0.0:
         p = 0.0
@@ -267,7 +269,9 @@ def _small_market(
     before_b = before_m = 0.0
     left_b, left_c = 0.0, capacity
     for pos, i in enumerate(order):
-        left_b = max(total_b - before_b, 0.0)
+        left_b = total_b - before_b
+        if left_b < 0.0:  # = max(total_b - before_b, 0.0), as in first_share_of_added
+            left_b = 0.0
         left_c = capacity - before_m
         if left_b <= 0.0:
             p = 0.0
