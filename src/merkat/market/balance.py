@@ -33,7 +33,15 @@ from merkat.market.share import (
     proportional_share_small,
     share_of_last,
 )
-from merkat.market.types import NO_HOST, BalanceParams, FloatArray, Hosts, IntArray, VMs
+from merkat.market.types import (
+    NO_HOST,
+    BalanceParams,
+    FloatArray,
+    Hosts,
+    IntArray,
+    VMs,
+    row_max,
+)
 
 _SMALL = 48
 """Up to this many VMs, a node-level clearing in the search runs in plain Python."""
@@ -52,8 +60,7 @@ def allocation_errors(actual: FloatArray, ideal: FloatArray) -> FloatArray:
 
 def vm_errors(actual: FloatArray, ideal: FloatArray) -> FloatArray:
     """A VM's error: the largest ``|e_r|`` over its resources."""
-    out: FloatArray = np.abs(allocation_errors(actual, ideal)).max(axis=1)
-    return out
+    return row_max(np.abs(allocation_errors(actual, ideal)))
 
 
 def enforceable(hosts: Hosts, vms: VMs, host: IntArray) -> tuple[FloatArray, FloatArray]:

@@ -14,7 +14,7 @@ import heapq
 
 import numpy as np
 
-from merkat.market.types import NO_HOST, Hosts, IntArray, VMs
+from merkat.market.types import NO_HOST, Hosts, IntArray, VMs, row_sum
 
 
 def node_load(hosts: Hosts, vms: VMs, host: IntArray) -> np.ndarray:
@@ -47,7 +47,7 @@ def worst_fit_decreasing(hosts: Hosts, vms: VMs) -> IntArray:
     load_r = node_load(hosts, vms, host).tolist()
     inv_cap = np.where(cap > 0, 1.0 / np.where(cap > 0, cap, 1.0), np.inf).tolist()
 
-    total_bid = vms.bid[new].sum(axis=1)
+    total_bid = row_sum(vms.bid[new])
     order = new[np.argsort(-total_bid, kind="stable")]
     heap = [(max(lr), h) for h, lr in enumerate(load_r)]
     heapq.heapify(heap)

@@ -22,6 +22,32 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
+def row_max(a: FloatArray) -> FloatArray:
+    """``a.max(axis=1)`` of a 2-D array, column by column: numpy's reduction along a short last
+    axis costs ~20 µs for 600 rows of 2 columns, ``np.maximum`` of the columns ~2 µs. The same
+    ufunc on the same pairs in the same order, so the same values (NaN propagates)."""
+    if a.ndim != 2 or a.shape[1] == 0:
+        out: FloatArray = a.max(axis=1)
+        return out
+    out = a[:, 0].copy()
+    for r in range(1, a.shape[1]):
+        np.maximum(out, a[:, r], out=out)
+    return out
+
+
+def row_sum(a: FloatArray) -> FloatArray:
+    """``a.sum(axis=1)`` of a 2-D array, as one addition of the two columns when there are
+    two (~5x faster on a few hundred rows); numpy's own reduction otherwise. Bit for bit the
+    same: two terms round once whatever the order, and numpy's reduction starts from +0.0,
+    which only shows when both terms are zeros (``-0.0 + -0.0`` gives 0.0): hence ``+ 0.0``."""
+    if a.ndim == 2 and a.shape[1] == 2:
+        out: FloatArray = a[:, 0] + a[:, 1]
+        out += 0.0
+        return out
+    total: FloatArray = a.sum(axis=1)
+    return total
+
+
 class MarketError(ValueError):
     """Invalid market input. ``field`` names the offending input (e.g. ``vms[3].bid.cpu``)."""
 

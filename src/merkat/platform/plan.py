@@ -15,6 +15,7 @@ import numpy as np
 from merkat.control.types import VMState
 from merkat.market import NO_HOST, RESOURCES
 from merkat.market.share import FloatArray, IntArray
+from merkat.market.types import row_sum
 from merkat.platform.backend import Plan, VMPlacement
 from merkat.platform.model import MICRO, App, AppConst, Ops, VMRecord
 
@@ -123,7 +124,7 @@ def bills_of(
     rows = slice(start, start + n)
     placed = host[rows] != NO_HOST
     hosted = placed | (before[rows] != NO_HOST)  # the VM records' hosts after make_plan
-    x = np.rint(bid[rows].sum(axis=1) * MICRO).astype(np.int64)
+    x = np.rint(row_sum(bid[rows]) * MICRO).astype(np.int64)
     price = np.array([prices[r] for r in RESOURCES])
     a = alloc[rows]
     used = np.zeros(n)
