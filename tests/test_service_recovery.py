@@ -80,6 +80,8 @@ def test_a_restarted_manager_readopts_restarts_and_cleans(
     bids = {n: dict(m1.platform.apps[n].vms[0].bid) for n in NAMES}
     hosts = {n: m1.platform.apps[n].vms[0].host for n in NAMES}
     index = m1.platform.index
+    spent = {n: m1.spent(n) for n in NAMES}
+    assert spent["run"] > 0
     # The previous server had suspended "frz" (its group frozen, its state in the store);
     # "thaw"'s group is frozen but the store says it runs.
     store: Store = m1.store
@@ -111,6 +113,7 @@ def test_a_restarted_manager_readopts_restarts_and_cleans(
     assert b.vms["thaw/vm1"].state == "running" and not b.tree.frozen("thaw/vm1")
     assert ghost.wait(5) < 0  # the orphan's process killed
     assert m2.platform.index == index  # the period counter continues
+    assert {n: m2.spent(n) for n in NAMES} == spent  # what each paid is counted on from there
     events = [e["message"] for e in m2.store.events(limit=1000) if e["kind"] == "recovery"]
     assert any("run resumed" in e and "1 VM(s) re-adopted (0 frozen), 0 started again" in e
                for e in events)

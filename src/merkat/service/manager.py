@@ -407,6 +407,11 @@ class Manager:
         if budget > 0 and not resumed:
             self.store.ledger.transfer(row.owner, app.account, budget, f"budget of {t.name}",
                                        idempotency_key=f"budget:{t.name}")
+        if resumed:  # what it paid before the restart is in the books, not in memory
+            from merkat.service.recovery import paid_before
+
+            app.spent = self.paid[t.name] = paid_before(self.store.ledger, app.account,
+                                                        self.config.provider)
         self.live[t.name] = Live(t, row.owner, MetricsTracker(t.monitored.monitor))
         self.store.set_platform(t.name, state="waiting")
         if not resumed:

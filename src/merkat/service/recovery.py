@@ -60,6 +60,18 @@ def save_vms(m: Manager) -> None:
                 del m.vm_index[vm]
 
 
+def paid_before(ledger: Any, account: str, provider: str) -> int:
+    """What ``account`` has paid the provider so far, net of refunds (micro-credits): a
+    platform admitted again after a restart goes on counting from there."""
+    paid = 0
+    for t in ledger.history(account):
+        if t.payer == account and t.payee == provider:
+            paid += t.amount
+        elif t.payer == provider and t.payee == account:
+            paid -= t.amount
+    return paid
+
+
 def recover(m: Manager) -> None:
     """Admit again the platforms the previous server left active, re-adopt their VMs, and
     destroy the cgroups or pods no platform claims (module doc). A platform that cannot be admitted
