@@ -21,7 +21,7 @@ from merkat.service.db import open_store
 from merkat.service.manager import Manager
 from merkat.service.templates import parse
 from test_kubernetes_live_adapter import Launch
-from test_service_recovery import SLEEP  # the same platform as the local backend's test
+from test_service_recovery import SLEEP, assert_recovery_events  # the local backend's scenario
 
 pytestmark = pytest.mark.kubernetes
 
@@ -180,13 +180,7 @@ def test_a_restarted_manager_readopts_its_pods(tmp_path: Path) -> None:
     assert ("merkat", "frz-main-1") not in emu.pods  # a suspended VM holds no pod
     assert ("merkat", "ghost-default-1") not in emu.pods  # the orphan deleted
     assert m2.platform.index == index  # the period counter continues
-    events = [e["message"] for e in m2.store.events(limit=1000) if e["kind"] == "recovery"]
-    assert any("run resumed" in e and "1 VM(s) re-adopted (0 frozen), 0 started again" in e
-               for e in events)
-    assert any("gone resumed" in e and "0 VM(s) re-adopted (0 frozen), 1 started again" in e
-               for e in events)
-    assert any("frz resumed" in e and "1 VM(s) re-adopted (1 frozen)" in e for e in events)
-    assert any("destroyed 1 VM(s) no platform claims: ghost/vm1" in e for e in events)
+    assert_recovery_events(m2)
     # The next periods: the controllers go on, the adopted pod is neither deleted nor created
     # again, the platform pays, the counter goes on and the books balance.
     assert m2.tick()["index"] == index

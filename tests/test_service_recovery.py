@@ -37,6 +37,18 @@ clusters:
 NAMES = ("run", "gone", "frz", "thaw")
 
 
+def assert_recovery_events(m: Manager) -> None:
+    """The recovery events of the scenario both backends' restart tests play: "run" re-adopted,
+    "gone" started again, "frz" re-adopted suspended, the orphan "ghost" destroyed."""
+    events = [e["message"] for e in m.store.events(limit=1000) if e["kind"] == "recovery"]
+    assert any("run resumed" in e and "1 VM(s) re-adopted (0 frozen), 0 started again" in e
+               for e in events)
+    assert any("gone resumed" in e and "0 VM(s) re-adopted (0 frozen), 1 started again" in e
+               for e in events)
+    assert any("frz resumed" in e and "1 VM(s) re-adopted (1 frozen)" in e for e in events)
+    assert any("destroyed 1 VM(s) no platform claims: ghost/vm1" in e for e in events)
+
+
 def manager(tmp_path: Path) -> Manager:
     cfg = load_config(None, data_dir=tmp_path, period=0.5, admission=0.25,
                       backend={"cgroup_root": str(tmp_path / "cg"), "cgroup_prefix": "merkat",
@@ -114,13 +126,7 @@ def test_a_restarted_manager_readopts_restarts_and_cleans(
     assert ghost.wait(5) < 0  # the orphan's process killed
     assert m2.platform.index == index  # the period counter continues
     assert {n: m2.spent(n) for n in NAMES} == spent  # what each paid is counted on from there
-    events = [e["message"] for e in m2.store.events(limit=1000) if e["kind"] == "recovery"]
-    assert any("run resumed" in e and "1 VM(s) re-adopted (0 frozen), 0 started again" in e
-               for e in events)
-    assert any("gone resumed" in e and "0 VM(s) re-adopted (0 frozen), 1 started again" in e
-               for e in events)
-    assert any("frz resumed" in e and "1 VM(s) re-adopted (1 frozen)" in e for e in events)
-    assert any("destroyed 1 VM(s) no platform claims: ghost/vm1" in e for e in events)
+    assert_recovery_events(m2)
     # The next period: no new VM, the counter goes on, the books balance.
     rec = m2.tick()
     assert rec["index"] == index
