@@ -58,6 +58,7 @@ from merkat.control.types import (
     Observation,
     Phase,
     Sense,
+    VMInfo,
     VMState,
     VMView,
 )
@@ -102,6 +103,7 @@ __all__ = [
     "ScaleOneVM",
     "ScaleOneVMController",
     "Sense",
+    "VMInfo",
     "VMState",
     "VMView",
     "VerticalDeadline",

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -71,9 +71,36 @@ class Action(Enum):
     STOP = "stop"  # release every VM; the application ends (finished, aborted or hopeless)
 
 
+class VMInfo(Protocol):
+    """What a controller reads of one VM of its application (``Observation.vms``).
+
+    Contract: read-only, and valid only during the controller call that received it. The
+    platform passes its own VM records (no copy per VM per period: under deadline policies
+    both the bid and the allocation of nearly every VM change every period, and copying
+    them was ~5 % of a market run, docs/benchmarks.md); a hand-built observation passes
+    :class:`VMView` records. A controller never writes to it and never keeps it past the call
+    (it keeps ids and numbers instead).
+    """
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def state(self) -> VMState: ...
+    @property
+    def alloc(self) -> Amounts:
+        """Allocation received in the last period, per resource (cores, MiB)."""
+    @property
+    def bid(self) -> Amounts:
+        """Current bid, per resource (credits per period)."""
+    @property
+    def busy(self) -> bool:
+        """Runs a task (master-worker); idle workers are released first."""
+
+
 @dataclass(frozen=True)
 class VMView:
-    """One VM of the application: its state, last allocation and current bid."""
+    """One VM of the application: its state, last allocation and current bid (a
+    :class:`VMInfo` as a frozen record, for observations built by hand and idle workers)."""
 
     id: str
     state: VMState
@@ -163,7 +190,7 @@ class Observation:
     vm_size: Amounts
     budget: Budget
     bid_min: Amounts = field(default_factory=dict)
-    vms: tuple[VMView, ...] = ()
+    vms: tuple[VMInfo, ...] = ()
     metrics: Metrics = field(default_factory=Metrics)
     price_history: tuple[Amounts, ...] = ()
     """Past prices, oldest first (the current prices are in ``prices``); empty unless the
@@ -205,11 +232,11 @@ class Observation:
         return Phase.RUNNING if self.active_vms else Phase.SUSPENDED
 
     @property
-    def active_vms(self) -> tuple[VMView, ...]:
+    def active_vms(self) -> tuple[VMInfo, ...]:
         """The VMs that are not suspended (computed once per observation; ``vms`` itself when
         none is suspended)."""
         cache = getattr(self, "__dict__", _NO_CACHE)  # (a compiled build has none)
-        cached: tuple[VMView, ...] | None = cache.get("_active_vms")
+        cached: tuple[VMInfo, ...] | None = cache.get("_active_vms")
         if cached is None:
             vms = self.vms
             suspended = VMState.SUSPENDED

@@ -1,7 +1,7 @@
 """The platform's records: applications, VMs, a period's :class:`Decision` and its
 :class:`PeriodRecord` (the data of :mod:`merkat.platform.period`).
 
-Performance caches (``App.const``, ``App.views``, ``VMRecord.view``) live on these records
+Performance caches (``App.const``, ``App.views``) live on these records
 because they are invalidated by identity when the record changes; they are never part of the
 domain state (``compare=False``, ``repr=False``) and are documented where they are defined.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from merkat.control.base import Controller
-from merkat.control.types import AppStatus, Metrics, VMState, VMView
+from merkat.control.types import AppStatus, Metrics, VMInfo, VMState
 from merkat.market import NO_HOST, RESOURCES
 from merkat.platform.backend import Plan
 from merkat.platform.lifecycle import ENDED
@@ -65,10 +65,9 @@ class VMRecord:
     bid: dict[str, float] = field(default_factory=dict)
     alloc: dict[str, float] = field(default_factory=dict)
     new: bool = True  # not placed yet (created or resumed): has no host
-    # The controller's view of this VM: reused while its state, alloc and bid are the same
-    # objects (bid and alloc dicts are replaced, never mutated, and kept when a new value
-    # equals the old one; the view shares them).
-    view: VMView | None = field(default=None, repr=False, compare=False)
+    # What a controller reads of this VM (merkat.control.types.VMInfo): the record itself is
+    # the controller's view; bid and alloc dicts are replaced, never mutated.
+    busy: bool = field(default=True, repr=False, compare=False)
 
 
 @dataclass
@@ -90,10 +89,10 @@ class App:
     broke_since: float | None = None  # since when it cannot pay the reserve for its VMs
     outcome: str = ""  # how it ended: finished, stopped-deadline, stopped-budget...
     const: AppConst | None = field(default=None, repr=False, compare=False)
-    # The VM views of the last observation: valid until the VM records change, which only
-    # happens in Platform._reconcile (which drops them) and Platform._plan (on running apps,
-    # whose views _reconcile has dropped earlier in the same period).
-    views: tuple[VMView, ...] | None = field(default=None, repr=False, compare=False)
+    # ``vms`` as the tuple the last observation held (the records themselves, VMInfo):
+    # valid until the list changes, which only happens where it is dropped (Platform._reconcile,
+    # _end, withhold, admissions and the service's recovery).
+    views: tuple[VMInfo, ...] | None = field(default=None, repr=False, compare=False)
 
     @property
     def active(self) -> bool:

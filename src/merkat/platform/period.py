@@ -42,7 +42,6 @@ from merkat.control.types import (
     Demand,
     Observation,
     VMState,
-    VMView,
     check_amounts,
     new_budget,
     new_observation_unchecked,
@@ -408,10 +407,11 @@ class Platform:
             shared = self._shared_view(trade)
         views = app.views
         if views is None or len(views) != len(app.vms):
-            views = app.views = self._views(app)
+            views = app.views = tuple(app.vms)  # the records are the views (VMInfo)
         idle = seen.idle if app.status is AppStatus.RUNNING else frozenset()
-        if idle:  # idle workers, released first by horizontal policies (VMView.busy)
-            views = tuple(replace(v, busy=False) if v.id in idle else v for v in views)
+        if idle:  # idle workers, released first by horizontal policies (VMInfo.busy)
+            views = tuple(new_vm_view(id=v.id, state=v.state, alloc=v.alloc, bid=v.bid,
+                                      busy=False) if v.id in idle else v for v in views)
         return new_observation_unchecked(  # its parts are checked once (submit, prices)
             time=now,
             period=self.period,
@@ -428,21 +428,6 @@ class Platform:
             size=spec.size,
             nvms_max=spec.nvms_max,
         )
-
-    @staticmethod
-    def _views(app: App) -> tuple[VMView, ...]:
-        """The controller's view of each VM of ``app``, reused per VM while its state,
-        allocation and bid are the same objects (views share the VM's mappings, which are
-        replaced, never mutated)."""
-        views = []
-        for vm in app.vms:
-            view = vm.view
-            if view is None or view.alloc is not vm.alloc or view.bid is not vm.bid or (
-                view.state is not vm.state
-            ):
-                view = vm.view = new_vm_view(id=vm.id, state=vm.state, alloc=vm.alloc, bid=vm.bid)
-            views.append(view)
-        return tuple(views)
 
     def _shared_view(
         self, trade: tuple[str, ...]
