@@ -37,7 +37,6 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-from scipy.stats import gamma as gamma_dist
 
 from merkat import seeds
 from merkat.sim.workload.swf import NFIELDS, write_swf
@@ -105,11 +104,13 @@ JOBTYPES = ("typeless", "mixed")
 
 def bucket_weights(anum: float, bnum: float) -> npt.NDArray[np.float64]:
     """The 48 half-hour weights of the daily cycle, normalised to mean 1."""
+    # the Gamma(anum, scale=bnum) CDF, as scipy.stats.gamma.cdf computes it (the regularised
+    # lower incomplete gamma of x / scale), without importing scipy.stats (~0.6 s)
+    from scipy.special import gammainc
+
     w = np.zeros(BUCKETS)
     for i in range(11, 59):
-        w[(i - 1) % BUCKETS] = gamma_dist.cdf(i + 0.5, anum, scale=bnum) - gamma_dist.cdf(
-            i - 0.5, anum, scale=bnum
-        )
+        w[(i - 1) % BUCKETS] = gammainc(anum, (i + 0.5) / bnum) - gammainc(anum, (i - 0.5) / bnum)
     out: npt.NDArray[np.float64] = w / w.mean()
     return out
 
