@@ -151,6 +151,46 @@ def test_small_python_version_equals_vectorised(
     assert left == pytest.approx(float(s.capacity_left[0]), rel=1e-9, abs=1e-9)
 
 
+def _bits(x: object) -> list[int]:
+    return np.asarray(x, dtype=np.float64).view(np.int64).tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(
+    st.lists(st.tuples(st.one_of(st.just(0.0), st.floats(1e-6, 1e3)),
+                       st.one_of(st.just(0.0), st.floats(1e-3, 100), st.just(math.inf))),
+             max_size=12),
+    st.one_of(st.just(0.0), st.floats(1e-3, 50))), min_size=1, max_size=8))
+def test_segmented_python_version_is_numpys_bit_for_bit(
+    markets: list[tuple[list[tuple[float, float]], float]],
+) -> None:
+    """The load balancer's plain-Python segmented clearing gives numpy's bits (the prefix
+    sums run across the markets), allocations, uncapped bids and capacity left included."""
+    from merkat.market.share import segmented_share_small
+
+    rows_b = [[b for b, _ in vms] for vms, _ in markets]
+    rows_m = [[m for _, m in vms] for vms, _ in markets]
+    capacity = [c for _, c in markets]
+    group = np.repeat(np.arange(len(markets)), [len(r) for r in rows_b])
+    s = proportional_share([b for r in rows_b for b in r], [m for r in rows_m for m in r],
+                           capacity, group)
+    alloc, uncapped, left = segmented_share_small(rows_b, rows_m, capacity)
+    assert _bits([a for row in alloc for a in row]) == _bits(s.allocation)
+    assert _bits(uncapped) == _bits(s.uncapped_bids)
+    assert _bits(left) == _bits(s.capacity_left)
+
+
+def test_segmented_python_version_worked_example() -> None:
+    """Two nodes: the first as in test_caps_water_filling_redistributes_the_rest (VM 2
+    capped at 50), the second with one VM alone (it gets the whole node)."""
+    from merkat.market.share import segmented_share_small
+
+    alloc, uncapped, left = segmented_share_small([[10, 10, 80], [3.0]],
+                                                  [[100, 100, 50], [math.inf]], [100, 4])
+    assert alloc == [[25.0, 25.0, 50.0], [4.0]]
+    assert uncapped == [20.0, 3.0] and left == [50.0, 4.0]
+
+
 _ROW_VALUES = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True, width=64),
     st.sampled_from([0.0, -0.0, 1e-300, 5e-324, 1e308, -1e308]),

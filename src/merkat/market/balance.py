@@ -31,6 +31,7 @@ from merkat.market.share import (
     first_share_of_added,
     proportional_share,
     proportional_share_small,
+    segmented_share_small,
     share_of_last,
 )
 from merkat.market.types import (
@@ -45,6 +46,11 @@ from merkat.market.types import (
 
 _SMALL = 48
 """Up to this many VMs, a node-level clearing in the search runs in plain Python."""
+
+_SEGMENTED_PY = 160
+"""Up to this many VMs, a segmented clearing of a few nodes (the candidates of a move, or the
+two nodes of a move) runs in plain Python, bit for bit as numpy's
+(:func:`~merkat.market.share.segmented_share_small`); above it numpy is faster."""
 
 ERROR_LIMIT = 1e3
 """|e| is clipped here: a VM that gets nothing while its ideal share is positive (a = 0 < â)
@@ -328,6 +334,23 @@ class _Search:
                 else:
                     err = _rel_error(0.0, i_v)
                     errs = [max(x, err) for x in errs]
+        elif total <= _SEGMENTED_PY:
+            # One segmented clearing of all the candidates, in plain Python.
+            for r in self.err_res:
+                i_v = self.ideal_t[r][v]
+                if r in self.traded:
+                    nb, nc, cap_r = self.node_bids[r], self.node_caps[r], self.cap_node[r]
+                    b_v, c_v = self.bid_t[r][v], self.cap_t[r][v]
+                    shares = segmented_share_small([nb[h] + [b_v] for h in nodes],
+                                                   [nc[h] + [c_v] for h in nodes],
+                                                   [cap_r[h] for h in nodes])[0]
+                    mine = [row[-1] for row in shares]
+                else:
+                    mine = [0.0] * len(nodes)
+                for g, a in enumerate(mine):
+                    err = _rel_error(a, i_v)
+                    if err > errs[g]:
+                        errs[g] = err
         else:
             # One segmented clearing of all the candidates.
             rows = [self.members[h] + [v] for h in nodes]
@@ -398,6 +421,22 @@ class _Search:
                         nb[dst], nc[dst], self.cap_node[r][dst]
                     )
                     alloc = a_src + a_dst
+                else:
+                    alloc = [0.0] * len(m)
+                for k, j in enumerate(m):
+                    e = _rel_error(alloc[k], ideal_r[j])
+                    if e > new[k]:
+                        new[k] = e
+        elif len(m) <= _SEGMENTED_PY:
+            for r in self.err_res:
+                ideal_r = self.ideal_t[r]
+                if r in self.traded:
+                    nb, nc, cap_r = self.node_bids[r], self.node_caps[r], self.cap_node[r]
+                    shares, bu, cl = segmented_share_small(
+                        [nb[src], nb[dst]], [nc[src], nc[dst]], [cap_r[src], cap_r[dst]])
+                    self.bu[src, r], self.bu[dst, r] = bu
+                    self.cl[src, r], self.cl[dst, r] = cl
+                    alloc = shares[0] + shares[1]
                 else:
                     alloc = [0.0] * len(m)
                 for k, j in enumerate(m):

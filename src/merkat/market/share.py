@@ -206,6 +206,66 @@ def proportional_share_small(
     return alloc, price, left_b, left_c
 
 
+def segmented_share_small(
+    rows_b: list[list[float]], rows_m: list[list[float]], capacities: list[float]
+) -> tuple[list[list[float]], list[float], list[float]]:
+    """:func:`proportional_share` of a few markets in plain Python, bit for bit.
+
+    ``rows_b[g]`` and ``rows_m[g]`` are the bids and caps of market ``g`` (of capacity
+    ``capacities[g]``), in input order. Returns, per market, its VMs' allocations in input
+    order, and the market's uncapped bids and capacity left: what ``proportional_share`` gives
+    for the concatenated rows with one group per row. The same IEEE operations run in the same
+    order, including the prefix sums that run across markets (numpy's ``cumsum`` adds left to
+    right over the whole sorted array, so a market's "bids before position j" is a difference
+    of two running sums, whose rounding depends on the markets before it). The load balancer
+    clears a few candidate nodes per move, where numpy's per-call overhead dominates.
+    """
+    inf = math.inf
+    limit = 1.0 + _RTOL
+    allocs: list[list[float]] = []
+    uncapped: list[float] = []
+    left: list[float] = []
+    cb = cm = 0.0  # the running sums over every market so far (csb, csm at a position)
+    for bids, caps, cap in zip(rows_b, rows_m, capacities, strict=True):
+        n = len(bids)
+        ratio = [(b / m if m > 0 else inf) if b > 0 else 0.0
+                 for b, m in zip(bids, caps, strict=True)]
+        order = sorted(range(n), key=ratio.__getitem__, reverse=True) if n > 1 else list(range(n))
+        total = 0.0
+        for b in bids:  # as numpy's bincount sums a group's weights: in input order
+            total += b
+        base_b, base_m = cb, cm
+        first, price, left_b, left_c = n, 0.0, 0.0, cap
+        for pos, i in enumerate(order):
+            if first == n:
+                lb = total - (cb - base_b)
+                if lb < 0.0:  # = max(lb, 0.0) (NaN stays NaN)
+                    lb = 0.0
+                lc = cap - (cm - base_m)
+                p = 0.0 if lb <= 0.0 else (lb / lc if lc > 0.0 else inf)
+                if ratio[i] <= p * limit:
+                    first, price, left_b, left_c = pos, p, lb, lc
+            cb += bids[i]
+            m = caps[i]
+            cm += 0.0 if m == inf else m
+        if first == n:  # every VM at its cap: no price, the rest of the capacity is idle
+            left_b, left_c = 0.0, cap - (cm - base_m)
+        alloc = [0.0] * n
+        for pos, i in enumerate(order):
+            if pos < first:
+                m = caps[i]
+                a = 0.0 if m == inf else m
+            elif price > 0.0:
+                a = bids[i] / price if price >= _TINY else (bids[i] / left_b) * left_c
+            else:
+                a = 0.0
+            alloc[i] = a if -inf < a < inf else 0.0  # (NaN: 0.0 too)
+        allocs.append(alloc)
+        uncapped.append(left_b)
+        left.append(left_c)
+    return allocs, uncapped, left
+
+
 def share_of_last(bids: list[float], caps: list[float], capacity: float) -> float:
     """The allocation of the last VM of a small market: ``proportional_share_small(bids,
     caps, capacity)[0][-1]`` without the others' (the load balancer asks, for each candidate
