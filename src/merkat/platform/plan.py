@@ -82,14 +82,14 @@ def make_plan(
                               strict=True):
                 old = vm.alloc
                 if old.get(r0) != a0 or len(old) != 1:
-                    vm.alloc = {r0: a0}
+                    vm.alloc = old = {r0: a0}
+                allocations[vm.id] = old
         else:
             for vm, k in zip(placed, rows, strict=True):
                 alloc = {r: cols[c][k] if c >= 0 else 0.0 for r, c in columns}
                 if alloc != vm.alloc:
                     vm.alloc = alloc
-        allocations.update(zip([vm.id for vm in placed], [vm.alloc for vm in placed],
-                               strict=True))
+                allocations[vm.id] = vm.alloc
         i = j
     return Plan(
         time=now,
