@@ -71,6 +71,29 @@ def test_bench_period_prints_json_and_refuses_negative_job_counts(trace: str) ->
     assert bad.exit_code == 2 and "--jobs must be an integer in [0, " in bad.stderr
 
 
+def test_bench_sweep_times_the_experiment_and_digests_its_results(tmp_path: Path) -> None:
+    """``merkat bench sweep``: the experiment's own files, a digest of results.json that
+    does not depend on the run (two runs, the same digest) and the target's verdict."""
+    import hashlib
+
+    args = ["bench", "sweep", "themis-fig5", "--jobs", "12", "--factors", "1.0",
+            "--workers", "1"]
+    r = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["experiment"] == "themis-fig5" and doc["workers"] == 1 and doc["runs"] == 3
+    results = (tmp_path / "a" / "results.json").read_bytes()
+    assert doc["results_sha256"] == hashlib.sha256(results).hexdigest()
+    assert doc["process_wall_s"] >= doc["wall_s"] > 0 and doc["cpu_s"] > 0
+    assert doc["met"] is (doc["process_wall_s"] <= doc["target_s"] == 60.0)
+    again = json.loads(runner.invoke(app, args).stdout)  # a temporary directory, removed
+    assert again["results_sha256"] == doc["results_sha256"]
+    late = json.loads(runner.invoke(app, [*args, "--target", "0.001"]).stdout)
+    assert late["met"] is False
+    bad = runner.invoke(app, ["bench", "sweep", "nope"])
+    assert bad.exit_code == 2 and "unknown experiment 'nope'" in bad.stderr
+
+
 def burst_trace(path: Path, bursts: int = 440, per_burst: int = 10) -> str:
     """An SWF trace of short one-core jobs in bursts four hours apart (the cluster empties
     between them), long enough for ``--workers 2`` to cut it."""
