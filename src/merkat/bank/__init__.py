@@ -2,7 +2,8 @@
 
 - :mod:`merkat.bank.ledger` — the :class:`Ledger` protocol and its records;
 - :mod:`merkat.bank.memory` — :class:`MemoryLedger` (simulator);
-- :mod:`merkat.bank.sql` / :mod:`merkat.bank.db` — :class:`SqlLedger` on SQLite/PostgreSQL;
+- :mod:`merkat.bank.sql` / :mod:`merkat.bank.db` — :class:`SqlLedger` on SQLite/PostgreSQL
+  (its machinery in :mod:`merkat.bank.sqlcore`, its tables in :mod:`merkat.bank.schema`);
 - :mod:`merkat.bank.policies` — initial budget, renewal, credit manager, charging,
   Virtual Bank, idle tax;
 - :mod:`merkat.bank.tokens` — Ed25519 transfer tokens;

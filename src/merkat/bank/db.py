@@ -23,23 +23,24 @@ from sqlalchemy.pool import StaticPool
 
 from merkat.bank.errors import BadDatabaseURL, DatabaseError
 from merkat.bank.money import MAX_TOTAL
-from merkat.bank.sql import SCHEMA_VERSION, SqlLedger, meta, metadata
+from merkat.bank.schema import SCHEMA_VERSION, meta, metadata
+from merkat.bank.sql import SqlLedger
 
 ENV_VAR = "MERKAT_DB"
 T = TypeVar("T")
 BUSY_SLICE_MS = 250
 """How long SQLite's own busy handler waits for the write lock at a time: short, so that the
 wait goes back to Python between slices (Ctrl-C and SIGTERM are seen at once) while
-:meth:`~merkat.bank.sql.SqlLedger._tx` retries until :data:`merkat.bank.sql.LOCK_WAIT_S`."""
+:meth:`~merkat.bank.sqlcore.SqlCore._tx` retries until :data:`merkat.bank.sqlcore.LOCK_WAIT_S`."""
 
 
 def _waiting(engine: Engine, fn: Callable[[], T]) -> T:
     """``fn()``, retried while a SQLite database is locked by another process (SQLite's busy
     handler waits only :data:`BUSY_SLICE_MS` at a time; here the wait is in Python, so a
-    signal is seen at once) until :data:`merkat.bank.sql.LOCK_WAIT_S`."""
+    signal is seen at once) until :data:`merkat.bank.sqlcore.LOCK_WAIT_S`."""
     import time
 
-    from merkat.bank.sql import LOCK_WAIT_S
+    from merkat.bank.sqlcore import LOCK_WAIT_S
 
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:
@@ -55,10 +56,10 @@ def _waiting(engine: Engine, fn: Callable[[], T]) -> T:
 
 def _begin_immediate(conn: Any) -> None:
     """``BEGIN IMMEDIATE`` on ``conn``, retried while the database is locked (see
-    :data:`BUSY_SLICE_MS`) until :data:`merkat.bank.sql.LOCK_WAIT_S`."""
+    :data:`BUSY_SLICE_MS`) until :data:`merkat.bank.sqlcore.LOCK_WAIT_S`."""
     import time
 
-    from merkat.bank.sql import LOCK_WAIT_S
+    from merkat.bank.sqlcore import LOCK_WAIT_S
 
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:
