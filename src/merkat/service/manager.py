@@ -25,7 +25,6 @@ half-done period.
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 import time
@@ -53,6 +52,7 @@ from merkat.service import files
 from merkat.service.config import ServiceConfig
 from merkat.service.db import PlatformRow, Store, StoreError
 from merkat.service.monitors import MetricsTracker, read_in_vm, read_log, run_command
+from merkat.service.plugins import run_plugin
 from merkat.service.templates import Monitor, Template, TemplateError
 
 VM_EVENTS = {"create": "vm-start", "suspend": "vm-suspend", "resume": "vm-resume",
@@ -549,34 +549,11 @@ class Manager:
                                 t.name)
 
     def _plugin(self, live: Live, name: str, old: str, new: str) -> None:
-        """Run the template's command for this transition (Merkat §4.3's plugins): start on
-        the first run, suspend, resume, stop on the end; in the background, its output
-        appended to ``<data_dir>/logs/<name>/plugins.log``."""
-        import os
-        import subprocess
-        import sys
-
-        cmds = live.template.commands
-        if new == "running":
-            cmd = cmds.resume if old == "suspended" else cmds.start
-        elif new == "suspended":
-            cmd = cmds.suspend
-        elif new in ("finished", "stopped"):
-            cmd = cmds.stop
-        else:
-            cmd = None
-        if not cmd:
-            return
-        log = Path(self.config.data_dir) / "logs" / name / "plugins.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "MERKAT_PLATFORM": name, "MERKAT_STATE": new,
-               "MERKAT_PYTHON": sys.executable}
-        try:
-            with open(log, "ab") as out:
-                subprocess.Popen(["/bin/sh", "-c", cmd], stdout=out, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-        except OSError as exc:
-            self._event("plugin-error", f"{name}: cannot run {cmd!r}: {exc}", name)
+        """Run the template's command for this transition (:mod:`merkat.service.plugins`,
+        Merkat §4.3), in the background; an event when it cannot be started."""
+        error = run_plugin(live.template.commands, Path(self.config.data_dir), name, old, new)
+        if error is not None:
+            self._event("plugin-error", error, name)
 
     def _end_row(self, name: str, owner: str, state: str, reason: str) -> None:
         self.store.set_platform(name, state=state, ended=self.clock(), outcome=reason)
@@ -603,7 +580,3 @@ def _capacity(rows: list[tuple[float, float]]) -> Any:
     import numpy as np
 
     return np.array(rows, dtype=np.float64).reshape(-1, 2)
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True)
