@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from statistics import NormalDist
 
@@ -14,7 +15,7 @@ from typer.testing import CliRunner
 from merkat.cli import app
 from merkat.control.forecast import PriceForecast
 from merkat.control.registry import PolicyError, make_policy
-from merkat.control.types import Action, Budget, Metrics, Observation
+from merkat.control.types import Action, Budget, Demand, Metrics, Observation
 from merkat.predict.ar import fit
 from merkat.sim.parallel import reads_history
 
@@ -137,3 +138,102 @@ def test_an_explosive_fit_is_replaced_by_the_stationary_one() -> None:
     model = fit(np.array(x), 5, "mle")
     got = PriceForecast("ar", order=5).prices(obs(x))["cpu"]
     assert got == pytest.approx(model.forecast(np.array(x), 1)[0], rel=1e-12)
+
+
+def test_the_forecast_is_fitted_on_the_last_forecast_history_prices() -> None:
+    x = ar1(30, seed=5)
+    o = obs(x)
+    for history in (8, 12, 20, 30):
+        got = PriceForecast("ar", order=2, probability=0.8, history=history).prices(o)["cpu"]
+        tail = np.array(x[-history:])
+        model = fit(tail, 2, "adjusted", stationary=True)
+        want = model.forecast(tail, 1)[0] + NormalDist().inv_cdf(0.8) * math.sqrt(model.sigma2)
+        assert got == pytest.approx(want, rel=1e-12), history
+    # by hand on a short series: AR(1) of 8 prices with the adjusted autocorrelation,
+    # y = μ + φ(x_N - μ) + z·σ (σ² = r0 - φ·r1)
+    short = [1.0, 1.2, 0.9, 1.1, 1.3, 1.0, 0.8, 1.1]
+    mu = sum(short) / 8
+    d = [v - mu for v in short]
+    r0 = sum(v * v for v in d) / 8
+    r1 = sum(d[i] * d[i + 1] for i in range(7)) / 7
+    phi = r1 / r0
+    want = mu + phi * (short[-1] - mu) + NormalDist().inv_cdf(0.9) * math.sqrt(r0 - phi * r1)
+    got = PriceForecast("ar", order=1, probability=0.9, history=8).prices(obs(x[:22] + short))
+    assert got["cpu"] == pytest.approx(want, rel=1e-12)
+
+
+def test_the_multi_step_price_is_the_highest_quantile_of_the_next_h_periods() -> None:
+    x = ar1(12, seed=2)
+    arr = np.array(x)
+    model = fit(arr, 2, "adjusted", stationary=True)
+    for p in (0.25, 0.75, 0.9):
+        z = NormalDist().inv_cdf(p)
+        for h in (1, 2, 5, 40):
+            got = PriceForecast("ar", probability=p, horizon=h).prices(obs(x))["cpu"]
+            means, var = model.forecast(arr, h), model.forecast_variance(h)
+            want = max(means[i] + z * math.sqrt(var[i]) for i in range(h))
+            assert got == pytest.approx(want, rel=1e-12), (p, h)
+    # H = 1 is the one-step price; a longer horizon never lowers it (the max over more steps)
+    one = PriceForecast("ar", probability=0.75).prices(obs(x))["cpu"]
+    assert PriceForecast("ar", probability=0.75, horizon=1).prices(obs(x))["cpu"] == one
+    assert PriceForecast("ar", probability=0.75, horizon=5).prices(obs(x))["cpu"] >= one
+
+
+def test_the_deadline_horizon_is_the_periods_left_to_the_deadline() -> None:
+    x = ar1(12, seed=2)
+    f = PriceForecast("ar", probability=0.8, horizon="deadline")
+    assert f.steps(obs(x, time=0.0, deadline=6000.0)) == 20  # 6000 s / 300 s
+    assert f.steps(obs(x, time=100.0, deadline=6000.0)) == 20  # 19.67 periods: 20
+    assert f.steps(obs(x, time=5990.0, deadline=6000.0)) == 1
+    assert f.steps(obs(x, deadline=None)) == 1
+    fixed = PriceForecast("ar", probability=0.8, horizon=20).prices(obs(x))
+    assert f.prices(obs(x, time=0.0, deadline=6000.0)) == fixed
+
+
+@pytest.mark.parametrize("name", ["vertical-deadline", "deadline-strict"])
+def test_the_new_forecast_parameters_are_validated_by_name(name: str) -> None:
+    for params, want in (
+        ({"forecast_horizon": 0}, "forecast_horizon must be an int >= 1 or 'deadline'"),
+        ({"forecast_horizon": "soon"}, "forecast_horizon must be"),
+        ({"forecast_horizon": 2.5}, "forecast_horizon must be"),
+        ({"forecast_history": 7}, "forecast_history must be an int >= max(8, 4 x forecast_order)"),
+        ({"forecast_history": 11, "forecast_order": 3}, r"forecast_history must be .* = 12"),
+        ({"forecast_order": 0}, "forecast_order must be an int >= 1"),
+    ):
+        with pytest.raises(PolicyError, match=want if ".*" in want else re.escape(want)):
+            make_policy(name, forecast="ar", **params)
+    ctl = make_policy(name, forecast="ar", forecast_history=48, forecast_horizon="deadline")
+    assert ctl.price_history_periods == 48
+    assert make_policy(name, forecast="ar", forecast_order=5).price_history_periods == 20
+    assert make_policy(name, forecast_history=48).price_history_periods == 0  # last: reads none
+
+
+def test_the_platform_keeps_the_history_a_controller_asks_for() -> None:
+    from merkat.backends.sim import RigidApp, SimBackend
+    from merkat.bank.memory import MemoryLedger
+    from merkat.control.registry import POLICIES
+    from merkat.market import Hosts
+    from merkat.platform.period import AppSpec, Platform
+    from merkat.runtime.driver import Driver
+    from merkat.runtime.economy import Economy
+
+    seen: list[int] = []
+
+    class Recorder(POLICIES["deadline-strict"]):  # type: ignore[misc,valid-type]
+        """deadline-strict with forecast_history=30, recording how many past prices it saw."""
+
+        def decide(self, o: Observation) -> Demand:
+            seen.append(len(o.price_history))
+            return super().decide(o)
+
+    hosts = Hosts(("h0",), np.array([[4.0, 4096.0]]))
+    platform = Platform(hosts, period=60.0, reserve={"cpu": 0.01})
+    driver = Driver(platform, SimBackend(trade_memory=False), Economy(MemoryLedger()))
+    spec = AppSpec(id="a", policy="deadline-strict", size=1, vm_size={"cpu": 1.0},
+                   submit_time=0.0, budget=100.0, deadline=1e9, trade=("cpu",))
+    ctl = Recorder(forecast="ar", forecast_history=30)
+    driver.submit(spec, RigidApp(vms=1, work_total=1e6, cpu=1.0), ctl)
+    assert platform.history_size == 30
+    for k in range(40):
+        driver.step(60.0 * k)
+    assert seen == [min(max(k - 1, 0), 29) for k in range(40)]

@@ -61,10 +61,13 @@ class VerticalDeadline(Controller):
                  max_alloc_tol: float = 0.01, postpone_fraction: float = 0.1,
                  resume_wait: int = 2, horizon: int = 1, start_fraction: float = 1.0,
                  forecast: str = "last", forecast_order: int = 2, probability: float = 0.5,
+                 forecast_horizon: int | str = 1, forecast_history: int | None = None,
                  seed: Seed = 0) -> None:
         super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
-        self.forecaster = PriceForecast(forecast, forecast_order, probability)
+        self.forecaster = PriceForecast(forecast, forecast_order, probability, forecast_horizon,
+                                        forecast_history)
         self.reads_price_history = self.forecaster.reads_history
+        self.price_history_periods = self.forecaster.periods
         if not 0 <= max_alloc_tol < 1:
             raise ValueError(f"max_alloc_tol must be in [0, 1), got {max_alloc_tol}")
         if not 0 <= postpone_fraction <= 1:

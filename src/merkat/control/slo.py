@@ -78,12 +78,15 @@ class SLOController(Controller):
     def __init__(self, *, start_fraction: float | None = None, min_fraction: float = 0.25,
                  low: float = 0.75, high: float = 1.0, backoff_max: int = 3, max_wait: int = 3,
                  horizon: int = 1, forecast: str = "last", forecast_order: int = 2,
-                 probability: float = 0.5, seed: Seed = 0) -> None:
+                 probability: float = 0.5, forecast_horizon: int | str = 1,
+                 forecast_history: int | None = None, seed: Seed = 0) -> None:
         if start_fraction is None:
             start_fraction = 0.75 if self.kind.strict else 0.25
         super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
-        self.forecaster = PriceForecast(forecast, forecast_order, probability)
+        self.forecaster = PriceForecast(forecast, forecast_order, probability, forecast_horizon,
+                                        forecast_history)
         self.reads_price_history = self.forecaster.reads_history
+        self.price_history_periods = self.forecaster.periods
         judge(1.0, 1.0, Sense.LOWER_IS_BETTER, low, high)
         if not 0 <= min_fraction <= 1:
             raise ValueError(f"min_fraction must be in [0, 1], got {min_fraction}")

@@ -179,6 +179,8 @@ class Platform:
         except ValueError as e:
             raise ValueError(f"application {spec.id!r}: {e}") from None
         ctl = controller or make_policy(spec.policy, **dict(spec.params))
+        if ctl.reads_price_history:  # keep the prices it reads (at least history_size)
+            self.history_size = max(self.history_size, ctl.price_history_periods)
         app = App(spec, ctl, f"app:{spec.id}")
         if self._economy is not None:  # compatibility (see the class docstring)
             self._economy.open(app, self.index)
