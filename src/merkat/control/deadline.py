@@ -48,9 +48,10 @@ class VerticalDeadline(Controller):
     - **Resume**: after ``resume_wait`` × 2^(k-1) periods since its k-th suspension, once a VM
       costs less than when it was suspended ("when the price drops"), when the needed fraction is
       affordable again; STOP while suspended once the deadline is out of reach.
-    - ``forecast="ar"`` (with ``forecast_order``, ``probability``): start and resume bids are
-      computed at the price expected with probability p next period instead of the last
-      price (:mod:`merkat.control.forecast`, Tycoon eq. 5-6).
+    - ``forecast="ar"`` (with ``forecast_order``, ``probability``, ``forecast_horizon``,
+      ``forecast_history``): start and resume bids are computed at the price expected with
+      probability p next period (or the highest over the next ``forecast_horizon`` periods)
+      instead of the last price (:mod:`merkat.control.forecast`, Tycoon eq. 5-6).
     """
 
     name = "vertical-deadline"

@@ -8,12 +8,16 @@ AR(``order``) model fitted by Yule-Walker/Levinson-Durbin (:mod:`merkat.predict.
 prices the platform shows the controller (``Observation.price_history`` plus the current one)
 gives the one-step forecast μ and its error variance σ²; the price is y_p = μ + σ·Φ⁻¹(p) (eq.
 5), which in eq. 6 takes the place of the others' bids. p = 0.5 bids for the mean forecast; p
-= 0.9 for a price exceeded one period in ten.
+= 0.9 for a price exceeded one period in ten. ``forecast_horizon`` H > 1 bids for the highest
+p-quantile of the next H periods' prices, max_h μ_h + σ_h·Φ⁻¹(p) (h-step forecasts and their
+error variances; ``"deadline"``: H = the periods left to the deadline, the time a VM started
+at its needed share runs); ``forecast_history`` is how many of the latest prices are fitted.
 
 Decisions (docs/predict.md, "Forecasts in controllers"): fewer than ``min_points`` prices (4 ×
 order, at least 8), or prices that do not vary, fall back to the last price; an explosive
 fit (the adjusted autocorrelation of a short series need not be positive definite) is replaced
-by the always-stationary ``mle`` fit; a negative expected price is 0; each resource is forecast on its own. Pure: the same prices give the same
+by the always-stationary ``mle`` fit; a negative expected price is 0; each resource is
+forecast on its own. Pure: the same prices give the same
 forecast (fits are cached by the series, so the applications of one period share them).
 """
 

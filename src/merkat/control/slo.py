@@ -67,8 +67,9 @@ class SLOController(Controller):
     start or resume retries after a uniform 1..max_wait periods (Alg. 1 line 7, t_wait);
     ``seed``: an int or a numpy Generator — give each application its own, or applications in
     the same situation back off in lockstep (docs/control.md, "Seeds"). ``forecast="ar"``
-    (``forecast_order``, ``probability``): start and resume bids at the price expected with
-    probability p next period instead of the last price (:mod:`merkat.control.forecast`).
+    (``forecast_order``, ``probability``, ``forecast_horizon``, ``forecast_history``): start and
+    resume bids at the price expected with probability p next period (or the highest over the
+    next ``forecast_horizon`` periods) instead of the last price (:mod:`merkat.control.forecast`).
     """
 
     kind: ClassVar[SLOKind] = SLOKind.DEADLINE_STRICT
