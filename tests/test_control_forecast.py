@@ -100,6 +100,8 @@ def test_sim_run_takes_policy_params(tmp_path: Path) -> None:
         (["--policy-param", "forecast"], "expected KEY=VALUE"),
         (["--policy-param", "colour=red"], "has no parameter 'colour'"),
         (["--policy-param", "forecast=arima"], "forecast must be one of last, ar"),
+        (["--policy-param", "forecast_horizon=soon"], "forecast_horizon must be an int >= 1"),
+        (["--policy-param", "forecast_history=6"], "forecast_history must be an int >= "),
     ):
         r = runner.invoke(app, [*args, *extra, "--out", str(tmp_path / "b")])
         assert r.exit_code == 2 and want in r.stderr, (extra, r.stderr)
