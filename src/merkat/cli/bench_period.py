@@ -3,7 +3,8 @@
 One market simulation (deadline-strict controllers, in-memory bank, simulated backend) of the
 first ``--jobs`` HPC2N jobs on 240 hosts × 1 core, 5-minute periods, at one inter-arrival
 factor: the run ``merkat sim experiment themis-fig5`` repeats for each factor. Prints one JSON
-object: ``{jobs, periods, wall_s, ms_per_period, met_deadlines, migrations, cpu_s, workers, pieces}``
+object: ``{jobs, periods, wall_s, ms_per_period, met_deadlines, migrations, cpu_s, workers,
+admission_s, pieces}``
 (``wall_s`` is the simulation only, not reading the trace; ``cpu_s`` is the CPU time of the
 process and of its ``--workers`` processes over the same span, which other work on the machine
 disturbs less; ``pieces``: how ``--workers`` cut the run, docs/simulator-market.md).
@@ -39,11 +40,15 @@ def bench_period(
     trace: str = typer.Option(
         "HPC2N-2002-2.2-cln", "--trace", help="A trace name (`merkat traces list`) or an SWF file."
     ),
+    admission: float = typer.Option(
+        10.0, "--admission", metavar="SECONDS", help="Admit new applications between periods "
+        "every SECONDS (Merkat §4.2.2: 10); 0 makes them wait for the next period (as before "
+        "admission between periods existed)."),
 ) -> None:
     """Time one market run of the themis-fig5 sweep (JSON on stdout)."""
     from merkat.cli.validate import check_float, check_int
     from merkat.sim.cluster import Cluster
-    from merkat.sim.market.trace import simulate_market, summarize_market
+    from merkat.sim.market.trace import MarketConfig, simulate_market, summarize_market
     from merkat.sim.workload.jobs import build_workload
     from merkat.sim.workload.swf import SwfError, read_swf
     from merkat.sim.workload.traces import find_trace
@@ -53,6 +58,7 @@ def bench_period(
     check_int("--seed", seed, 0, 2**32 - 1)
     check_int("--hosts", hosts, 1, 1_000_000)
     check_int("--workers", workers, 1, 1024)
+    check_float("--admission", admission, 0, 86400)
     try:
         path = find_trace(trace)
         tr = read_swf(path)
@@ -65,7 +71,8 @@ def bench_period(
     bar = LazyProgress(len(w), "market", time.perf_counter())  # on stderr, after 1 s
     cpu = _cpu_s()
     try:
-        out = simulate_market(w, cluster, seed=seed, progress=bar, workers=workers)
+        out = simulate_market(w, cluster, MarketConfig(admission=admission or None), seed=seed,
+                              progress=bar, workers=workers)
     finally:
         bar.close()
     cpu = _cpu_s() - cpu
@@ -80,6 +87,7 @@ def bench_period(
         "migrations": s["migrations"],
         "cpu_s": round(cpu, 3),
         "workers": workers,
+        "admission_s": admission or None,
         "pieces": list(out.pieces),
     }
     sys.stdout.write(json.dumps(doc) + "\n")
