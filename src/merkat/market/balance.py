@@ -334,11 +334,22 @@ class _Search:
                 else:
                     err = _rel_error(0.0, i_v)
                     errs = [max(x, err) for x in errs]
-        elif total <= _SEGMENTED_PY:
-            # One segmented clearing of all the candidates, in plain Python.
+        else:
+            # One segmented clearing of all the candidates: in plain Python up to
+            # _SEGMENTED_PY VMs (the same bits as numpy's), in numpy above.
+            in_python = total <= _SEGMENTED_PY
+            if not in_python:
+                rows = [self.members[h] + [v] for h in nodes]
+                members = np.fromiter((j for row in rows for j in row), dtype=np.int64,
+                                      count=total)
+                group = np.repeat(np.arange(len(nodes)), sizes)
+                cap = self.hosts.capacity[nodes]
+                last = np.cumsum(sizes) - 1
             for r in self.err_res:
                 i_v = self.ideal_t[r][v]
-                if r in self.traded:
+                if r not in self.traded:
+                    mine = [0.0] * len(nodes)
+                elif in_python:
                     nb, nc, cap_r = self.node_bids[r], self.node_caps[r], self.cap_node[r]
                     b_v, c_v = self.bid_t[r][v], self.cap_t[r][v]
                     shares = segmented_share_small([nb[h] + [b_v] for h in nodes],
@@ -346,26 +357,9 @@ class _Search:
                                                    [cap_r[h] for h in nodes])[0]
                     mine = [row[-1] for row in shares]
                 else:
-                    mine = [0.0] * len(nodes)
-                for g, a in enumerate(mine):
-                    err = _rel_error(a, i_v)
-                    if err > errs[g]:
-                        errs[g] = err
-        else:
-            # One segmented clearing of all the candidates.
-            rows = [self.members[h] + [v] for h in nodes]
-            members = np.fromiter((j for row in rows for j in row), dtype=np.int64, count=total)
-            group = np.repeat(np.arange(len(nodes)), sizes)
-            cap = self.hosts.capacity[nodes]
-            last = np.cumsum(sizes) - 1
-            for r in self.err_res:
-                i_v = self.ideal_t[r][v]
-                if r in self.traded:
                     mine = proportional_share(
                         self.vms.bid[members, r], self.vms.cap[members, r], cap[:, r], group
                     ).allocation[last].tolist()
-                else:
-                    mine = [0.0] * len(nodes)
                 for g, a in enumerate(mine):
                     err = _rel_error(a, i_v)
                     if err > errs[g]:
@@ -375,6 +369,34 @@ class _Search:
             if errs[g] < errs[best]:
                 best = g
         return nodes[best]
+
+    def _pair_shares(self, r: int, src: int, dst: int) -> list[float]:
+        """Resource ``r``'s allocations on nodes ``src`` and ``dst`` (their members in order),
+        each node's uncapped bids and capacity left updated: the two nodes cleared one by one
+        in plain Python up to ``_SMALL`` VMs, as one segmented clearing in plain Python up to
+        ``_SEGMENTED_PY`` (numpy's bits), in numpy above."""
+        nb, nc, cap_r = self.node_bids[r], self.node_caps[r], self.cap_node[r]
+        n = len(nb[src]) + len(nb[dst])
+        if n <= _SMALL:
+            a_src, _, self.bu[src, r], self.cl[src, r] = proportional_share_small(
+                nb[src], nc[src], cap_r[src])
+            a_dst, _, self.bu[dst, r], self.cl[dst, r] = proportional_share_small(
+                nb[dst], nc[dst], cap_r[dst])
+            return a_src + a_dst
+        if n <= _SEGMENTED_PY:
+            shares, bu, cl = segmented_share_small(
+                [nb[src], nb[dst]], [nc[src], nc[dst]], [cap_r[src], cap_r[dst]])
+            self.bu[src, r], self.bu[dst, r] = bu
+            self.cl[src, r], self.cl[dst, r] = cl
+            return shares[0] + shares[1]
+        nodes = np.array([src, dst])
+        m_arr = np.array(self.members[src] + self.members[dst], dtype=np.int64)
+        group = np.repeat([0, 1], [len(nb[src]), len(nb[dst])])
+        s = proportional_share(self.vms.bid[m_arr, r], self.vms.cap[m_arr, r],
+                               self.hosts.capacity[nodes, r], group)
+        self.bu[nodes, r], self.cl[nodes, r] = s.uncapped_bids, s.capacity_left
+        allocation: list[float] = s.allocation.tolist()
+        return allocation
 
     def move(self, v: int, dst: int) -> None:
         src = self.host_l[v]
@@ -409,59 +431,13 @@ class _Search:
             self.free[dst] -= self.vms.minimum[v]
         m = ms + md
         new = [0.0] * len(m)
-        if len(m) <= _SMALL:
-            for r in self.err_res:
-                ideal_r = self.ideal_t[r]
-                if r in self.traded:
-                    nb, nc = self.node_bids[r], self.node_caps[r]
-                    a_src, _, self.bu[src, r], self.cl[src, r] = proportional_share_small(
-                        nb[src], nc[src], self.cap_node[r][src]
-                    )
-                    a_dst, _, self.bu[dst, r], self.cl[dst, r] = proportional_share_small(
-                        nb[dst], nc[dst], self.cap_node[r][dst]
-                    )
-                    alloc = a_src + a_dst
-                else:
-                    alloc = [0.0] * len(m)
-                for k, j in enumerate(m):
-                    e = _rel_error(alloc[k], ideal_r[j])
-                    if e > new[k]:
-                        new[k] = e
-        elif len(m) <= _SEGMENTED_PY:
-            for r in self.err_res:
-                ideal_r = self.ideal_t[r]
-                if r in self.traded:
-                    nb, nc, cap_r = self.node_bids[r], self.node_caps[r], self.cap_node[r]
-                    shares, bu, cl = segmented_share_small(
-                        [nb[src], nb[dst]], [nc[src], nc[dst]], [cap_r[src], cap_r[dst]])
-                    self.bu[src, r], self.bu[dst, r] = bu
-                    self.cl[src, r], self.cl[dst, r] = cl
-                    alloc = shares[0] + shares[1]
-                else:
-                    alloc = [0.0] * len(m)
-                for k, j in enumerate(m):
-                    e = _rel_error(alloc[k], ideal_r[j])
-                    if e > new[k]:
-                        new[k] = e
-        else:
-            nodes = np.array([src, dst])
-            m_arr = np.array(m, dtype=np.int64)
-            group = np.repeat([0, 1], [len(ms), len(md)])
-            cap = self.hosts.capacity[nodes]
-            for r in self.err_res:
-                ideal_r = self.ideal_t[r]
-                if r in self.traded:
-                    s = proportional_share(
-                        self.vms.bid[m_arr, r], self.vms.cap[m_arr, r], cap[:, r], group
-                    )
-                    self.bu[nodes, r], self.cl[nodes, r] = s.uncapped_bids, s.capacity_left
-                    alloc = s.allocation.tolist()
-                else:
-                    alloc = [0.0] * len(m)
-                for k, j in enumerate(m):
-                    e = _rel_error(alloc[k], ideal_r[j])
-                    if e > new[k]:
-                        new[k] = e
+        for r in self.err_res:
+            ideal_r = self.ideal_t[r]
+            alloc = self._pair_shares(r, src, dst) if r in self.traded else [0.0] * len(m)
+            for k, j in enumerate(m):
+                e = _rel_error(alloc[k], ideal_r[j])
+                if e > new[k]:
+                    new[k] = e
         idx = np.array(m, dtype=np.int64)
         new_err = np.array(new)
         old_err = self.err[idx]
