@@ -69,6 +69,12 @@ def test_float_and_range_flags_refused_before_running(
         ("bench", "sim", "--cores", "0"),
         ("bench", "period", "--interarrival-factor", "inf"),
         ("bench", "period", "--seed", "-1"),
+        ("bench", "period", "--admission", "-1"),
+        ("bench", "sweep", "--workers", "0"),
+        ("bench", "sweep", "--jobs", "0"),
+        ("bench", "sweep", "--factors", "x"),
+        ("bench", "sweep", "--factors", "0"),
+        ("bench", "sweep", "--target", "0"),
         ("sim", "lublin", "--out", "x.swf", "--seed", "-1"),
     ],
 )

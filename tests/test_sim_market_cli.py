@@ -92,6 +92,10 @@ def test_bench_sweep_times_the_experiment_and_digests_its_results(tmp_path: Path
     assert late["met"] is False
     bad = runner.invoke(app, ["bench", "sweep", "nope"])
     assert bad.exit_code == 2 and "unknown experiment 'nope'" in bad.stderr
+    # a non-empty --out is refused before the run and left as it was
+    kept = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
+    assert kept.exit_code == 2 and "is not empty" in kept.stderr
+    assert (tmp_path / "a" / "results.json").read_bytes() == results
 
 
 def burst_trace(path: Path, bursts: int = 440, per_burst: int = 10) -> str:

@@ -24,6 +24,7 @@ import os
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import typer
@@ -42,26 +43,31 @@ def bench_sweep(
         None, "--factors", help="Inter-arrival factors, e.g. 0.1,1 (default: the sweep's)."),
     target: float = typer.Option(60.0, "--target", help="The target wall time (s)."),
     out: Path | None = typer.Option(
-        None, "--out", help="Keep the experiment's files here (default: a temporary directory)."),
+        None, "--out", help="Keep the experiment's files here, an absent or empty directory "
+        "(default: a temporary directory)."),
 ) -> None:
     """Time an experiment's whole sweep end to end (JSON on stdout; target: themis-fig5 on
     2 workers <= 60 s)."""
     from merkat.cli.experiment import _factors
     from merkat.cli.validate import check_float, check_int
+    from merkat.outputs import output_dir, prepare_out_dir
 
     check_int("--workers", workers, 1, 1024)
     if jobs is not None:
         check_int("--jobs", jobs, 1, 10_000_000)
     check_float("--target", target, 0, 1e9, lo_open=True)
+    if out is not None:
+        prepare_out_dir(out)  # checked before the run, not after
     t0, cpu0 = time.perf_counter(), _cpu_s()
     from merkat.sim.experiments import EXPERIMENTS, FACTORS, run_experiment
 
     if name not in EXPERIMENTS:
         fail(f"unknown experiment {name!r}; known: {', '.join(sorted(EXPERIMENTS))}")
     fs = _factors(factors, FACTORS)
-    with tempfile.TemporaryDirectory(prefix="merkat-bench-sweep-") as tmp:
-        where = out if out is not None else Path(tmp)
-        where.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:
+        # --out as `sim experiment --out`: refused when not empty, replaced only on success
+        where = (stack.enter_context(output_dir(out)) if out is not None else
+                 Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="merkat-sweep-"))))
         try:
             run_experiment(name, where, workers=workers, jobs=jobs, factors=fs)
         except (FileNotFoundError, ValueError) as exc:
