@@ -13,6 +13,7 @@ the command that needs them (``tests/test_cli_startup.py`` checks it).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -75,6 +76,13 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
         traceback.print_exc()
     print_error(message)
     raise typer.Exit(code)
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its finished child processes (the benchmarks'
+    ``cpu_s``: other work on the machine disturbs it less than wall time)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def print_json(data: Any) -> None:

@@ -13,14 +13,13 @@ disturbs less; ``pieces``: how ``--workers`` cut the run, docs/simulator-market.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 
 import typer
 
 from merkat.cli import bench
-from merkat.cli._common import LazyProgress, fail
+from merkat.cli._common import LazyProgress, cpu_seconds, fail
 
 
 @bench.app.command("period")
@@ -69,13 +68,13 @@ def bench_period(
         tr, cluster, jobs=jobs or None, interarrival_factor=interarrival_factor, seed=seed
     )
     bar = LazyProgress(len(w), "market", time.perf_counter())  # on stderr, after 1 s
-    cpu = _cpu_s()
+    cpu = cpu_seconds()
     try:
         out = simulate_market(w, cluster, MarketConfig(admission=admission or None), seed=seed,
                               progress=bar, workers=workers)
     finally:
         bar.close()
-    cpu = _cpu_s() - cpu
+    cpu = cpu_seconds() - cpu
     s = summarize_market(w, out, cluster)
     periods = len(out.records)
     doc = {
@@ -91,9 +90,3 @@ def bench_period(
         "pieces": list(out.pieces),
     }
     sys.stdout.write(json.dumps(doc) + "\n")
-
-
-def _cpu_s() -> float:
-    """CPU seconds of this process and of its finished child processes."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system

@@ -30,7 +30,7 @@ from pathlib import Path
 import typer
 
 from merkat.cli import bench
-from merkat.cli._common import fail
+from merkat.cli._common import cpu_seconds, fail
 
 
 @bench.app.command("sweep")
@@ -58,7 +58,7 @@ def bench_sweep(
     check_float("--target", target, 0, 1e9, lo_open=True)
     if out is not None:
         prepare_out_dir(out)  # checked before the run, not after
-    t0, cpu0 = time.perf_counter(), _cpu_s()
+    t0, cpu0 = time.perf_counter(), cpu_seconds()
     from merkat.sim.experiments import EXPERIMENTS, FACTORS, run_experiment
 
     if name not in EXPERIMENTS:
@@ -75,7 +75,7 @@ def bench_sweep(
         except RuntimeError as exc:
             fail(str(exc), code=1)
         wall = time.perf_counter() - t0
-        cpu = _cpu_s() - cpu0
+        cpu = cpu_seconds() - cpu0
         digest = hashlib.sha256((where / "results.json").read_bytes()).hexdigest()
         timing = json.loads((where / "timing.json").read_text())
     runs = timing.get("runs", [])
@@ -94,12 +94,6 @@ def bench_sweep(
         "met": total <= target,
     }
     sys.stdout.write(json.dumps(doc) + "\n")
-
-
-def _cpu_s() -> float:
-    """CPU seconds of this process and of its finished child processes."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
 
 
 def _process_age_s() -> float | None:

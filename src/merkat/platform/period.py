@@ -35,6 +35,7 @@ from mypy_extensions import mypyc_attr
 
 from merkat.bank.ledger import Ledger
 from merkat.control.base import Controller
+from merkat.control.forecast import HISTORY
 from merkat.control.registry import make_policy
 from merkat.control.types import (
     Action,
@@ -101,7 +102,7 @@ class Platform:
     balance: BalanceParams = field(default_factory=BalanceParams)
     provider: str = "provider"
     keep_alive: int = 3
-    history_size: int = 12
+    history_size: int = HISTORY  # past prices shown: the forecasts' default window
     market: str = "proportional-share"  # the mechanism (merkat.market.mechanisms), by name
     apps: dict[str, App] = field(default_factory=dict)
     active: dict[str, App] = field(default_factory=dict)
