@@ -77,7 +77,7 @@ class VMInfo(Protocol):
     Contract: read-only, and valid only during the controller call that received it. The
     platform passes its own VM records (no copy per VM per period: under deadline policies
     both the bid and the allocation of nearly every VM change every period, and copying
-    them was ~5 % of a market run, docs/benchmarks.md); a hand-built observation passes
+    them was ~9 % of a themis-fig5 market run, docs/benchmarks.md); a hand-built observation passes
     :class:`VMView` records. A controller never writes to it and never keeps it past the call
     (it keeps ids and numbers instead).
     """

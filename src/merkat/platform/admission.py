@@ -80,7 +80,6 @@ def place(platform: Platform, runs: Sequence[tuple[App, list[VMRecord]]]) -> Pla
 def _revert(app: App, before: int) -> None:
     """Back to the queue: the start did not happen (its VMs were never placed)."""
     app.vms = []
-    app.views = None
     app.vm_count = before
     app.status = AppStatus.WAITING
     app.start_time = None

@@ -1,7 +1,7 @@
 """The platform's records: applications, VMs, a period's :class:`Decision` and its
 :class:`PeriodRecord` (the data of :mod:`merkat.platform.period`).
 
-Performance caches (``App.const``, ``App.views``) live on these records
+Performance caches (``App.const``) live on these records
 because they are invalidated by identity when the record changes; they are never part of the
 domain state (``compare=False``, ``repr=False``) and are documented where they are defined.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from merkat.control.base import Controller
-from merkat.control.types import AppStatus, Metrics, VMInfo, VMState
+from merkat.control.types import AppStatus, Metrics, VMState
 from merkat.market import NO_HOST, RESOURCES
 from merkat.platform.backend import Plan
 from merkat.platform.lifecycle import ENDED
@@ -89,10 +89,6 @@ class App:
     broke_since: float | None = None  # since when it cannot pay the reserve for its VMs
     outcome: str = ""  # how it ended: finished, stopped-deadline, stopped-budget...
     const: AppConst | None = field(default=None, repr=False, compare=False)
-    # ``vms`` as the tuple the last observation held (the records themselves, VMInfo):
-    # valid until the list changes, which only happens where it is dropped (Platform._reconcile,
-    # _end, withhold, admissions and the service's recovery).
-    views: tuple[VMInfo, ...] | None = field(default=None, repr=False, compare=False)
 
     @property
     def active(self) -> bool:

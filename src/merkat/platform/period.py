@@ -42,6 +42,7 @@ from merkat.control.types import (
     AppStatus,
     Demand,
     Observation,
+    VMInfo,
     VMState,
     check_amounts,
     new_budget,
@@ -274,7 +275,6 @@ class Platform:
         """End ``app``: release its VMs; ``finished`` when its work is done."""
         ops.destroy.extend(vm.id for vm in app.vms)
         app.vms = []
-        app.views = None
         app.status = AppStatus.FINISHED if finished else AppStatus.STOPPED
         app.end_time = now if app.end_time is None else app.end_time
         app.reason = reason
@@ -292,7 +292,6 @@ class Platform:
         starting_ids = {vm.id for vm in decision.starting}
         for app_id in sorted(unpaid):
             app = self.apps[app_id]
-            app.views = None
             for vm in app.vms:
                 gone.add(vm.id)
             was_running = [vm for vm in app.vms if vm.id not in starting_ids
@@ -390,8 +389,6 @@ class Platform:
                 vm.host = NO_HOST
                 vm.new = True
                 vm.alloc = {}
-                app = self.apps[vm.app]
-                app.views = None
                 continue
             vm.state = vm_transition(vm.state, running)  # booting/resuming take time in the world
         for app_id, amount in charged.paid.items():
@@ -408,9 +405,7 @@ class Platform:
         shared = self._shared.get(trade)
         if shared is None or shared[0] is not self.prices:
             shared = self._shared_view(trade)
-        views = app.views
-        if views is None or len(views) != len(app.vms):
-            views = app.views = tuple(app.vms)  # the records are the views (VMInfo)
+        views: tuple[VMInfo, ...] = tuple(app.vms)  # the records are the views (VMInfo)
         idle = seen.idle if app.status is AppStatus.RUNNING else frozenset()
         if idle:  # idle workers, released first by horizontal policies (VMInfo.busy)
             views = tuple(new_vm_view(id=v.id, state=v.state, alloc=v.alloc, bid=v.bid,
@@ -482,7 +477,6 @@ class Platform:
                 action = Action.NONE
         if action is Action.NONE and app.status is not AppStatus.RUNNING:
             return  # waiting or suspended, and staying so: no VM bids, nothing changes
-        app.views = None  # the VM records change below (and in this period's plan)
         if action is Action.STOP:
             self._end(app, now, demand.reason, seen.finished, ops)
             return

@@ -501,7 +501,6 @@ class Manager:
         if ids:
             self.backend.apply(Plan(time=self.clock(), period=self.platform.period, destroy=ids))
         app.vms = []
-        app.views = None
         app.status = AppStatus.STOPPED
         app.reason = reason
         app.end_time = self.clock()

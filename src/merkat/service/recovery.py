@@ -149,7 +149,6 @@ def readopt(m: Manager, row: PlatformRow) -> str:
         m.backend.apply(Plan(time=m.clock(), period=m.platform.period, suspend=tuple(freeze),
                              resume=tuple(thaw)))
     app.vms = records
-    app.views = None
     app.vm_count = max([vm_number(v.id) for v in stored] + [len(stored)])
     app.status = AppStatus(row.state)
     app.start_time = row.started
