@@ -85,7 +85,14 @@ def test_xml_template_of_fig5_parses_into_the_same_model() -> None:
     (GOOD.replace("(?P<work_done>", "(?P<speed>"), "clusters.1.monitor.regex: unknown metric"),
     (GOOD.replace("(?P<work_done>", "(?P<work_done"), "not a valid regular expression"),
     (GOOD.replace("name: saturne\n", "name: 'bad name'\n"), "line 1: name: String should match"),
-    (GOOD.replace("poll: 60", "pol: 60"), "pol: Extra inputs are not permitted"),
+    (GOOD.replace("poll: 60", "pol: 60"), "line 9: pol: unknown key (did you mean 'poll'?)"),
+    # a misspelt required key is named, not the key it leaves missing (issue 26)
+    (GOOD.replace("  policy: vertical", "  polcy: vertical"),
+     "line 3: controller.polcy: unknown key (did you mean 'policy'?)"),
+    (GOOD.replace("min_memory: 128", "min_memroy: 128"),
+     "clusters.1.min_memroy: unknown key (did you mean 'min_memory'?)"),
+    (GOOD.replace("kind: log,", "knd: log,"), "clusters.1.monitor.knd: unknown key"),
+    (GOOD.replace("keep_idle: 600", "zzz: 600"), "zzz: unknown key (known: name, controller"),
     ("name: [unclosed\n", "template line 2"),
     ("- a list\n", "expected a mapping"),
 ])

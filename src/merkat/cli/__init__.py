@@ -190,7 +190,23 @@ def build_noun(noun: Noun) -> click.Command:
     else:
         cmd = get_command_from_info(CommandInfo(name=noun.name, callback=target),
                                     pretty_exceptions_short=True, rich_markup_mode=None)
+    plain_help(cmd)
     return cmd
+
+
+def plain_help(cmd: Any) -> None:
+    """Drop the docstrings' reStructuredText literals from ``cmd``'s help (and its
+    subcommands' and options'): ``-o json`` between double backquotes reads ``-o json`` in
+    ``--help`` (the docstrings keep them for the API docs)."""
+    for attr in ("help", "short_help"):
+        text = getattr(cmd, attr, None)
+        if text:
+            setattr(cmd, attr, text.replace("``", ""))
+    for param in getattr(cmd, "params", ()):
+        if getattr(param, "help", None):
+            param.help = param.help.replace("``", "")
+    for sub in getattr(cmd, "commands", {}).values():
+        plain_help(sub)
 
 
 def _version(value: bool) -> None:

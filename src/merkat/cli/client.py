@@ -166,14 +166,16 @@ def platform_stop(name: str, output: OutputFormat = OutputOption, url: str | Non
     emit(output, p, lambda: print(f"platform {p['name']}: {p['state']}"))
 
 
-@platform_app.command("boost")
-def platform_boost(name: str, amount: str = typer.Argument(..., help="Credits to add."),
+@platform_app.command("boost", context_settings={"ignore_unknown_options": True})
+def platform_boost(name: str, amount: str = typer.Argument(..., help="Credits to add (> 0)."),
                    key: str | None = typer.Option(None, "--idempotency-key",
                                                   help="Retry-safe: the same key boosts once."),
                    output: OutputFormat = OutputOption, url: str | None = UrlOption,
                    token: str | None = TokenOption) -> None:
     """Add AMOUNT credits from your account to platform NAME while it runs (Tycoon's
     boosting): its controller bids the larger budget from the next period on."""
+    if amount.strip().startswith("-"):  # "-5" reaches here as AMOUNT, not as an option
+        fail(f"AMOUNT: a boost adds credits: give a positive amount, got {amount}")
     b = Client(url, token).post(f"/platforms/{_q(name)}/boost",
                                 {"amount": amount, "idempotency_key": key})
     emit(output, b, lambda: print(f"platform {b['name']}: boosted by {b['amount']}, "
@@ -228,19 +230,37 @@ def prices(watch: bool = typer.Option(False, "--watch", help="Print each new per
         _emit_prices(output, items)
         return
     c = Client(url, token)
-    last = None
-    while True:
+    if not watch:
         p = c.get("/prices")
-        if p["period"] != last:
-            last = p["period"]
-            if output is PriceFormat.json:
-                print_json(p)
-            else:
-                _emit_prices(output, [p], header=last is None or not watch)
-            sys.stdout.flush()
-        if not watch:
-            return
-        time.sleep(1.0)
+        print_json(p) if output is PriceFormat.json else _emit_prices(output, [p])
+        return
+    # --watch: one line per new period (a header once; -o json: one object a line, -o csv
+    # rows), never a table redrawn each period
+    last: Any = None
+    first = True
+    try:
+        while True:
+            p = c.get("/prices")
+            if first or p["period"] != last:
+                last = p["period"]
+                if output is PriceFormat.json:
+                    print(json.dumps(p))
+                elif output is PriceFormat.csv:
+                    _emit_prices(output, [p], header=first)
+                else:
+                    if first:
+                        print(f"{'PERIOD':>8}  {'TIME':8}  {'CPU':>12}  {'MEMORY':>12}")
+                    print(f"{_cell(p['period']):>8}  {_cell(_time(p['time'])):8}  "
+                          f"{p['cpu']:>12.6g}  {p['memory']:>12.6g}")
+                first = False
+                sys.stdout.flush()
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        return
+
+
+def _cell(v: Any) -> str:
+    return "-" if v is None else str(v)
 
 
 def _emit_prices(output: PriceFormat, items: list[dict[str, Any]], header: bool = True) -> None:
@@ -269,8 +289,8 @@ def nodes(output: OutputFormat = OutputOption, url: str | None = UrlOption,
         if data.get("warning"):
             print(f"warning: {data['warning']}", file=sys.stderr)
         print_table(None, ["NODE", "CPUS", "CORES", "MEMORY MiB", "ALLOC CPU", "ALLOC MiB"], [
-            (n["name"], n["cpus"], n["cores"], n["memory"], n["allocated"]["cpu"],
-             n["allocated"]["memory"]) for n in data["items"]])
+            (n["name"], n["cpus"], n["cores"], mib(n["memory"]), n["allocated"]["cpu"],
+             mib(n["allocated"]["memory"])) for n in data["items"]])
 
     emit(output, data, table)
 
@@ -346,6 +366,13 @@ def account_transfer(source: str, to: str, amount: str,
     t = Client(url, token).post("/transfers", {"from": source, "to": to, "amount": amount,
                                                "reason": reason, "idempotency_key": key})
     emit(output, t, lambda: print(f"transfer {t['id']}: {t['amount']} {t['from']} -> {t['to']}"))
+
+
+def mib(v: float | None) -> str | None:
+    """MiB as people read them: ``24,110`` or ``0.5``, never ``2.411e+04``."""
+    if v is None:
+        return None
+    return f"{v:,.0f}" if abs(v) >= 10 or v == int(v) else f"{v:.3g}"
 
 
 def _time(t: float | None) -> str | None:

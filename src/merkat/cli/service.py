@@ -126,7 +126,9 @@ def demo(
                                    help="Seconds to run before the report."),
     period: float = typer.Option(5.0, "--period", min=0.5, help="Scheduling period, s."),
     port: int = typer.Option(0, "--port", min=0, max=65535, help="API port (0: a free one)."),
-    data_dir: Path | None = DataDirOption,
+    data_dir: Path | None = typer.Option(
+        None, "--data-dir", help="State directory (default: a new temporary one, "
+        "/tmp/merkat-demo-*, kept after the run for `merkat report`)."),
 ) -> None:
     """Run the live service with a small embedded demo (two deadline-driven solvers and a
     best-effort one sharing this machine), print what happens, then a report."""

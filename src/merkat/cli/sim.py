@@ -31,7 +31,10 @@ from merkat.cli._common import (
     print_table,
 )
 from merkat.cli.validate import check_float, check_int
-from merkat.sim.schedulers import SCHEDULERS  # light: each entry imports its engine when run
+from merkat.sim.schedulers import (  # light: each entry imports its engine when run
+    OUTCOMES,
+    SCHEDULERS,
+)
 from merkat.sim.workload.traces import HPC2N_NAME, find_trace
 
 app = typer.Typer(
@@ -106,8 +109,9 @@ def run_cmd(
     budget_base: float = typer.Option(
         60.0, "--budget-base", help="B_base (budget = B_base/factor)."
     ),
-    policy: str = typer.Option(
-        "deadline-strict", "--policy", help="With --scheduler market: the controllers' policy."
+    policy: str | None = typer.Option(
+        None, "--policy", help="With --scheduler market: the controllers' policy "
+        "(default deadline-strict)."
     ),
     market: str = typer.Option(
         "proportional-share", "--market",
@@ -119,29 +123,30 @@ def run_cmd(
         help="With --scheduler market: KEY=VALUE, a parameter of the policy (repeatable; "
              "`merkat policy list` shows them), e.g. forecast=ar.",
     ),
-    period: float = typer.Option(
-        300.0, "--period", help="With --scheduler market: the scheduling period, seconds."
+    period: float | None = typer.Option(
+        None, "--period", help="With --scheduler market: the scheduling period, seconds "
+        "(default 300)."
     ),
-    admission: float = typer.Option(
-        10.0, "--admission", metavar="SECONDS",
+    admission: float | None = typer.Option(
+        None, "--admission", metavar="SECONDS",
         help="With --scheduler market: the applications manager admits new applications "
-        "between periods every SECONDS (Merkat §4.2.2: 10); 0 makes them wait for the next "
-        "period.",
+        "between periods every SECONDS (Merkat §4.2.2: 10, the default); 0 makes them wait "
+        "for the next period.",
     ),
-    workers: int = typer.Option(
-        1,
+    workers: int | None = typer.Option(
+        None,
         "--workers",
         help="With --scheduler market: cut the trace where the cluster is empty "
-        "and run the pieces on this many processes (same results).",
+        "and run the pieces on this many processes (same results; default 1).",
     ),
-    economy: str = typer.Option(
-        "themis", "--economy", help="With --scheduler market: themis (users receive a per-period "
+    economy: str | None = typer.Option(
+        None, "--economy", help="With --scheduler market: themis (users receive a per-period "
         "allowance) | closed (no money enters after the initial budgets; the Virtual Bank "
-        "returns the provider's income to the users).",
+        "returns the provider's income to the users; default themis).",
     ),
-    charging: str = typer.Option(
-        "bid", "--charging", help="With --scheduler market: bid (VMs pay their bids) | use "
-        "(VMs pay what they use, the rest of the deposit refunded).",
+    charging: str | None = typer.Option(
+        None, "--charging", help="With --scheduler market: bid (VMs pay their bids, the "
+        "default) | use (VMs pay what they use, the rest of the deposit refunded).",
     ),
     force: bool = typer.Option(
         False, "--force", help="Replace the results of a previous run in a non-empty --out."
@@ -163,6 +168,18 @@ def run_cmd(
         scheduler in SCHEDULERS,
         f"--scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}",
     )
+    if not SCHEDULERS[scheduler].market:  # the market's options mean nothing to a batch run
+        given = {"--policy": policy, "--period": period, "--admission": admission,
+                 "--workers": workers, "--economy": economy, "--charging": charging}
+        for flag, value in given.items():
+            _check(value is None, f"{flag}: only with --scheduler market (the {scheduler} "
+                   "scheduler has no controllers, periods or money)")
+    policy = "deadline-strict" if policy is None else policy
+    period = 300.0 if period is None else period
+    admission = 10.0 if admission is None else admission
+    workers = 1 if workers is None else workers
+    economy = "themis" if economy is None else economy
+    charging = "bid" if charging is None else charging
     _check(jobs is None or jobs >= 1, f"--jobs must be >= 1, got {jobs}")
     _check(skip >= 0, f"--skip must be >= 0, got {skip}")
     check_int("--hosts", hosts, 1, 1_000_000)
@@ -260,18 +277,25 @@ def run_cmd(
 
 
 _COMPARE_KEYS = (
-    "scheduler",
-    "jobs",
-    "dropped",
-    "avg_wait_s",
-    "avg_bounded_slowdown",
-    "utilization",
-    "makespan_s",
-    "met_deadlines",
-    "total_value",
-    "wall_s",
-    "jobs_per_s",
+    ("scheduler", "scheduler"),
+    ("jobs", "jobs"),
+    ("dropped", "dropped (trace records not simulated)"),
+    ("finished", "finished by the deadline"),
+    ("late", "finished late"),
+    ("stopped-deadline", "stopped at the deadline"),
+    ("stopped-budget", "stopped: out of budget"),
+    ("never-started", "never started"),
+    ("avg_wait_s", "avg_wait_s"),
+    ("avg_bounded_slowdown", "avg_bounded_slowdown"),
+    ("utilization", "utilization"),
+    ("makespan_s", "makespan_s"),
+    ("met_deadlines", "met_deadlines"),
+    ("total_value", "total_value"),
+    ("wall_s", "wall_s (the whole command)"),
+    ("simulate_s", "simulate_s (the scheduling loop)"),
+    ("jobs_per_s", "jobs_per_s (jobs / simulate_s: speed)"),
 )
+"""Rows of ``sim compare``'s table: summary key (or outcome), label."""
 
 
 def _cell(v: Any) -> Any:
@@ -280,8 +304,43 @@ def _cell(v: Any) -> Any:
     return v
 
 
+def run_label(summary: dict[str, Any]) -> str:
+    """What ran: a batch scheduler by name; a market run by its mechanism and policy
+    (``market proportional-share/deadline-strict``)."""
+    name = str(summary.get("scheduler", "?"))
+    if "policy" in summary or "market" in summary:
+        return f"{name} {summary.get('market', 'proportional-share')}/{summary.get('policy', '?')}"
+    return name
+
+
+def outcome_counts(summary: dict[str, Any]) -> dict[str, int | None]:
+    """How each simulated job ended: a market run's ``outcomes``; a batch run runs every job
+    to its end, on time (met) or late."""
+    found = summary.get("outcomes")
+    if isinstance(found, dict):
+        return {o: found.get(o, 0) for o in OUTCOMES}
+    jobs, met = summary.get("jobs"), summary.get("met_deadlines")
+    if not isinstance(jobs, int) or not isinstance(met, int):
+        return dict.fromkeys(OUTCOMES)
+    if "policy" in summary:  # a market run written before outcomes were recorded
+        return {"finished": met, "late": None, "stopped-deadline": None,
+                "stopped-budget": None, "never-started": jobs - int(summary.get("started", jobs))}
+    return {"finished": met, "late": jobs - met, "stopped-deadline": 0, "stopped-budget": 0,
+            "never-started": 0}
+
+
 def _summary_table(runs: list[tuple[str, dict[str, Any]]]) -> None:
-    rows = [[k, *[_cell(s.get(k)) for _, s in runs]] for k in _COMPARE_KEYS]
+    rows = []
+    for key, label in _COMPARE_KEYS:
+        cells: list[Any] = []
+        for _, s in runs:
+            if key == "scheduler":
+                cells.append(run_label(s))
+            elif key in OUTCOMES:
+                cells.append(outcome_counts(s)[key])
+            else:
+                cells.append(_cell(s.get(key)))
+        rows.append([label, *cells])
     print_table(None, ["metric", *[name for name, _ in runs]], rows)
 
 

@@ -218,13 +218,55 @@ def validate(data: Any, source: str = "template", lines: Any = None) -> Template
     try:
         return Template.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        errors = exc.errors()
+        # A misspelt key (``polcy:``) is named first, not the field it leaves missing.
+        err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         loc = [x for x in err["loc"]]
         field = ".".join(str(x) for x in loc) or "(top)"
         msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = _unknown_key(loc, errors)
         line = _line_of(lines, loc) if lines is not None else None
         where = f"{source} line {line}" if line else source
         raise TemplateError(f"{where}: {field}: {msg}") from None
+
+
+def _unknown_key(loc: list[Any], errors: list[Any]) -> str:
+    """The message for the unknown key at ``loc``: the key, and the closest known key (one
+    left missing at the same place first: ``polcy`` → ``policy``)."""
+    import difflib
+
+    model: Any = Template
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if hasattr(model, "model_fields") else None
+        model = _model_of(field.annotation) if field is not None else None
+        if model is None:
+            break
+    known = list(model.model_fields) if model is not None else []
+    missing = [str(e["loc"][-1]) for e in errors
+               if e["type"] == "missing" and list(e["loc"][:-1]) == loc[:-1]]
+    key = str(loc[-1])
+    close = (difflib.get_close_matches(key, missing, 1, 0.5)
+             or difflib.get_close_matches(key, known, 1, 0.6))
+    hint = f" (did you mean {close[0]!r}?)" if close else (
+        f" (known: {', '.join(known)})" if known else "")
+    return f"unknown key{hint}"
+
+
+def _model_of(annotation: Any) -> Any:
+    """The pydantic model inside ``annotation`` (``Cluster``, ``list[Cluster]``,
+    ``Monitor | None``), or None."""
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def _yaml(text: str, source: str) -> tuple[Any, Any]:

@@ -12,6 +12,7 @@ nothing heavy: an entry imports its engine when it runs, so the CLI can list the
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -22,6 +23,10 @@ if TYPE_CHECKING:
     from merkat.sim.run import RunOptions
     from merkat.sim.workload.jobs import Workload
 
+OUTCOMES = ("finished", "late", "stopped-deadline", "stopped-budget", "never-started")
+"""How a market run's job ends (``jobs.csv``'s ``outcome``; ``summary.json``'s ``outcomes``
+counts them): finished by its deadline, finished late, stopped at its deadline by its
+controller, stopped out of budget, never started."""
 
 @dataclass(frozen=True)
 class TraceOutcome:
@@ -117,6 +122,8 @@ class Market:
         summary = summarize_market(workload, out, cluster)
         summary["policy"] = opts.policy
         summary["market"] = opts.market
+        counts = Counter(out.outcomes)
+        summary["outcomes"] = {o: counts.get(o, 0) for o in OUTCOMES}
         if opts.policy_params:
             summary["policy_params"] = dict(opts.policy_params)
         summary["period_s"] = opts.period

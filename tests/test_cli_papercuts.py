@@ -1,0 +1,131 @@
+"""The papercuts a new user met (issue 26, "Also"): one name for the API key everywhere, help
+without reStructuredText markup, a negative boost's own message, the demo's data directory,
+the README's example files, and the simulator's CLI refusing options it would ignore and
+saying what ran and how each job ended."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from typer import _click as click
+from typer.testing import CliRunner
+
+from merkat.cli import NOUNS, app, build_noun
+from merkat.cli.client import mib
+from merkat.sim.workload.lublin import write as write_lublin
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    r = runner.invoke(app, list(args))
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_one_name_for_the_api_key_everywhere() -> None:
+    """The CLI reads MERKAT_TOKEN; the dashboard's sign-in and the docs say the same."""
+    texts = [p.read_text() for p in (ROOT / "src").rglob("*") if p.suffix in (".py", ".html",
+                                                                                ".js")]
+    texts += [p.read_text() for p in (ROOT / "docs").glob("*.md")]
+    texts.append((ROOT / "README.md").read_text())
+    assert not [t for t in texts if "MERKAT_API_KEY" in t]
+    page = (ROOT / "src/merkat/web/static/index.html").read_text()
+    assert "MERKAT_TOKEN" in page
+
+
+def _helps(cmd: click.Command, path: list[str]) -> list[tuple[str, str]]:
+    ctx = click.Context(cmd, info_name=" ".join(path))
+    out = [(" ".join(path), cmd.get_help(ctx))]
+    if hasattr(cmd, "list_commands"):
+        for name in cmd.list_commands(ctx):  # type: ignore[attr-defined]
+            out += _helps(cmd.get_command(ctx, name), [*path, name])  # type: ignore[attr-defined]
+    return out
+
+
+def test_no_help_text_shows_raw_markup() -> None:
+    helps = [h for n in NOUNS for h in _helps(build_noun(n), ["merkat", n.name])]
+    assert len(helps) > 60  # every command and subcommand was seen
+    assert [path for path, text in helps if "``" in text] == []
+    prices = dict(helps)["merkat prices"]
+    assert "(-o json: {" in " ".join(prices.split())
+
+
+def test_a_negative_boost_gets_its_own_message_before_any_request() -> None:
+    code, _, err = run("platform", "boost", "solver", "-5", "--url", "http://127.0.0.1:9")
+    assert code == 2
+    assert err.strip().splitlines() == [
+        "error: AMOUNT: a boost adds credits: give a positive amount, got -5"]
+
+
+def test_the_demo_says_its_data_directory_is_a_temporary_one() -> None:
+    code, out, _ = run("demo", "--help")
+    assert code == 0
+    assert "default: a new temporary one" in " ".join(out.split())
+
+
+def test_memory_is_printed_readably() -> None:
+    assert (mib(24110.4), mib(128.0), mib(0.5), mib(None)) == ("24,110", "128", "0.5", None)
+
+
+def test_every_example_the_readme_names_exists() -> None:
+    readme = (ROOT / "README.md").read_text()
+    named = set(re.findall(r"examples/[\w./-]+\.(?:json|yaml|xml)", readme))
+    assert {"examples/tycoon/scenario.json", "examples/tycoon/hosts.json",
+            "examples/solver/deadline.yaml"} <= named
+    assert sorted(p for p in named if not (ROOT / p).is_file()) == []
+    # the user's budget covers what the README submits and boosts, with room to spare
+    budget = float(re.search(r"merkat user add alice --budget (\d+)", readme).group(1))  # type: ignore[union-attr]
+    import yaml
+
+    submitted = [yaml.safe_load((ROOT / p).read_text())["budget"] for p in
+                 re.findall(r"merkat submit (examples/\S+\.yaml)", readme)]
+    assert len(submitted) >= 3 and sum(submitted) + 50 <= budget
+
+
+def test_the_readme_tycoon_examples_run(tmp_path: Path) -> None:
+    code, out, err = run("tycoon", "best-response", "--budget", "10", "--hosts",
+                         str(ROOT / "examples/tycoon/hosts.json"), "-o", "json")
+    assert code == 0, err
+    bids = json.loads(out)["bids"]
+    assert set(bids) == {"h1", "h2", "h3"} and abs(sum(bids.values()) - 10) < 1e-9
+
+
+def test_a_batch_run_refuses_the_market_options(tmp_path: Path) -> None:
+    trace = tmp_path / "t.swf"
+    write_lublin(trace, 20, seed=1, nodes=16)
+    for flag, value in (("--policy", "best-effort"), ("--economy", "closed"),
+                        ("--period", "60"), ("--charging", "use")):
+        code, _, err = run("sim", "run", "--trace", str(trace), "--scheduler", "easy",
+                           "--out", str(tmp_path / "o"), flag, value)
+        assert code == 2, (flag, err)
+        assert err.startswith(f"error: {flag}: only with --scheduler market"), err
+        assert not (tmp_path / "o").exists()
+
+
+def test_compare_names_the_mechanism_and_policy_and_every_outcome(tmp_path: Path) -> None:
+    trace = tmp_path / "t.swf"
+    write_lublin(trace, 40, seed=3, nodes=16)
+    dirs = [str(tmp_path / "easy"), str(tmp_path / "market")]
+    assert run("sim", "run", "--trace", str(trace), "--scheduler", "easy", "--out", dirs[0])[0] == 0
+    code, out, err = run("sim", "run", "--trace", str(trace), "--scheduler", "market",
+                         "--policy", "best-effort", "--out", dirs[1], "-o", "json")
+    assert code == 0, err
+    summary = json.loads(out)
+    outcomes = summary["outcomes"]
+    assert set(outcomes) == {"finished", "late", "stopped-deadline", "stopped-budget",
+                             "never-started"}
+    assert sum(outcomes.values()) == summary["jobs"] == 40
+    assert outcomes["finished"] == summary["met_deadlines"]
+    code, table, _ = run("sim", "compare", *dirs)
+    assert code == 0
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+            for line in table.splitlines() if line.startswith("│")}
+    assert rows["scheduler"] == ["easy", "market proportional-share/best-effort"]
+    assert rows["never started"][1] == str(outcomes["never-started"])
+    assert rows["stopped at the deadline"][1] == str(outcomes["stopped-deadline"])
+    assert rows["finished late"][0] == str(40 - json.loads(
+        (tmp_path / "easy/summary.json").read_text())["met_deadlines"])
+    assert "jobs_per_s (jobs / simulate_s: speed)" in rows
