@@ -33,7 +33,10 @@ def test_file_then_environment_then_flags(tmp_path: Path, monkeypatch: pytest.Mo
 @pytest.mark.parametrize(("text", "message"), [
     ("period: 0\n", "config: period: Input should be greater than 0"),
     ("reserve: {gpu: 1}\n", "config: reserve: unknown resource 'gpu'"),
-    ("charging: use\n", "config: charging: the live service charges by bid, not 'use'"),
+    ("charging: rent\n", "config: charging: the live service charges by bid, use, not 'rent'"),
+    ("economy: tycoon\n",
+     "config: economy: the live service runs the economies themis, closed, not 'tycoon'"),
+    ("redistribute_every: 0\n", "config: redistribute_every: Input should be greater than"),
     ("backend: {nodes: [{name: n0, cpus: 'zero', memory: 10}]}\n",
      "config: backend.nodes.0.cpus: String should match pattern"),
     ("colour: red\n", "config: colour: Extra inputs are not permitted"),

@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from merkat.bank.errors import InvalidInput
 from merkat.bank.money import MAX_AMOUNT, MAX_ID, MAX_TOTAL, format_amount
@@ -173,8 +173,14 @@ class Ledger(Protocol):
         reason: str,
         period: int | None = None,
         idempotency_key: str | None = None,
+        also: Callable[[Any], None] | None = None,
     ) -> Sequence[int]:
-        """Apply all ``moves`` in one transaction (or none); returns their transfer ids."""
+        """Apply all ``moves`` in one transaction (or none); returns their transfer ids.
+
+        ``also(conn)``, when given, runs inside that transaction after the moves (with the SQL
+        connection; ``None`` for the in-memory ledger), even when ``moves`` is empty or the key
+        replays: what it writes commits with the moves, and if it raises nothing moves (the
+        live service ends a platform and returns its budget this way)."""
         ...
 
     def mint_many(

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import bisect
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from merkat.bank.errors import (
     IdempotencyConflict,
@@ -226,6 +227,7 @@ class MemoryLedger:
         reason: str,
         period: int | None = None,
         idempotency_key: str | None = None,
+        also: Callable[[Any], None] | None = None,
     ) -> Sequence[int]:
         check_reason(reason)
         check_period(period)
@@ -235,8 +237,12 @@ class MemoryLedger:
         old = self._replay(idempotency_key, fp)
         if old is not None:
             assert isinstance(old, range)
+            if also is not None:
+                also(None)
             return old
         if not moves:
+            if also is not None:
+                also(None)
             return range(self._next_id, self._next_id)
         index, bal = self._index, self._bal
         net: dict[int, int] = {}
@@ -256,6 +262,8 @@ class MemoryLedger:
         for i, delta in net.items():
             if bal[i] + delta < 0:
                 raise InsufficientFunds(self._accounts[i].name, bal[i], -delta)
+        if also is not None:  # before any change: if it raises, nothing moved
+            also(None)
         for i, delta in net.items():
             bal[i] += delta
         ids = range(self._next_id, self._next_id + len(moves))

@@ -19,8 +19,9 @@ balances redistributed the same way (grid-cloud model §3.1, §5.1.2). See ``doc
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from merkat.bank.errors import IdempotencyConflict, InvalidInput
 from merkat.bank.ledger import AccountKind, Ledger, Move, Transfer
@@ -288,6 +289,55 @@ class ChargeByUse:
         moves, result = self.plan_settle(usage, holds, self.provider)
         ledger.transfer_many(moves, "charge by use", period, f"settle/{self.provider}/{period}{tag}")
         return result
+
+
+# --- the end of an application -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReturnBudget:
+    """Budgets come home: when an application ends (finished, stopped, failed, deadline
+    passed, out of budget) whatever its account holds — and its hold sub-account, a deposit
+    not yet settled — goes back to its owner (Merkat §4.1.3: the credit manager moves money
+    between a user and her applications, both ways). ``apply`` moves each ended application's
+    money in one transaction (key ``return/<account>/<period>``), with ``also`` (the caller's
+    own end-state write, :meth:`~merkat.bank.ledger.Ledger.transfer_many`) in the same
+    transaction. Returns ``{application: returned}``."""
+
+    reason: str = "budget returned"
+
+    @staticmethod
+    def plan(balances: Mapping[str, int], owners: Mapping[str, str]) -> list[Move]:
+        """``balances`` of the ended applications' accounts and their hold accounts (absent:
+        none), ``owners`` application -> owner: one move per non-empty account."""
+        moves: list[Move] = []
+        for app in sorted(owners):
+            for account in (app, hold_account(app)):
+                amount = balances.get(account, 0)
+                if amount > 0:
+                    moves.append((account, owners[app], amount))
+        return moves
+
+    def apply(self, ledger: Ledger, period: int, owners: Mapping[str, str],
+              also: Callable[[Any], None] | None = None,
+              reason: str | None = None) -> dict[str, int]:
+        if not owners:
+            if also is not None:
+                ledger.transfer_many([], self.reason, period, also=also)
+            return {}
+        subs = {a.name for a in ledger.accounts(AccountKind.sub)}
+        names = [n for app in owners for n in (app, hold_account(app))
+                 if n in owners or n in subs]
+        moves = self.plan(ledger.balances(names), owners)
+        key = f"return/{_digest(sorted(owners))}/{period}"
+        kw: dict[str, Any] = {} if also is None else {"also": also}
+        ledger.transfer_many(moves, reason or self.reason, period, key, **kw)
+        out: dict[str, int] = {}
+        for payer, _, amount in moves:
+            app = payer[: -len(":hold")] if payer.endswith(":hold") and payer not in owners \
+                else payer
+            out[app] = out.get(app, 0) + amount
+        return out
 
 
 # --- redistribution -----------------------------------------------------------------------

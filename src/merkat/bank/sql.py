@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from sqlalchemy import Connection, func, insert, or_, select, text, update
 
@@ -256,6 +257,7 @@ class SqlLedger(SqlCore):
         reason: str,
         period: int | None = None,
         idempotency_key: str | None = None,
+        also: Callable[[Any], None] | None = None,
     ) -> Sequence[int]:
         check_reason(reason)
         check_period(period)
@@ -263,10 +265,18 @@ class SqlLedger(SqlCore):
         moves = list(moves)
         check_moves(moves, names=False)
         if not moves:
+            if also is not None:
+                self._tx(also)
             return []
         fp = fingerprint("batch", moves) if idempotency_key is not None else ""
 
         def run(conn: Connection) -> list[int]:
+            out = moved(conn)
+            if also is not None:
+                also(conn)
+            return out
+
+        def moved(conn: Connection) -> list[int]:
             names = {n for payer, payee, _ in moves for n in (payer, payee)}
             ids = self._resolve(conn, names)
             old = self._replay(conn, idempotency_key, fp)

@@ -43,13 +43,25 @@ def server(
         "$KUBECONFIG, ~/.kube/config)."),
     namespace: str | None = typer.Option(None, "--namespace",
                                          help="kubernetes backend: the pods' namespace (merkat)."),
+    economy: str | None = typer.Option(
+        None, "--economy", help="Where money comes from: themis (renewals minted each period; "
+        "default) or closed (renewals from the owner's account; the provider's income back to "
+        "the users every --redistribute-every periods)."),
+    charging: str | None = typer.Option(
+        None, "--charging", help="What a VM pays: bid (its bid; default) or use (the CPU its "
+        "cgroup measured, at the period's price; the rest of the bid refunded)."),
+    redistribute_every: int | None = typer.Option(
+        None, "--redistribute-every", min=1,
+        help="closed economy: periods between the Virtual Bank's redistributions (12)."),
 ) -> None:
     """Run the live service: REST API, applications manager and period loop (Ctrl-C stops
-    it and destroys its VMs: processes, or pods with --backend kubernetes)."""
+    it and destroys its VMs: processes, or pods with --backend kubernetes). An ended
+    platform's unspent budget goes back to its owner."""
     from merkat.service.server import Service
 
     cfg = _config(config, host=host, port=port, data_dir=data_dir, period=period,
-                  admission=admission)
+                  admission=admission, economy=economy, charging=charging,
+                  redistribute_every=redistribute_every)
     updates = {k: v for k, v in (("name", backend), ("kubeconfig", kubeconfig),
                                  ("namespace", namespace)) if v is not None}
     if updates:

@@ -16,7 +16,9 @@ One period at time ``t`` (:meth:`Driver.step`):
    (:class:`~merkat.platform.period.Observed`); ``platform.decide``;
 4. the economy charges the bills; ``platform.withhold`` takes unpaid applications' VMs out;
 5. ``backend.apply(plan)`` → a report; ``platform.commit`` takes VM states from it;
-6. the Virtual Bank redistributes (closed economy); ``hooks.after_period``.
+6. the Virtual Bank redistributes (closed economy); with ``economy.return_budgets``, the
+   applications that ended in this period give their money back to their owners
+   (:meth:`Economy.close <merkat.runtime.economy.Economy.close>`); ``hooks.after_period``.
 
 Between periods the applications manager admits (Merkat §4.2.2): with an ``admission``
 interval shorter than the period, at each admission point (a multiple of the interval) after
@@ -168,6 +170,10 @@ class Driver:
         if minted or given:
             charged = Charged(charged.paid, charged.unpaid, charged.total, minted, given)
         record = platform.commit(decision, report, charged)
+        if economy.return_budgets:  # the end rule: budgets come home
+            ended = [a.account for a in active if not a.active]
+            if ended:
+                economy.close(ended, record.index)
         self.hooks.after_period(self, t, record)
         return record
 

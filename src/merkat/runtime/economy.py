@@ -40,6 +40,7 @@ from merkat.bank.policies import (
     ChargeByUse,
     CreditManager,
     IdleTax,
+    ReturnBudget,
     VirtualBank,
     hold_account,
 )
@@ -186,7 +187,10 @@ class Economy:
     """The money of one run, on ``ledger``. ``kind``: ``themis`` or ``closed``; ``charging``:
     ``bid`` or ``use``; ``redistribute_every``: K, the Virtual Bank's interval in periods
     (closed economy); ``idle_tax_ppm``: the idle tax rate (0: none); ``provider``: the account
-    the charges go to."""
+    the charges go to; ``return_budgets``: the driver gives an ended application's money back
+    to its owner at the end of the period it ended in (:meth:`close`; off in the simulator's
+    runs, whose books are pinned by the golden digests; the live service returns budgets in
+    the transaction that records the end)."""
 
     ledger: Ledger
     kind: str = "themis"
@@ -194,7 +198,9 @@ class Economy:
     redistribute_every: int = 12
     idle_tax_ppm: int = 0
     provider: str = "provider"
+    return_budgets: bool = False
     initial_budgets: int = 0
+    returned: int = 0  # micro-credits given back to owners by ended applications
     redistributed: int = 0
     minted: int = 0  # every mint this economy made (initial budgets and allowances)
     allowances: dict[str, Allowance] = field(default_factory=dict)
@@ -285,6 +291,25 @@ class Economy:
                                                  [usage.get(a, 0) for a in ids], tag)
         paid = {ids[k]: x for k, x in paid_k.items()}
         return Charged(paid, frozenset(ids[k] for k in unpaid_k), sum(paid.values()))
+
+    def close(self, accounts: Iterable[str], period: int,
+              also: Callable[[Any], None] | None = None, reason: str | None = None
+              ) -> dict[str, int]:
+        """The end rule of applications (:class:`~merkat.bank.policies.ReturnBudget`): the
+        money left on each ended application's ``accounts`` (and its hold account) goes back
+        to its owner, in one transaction with ``also`` (the caller's end-state write). Their
+        renewals stop. Returns ``{account: micro-credits returned}``."""
+        ledger = self.ledger
+        owners: dict[str, str] = {}
+        for a in accounts:
+            owner = self.owners.get(a)
+            if owner is None:
+                owner = ledger.get_account(a).owner or ""
+            owners[a] = owner
+            self.allowances.pop(a, None)
+        returned = ReturnBudget().apply(ledger, period, owners, also, reason)
+        self.returned += sum(returned.values())
+        return returned
 
     def redistribute(self, period: int) -> int:
         """Closed economy: every K periods, the idle tax (if any) then the Virtual Bank's

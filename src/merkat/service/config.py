@@ -17,11 +17,17 @@ import platformdirs
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-LIVE_ECONOMIES = ("themis",)
-"""Economies the live service runs today: ``themis`` (budgets moved from the owner's account at
-admission; renewals minted per period, never above the budget)."""
-LIVE_CHARGING = ("bid",)
-"""Charging the live service runs today: each placed VM pays its bid (Merkat §2.2)."""
+LIVE_ECONOMIES = ("themis", "closed")
+"""Economies the live service runs (:data:`merkat.runtime.economy.ECONOMIES`): ``themis``
+(renewals minted into the owner's account each period, then moved to the platform, never above
+its budget) and ``closed`` (no money enters after the users' budgets: renewals are taken from
+what the owner holds, Merkat §4.1.3's credit manager, and every ``redistribute_every`` periods
+the Virtual Bank gives the provider's income back to the users in equal parts, grid-cloud
+model §3.1)."""
+LIVE_CHARGING = ("bid", "use")
+"""Charging the live service runs: ``bid`` (each placed VM pays its bid, Merkat §2.2) and
+``use`` (the bids are deposited; at the next period each VM pays the CPU its cgroup measured at
+the period's price, plus its memory allocation, and the rest is refunded: Tycoon §3)."""
 
 
 class ConfigError(ValueError):
@@ -74,6 +80,7 @@ class ServiceConfig(BaseSettings):
     reserve: dict[str, float] = Field(default_factory=lambda: {"cpu": 0.001, "memory": 0.001})
     economy: str = "themis"
     charging: str = "bid"
+    redistribute_every: int = Field(12, ge=1)  # closed economy: the Virtual Bank's K (periods)
     provider: str = "provider"
     backend: BackendConfig = Field(default_factory=BackendConfig)  # type: ignore[arg-type]
 

@@ -117,6 +117,9 @@ class Manager:
                                  period=config.period, reserve=dict(config.reserve),
                                  provider=config.provider)
         self.platform.index = store.last_period() + 1  # the period counter continues
+        from merkat.service.money import make_economy
+
+        self.platform._economy = make_economy(config, store.ledger)  # economy, charging
         # The period and the admissions between periods: the runtime driver on this wall
         # clock (the service's loop, :meth:`run`, owns the waiting and the queue).
         from merkat.runtime.clock import FunctionClock
@@ -516,16 +519,24 @@ class Manager:
             row = self.store.platform(name)
             if row is None:
                 continue
-            live.state = state
             values: dict[str, Any] = {"state": state}
             if app.start_time is not None and row.started is None:
                 values["started"] = app.start_time
             if app.status in ENDED:
                 values["ended"] = app.end_time or now
                 values["outcome"] = app.reason or state
+                from merkat.service.money import end_platform
+
+                # the end and the budget's return in one transaction (budgets come home);
+                # if it fails nothing changed, and the next period tries again
+                end_platform(self, name, row.owner, values,
+                             state + (f" ({app.reason})" if app.reason else ""))
+                live.state = state
                 self.live.pop(name, None)
                 self._files_out(live.template)
-            self.store.set_platform(name, **values)
+            else:
+                self.store.set_platform(name, **values)
+                live.state = state
             self._plugin(live, name, row.state, state)
             msg = f"platform {name}: {row.state} -> {state}"
             if app.reason:

@@ -83,15 +83,18 @@ def recover(m: Manager) -> None:
         try:
             m._admit(row, resumed=True)
         except (TemplateError, ValueError) as exc:
+            from merkat.service.money import end_platform
+
             left = ledger.balance(account) if ledger.has_account(account) else 0
-            if left > 0:
-                ledger.transfer(account, row.owner, left,
-                                f"refund of {row.name} after restart",
-                                idempotency_key=f"refund:{row.name}")
             m.store.save_vms({row.name: ()})
-            m._end_row(row.name, row.owner, "failed",
-                       f"server restarted while {row.state} and the platform could not "
-                       f"be admitted again ({exc}); {left / 1e6:g} credits refunded")
+            reason = (f"server restarted while {row.state} and the platform could not "
+                      f"be admitted again ({exc}); {left / 1e6:g} credits refunded")
+            # its end and its money's return in one transaction: a second restart finds it
+            # ended (and its account empty), so nothing is refunded twice
+            end_platform(m, row.name, row.owner, {"state": "failed", "ended": m.clock(),
+                                                  "outcome": reason}, "failed")
+            m.store.add_event("state", f"platform {row.name}: failed ({reason})", row.name,
+                              row.owner)
             continue
         how = readopt(m, row)
         m.store.add_event("recovery", f"platform {row.name} resumed after a server "
