@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from merkat.bank.errors import BankError
@@ -119,10 +119,17 @@ def create_app(manager: Manager) -> FastAPI:
 
     r = APIRouter(prefix=PREFIX)
 
-    @r.get("/health")
-    def health() -> dict[str, Any]:
-        return {"status": "ok", "period": manager.platform.index,
-                "enforced": bool(manager.backend.enforced)}
+    @r.get("/health", responses={503: {"description": "The period loop is failing (the "
+                                                       "reason in `loop.reason`)"}})
+    def health(response: Response) -> dict[str, Any]:
+        """The server's health, from memory only (it answers while the database fails):
+        200 and ``status: ok``, or 503 and ``status: error`` when the period loop fails
+        (``loop``: the reason, since when, the retry; :mod:`merkat.service.loop`)."""
+        loop = manager.health.as_dict(manager.clock(), manager.config.period)
+        if not loop["ok"]:
+            response.status_code = 503
+        return {"status": "ok" if loop["ok"] else "error", "period": manager.platform.index,
+                "enforced": bool(manager.backend.enforced), "loop": loop}
 
     @r.get("/users/me")
     def me_(me: Me) -> dict[str, Any]:
@@ -352,6 +359,9 @@ def create_app(manager: Manager) -> FastAPI:
     prometheus = MarketMetrics()
     manager.observers.append(prometheus.observe_platform)
     app.state.metrics = prometheus
+    from merkat.service.loop import LoopCollector
+
+    prometheus.registry.register(LoopCollector(manager))
     install(app, prometheus)
     return app
 

@@ -116,7 +116,11 @@ class Manager:
         self.platform = Platform(hosts=hosts, ledger=store.ledger, backend=backend,
                                  period=config.period, reserve=dict(config.reserve),
                                  provider=config.provider)
-        self.platform.index = store.last_period() + 1  # the period counter continues
+        from merkat.service.loop import LoopHealth, first_period
+
+        # the period counter continues after the last period the prices or the bank saw
+        self.platform.index = first_period(store)
+        self.health = LoopHealth()  # the period loop's, for /health and /metrics
         from merkat.service.money import make_economy
 
         self.platform._economy = make_economy(config, store.ledger)  # economy, charging
@@ -362,23 +366,12 @@ class Manager:
 
     def run(self, stop: threading.Event, on_period: Callable[[dict[str, Any]], None] | None = None
             ) -> None:
-        """The wall-clock loop: admission every ``admission`` s, a period every ``period`` s,
-        until ``stop`` is set."""
-        self.next_period = self.clock()
-        while not stop.is_set():
-            try:
-                self.admit()
-                if self.clock() >= self.next_period:
-                    rec = self.tick()
-                    self.next_period += self.config.period
-                    if on_period:
-                        on_period(rec)
-                else:
-                    self.start_queued()
-            except Exception as exc:  # a period that fails is recorded; the loop goes on
-                self.store.add_event("error", f"period failed: {type(exc).__name__}: {exc}")
-            wait = min(self.config.admission, max(0.0, self.next_period - self.clock()))
-            stop.wait(wait)
+        """The wall-clock loop until ``stop`` is set: :func:`merkat.service.loop.run_loop`
+        (admission every ``admission`` s, a period every ``period`` s, failures retried with
+        back-off, missed periods not replayed)."""
+        from merkat.service.loop import run_loop
+
+        run_loop(self, stop, on_period)
 
     def close(self) -> None:
         with self.lock:

@@ -97,6 +97,7 @@ class Service:
     def _start_loop(self) -> None:
         self.loop = threading.Thread(target=self.manager.run, name="merkat-period",
                                      args=(self.stop_event, self.on_period), daemon=True)
+        self.manager.health.thread = self.loop  # /health reports a loop that is gone
         self.loop.start()
 
     def serve(self) -> None:

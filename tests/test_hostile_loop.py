@@ -1,0 +1,260 @@
+"""The period loop under attack and accident (issue 25: items 4, 5 and the Low items on
+stalls and crashes between charge and record): a database that fails is reported by
+``/health`` (503) and ``/metrics`` and retried with back-off, never in a tight loop, and the
+loop resumes when it recovers; a stall of several periods is covered by one period, not
+replayed; a crash between a period's charge and its record does not make the restarted
+period conflict with its own idempotency keys."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.exc import OperationalError
+
+from merkat.service.api import create_app
+from merkat.service.backends import make_backend
+from merkat.service.config import load_config
+from merkat.service.db import open_store
+from merkat.service.loop import first_period, next_boundary
+from merkat.service.manager import Manager
+from merkat.service.templates import parse
+
+SLEEPER = """\
+name: s
+controller: {policy: best-effort}
+budget: 50
+clusters:
+  - name: main
+    command: sleep 60
+    cpu: 1
+    memory: 64
+"""
+
+
+def _manager(tmp_path: Path, period: float = 0.5) -> Manager:
+    cfg = load_config(None, data_dir=tmp_path, period=period, admission=period / 2,
+                      backend={"cgroup_root": str(tmp_path / "no-cgroups")})
+    store = open_store(cfg.database)
+    store.add_user("alice", budget=100_000_000)
+    return Manager(cfg, store, make_backend(cfg))
+
+
+@pytest.fixture
+def manager(tmp_path: Path) -> Iterator[Manager]:
+    m = _manager(tmp_path)
+    yield m
+    m.close()
+
+
+class Loop:
+    """``m.run`` in a thread, as the server runs it."""
+
+    def __init__(self, m: Manager) -> None:
+        self.m = m
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=m.run, args=(self.stop,), daemon=True)
+        m.health.thread = self.thread
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        assert not self.thread.is_alive()
+
+
+def wait(cond: Callable[[], Any], timeout: float = 10.0) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def broken(*_: Any, **__: Any) -> Any:
+    raise OperationalError("INSERT", {}, Exception("database disk image is malformed"))
+
+
+def test_a_failing_database_is_reported_retried_with_backoff_and_the_loop_resumes(
+        manager: Manager, monkeypatch: pytest.MonkeyPatch) -> None:
+    m = manager
+    m.submit("alice", parse(SLEEPER))
+    attempts: list[float] = []
+    tick = m.tick
+
+    def counted() -> Any:
+        attempts.append(time.monotonic())
+        return tick()
+
+    monkeypatch.setattr(m, "tick", counted)
+    with TestClient(create_app(m)) as c:
+        loop = Loop(m)
+        try:
+            wait(lambda: m.store.platform("s").state == "running")  # type: ignore[union-attr]
+            assert c.get("/api/v1/health").status_code == 200
+            # the whole database fails: every write, including the events the handler of old
+            # wrote (and died on)
+            store = m.store
+            for name in ("add_price", "add_event", "add_events", "set_platform"):
+                monkeypatch.setattr(store, name, broken)
+            monkeypatch.setattr(store.ledger, "balances", broken)
+            r = wait(lambda: (x := c.get("/api/v1/health")).status_code == 503 and x)
+            body = r.json()
+            assert body["status"] == "error" and not body["loop"]["ok"]
+            assert "OperationalError" in body["loop"]["reason"]
+            assert "malformed" in body["loop"]["reason"]
+            n0 = len(attempts)
+            time.sleep(3.0)
+            # back-off: an attempt per second at most (a period of 0.5 s), not ~30 a second
+            assert 1 <= len(attempts) - n0 <= 4
+            metrics = c.get("/metrics").text
+            assert "merkat_period_loop_up 0.0" in metrics
+            failures = [ln for ln in metrics.splitlines()
+                        if ln.startswith("merkat_period_loop_failures_total ")]
+            assert failures and float(failures[0].split()[1]) >= 2
+            assert loop.thread.is_alive()
+            monkeypatch.undo()  # the database is back
+            monkeypatch.setattr(m, "tick", counted)
+            r = wait(lambda: (x := c.get("/api/v1/health")).status_code == 200 and x)
+            assert r.json()["loop"]["ok"] and r.json()["status"] == "ok"
+            n1 = len(attempts)
+            wait(lambda: len(attempts) >= n1 + 2)  # periods run again
+            events = m.store.events(limit=1000)
+            assert any(e["kind"] == "loop" and "recovered" in e["message"] for e in events)
+            assert "merkat_period_loop_up 1.0" in c.get("/metrics").text
+        finally:
+            loop.close()
+    assert m.store.ledger.audit().ok
+
+
+def test_a_corrupted_database_file_gives_503_and_the_loop_survives(tmp_path: Path) -> None:
+    m = _manager(tmp_path)
+    db = Path(m.config.data_dir) / "merkat.db"
+    try:
+        m.submit("alice", parse(SLEEPER))
+        with TestClient(create_app(m)) as c:
+            loop = Loop(m)
+            try:
+                wait(lambda: m.store.platform("s").state == "running")  # type: ignore[union-attr]
+                m.store.engine.dispose()  # new connections read the header again
+                with open(db, "r+b") as f:
+                    head = f.read(16)
+                    f.seek(0)
+                    f.write(b"\xde\xad\xbe\xef" * 4)
+                r = wait(lambda: (x := c.get("/api/v1/health")).status_code == 503 and x)
+                assert r.json()["loop"]["reason"]
+                assert loop.thread.is_alive()
+                with open(db, "r+b") as f:
+                    f.write(head)
+                m.store.engine.dispose()
+                wait(lambda: c.get("/api/v1/health").status_code == 200)
+            finally:
+                loop.close()
+    finally:
+        m.close()
+
+
+def test_after_a_stall_the_missed_periods_are_not_replayed(
+        manager: Manager, monkeypatch: pytest.MonkeyPatch) -> None:
+    m = manager
+    P = m.config.period
+    m.submit("alice", parse(SLEEPER))
+    starts: list[float] = []
+    tick = m.tick
+
+    def slow() -> Any:
+        starts.append(time.monotonic())
+        if len(starts) == 3:
+            time.sleep(4 * P)  # the loop stalls for four periods
+        return tick()
+
+    monkeypatch.setattr(m, "tick", slow)
+    loop = Loop(m)
+    try:
+        wait(lambda: len(starts) >= 7, timeout=15)
+    finally:
+        loop.close()
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    # never two periods back to back: each period starts at least (almost) a period later
+    assert min(gaps) >= 0.8 * P, gaps
+    assert m.health.stalls_total == 1 and m.health.periods_skipped_total >= 3
+    events = [e["message"] for e in m.store.events(limit=1000) if e["kind"] == "loop"]
+    assert any("not replayed" in e for e in events)
+    # each period charged once at one period's bids: as many charges as periods, all equal
+    charges = [t for t in m.store.ledger.history("app:s") if t.payee == m.config.provider
+               and "admission" not in (t.idempotency_key or "")]  # (not a prorated start)
+    periods = {p["period"] for p in m.store.prices()}
+    assert sorted(t.period for t in charges) == sorted(periods)
+    assert len({t.amount for t in charges}) == 1
+
+
+def test_next_boundary_drops_missed_periods() -> None:
+    assert next_boundary(10.0, 10.1, 10.2, 5.0) == 15.0  # on time
+    assert next_boundary(10.0, 31.0, 31.2, 5.0) == 36.0  # stalled: a period after the start
+    assert next_boundary(10.0, 10.0, 22.0, 5.0) == 22.0  # a long period: the next at once
+
+
+def test_a_crash_between_charge_and_record_resumes_without_conflict(tmp_path: Path) -> None:
+    m = _manager(tmp_path, period=5.0)
+    m.submit("alice", parse(SLEEPER))
+    m.admit()
+    m.tick()
+    m.tick()
+    charged_before = m.store.ledger.balance("provider")
+    index = m.platform.index
+    # the period charges, then the process dies before its price record is written
+    m.store.add_price = broken  # type: ignore[method-assign]
+    with pytest.raises(OperationalError):
+        m.tick()
+    paid = m.store.ledger.balance("provider") - charged_before
+    assert paid > 0  # the charge of period `index` is in the bank
+    assert m.store.last_period() == index - 1  # its record is not
+    m.backend.close()
+    # restart on the same database: the next period is index + 1 and charges normally
+    cfg = m.config
+    store = open_store(cfg.database)
+    m2 = Manager(cfg, store, make_backend(cfg))
+    try:
+        assert first_period(store) == index + 1 == m2.platform.index
+        rec = m2.tick()
+        assert rec["index"] == index + 1
+        assert store.ledger.balance("provider") == charged_before + 2 * paid
+        rec = m2.tick()
+        assert rec["index"] == index + 2
+        assert store.ledger.audit().ok
+    finally:
+        m2.close()
+
+
+def test_a_failure_after_the_charge_is_retried_under_a_new_index(
+        manager: Manager, monkeypatch: pytest.MonkeyPatch) -> None:
+    m = manager
+    m.submit("alice", parse(SLEEPER))
+    failed = threading.Event()
+    redistribute = m.driver.economy.redistribute
+
+    def once(period: int) -> int:  # runs after the charge and before the record
+        if not failed.is_set() and m.platform.apps.get("s") and m.platform.index >= 2:
+            failed.set()
+            raise OperationalError("UPDATE", {}, Exception("disk I/O error"))
+        return redistribute(period)
+
+    monkeypatch.setattr(m.driver.economy, "redistribute", once)
+    loop = Loop(m)
+    try:
+        wait(failed.is_set)
+        wait(lambda: m.health.recoveries_total == 1, timeout=10)
+        n = len(m.store.prices())
+        wait(lambda: len(m.store.prices()) >= n + 2)
+        assert m.health.failures_total == 1  # one failure, no IdempotencyConflict after it
+    finally:
+        loop.close()
+    assert m.store.ledger.audit().ok
