@@ -4,6 +4,7 @@ driver; the ledger's ``also`` runs inside the movement's transaction."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -135,3 +136,46 @@ def test_the_memory_ledger_runs_also_before_any_change() -> None:
     assert ReturnBudget().apply(ledger, 3, {"app:a": "alice"}, also=seen.append) == {"app:a": 7}
     assert ledger.balances(["alice", "app:a"]) == {"alice": 7, "app:a": 0}
     assert ledger.audit().ok
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (cgroups)")
+def test_charging_by_use_live_pays_the_measured_cpu_and_refunds_the_rest(
+        tmp_path: Path, cpu_heavy: int) -> None:
+    """Two platforms bid alike; the one that computes pays more than the one that sleeps, each
+    at most its bids; the deposits' unspent part is refunded and, at the end, returned."""
+    cfg = load_config(None, data_dir=tmp_path, period=0.5, admission=0.25, charging="use",
+                      backend={"cgroup_prefix": f"merkat-use-{uuid.uuid4().hex[:8]}",
+                               "nodes": [{"name": "n0", "cpus": str(cpu_heavy),
+                                          "memory": 1024}]})
+    store = open_store(cfg.database)
+    store.add_user("alice", budget=100 * M)
+    m = Manager(cfg, store, make_backend(cfg))
+    try:
+        assert m.backend.enforced
+        m.submit("alice", template("hog", "exec yes > /dev/null"))
+        m.submit("alice", template("nap", "sleep 600"))
+        m.admit()
+        for _ in range(6):
+            m.tick()
+            time.sleep(0.5)
+        m.stop("hog")
+        m.stop("nap")
+        m.tick()
+        hog, nap = m.platform.apps["hog"], m.platform.apps["nap"]
+        assert hog.vms == [] and nap.vms == []
+        assert 0 <= nap.spent < hog.spent
+        ledger = store.ledger
+        bids = sum(t.amount for t in ledger.history("app:hog")
+                   if t.payee == "app:hog:hold")
+        assert hog.spent < bids  # never more than deposited; the rest refunded
+        refunds = [t for t in ledger.history("app:nap") if t.payer == "app:nap:hold"
+                   and t.payee == "app:nap"]
+        assert refunds
+        bal = ledger.balances(["alice", "app:hog", "app:nap", "app:hog:hold", "app:nap:hold"])
+        assert bal == {"alice": 100 * M - hog.spent - nap.spent, "app:hog": 0, "app:nap": 0,
+                       "app:hog:hold": 0, "app:nap:hold": 0}
+        assert ledger.balance("provider") == hog.spent + nap.spent
+        assert ledger.audit().ok
+    finally:
+        m.close()

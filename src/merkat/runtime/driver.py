@@ -14,7 +14,10 @@ One period at time ``t`` (:meth:`Driver.step`):
 2. ``hooks.before_period``; the economy renews the active applications' budgets;
 3. read the balances and, per active application, what the backend reports
    (:class:`~merkat.platform.period.Observed`); ``platform.decide``;
-4. the economy charges the bills; ``platform.withhold`` takes unpaid applications' VMs out;
+4. the economy charges the bills (charging by measured use: it first settles last period's
+   deposits with the CPU the backend measured, ``backend.cpu_used(app)``, read before the
+   decision; :mod:`merkat.runtime.metering`); ``platform.withhold`` takes unpaid
+   applications' VMs out;
 5. ``backend.apply(plan)`` → a report; ``platform.commit`` takes VM states from it;
 6. the Virtual Bank redistributes (closed economy); with ``economy.return_budgets``, the
    applications that ended in this period give their money back to their owners
@@ -160,9 +163,14 @@ class Driver:
                 backend.idle(app_id) if running else frozenset(),
                 backend.finished(app_id),
             )
+        measured = None
+        if economy.metered:  # charging by measured use: the CPU used since the last period
+            meter = getattr(backend, "cpu_used", None)
+            measured = {a.spec.id: meter(a.spec.id) if meter else None for a in active}
         decision = platform.decide(t, balances, observed)
         accounts = {a: platform.apps[a].account for a, _ in decision.bills}
-        charged = economy.charge(decision, accounts)
+        charged = economy.charge(decision, accounts) if measured is None \
+            else economy.charge(decision, accounts, measured)
         if charged.unpaid:
             decision = platform.withhold(decision, charged.unpaid)
         report = backend.apply(decision.plan) or ApplyReport(t)  # None: a backend of old

@@ -45,6 +45,7 @@ from merkat.bank.policies import (
     hold_account,
 )
 from merkat.platform.model import App, Charged, Decision, to_micro
+from merkat.runtime.metering import MeteredUse
 
 KINDS = ("application", "bank", "provider", "sub", "user")
 """The account kinds of ``summary()["balances"]`` (always all of them)."""
@@ -199,6 +200,7 @@ class Economy:
     idle_tax_ppm: int = 0
     provider: str = "provider"
     return_budgets: bool = False
+    metered: bool = False  # charging "use" on measured CPU (merkat.runtime.metering)
     initial_budgets: int = 0
     returned: int = 0  # micro-credits given back to owners by ended applications
     redistributed: int = 0
@@ -217,6 +219,8 @@ class Economy:
         if not self.ledger.has_account(self.provider):
             self.ledger.create_account(self.provider, AccountKind.provider)
         self._charging = CHARGING[self.charging](self.provider)
+        self._meter = MeteredUse(self.provider) if self.metered and self.charging == "use" \
+            else None
         self._rules = ECONOMIES[self.kind](self.ledger, self.redistribute_every,
                                            self.idle_tax_ppm)
 
@@ -276,12 +280,17 @@ class Economy:
 
     # --- after the decision ---------------------------------------------------------------
 
-    def charge(self, decision: Decision, accounts: Mapping[str, str]) -> Charged:
+    def charge(self, decision: Decision, accounts: Mapping[str, str],
+               measured: Mapping[str, float | None] | None = None) -> Charged:
         """Charge ``decision``'s bills (``accounts``: application id -> account). An application
-        that cannot pay its whole bill pays nothing and is listed unpaid."""
+        that cannot pay its whole bill pays nothing and is listed unpaid. ``measured``: each
+        active application's CPU core-seconds since the last period, for charging by
+        measured use (``metered``; :mod:`merkat.runtime.metering`)."""
         period = decision.index
         # an admission between periods is charged in its own transaction (its own key)
         tag = f"/admission@{decision.time!r}" if decision.admission else ""
+        if self._meter is not None:
+            return self._meter.charge(self.ledger, decision, accounts, measured, tag)
         bills = [(accounts[a], x) for a, x in decision.bills]
         ids = [a for a, _ in decision.bills]
         if not bills:
@@ -291,6 +300,14 @@ class Economy:
                                                  [usage.get(a, 0) for a in ids], tag)
         paid = {ids[k]: x for k, x in paid_k.items()}
         return Charged(paid, frozenset(ids[k] for k in unpaid_k), sum(paid.values()))
+
+    def settle_ended(self, measured: Mapping[str, float | None], period: int) -> dict[str, int]:
+        """Charging by measured use: settle the open deposits of the applications ``measured``
+        names (ids; their CPU core-seconds since the last reading), before their money goes
+        home. Returns ``{application id: paid}`` ({} without metering)."""
+        if self._meter is None:
+            return {}
+        return self._meter.settle(self.ledger, period, measured, "/end", only=list(measured))
 
     def close(self, accounts: Iterable[str], period: int,
               also: Callable[[Any], None] | None = None, reason: str | None = None

@@ -2,7 +2,7 @@
 
 - :func:`make_economy`: the :class:`~merkat.runtime.economy.Economy` of the server's config
   (``economy``: themis or closed; ``charging``: bid or use, on the measured CPU of each VM's
-  cgroup: :mod:`merkat.service.metering`).
+  cgroup: :mod:`merkat.runtime.metering`, :mod:`merkat.backends.local.metering`).
 - :func:`end_platform`: a platform has ended (finished, stopped by its owner or its controller,
   failed, deadline passed, out of budget): its ended state is written to the store **in the
   same database transaction** as the movement that gives its account's balance (and an
@@ -34,7 +34,8 @@ def make_economy(config: ServiceConfig, ledger: Ledger) -> Economy:
     and ``provider``. Budgets are returned by :func:`end_platform` (with the store's end
     state), not by the driver."""
     return Economy(ledger, kind=config.economy, charging=config.charging,
-                   redistribute_every=config.redistribute_every, provider=config.provider)
+                   redistribute_every=config.redistribute_every, provider=config.provider,
+                   metered=config.charging == "use")
 
 
 def write_row(name: str, values: Mapping[str, Any]) -> Callable[[Any], None]:
@@ -58,9 +59,12 @@ def end_platform(m: Manager, name: str, owner: str, values: Mapping[str, Any],
     if not ledger.has_account(account):  # never admitted: nothing to give back
         m.store.set_platform(name, **values)
         return 0
-    settle = getattr(economy, "settle_ended", None)
-    if settle is not None:  # a deposit of charging by use: pay what was used first
-        settle([account], m.platform.index)
+    if economy.metered:  # an open deposit of charging by use: pay what was used first
+        meter = getattr(m.backend, "cpu_used", None)
+        paid = economy.settle_ended({name: meter(name) if meter else None}, m.platform.index)
+        app = m.platform.apps.get(name)
+        if app is not None and paid.get(name):
+            app.spent += paid[name]
     returned = economy.close([account], m.platform.index, also=write_row(name, values),
                              reason=f"returned: platform {name} {why}")
     amount = sum(returned.values())

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from merkat.backends.local.cgroups import CgroupTree, Limits, pid_alive
+from merkat.backends.local.metering import CpuMeter
 from merkat.control.types import Metrics
 from merkat.platform.backend import Plan
 
@@ -142,6 +143,7 @@ class LocalBackend:
         self.metrics_of: dict[str, Metrics] = {}
         self.report: list[OpResult] = []
         self._lock = threading.RLock()
+        self.meter = CpuMeter(self.tree)  # the CPU each VM used (charging by measured use)
         self.enforced = self.tree.enforced and self.tree.create("") is None
         if self.enforced:  # the market owns the machine: its VMs outweigh other processes
             self.tree.set_weight("", 64.0 * sum(n.cores for n in nodes))
@@ -194,6 +196,15 @@ class LocalBackend:
 
     def idle(self, app: str) -> frozenset[str]:
         return frozenset()
+
+    def cpu_used(self, app: str) -> float | None:
+        """CPU core-seconds ``app``'s VMs used since the last call, from their cgroups'
+        counters (:mod:`~merkat.backends.local.metering`); None when unenforced."""
+        if not self.enforced:
+            return None
+        with self._lock:
+            return self.meter.take(app, [(v.id, _group(v.id)) for v in self.vms.values()
+                                         if v.app == app])
 
     # --- health ----------------------------------------------------------------------------
 
@@ -271,6 +282,7 @@ class LocalBackend:
             frozen = self.tree.frozen(group)
             p.state = "suspended" if frozen else "running"
             self.vms[vm] = p
+            self.meter.start(vm, group, adopted=True)
             err = self.tree.set_limits(group, Limits(cpus=self._node(host).cpus))
             if alloc:
                 err = self._limit(vm, alloc) or err
@@ -403,6 +415,7 @@ class LocalBackend:
             return None
         err = None
         if self.enforced:
+            self.meter.close(vm, p.app, _group(vm))
             err = self.tree.remove(_group(vm))
         if p.proc is not None and p.proc.poll() is None:
             _killpg(p.proc.pid, signal.SIGCONT)

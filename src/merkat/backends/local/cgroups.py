@@ -5,11 +5,13 @@ cgroup mount *root* (``/sys/fs/cgroup`` normally; a plain directory in unit test
 play the kernel's part by pre-creating the control files). :func:`detect` tells which
 hierarchy a root holds:
 
-- **v1** (one mount per controller: ``cpu/``, ``memory/``, ``cpuset/``, ``freezer/``): CPU as
-  ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``, memory as ``memory.limit_in_bytes``,
-  pinning as ``cpuset.cpus``/``cpuset.mems``, suspension as ``freezer.state`` (FROZEN/THAWED);
+- **v1** (one mount per controller: ``cpu/``, ``cpuacct/``, ``memory/``, ``cpuset/``,
+  ``freezer/``): CPU as ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``, memory as
+  ``memory.limit_in_bytes``, pinning as ``cpuset.cpus``/``cpuset.mems``, suspension as
+  ``freezer.state`` (FROZEN/THAWED), the CPU used as ``cpuacct.usage`` (ns);
 - **v2** (one unified tree, ``cgroup.controllers`` at its root): ``cpu.max`` ("quota period"),
-  ``memory.max``, ``cpuset.cpus``/``cpuset.mems``, ``cgroup.freeze`` (1/0).
+  ``memory.max``, ``cpuset.cpus``/``cpuset.mems``, ``cgroup.freeze`` (1/0), the CPU used as
+  ``cpu.stat``'s ``usage_usec``.
 
 Every operation returns ``None`` on success or a one-line error string (errors from the world
 are data); nothing here raises on an OS error. A group's *path* (what the API shows as a VM's
@@ -72,8 +74,8 @@ class CgroupTree:
         if self.version is None:
             self.version = detect(self.root)
         if self.version is Version.v1:
-            for ctl in ("cpu", "memory", "cpuset", "freezer"):
-                for name in (ctl, "cpu,cpuacct" if ctl == "cpu" else ctl):
+            for ctl in ("cpu", "cpuacct", "memory", "cpuset", "freezer"):
+                for name in (ctl, "cpu,cpuacct" if ctl in ("cpu", "cpuacct") else ctl):
                     if (self.root / name).is_dir():
                         self._v1_dirs[ctl] = self.root / name
                         break
@@ -267,6 +269,26 @@ class CgroupTree:
         if target is None or not (target / "cpuset.cpus").exists():
             return None  # no cpuset controller: pinning is not enforced
         return _write(target / "cpuset.cpus", cpus)
+
+    # --- accounting ----------------------------------------------------------------------
+
+    def cpu_usage(self, name: str) -> float | None:
+        """CPU seconds the group's processes have used since the group was made (v1
+        ``cpuacct.usage``, nanoseconds; v2 ``cpu.stat``'s ``usage_usec``); None when
+        unreadable (no such group, no accounting controller)."""
+        d = self.dirs(name)
+        if self.version is Version.v1:
+            for ctl in ("cpuacct", "cpu"):
+                text = _read(d[ctl] / "cpuacct.usage") if ctl in d else None
+                if text and text.isdigit():
+                    return int(text) / 1e9
+            return None
+        if self.version is Version.v2:
+            for line in (_read(d["unified"] / "cpu.stat") or "").splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec" and value.strip().isdigit():
+                    return int(value) / 1e6
+        return None
 
     # --- freezer -----------------------------------------------------------------------
 
