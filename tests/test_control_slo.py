@@ -213,6 +213,40 @@ def test_best_effort_starts_when_cheap_then_never_adapts() -> None:
         assert d.bids["vm0"] == pytest.approx({"cpu": cost(0.5)})
 
 
+def test_best_effort_with_a_price_limit_suspends_above_it_and_resumes_below() -> None:
+    """max_price: no start, and a suspension, above the limit; a resume once the price with
+    its own bid back (price + bid/capacity) is under it; the same bid before and after."""
+    c = make_policy("best-effort", max_price=1.5)
+    # price 1.0 on 10 cores; its start bid cost(0.25) = 0.2564 adds 0.0256: 1.0256 <= 1.5
+    d = c.decide(ob(prices={"cpu": 1.49}))  # 1.49 + 0.0256 > 1.5: wait
+    assert d.action is Action.NONE and "above the limit 1.5" in d.reason
+    d = c.decide(ob())
+    assert d.action is Action.START
+    bid = cost(0.25)
+    assert d.new_vm_bid == pytest.approx({"cpu": bid})
+    running = vms(0.3, bid)
+    assert c.decide(ob(vms=running, prices={"cpu": 1.5})).action is Action.NONE
+    d = c.decide(ob(vms=running, prices={"cpu": 1.6}))
+    assert d.action is Action.SUSPEND
+    assert d.reason == "suspend: cpu price 1.6 above the limit 1.5"
+    suspended = vms(0.0, bid, VMState.SUSPENDED)
+    # without it the price fell to 1.48, but its return would make it 1.5056: stay suspended
+    d = c.decide(ob(vms=suspended, prices={"cpu": 1.48}))
+    assert d.action is Action.NONE and d.reason.startswith("suspended: cpu price 1.506")
+    d = c.decide(ob(vms=suspended, prices={"cpu": 1.47}))
+    assert d.action is Action.RESUME
+    assert d.bids["vm0"] == pytest.approx({"cpu": bid})
+    # without a limit it never suspends (Merkat's best-effort)
+    d = make_policy("best-effort").decide(ob(vms=running, prices={"cpu": 1e6}))
+    assert d.action is Action.NONE
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "cheap", True])
+def test_best_effort_refuses_a_price_limit_that_is_not_a_positive_number(bad: object) -> None:
+    with pytest.raises(PolicyError, match="max_price must be a positive number"):
+        make_policy("best-effort", max_price=bad)
+
+
 # --- the registry --------------------------------------------------------------------------------
 
 

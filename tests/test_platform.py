@@ -58,6 +58,27 @@ def test_best_effort_apps_share_a_host_and_pay_their_bids() -> None:
     assert rec.prices["cpu"] == pytest.approx(bids / 4.0)
 
 
+def test_a_cpu_only_application_with_a_memory_size_does_not_fail_the_period() -> None:
+    """A template trading only CPU but sizing memory (the live service's ``trade: [cpu]``)
+    bids nothing for memory: the market must not refuse that bid as under the memory reserve,
+    which failed every period for every application on the machine."""
+    ledger = MemoryLedger()
+    platform = Platform(one_host(), period=60.0, reserve={"cpu": 0.01, "memory": 0.01})
+    driver = Driver(platform, SimBackend(trade_memory=True), Economy(ledger))
+    for name, trade in (("cpu-only", ("cpu",)), ("both", ("cpu", "memory"))):
+        driver.submit(AppSpec(id=name, policy="best-effort", size=1,
+                              vm_size={"cpu": 4.0, "memory": 256.0},
+                              vm_min={"cpu": 0.0, "memory": 64.0}, submit_time=0.0,
+                              budget=100.0, trade=trade),
+                      RigidApp(vms=1, work_total=1e6, cpu=4.0))
+    rec = driver.step(0.0)
+    assert rec.running_apps == 2
+    cpu_only, both = platform.apps["cpu-only"].vms[0], platform.apps["both"].vms[0]
+    assert set(cpu_only.bid) == {"cpu"} and set(cpu_only.alloc) == {"cpu"}
+    assert cpu_only.alloc["cpu"] == pytest.approx(2.0)
+    assert both.alloc == pytest.approx({"cpu": 2.0, "memory": 256.0})
+
+
 def test_renewal_is_capped_at_the_initial_budget() -> None:
     ledger = MemoryLedger()
     backend = SimBackend(trade_memory=False)

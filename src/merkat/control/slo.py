@@ -247,21 +247,51 @@ class BestEffort(Controller):
 
     Starts when one VM's share of bid_max buys ``start_fraction`` of the VM size at the
     current price (else retries next period), then bids that start cost forever: no
-    scaling, no suspend, no stop before the work is done.
+    scaling, no stop before the work is done.
+
+    ``max_price`` (credits per core per period; default None, no limit): the highest CPU
+    price the application runs at. It does not start, and it suspends, while the CPU price is
+    above it; it resumes (and starts) once the price *with its own bid back in the market*
+    (the price plus its CPU bid over the CPU capacity) is at most the limit, so its own
+    return does not push the price over the limit and suspend it again. Not in Merkat (its
+    best-effort applications never suspend); the smallest price limit a user of a shared
+    machine expects (docs/control.md, decision 23).
     """
 
     name = "best-effort"
     applies_to = ("trace", "rigid", "task-farm")
     needs = "nothing (a fixed bid)"
 
-    def __init__(self, *, start_fraction: float = 0.25, horizon: int = 1,
-                 seed: Seed = 0) -> None:
+    def __init__(self, *, start_fraction: float = 0.25, max_price: float | None = None,
+                 horizon: int = 1, seed: Seed = 0) -> None:
         super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
+        if max_price is not None and (isinstance(max_price, bool)
+                                      or not isinstance(max_price, int | float)
+                                      or not math.isfinite(max_price) or max_price <= 0):
+            raise ValueError(f"max_price must be a positive number of credits per core per "
+                             f"period, got {max_price!r}")
+        self.max_price = None if max_price is None else float(max_price)
         self.bid: dict[str, float] | None = None
+
+    def over_limit(self, obs: Observation, bid: Amounts | None) -> str | None:
+        """Why the CPU price is too high for this application (None when it is not, or
+        without a limit): the price seen, plus its own CPU bid over the capacity when ``bid``
+        is the bid it would return with."""
+        limit, price = self.max_price, obs.prices.get("cpu")
+        if limit is None or price is None:
+            return None
+        capacity = obs.capacity.get("cpu", 0.0)
+        with_bid = price + (bid.get("cpu", 0.0) / capacity if bid and capacity > 0 else 0.0)
+        if with_bid > limit * (1 + 1e-9):
+            return f"cpu price {with_bid:.4g} above the limit {limit:g}"
+        return None
 
     def on_start(self, obs: Observation) -> Demand:
         bid = start_bid(obs, self.start_fraction, obs.size)
         if sum(bid.values()) <= self.vm_bid_max(obs, obs.size):
+            high = self.over_limit(obs, {r: b * obs.size for r, b in bid.items()})
+            if high is not None:
+                return self.wait(obs, high)
             self.bid = bid
             return Demand(Action.START, nvms=obs.size, new_vm_bid=bid, reason="start")
         return self.wait(obs, "price too high")
@@ -270,7 +300,14 @@ class BestEffort(Controller):
         return current_bid(obs) if self.bid is None else self.bid
 
     def reconfigure(self, obs: Observation) -> Demand:
+        high = self.over_limit(obs, None)
+        if high is not None:
+            return Demand(Action.SUSPEND, nvms=len(obs.vms), reason=f"suspend: {high}")
         return self.uniform(obs, self.fixed(obs))
 
     def on_resume(self, obs: Observation) -> Demand:
-        return self.uniform(obs, self.fixed(obs), Action.RESUME, "resume")
+        bid = self.fixed(obs)
+        high = self.over_limit(obs, {r: b * len(obs.vms) for r, b in bid.items()})
+        if high is not None:
+            return self.wait(obs, f"suspended: {high}")
+        return self.uniform(obs, bid, Action.RESUME, "resume")

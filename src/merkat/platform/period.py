@@ -450,7 +450,9 @@ class Platform:
             vm_size={r: spec.vm_size[r] for r in trade},
             capacity={r: self.capacity[r] for r in trade},
             bid_min={r: float(self.reserve.get(r, 0.0)) for r in trade},
-            cap_row=[spec.vm_size.get(r, 0.0) for r in RESOURCES],
+            # a resource it does not trade is not in its market: no cap, so no bid expected
+            # (a CPU-only template with a memory size; its memory still counts for placement)
+            cap_row=[spec.vm_size.get(r, 0.0) if r in trade else 0.0 for r in RESOURCES],
             min_row=[spec.vm_min.get(r, 0.0) for r in RESOURCES],
             columns=tuple((r, RESOURCES.index(r) if r in RESOURCES else -1) for r in trade),
             zero=dict.fromkeys(trade, 0.0),
