@@ -17,24 +17,26 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from merkat.bank.errors import BankError
 from merkat.bank.money import format_amount, parse_amount
 from merkat.control.types import VMState
 from merkat.service.db import StoreError, User
+from merkat.service.http import install_errors
+from merkat.service.limits import InputError, load_json
 from merkat.service.manager import Manager, NotFound
 from merkat.service.templates import METRIC_FIELDS, TemplateError, parse, validate
 
 PREFIX = "/api/v1"
+MAX_ID = 2**63 - 1  # the database's integers
 
 
 class MetricsBody(BaseModel):
     """Metrics an application pushes (any subset of :data:`METRIC_FIELDS`)."""
 
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "allow_inf_nan": False}
     performance: float | None = None
     reference: float | None = None
     work_done: float | None = Field(None, ge=0)
@@ -94,14 +96,8 @@ def create_app(manager: Manager) -> FastAPI:
     app.state.manager = manager
     store = manager.store
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errs = exc.errors()
-        first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
-        loc = [str(x) for x in first["loc"] if x not in ("body", "query", "path")]
-        msg = str(first["msg"]).removeprefix("Value error, ")
-        return JSONResponse({"detail": f"{'.'.join(loc) or 'body'}: {msg}",
-                             "errors": json.loads(json.dumps(errs, default=str))}, 422)
+    limits = manager.config.limits
+    install_errors(app, limits)  # one error shape, body limits (service/http.py)
 
     def own_platform(name: str, me: User) -> Any:
         row = store.platform(name)
@@ -143,15 +139,18 @@ def create_app(manager: Manager) -> FastAPI:
         application/yaml or application/xml)."""
         body = (await request.body()).decode(errors="replace")
         ctype = request.headers.get("content-type", "")
-        try:
+
+        def read() -> Any:  # in a thread: a big template does not hold the event loop
             if "json" in ctype:
                 try:
-                    data = json.loads(body)
-                except ValueError:
-                    raise HTTPException(422, "body: not valid JSON") from None
-                t = validate(data, "template")
-            else:
-                t = parse(body, "template", "xml" if "xml" in ctype else None)
+                    data = load_json(body, limits)
+                except InputError as exc:
+                    raise HTTPException(422, f"body: {exc}") from None
+                return validate(data, "template")
+            return parse(body, "template", "xml" if "xml" in ctype else None, limits)
+
+        try:
+            t = await asyncio.to_thread(read)
             row = await asyncio.to_thread(manager.submit, me.name, t)
         except TemplateError as exc:
             raise HTTPException(422, str(exc).removeprefix("template: ")) from None
@@ -320,7 +319,7 @@ def create_app(manager: Manager) -> FastAPI:
     # --- events ------------------------------------------------------------------------------
 
     @r.get("/events")
-    def events(me: Me, after: Annotated[int, Query(ge=0)] = 0,
+    def events(me: Me, after: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
                limit: Annotated[int, Query(ge=1, le=1000)] = 100,
                platform: str | None = None,
                tail: Annotated[int | None, Query(ge=1, le=1000)] = None) -> dict[str, Any]:
@@ -335,7 +334,7 @@ def create_app(manager: Manager) -> FastAPI:
 
     @r.get("/events/stream")
     async def stream(request: Request, me: Me,
-                     after: Annotated[int, Query(ge=0)] = 0,
+                     after: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
                      poll: Annotated[float, Query(gt=0, le=60)] = 0.5) -> StreamingResponse:
         async def gen() -> AsyncIterator[str]:
             last = after

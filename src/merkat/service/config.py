@@ -17,6 +17,8 @@ import platformdirs
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from merkat.service.limits import InputError, LimitsConfig, load_yaml
+
 LIVE_ECONOMIES = ("themis", "closed")
 """Economies the live service runs (:data:`merkat.runtime.economy.ECONOMIES`): ``themis``
 (renewals minted into the owner's account each period, then moved to the platform, never above
@@ -83,6 +85,7 @@ class ServiceConfig(BaseSettings):
     redistribute_every: int = Field(12, ge=1)  # closed economy: the Virtual Bank's K (periods)
     provider: str = "provider"
     backend: BackendConfig = Field(default_factory=BackendConfig)  # type: ignore[arg-type]
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)  # type: ignore[arg-type]
 
     @field_validator("reserve")
     @classmethod
@@ -119,18 +122,16 @@ class ServiceConfig(BaseSettings):
 def load_config(path: Path | None = None, **overrides: Any) -> ServiceConfig:
     """The configuration from ``path`` (YAML), the environment and ``overrides`` (flags; None
     values are ignored), in increasing priority."""
-    import yaml
-
     data: dict[str, Any] = {}
     if path is not None:
         try:
-            loaded = yaml.safe_load(Path(path).read_text())
+            loaded = load_yaml(Path(path).read_text())
         except OSError as exc:
             raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" line {mark.line + 1}" if mark is not None else ""
-            raise ConfigError(f"config {path}{where}: not valid YAML") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"config {path}: not a text file") from None
+        except InputError as exc:
+            raise ConfigError(f"config {path}{exc}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config {path}: expected a mapping at the top level")
         data = loaded or {}

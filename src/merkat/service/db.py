@@ -25,6 +25,7 @@ from merkat.bank.db import open_ledger
 from merkat.bank.ledger import AccountKind
 from merkat.bank.sql import SqlLedger
 from merkat.service import schema as s
+from merkat.service.limits import clip
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -102,6 +103,7 @@ class Store:
         self.ledger = ledger
         self.engine = ledger.engine
         self._keys: dict[str, User] = {}
+        self.event_chars = 2000  # an event's message, at most (config limits.event_chars)
         last = self.prices(limit=1)
         self.last_price: dict[str, Any] = last[-1] if last else {
             "time": None, "period": None, "cpu": 0.0, "memory": 0.0}
@@ -221,7 +223,8 @@ class Store:
         with self.engine.begin() as conn:
             return int(conn.execute(insert(s.events).values(
                 time=time.time() if at is None else at, kind=kind, platform=platform,
-                owner=owner, message=message)).inserted_primary_key[0])  # type: ignore[index]
+                owner=owner, message=clip(message, self.event_chars))
+                ).inserted_primary_key[0])  # type: ignore[index]
 
     def add_events(self, rows: list[tuple[str, str, str | None, str | None, float]]) -> None:
         """Several events (kind, message, platform, owner, time) in one transaction: a period
@@ -229,7 +232,8 @@ class Store:
         if rows:
             with self.engine.begin() as conn:
                 conn.execute(insert(s.events), [
-                    {"kind": k, "message": m, "platform": p, "owner": o, "time": t}
+                    {"kind": k, "message": clip(m, self.event_chars), "platform": p,
+                     "owner": o, "time": t}
                     for k, m, p, o, t in rows])
 
     def events(self, after: int = 0, limit: int = 100, owner: str | None = None,

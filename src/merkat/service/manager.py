@@ -51,6 +51,8 @@ from merkat.platform.period import (
 from merkat.service import files
 from merkat.service.config import ServiceConfig
 from merkat.service.db import PlatformRow, Store, StoreError
+from merkat.service.logtail import LogCap
+from merkat.service.logtail import tail as read_tail
 from merkat.service.monitors import MetricsTracker, read_in_vm, read_log, run_command
 from merkat.service.plugins import run_plugin
 from merkat.service.templates import Monitor, Template, TemplateError
@@ -139,6 +141,8 @@ class Manager:
         self.paid: dict[str, int] = {}  # micro-credits each platform had paid at the last tick
         # Called after each period with (platform, its record, the period's wall seconds).
         self.observers: list[Callable[[Platform, PeriodRecord, float], None]] = []
+        self.observers.append(LogCap(Path(config.data_dir) / "logs", config.limits.log_bytes))
+        store.event_chars = config.limits.event_chars
         self.vm_index: dict[str, int] = {}  # each VM's index in its platform (its launcher's)
         self.saved_vms: dict[str, tuple[Any, ...]] = {}  # the VMs last written to the store
         if backend.warning:
@@ -266,7 +270,7 @@ class Manager:
         base = Path(self.config.data_dir) / "logs" / name
         parts = []
         for f in sorted(base.glob("*.log")) if base.is_dir() else []:
-            lines = f.read_text(errors="replace").splitlines()[-tail:]
+            lines = read_tail(f, tail, self.config.limits.log_read_bytes)  # bounded memory
             parts.append(f"==> {f.name} <==\n" + "\n".join(lines))
         return "\n".join(parts) + ("\n" if parts else "")
 

@@ -89,8 +89,10 @@ class Service:
             raise ServiceError(f"cannot listen on {host}:{port}: "
                                f"{exc.strerror or exc}") from None
         self.sock = sock
+        from merkat.service.http import uvicorn_options
+
         cfg = uvicorn.Config(self.app, host=host, port=port, log_level="warning",
-                             access_log=False)
+                             access_log=False, **uvicorn_options(self.config.limits))
         self.server = uvicorn.Server(cfg)
         return self.server
 

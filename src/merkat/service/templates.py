@@ -26,6 +26,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from merkat.service.limits import DEFAULT as DEFAULT_LIMITS
+from merkat.service.limits import InputError, LimitsConfig, check_finite, clip, compose_yaml
+
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 METRIC_FIELDS = ("performance", "reference", "work_done", "work_total", "progress_rate",
                  "ideal_rate", "tasks_left", "task_time_avg", "task_time_max")
@@ -36,7 +39,7 @@ class TemplateError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "allow_inf_nan": False}
 
 
 class Monitor(_Strict):
@@ -188,15 +191,17 @@ class Template(_Strict):
         return last, last.count + index
 
 
-def parse(text: str, source: str = "template", fmt: str | None = None) -> Template:
+def parse(text: str, source: str = "template", fmt: str | None = None,
+          limits: LimitsConfig = DEFAULT_LIMITS) -> Template:
     """A :class:`Template` from YAML or XML ``text`` (XML when ``fmt == "xml"`` or the text
-    starts with ``<``). ``source`` names the file in errors."""
+    starts with ``<``). ``source`` names the file in errors. YAML is read within ``limits``
+    (nodes with aliases expanded, depth: :mod:`merkat.service.limits`)."""
     fmt = fmt or ("xml" if text.lstrip().startswith("<") else "yaml")
     if fmt == "xml":
         data = _xml(text, source)
         lines: Any = None
     else:
-        data, lines = _yaml(text, source)
+        data, lines = _yaml(text, source, limits)
     return validate(data, source, lines)
 
 
@@ -216,19 +221,24 @@ def validate(data: Any, source: str = "template", lines: Any = None) -> Template
     if not isinstance(data, dict):
         raise TemplateError(f"{source}: expected a mapping at the top level")
     try:
-        return Template.model_validate(data)
+        t = Template.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors()
         # A misspelt key (``polcy:``) is named first, not the field it leaves missing.
         err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         loc = [x for x in err["loc"]]
-        field = ".".join(str(x) for x in loc) or "(top)"
-        msg = err["msg"].removeprefix("Value error, ")
+        field = clip(".".join(str(x) for x in loc), 200) or "(top)"
+        msg = clip(err["msg"].removeprefix("Value error, "), 300)
         if err["type"] == "extra_forbidden":
             msg = _unknown_key(loc, errors)
         line = _line_of(lines, loc) if lines is not None else None
         where = f"{source} line {line}" if line else source
         raise TemplateError(f"{where}: {field}: {msg}") from None
+    try:  # NaN/inf parameters would fail at admission: refuse them here
+        check_finite(t.controller.params, "controller.params")
+    except InputError as exc:
+        raise TemplateError(f"{source}: {exc}") from None
+    return t
 
 
 def _unknown_key(loc: list[Any], errors: list[Any]) -> str:
@@ -269,18 +279,11 @@ def _model_of(annotation: Any) -> Any:
     return None
 
 
-def _yaml(text: str, source: str) -> tuple[Any, Any]:
-    import yaml
-
+def _yaml(text: str, source: str, limits: LimitsConfig) -> tuple[Any, Any]:
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "not valid YAML"
-        raise TemplateError(f"{source}{where}: {problem}") from None
-    return data, node
+        return compose_yaml(text, limits)
+    except InputError as exc:
+        raise TemplateError(f"{source}{exc}") from None
 
 
 def _line_of(node: Any, loc: list[Any]) -> int | None:
@@ -311,6 +314,8 @@ def _xml(text: str, source: str) -> dict[str, Any]:
     are the cluster's fields."""
     import xml.etree.ElementTree as ET
 
+    if "<!DOCTYPE" in text:  # the only place entities are declared: none, no expansion
+        raise TemplateError(f"{source}: a DOCTYPE (entity declarations) is not allowed")
     try:
         root = ET.fromstring(text)
     except ET.ParseError as exc:
