@@ -207,7 +207,7 @@ TEMPLATE = """\
 name: mon
 controller: {policy: recorder}
 budget: 10
-poll: 0.01
+poll: 1
 clusters:
   - name: main
     command: sleep 1000
@@ -274,8 +274,9 @@ def test_a_failing_monitor_is_one_event_and_the_loop_goes_on(
     m, emu = service
     m.submit("alice", parse(TEMPLATE % '{kind: command, command: "echo broken >&2; exit 2"}'))
     m.admit()
-    for _ in range(4):
+    for _ in range(6):  # (a command monitor runs at most once a second: poll >= 1)
         m.tick()
+        time.sleep(0.4)
     assert len([x for x in emu.execs if x.argv[-1].endswith("exit 2")]) >= 2
     assert monitor_errors(m) == ["monitor of mon: exit status 2: broken"]
     assert m.store.platform("mon").state == "running"  # type: ignore[union-attr]

@@ -83,7 +83,16 @@ def test_xml_template_of_fig5_parses_into_the_same_model() -> None:
     (GOOD.replace("cpu: 2", "cpu: 0"), "line 19: clusters.1.cpu: Input should be greater than 0"),
     (GOOD.replace("depends: saturne-1", "depends: nope"), "depends on unknown cluster 'nope'"),
     (GOOD.replace("(?P<work_done>", "(?P<speed>"), "clusters.1.monitor.regex: unknown metric"),
-    (GOOD.replace("(?P<work_done>", "(?P<work_done"), "not a valid regular expression"),
+    (GOOD.replace("(?P<work_done>", "(?P<work_done"),
+     "clusters.1.monitor.regex: not a regular expression the linear-time engine (RE2) runs"),
+    # RE2 runs in linear time: backreferences and lookaround are refused at submit (issue 25)
+    (GOOD.replace("(?P<work_done>\\d+)", "(?P<work_done>\\d+)\\1"),
+     "clusters.1.monitor.regex: not a regular expression the linear-time engine (RE2) runs: "
+     "invalid escape sequence"),
+    (GOOD.replace("(?P<work_done>", "(?=x)(?P<work_done>"),
+     "clusters.1.monitor.regex: not a regular expression the linear-time engine (RE2) runs: "
+     "invalid perl operator: (?="),
+    (GOOD.replace("poll: 60", "poll: 0.5"), "poll: Input should be greater than or equal to 1"),
     (GOOD.replace("name: saturne\n", "name: 'bad name'\n"), "line 1: name: String should match"),
     (GOOD.replace("poll: 60", "pol: 60"), "line 9: pol: unknown key (did you mean 'poll'?)"),
     # a misspelt required key is named, not the key it leaves missing (issue 26)

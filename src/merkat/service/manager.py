@@ -37,7 +37,6 @@ from merkat.bank.ledger import AccountKind
 from merkat.bank.money import format_amount
 from merkat.control.base import Controller
 from merkat.control.registry import PolicyError, make_policy
-from merkat.control.types import VMState
 from merkat.market import NO_HOST, Hosts
 from merkat.platform.period import (
     ENDED,
@@ -53,9 +52,9 @@ from merkat.service.config import ServiceConfig
 from merkat.service.db import PlatformRow, Store, StoreError
 from merkat.service.logtail import LogCap
 from merkat.service.logtail import tail as read_tail
-from merkat.service.monitors import MetricsTracker, read_in_vm, read_log, run_command
+from merkat.service.monitors import MetricsTracker
 from merkat.service.plugins import run_plugin
-from merkat.service.templates import Monitor, Template, TemplateError
+from merkat.service.templates import Template, TemplateError
 
 VM_EVENTS = {"create": "vm-start", "suspend": "vm-suspend", "resume": "vm-resume",
              "migrate": "vm-migrate", "destroy": "vm-shutdown"}
@@ -123,6 +122,9 @@ class Manager:
         # the period counter continues after the last period the prices or the bank saw
         self.platform.index = first_period(store)
         self.health = LoopHealth()  # the period loop's, for /health and /metrics
+        from merkat.service.probes import MonitorRunner
+
+        self.monitors = MonitorRunner(backend, clock)  # monitors run outside the lock
         from merkat.service.money import make_economy
 
         self.platform._economy = make_economy(config, store.ledger)  # economy, charging
@@ -291,7 +293,11 @@ class Manager:
 
     def tick(self) -> dict[str, Any]:
         """One period of the live platform; returns the period's record as a dict. Its events
-        are written in one transaction at the end."""
+        are written in one transaction at the end. The monitors are read first, outside the
+        lock (:mod:`merkat.service.probes`)."""
+        from merkat.service.probes import probe_monitors
+
+        probe_monitors(self)
         with self.lock:
             self._batch = []
             try:
@@ -310,8 +316,9 @@ class Manager:
                 app = r.vm.split("/", 1)[0]
                 self._event("vm-" + r.op, f"{r.vm}: {r.op}" + (f" ({r.error})" if r.error else ""),
                             app)
-            for name, live in self.live.items():
-                self._read_monitor(name, live, now)
+            from merkat.service.probes import apply_readings
+
+            apply_readings(self)
             t_period = time.perf_counter()
             record = self._run_period(now)
             elapsed = time.perf_counter() - t_period
@@ -378,6 +385,7 @@ class Manager:
         run_loop(self, stop, on_period)
 
     def close(self) -> None:
+        self.monitors.close()
         with self.lock:
             self.backend.close()
 
@@ -441,33 +449,6 @@ class Manager:
                           setup=lambda: files.stage_in(cluster.files_in, cwd))
 
         return launch
-
-    def _read_monitor(self, name: str, live: Live, now: float) -> None:
-        mon = live.template.monitored.monitor
-        if mon is None and live.template.commands.monitor:  # the platform's monitor plugin
-            mon = Monitor(kind="command", command=live.template.commands.monitor,
-                          ideal_rate=None)
-        app = self.platform.apps.get(name)
-        if mon is None or app is None or not app.active:
-            return
-        vm = self.backend.monitored.get(name)
-        due = mon.kind != "command" or now - live.last_poll >= live.template.poll
-        up = any(r.id == vm and r.state is not VMState.SUSPENDED for r in app.vms)
-        reading = read_in_vm(self.backend, vm if up else None, mon) if due else None  # in a pod
-        if reading is not None:
-            live.last_poll = now
-            live.tracker.update(reading.values, now)
-            if reading.error != live.monitor_error and reading.error is not None:
-                self._event("monitor-error", f"monitor of {name}: {reading.error}", name)
-            live.monitor_error = reading.error
-        elif mon.kind == "log":
-            path = mon.path or (self.backend.log_path(vm) if vm else None)
-            if path:
-                live.tracker.update(read_log(Path(path), mon.regex or ""), now)
-        elif mon.kind == "command" and now - live.last_poll >= live.template.poll:
-            live.last_poll = now
-            live.tracker.update(run_command(mon.command or ""), now)
-        self.backend.set_metrics(name, live.tracker.metrics())
 
     def _charges(self, period: int) -> None:
         """One ``charge`` event per platform that paid for its VMs this period."""

@@ -5,6 +5,13 @@ JSON output of a command, or the values pushed to ``POST .../platforms/{name}/me
 :class:`MetricsTracker` turns successive readings into metrics, adding the measured progress
 rate (work units per second between two readings whose work differs).
 
+Regexes run in RE2 (``google-re2``), whose matching time is linear in the text whatever the
+pattern: ``(a+)+$`` over a log of ``aaaa...!`` lines costs what a plain pattern does. A
+pattern RE2 does not support (backreferences, lookaround) is refused at submit
+(:func:`compile_regex`). Log files are read from their last 64 KiB, regular files only (a FIFO
+or a device never blocks a reader). Commands run with a time limit, their process group
+killed after it, their output read up to 64 KiB (:func:`run_bounded`).
+
 Where a monitor runs: on the machine for the local backend; inside the monitored VM when the
 backend runs commands there (it has ``exec_in(vm, command, timeout)`` and ``log_text(vm)``: the
 Kubernetes backend, through ``pods/{name}/exec`` and ``pods/{name}/log``), so templates are the
@@ -14,10 +21,17 @@ is a :class:`Reading` with an ``error``, never an exception.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
-import re
+import os
+import selectors
 import shlex
+import signal
+import stat
 import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +49,7 @@ class Reading:
 
     values: dict[str, float]
     error: str | None = None
+    timed_out: bool = False  # killed at its time limit
 
 
 def read_in_vm(backend: Any, vm: str | None, monitor: Monitor,
@@ -63,37 +78,136 @@ def read_in_vm(backend: Any, vm: str | None, monitor: Monitor,
     return Reading(values, r.problem())
 
 
+class RegexError(ValueError):
+    """A pattern the linear-time engine cannot run (or not a pattern at all)."""
+
+
+@functools.lru_cache(maxsize=256)
+def compile_regex(pattern: str) -> Any:
+    """``pattern`` compiled by RE2 (linear-time matching); :class:`RegexError` when RE2 does
+    not support it (backreferences, lookaround...) or it is not a regular expression."""
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False  # (else RE2 prints every refused pattern on stderr)
+    try:
+        return re2.compile(pattern, options=options)
+    except re2.error as exc:
+        why = exc.args[0].decode(errors="replace") if exc.args and isinstance(
+            exc.args[0], bytes) else str(exc)
+        raise RegexError("not a regular expression the linear-time engine (RE2) runs: "
+                         f"{why}") from None
+
+
+def read_tail(path: Path, size: int = TAIL_BYTES) -> str:
+    """The last ``size`` bytes of the regular file ``path`` as text ("" when it is missing or
+    not a regular file: opened non-blocking, so a FIFO or a device never blocks)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return ""
+        os.lseek(fd, max(0, st.st_size - size), os.SEEK_SET)
+        return os.read(fd, size).decode(errors="replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
 def read_log(path: Path, regex: str) -> dict[str, float]:
     """The named groups of the last match of ``regex`` in the tail of ``path`` ({} if none)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - TAIL_BYTES))
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return {}
-    return match_log(text, regex)
+    return match_log(read_tail(path), regex)
 
 
 def match_log(text: str, regex: str) -> dict[str, float]:
-    """The named groups of the last match of ``regex`` in ``text`` ({} if none)."""
+    """The named groups of the last match of ``regex`` in ``text`` ({} if none), in RE2."""
+    try:
+        rx = compile_regex(regex)
+    except RegexError:
+        return {}
     last = None
-    for m in re.finditer(regex, text):
+    for m in rx.finditer(text):
         last = m
     if last is None:
         return {}
     return _numbers(last.groupdict())
 
 
+@dataclass(frozen=True)
+class Ran:
+    """What :func:`run_bounded` saw: the output (at most ``cap`` bytes), the exit status (None
+    when killed), and whether the time limit killed it."""
+
+    stdout: str
+    code: int | None
+    timed_out: bool = False
+    error: str | None = None
+
+
+def run_bounded(argv: Sequence[str], timeout: float, *, cap: int = TAIL_BYTES,
+                cwd: str | None = None, env: Mapping[str, str] | None = None,
+                preexec: Callable[[], None] | None = None) -> Ran:
+    """Run ``argv`` in a new session for at most ``timeout`` seconds, reading at most ``cap``
+    bytes of its output; the whole process group is killed (SIGKILL) at the time limit, once
+    ``cap`` bytes are read, or when the command exits (what it left behind). Never raises: a command that cannot start is ``error``."""
+    try:
+        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                stdin=subprocess.DEVNULL, cwd=cwd or None,
+                                env=dict(env) if env is not None else None,
+                                start_new_session=True, preexec_fn=preexec)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Ran("", None, error=f"cannot start: {exc}")
+    assert proc.stdout is not None
+    out = bytearray()
+    end = time.monotonic() + timeout
+    timed_out = False
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while len(out) < cap:
+            left = end - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            if not sel.select(left):
+                continue
+            chunk = os.read(proc.stdout.fileno(), 65_536)
+            if not chunk:
+                break
+            out += chunk
+    if not timed_out and len(out) < cap:  # output closed: the rest of its time to exit
+        timed_out = not _exited(proc.pid, end)
+    with contextlib.suppress(OSError):  # not reaped yet: its pid (and group) is still its own
+        os.killpg(proc.pid, signal.SIGKILL)  # its children too, whatever happened
+    proc.stdout.close()
+    try:
+        code: int | None = proc.wait(5.0)
+    except subprocess.TimeoutExpired:  # unkillable (frozen, v1): left to be reaped later
+        code, timed_out = None, True
+    return Ran(bytes(out[:cap]).decode(errors="replace"), None if timed_out else code,
+               timed_out)
+
+
+def _exited(pid: int, end: float) -> bool:
+    """Wait until child ``pid`` has exited (without reaping it) or ``end``; whether it did."""
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:
+            return True
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.01)
+
+
 def run_command(command: str, timeout: float = 5.0, cwd: str | None = None) -> dict[str, float]:
     """The metrics printed by ``command``: a JSON object, or ``key=value`` words."""
-    try:
-        out = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True,
-                             timeout=timeout, cwd=cwd, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    return parse_output(out)
+    ran = run_bounded(["/bin/sh", "-c", command], timeout, cwd=cwd)
+    return parse_output(ran.stdout) if ran.error is None and not ran.timed_out else {}
 
 
 def parse_output(out: str) -> dict[str, float]:

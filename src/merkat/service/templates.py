@@ -20,7 +20,6 @@ poll period and its virtual clusters. Decisions (docs/service.md):
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,6 +31,10 @@ from merkat.service.limits import InputError, LimitsConfig, check_finite, clip, 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 METRIC_FIELDS = ("performance", "reference", "work_done", "work_total", "progress_rate",
                  "ideal_rate", "tasks_left", "task_time_avg", "task_time_max")
+
+
+MIN_POLL = 1.0
+"""The shortest ``poll`` a template may ask for (s): command monitors run no more often."""
 
 
 class TemplateError(ValueError):
@@ -55,10 +58,12 @@ class Monitor(_Strict):
     @classmethod
     def _regex(cls, v: str | None) -> str | None:
         if v is not None:
-            try:
-                rx = re.compile(v)
-            except re.error as exc:
-                raise ValueError(f"not a valid regular expression: {exc}") from None
+            from merkat.service.monitors import RegexError, compile_regex
+
+            try:  # RE2: linear time in the text, whatever the pattern (docs/service.md)
+                rx = compile_regex(v)
+            except RegexError as exc:
+                raise ValueError(str(exc)) from None
             unknown = set(rx.groupindex) - set(METRIC_FIELDS)
             if unknown:
                 raise ValueError(f"unknown metric group(s) {sorted(unknown)}; "
@@ -133,7 +138,7 @@ class Template(_Strict):
     budget: float = Field(ge=0, le=1e12)
     renewal: float = Field(0.0, ge=0, le=1e12)
     keep_idle: float = Field(0.0, ge=0)
-    poll: float = Field(10.0, gt=0)
+    poll: float = Field(10.0, ge=MIN_POLL)  # command monitors' interval (s)
     trade: list[Literal["cpu", "memory"]] = Field(default_factory=lambda: ["cpu", "memory"])  # type: ignore[arg-type]
     clusters: list[Cluster] = Field(min_length=1)
     commands: Commands = Field(default_factory=Commands)

@@ -288,6 +288,22 @@ class LocalBackend:
                 err = self._limit(vm, alloc) or err
             return OpResult("adopt-frozen" if frozen else "adopt", vm, err)
 
+    def monitor_context(self, vm: str) -> dict[str, Any] | None:
+        """What a command monitor of ``vm`` runs with (:mod:`merkat.service.probes`): the VM's
+        working directory, its ``MERKAT_*`` environment, and the ``cgroup.procs`` files of its
+        groups except the freezer's (a monitor is never frozen with its VM: a frozen process
+        could not be killed at its time limit)."""
+        p = self.vms.get(vm)
+        if p is None:
+            return None
+        node = self._node(p.node)
+        env = {"MERKAT_PLATFORM": p.app, "MERKAT_VM": p.id, "MERKAT_CLUSTER": p.launch.cluster,
+               "MERKAT_INDEX": str(p.launch.index), "MERKAT_NODE": node.name,
+               "MERKAT_CPUS": node.cpus, "MERKAT_PYTHON": sys.executable, **p.launch.env}
+        procs = tuple(str(d / "cgroup.procs") for ctl, d in self.tree.dirs(_group(vm)).items()
+                      if ctl != "freezer") if self.enforced else ()
+        return {"cwd": p.launch.cwd, "env": env, "cgroup_procs": procs}
+
     def _alive(self, p: VMProcess) -> bool:
         """Whether an adopted VM still runs: a live process in its group (or its pid)."""
         pids = self.tree.pids(_group(p.id)) if self.enforced else ([p.pid] if p.pid else [])

@@ -1,0 +1,269 @@
+"""Where and how monitors run (docs/service.md, "Monitors"): outside the manager's lock, in a
+few worker threads, each reading within a time limit.
+
+A period (:meth:`Manager.tick <merkat.service.manager.Manager.tick>`) first plans, under the
+lock, the readings due (:func:`plan_probes`: a log monitor every period, a command monitor
+every ``poll`` seconds, never below :data:`~merkat.service.templates.MIN_POLL`), each a
+:class:`Probe` holding everything the reading needs; releases the lock; hands them to
+:class:`MonitorRunner`'s threads and waits at most :data:`WAIT` seconds for them; then, under
+the lock again, takes the readings that arrived (:func:`apply_readings`). A reading still
+running is taken by a later period; a platform has at most one reading in flight, an owner at
+most :data:`PER_OWNER`, so a slow or hostile monitor delays only its own platform's metrics,
+never the period, the API or another user's monitors.
+
+The readings themselves (:func:`take_reading`):
+
+- a **log** monitor matches its regex in RE2 (linear time) over the last 64 KiB of the VM's
+  output, or of its ``path`` — relative to the VM's working directory and refused when it
+  leads outside it (symbolic links resolved), regular files only;
+- a **command** monitor runs ``/bin/sh -c COMMAND`` in the VM's working directory, inside the
+  VM's cgroup (its CPU and memory limits apply), with the VM's ``MERKAT_*`` environment and
+  nothing of the server's, killed with its process group after :data:`TIMEOUT` seconds (an
+  event ``monitor-timeout``, not a stall): :func:`run_monitor_command`, the one place such a
+  command starts;
+- on a backend that runs commands in its VMs (Kubernetes), both run there
+  (:func:`~merkat.service.monitors.read_in_vm`), with the same time limit.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from merkat.control.types import VMState
+from merkat.service.monitors import (
+    Reading,
+    match_log,
+    parse_output,
+    read_in_vm,
+    read_tail,
+    run_bounded,
+)
+from merkat.service.templates import Monitor
+
+if TYPE_CHECKING:
+    from merkat.service.manager import Manager
+
+TIMEOUT = 5.0
+"""A command monitor's time limit (s); its process group is killed after it."""
+
+WAIT = 1.0
+"""How long a period waits for the readings it started (s; at most a quarter period)."""
+
+WORKERS = 4
+"""Threads reading monitors (each reading is bounded: a log tail, or a command with a limit)."""
+
+PER_OWNER = 2
+"""Readings of one owner's platforms in flight at once (the others wait for a later period)."""
+
+PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One reading to take outside the lock: everything it needs, copied."""
+
+    key: str  # the platform (one reading in flight per key)
+    owner: str
+    monitor: Monitor
+    vm: str | None  # the monitored VM (None: not started)
+    log: str | None = None  # its output (a log monitor without a path)
+    cwd: str | None = None  # its working directory
+    env: Mapping[str, str] = field(default_factory=dict)
+    cgroup_procs: tuple[str, ...] = ()  # its cgroups' cgroup.procs files (a command joins)
+    timeout: float = TIMEOUT
+
+
+def plan_probes(m: Manager, now: float) -> list[Probe]:
+    """The readings due at ``now`` (call under the manager's lock): a log monitor's every
+    period, a command monitor's every ``poll`` seconds, a running or suspended platform's only;
+    a command monitor runs while its VM runs (not suspended, not before it starts)."""
+    out: list[Probe] = []
+    backend = m.backend
+    remote = getattr(backend, "exec_in", None) is not None
+    for name, live in m.live.items():
+        mon = monitor_of(live.template)
+        app = m.platform.apps.get(name)
+        if mon is None or mon.kind == "push" or app is None or not app.active:
+            continue
+        if mon.kind == "command" and now - live.last_poll < live.template.poll:
+            continue
+        vm = backend.monitored.get(name)
+        up = any(r.id == vm and r.state is not VMState.SUSPENDED for r in app.vms)
+        if mon.kind == "command" and not up:  # (its poll counts from its first reading)
+            continue
+        if mon.kind == "command":
+            live.last_poll = now
+        ctx: dict[str, Any] = {}
+        context = getattr(backend, "monitor_context", None)
+        if vm is not None and context is not None:
+            ctx = context(vm) or {}
+        log = backend.log_path(vm) if vm and not remote else None
+        out.append(Probe(name, live.owner, mon, vm if (up or not remote) else None, log,
+                         ctx.get("cwd"), dict(ctx.get("env", {})),
+                         tuple(ctx.get("cgroup_procs", ())), TIMEOUT))
+    return out
+
+
+def monitor_of(t: Any) -> Monitor | None:
+    """A template's monitor: its monitored cluster's, else its ``commands.monitor`` plugin."""
+    mon: Monitor | None = t.monitored.monitor
+    if mon is None and t.commands.monitor:
+        mon = Monitor(kind="command", command=t.commands.monitor, ideal_rate=None)
+    return mon
+
+
+def take_reading(backend: Any, p: Probe) -> Reading:
+    """Read ``p`` (module doc); never raises: a failure is the reading's ``error``."""
+    mon = p.monitor
+    remote = read_in_vm(backend, p.vm, mon, p.timeout)
+    if remote is not None:  # in a pod
+        return remote
+    if mon.kind == "log":
+        path: str | None = p.log
+        if mon.path:
+            path = inside(p.cwd, mon.path)
+            if path is None:
+                return Reading({}, f"path {mon.path!r} is not a file in the VM's working "
+                                   "directory")
+        if not path:
+            return Reading({})
+        return Reading(match_log(read_tail(Path(path)), mon.regex or ""))
+    if mon.kind == "command":
+        ran = run_monitor_command(mon.command or "", p)
+        if ran.timed_out:
+            return Reading({}, f"timed out after {p.timeout:g} s (killed)", timed_out=True)
+        if ran.error is not None:
+            return Reading({}, ran.error)
+        values = parse_output(ran.stdout)
+        if ran.code not in (0, None):
+            return Reading(values, f"exit status {ran.code}")
+        return Reading(values)
+    return Reading({})
+
+
+def inside(cwd: str | None, path: str) -> str | None:
+    """``path`` resolved against ``cwd`` (symbolic links followed), or None when it leads
+    outside ``cwd`` (or there is none)."""
+    if not cwd:
+        return None
+    base = os.path.realpath(cwd)
+    full = os.path.realpath(os.path.join(base, path))
+    return full if full.startswith(base + os.sep) else None
+
+
+def run_monitor_command(command: str, p: Probe) -> Any:
+    """THE start of a command monitor: ``/bin/sh -c command`` in the VM's working directory
+    and cgroup, with the VM's environment only, killed after ``p.timeout`` s
+    (:func:`~merkat.service.monitors.run_bounded`). The per-user sandbox wraps this call."""
+    env = {"PATH": PATH, "LC_ALL": "C.UTF-8", **p.env}
+    procs = p.cgroup_procs
+
+    def join() -> None:  # in the child, before exec: the VM's groups
+        for path in procs:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+
+    cwd = p.cwd if p.cwd and os.path.isdir(p.cwd) else None
+    return run_bounded(["/bin/sh", "-c", command], p.timeout, cwd=cwd, env=env,
+                       preexec=join if procs else None)
+
+
+class MonitorRunner:
+    """The worker threads of the monitors (module doc). ``clock`` stamps each reading with
+    the time it was taken."""
+
+    def __init__(self, backend: Any, clock: Callable[[], float] = time.time,
+                 workers: int = WORKERS, per_owner: int = PER_OWNER) -> None:
+        self.backend = backend
+        self.clock = clock
+        self.per_owner = per_owner
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="merkat-monitor")
+        self._lock = threading.Lock()
+        self.running: dict[str, tuple[str, Future[None]]] = {}  # key -> (owner, its future)
+        self.done: dict[str, tuple[Reading, float]] = {}  # key -> (reading, taken at)
+        self.closed = False
+
+    def start(self, probes: Iterable[Probe]) -> list[Future[None]]:
+        """Start the readings of ``probes`` (skipped: one of the same key still in flight,
+        or its owner's quota in flight); returns their futures."""
+        started: list[Future[None]] = []
+        with self._lock:
+            if self.closed:
+                return started
+            owners = Counter(owner for owner, _ in self.running.values())
+            for p in probes:
+                if p.key in self.running or owners[p.owner] >= self.per_owner:
+                    continue
+                owners[p.owner] += 1
+                fut = self.pool.submit(self._read, p)
+                self.running[p.key] = (p.owner, fut)
+                started.append(fut)
+        return started
+
+    def _read(self, p: Probe) -> None:
+        try:
+            reading = take_reading(self.backend, p)
+        except Exception as exc:  # a bug, as data: the period goes on
+            reading = Reading({}, f"monitor failed: {type(exc).__name__}: {exc}")
+        with self._lock:
+            self.done[p.key] = (reading, self.clock())
+            self.running.pop(p.key, None)
+
+    def wait(self, futures: list[Future[None]], timeout: float) -> None:
+        """Wait at most ``timeout`` s for ``futures`` (those not done are taken later)."""
+        if futures:
+            wait_futures(futures, timeout)
+
+    def take(self) -> dict[str, tuple[Reading, float]]:
+        """The readings finished since the last call, by key, with the time each was taken."""
+        with self._lock:
+            out, self.done = self.done, {}
+        return out
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self.running)
+
+    def close(self) -> None:
+        """Stop taking readings (those running finish within their time limits)."""
+        with self._lock:
+            self.closed = True
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def probe_monitors(m: Manager) -> None:
+    """Plan the due readings under ``m``'s lock, then start them and wait for them (at most
+    :data:`WAIT` s, or a quarter period) without it (module doc)."""
+    with m.lock:
+        probes = plan_probes(m, m.clock())
+    futures = m.monitors.start(probes)
+    m.monitors.wait(futures, min(WAIT, m.config.period / 4))
+
+
+def apply_readings(m: Manager) -> None:
+    """Take the finished readings into the platforms' metrics (under ``m``'s lock): an event
+    when a monitor's error changes (``monitor-timeout`` for a reading killed at its time
+    limit, else ``monitor-error``); then every platform's metrics go to the backend."""
+    for name, (reading, at) in m.monitors.take().items():
+        live = m.live.get(name)
+        if live is None:
+            continue
+        live.tracker.update(reading.values, at)
+        if reading.error is not None and reading.error != live.monitor_error:
+            kind = "monitor-timeout" if reading.timed_out else "monitor-error"
+            m._event(kind, f"monitor of {name}: {reading.error}", name)
+        live.monitor_error = reading.error
+    for name, live in m.live.items():
+        m.backend.set_metrics(name, live.tracker.metrics())
