@@ -55,6 +55,7 @@ class AppStatus(StrEnum):
     SUSPENDED = "suspended"  # every VM suspended
     FINISHED = "finished"  # all work done
     STOPPED = "stopped"  # stopped before finishing (deadline out of reach, budget...)
+    FAILED = "failed"  # its VMs could not run (live service: a process gone for good)
 
 
 Phase = AppStatus

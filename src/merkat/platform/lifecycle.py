@@ -2,7 +2,9 @@
 
 An application is in one :class:`~merkat.control.types.AppStatus` (the controller's ``Phase``
 and the platform's status are the same enum): ``waiting`` → ``running`` ⇄ ``suspended`` → an
-end (``finished`` when its work is done, ``stopped`` otherwise). A controller's
+end (``finished`` when its work is done, ``stopped`` otherwise, ``failed`` when the world
+could not run it: :data:`APP_FAILURES`, the live service's VMs whose processes are gone for
+good). A controller's
 :class:`~merkat.control.types.Action` moves it along :data:`APP_TRANSITIONS`; an action the
 table does not allow in the current status (``start`` while running, ``resume`` while running,
 anything once ended) is **refused**: :func:`app_transition` returns the reason, the platform
@@ -21,7 +23,7 @@ from types import MappingProxyType
 
 from merkat.control.types import Action, AppStatus, VMState
 
-ENDED = frozenset({AppStatus.FINISHED, AppStatus.STOPPED})
+ENDED = frozenset({AppStatus.FINISHED, AppStatus.STOPPED, AppStatus.FAILED})
 
 APP_TRANSITIONS: Mapping[tuple[AppStatus, Action], AppStatus] = MappingProxyType({
     (AppStatus.WAITING, Action.NONE): AppStatus.WAITING,
@@ -36,6 +38,15 @@ APP_TRANSITIONS: Mapping[tuple[AppStatus, Action], AppStatus] = MappingProxyType
 })
 """``(status, action) -> next status`` for every allowed pair. ``stop`` leads to ``stopped``;
 the platform turns it into ``finished`` when the backend reports the work done."""
+
+APP_FAILURES: Mapping[AppStatus, AppStatus] = MappingProxyType({
+    AppStatus.WAITING: AppStatus.FAILED,
+    AppStatus.RUNNING: AppStatus.FAILED,
+    AppStatus.SUSPENDED: AppStatus.FAILED,
+})
+"""``status -> next status`` when the backend reports that the application's VMs cannot run
+(not a controller's action: a process gone whose restart failed or whose restarts are used
+up, a VM that could not be created). An ended application does not fail."""
 
 VM_TRANSITIONS: frozenset[tuple[VMState, VMState]] = frozenset({
     (VMState.BOOTING, VMState.RUNNING),
@@ -60,6 +71,15 @@ def app_transition(status: AppStatus, action: Action) -> AppStatus | str:
     nxt = APP_TRANSITIONS.get((status, action))
     if nxt is None:
         return f"{action.value} refused while {status.value}"
+    return nxt
+
+
+def app_failure(status: AppStatus) -> AppStatus | str:
+    """The status a failure of the world leads to from ``status`` (:data:`APP_FAILURES`),
+    or the reason it does not apply (the application has ended)."""
+    nxt = APP_FAILURES.get(status)
+    if nxt is None:
+        return f"failure ignored while {status.value}"
     return nxt
 
 

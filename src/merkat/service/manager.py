@@ -227,8 +227,10 @@ class Manager:
             out = []
             for vm in app.vms:
                 d = self.backend.describe(vm.id) or {}
-                out.append({
-                    "id": vm.id, "state": vm.state.value,
+                process = d.get("process")
+                out.append({  # a VM whose process has ended never shows as running
+                    "id": vm.id, "state": process if process in ("dead", "exited", "failed")
+                    else vm.state.value,
                     "node": d.get("node") or (self.platform.hosts.ids[vm.host]
                                               if vm.host != NO_HOST else None),
                     "bid": {r: vm.bid.get(r, 0.0) for r in ("cpu", "memory")},
@@ -316,6 +318,9 @@ class Manager:
                 app = r.vm.split("/", 1)[0]
                 self._event("vm-" + r.op, f"{r.vm}: {r.op}" + (f" ({r.error})" if r.error else ""),
                             app)
+            from merkat.service.failures import fail_dead
+
+            fail_dead(self)  # no ghost running: gone for good → failed, before the charge
             from merkat.service.probes import apply_readings
 
             apply_readings(self)
@@ -323,6 +328,7 @@ class Manager:
             record = self._run_period(now)
             elapsed = time.perf_counter() - t_period
             self._report_events()
+            fail_dead(self, refund_period=record.index)  # VMs that could not be created
             self._charges(record.index)
             self._budgets()
             self._sync(now)
@@ -357,6 +363,9 @@ class Manager:
                 if self.driver.admission_point(now, until) is None:
                     return []
                 self._report_events()
+                from merkat.service.failures import fail_dead
+
+                fail_dead(self, refund_period=self.platform.index)
                 self._charges(self.platform.index)
                 self._sync(now)
                 return sorted(a for a in queued

@@ -133,6 +133,8 @@ def readopt(m: Manager, row: PlatformRow) -> str:
         frozen = suspended or state in (VMState.SUSPENDED, VMState.RESUMING)
         r = adopt(v.id, app.spec.id, max(host, 0), v.index, None if frozen else v.alloc)
         counts[r.op] += 1
+        if r.op == "adopt-exited":  # finished while the server was down: not started again
+            continue
         if r.error:
             m.store.add_event("vm-error", f"{v.id}: {r.op} failed: {r.error}", row.name,
                               row.owner)
@@ -161,5 +163,7 @@ def readopt(m: Manager, row: PlatformRow) -> str:
     m.live[row.name].state = row.state
     m.saved_vms[row.name] = tuple(stored)
     adopted = counts["adopt"] + counts["adopt-frozen"]
+    exited = (f", {counts['adopt-exited']} finished while the server was down (exit 0, not "
+              "started again)") if counts["adopt-exited"] else ""
     return (f"{adopted} VM(s) re-adopted ({counts['adopt-frozen']} frozen), "
-            f"{counts['restart']} started again")
+            f"{counts['restart']} started again{exited}")

@@ -142,6 +142,7 @@ class LocalBackend:
         self.monitored: dict[str, str] = {}  # app -> the VM whose process ends the app
         self.metrics_of: dict[str, Metrics] = {}
         self.report: list[OpResult] = []
+        self.failures: dict[str, str] = {}  # VMs gone for good, and why (:meth:`failed`)
         self._lock = threading.RLock()
         self.meter = CpuMeter(self.tree)  # the CPU each VM used (charging by measured use)
         self.enforced = self.tree.enforced and self.tree.create("") is None
@@ -234,12 +235,30 @@ class LocalBackend:
                 elif vm.restarts < self.max_restarts:
                     vm.restarts += 1
                     err = self._spawn(vm)
+                    if err:  # gone for good (the manager fails its platform)
+                        self._fail(vm, f"exited with code {code}; restart failed: {err}")
                     out.append(OpResult("restart", vm.id, err and f"restart failed: {err}"))
                 else:
-                    vm.state = "failed"
+                    self._fail(vm, f"exited with code {code} after {vm.restarts} restarts")
                     out.append(OpResult("exit", vm.id, f"exited with code {code} "
                                         f"after {vm.restarts} restarts"))
         return out
+
+    def _fail(self, p: VMProcess, reason: str) -> None:
+        p.state = "failed"
+        self.failures[p.id] = reason
+
+    def failed(self) -> dict[str, str]:
+        """The VMs gone for good, each with the reason: a process whose restart failed or
+        whose restarts are used up, a VM that could not be created (its files, its command,
+        its cgroup), or any VM whose state is ``failed``. A destroyed VM leaves the list."""
+        with self._lock:
+            out = dict(self.failures)
+            for p in self.vms.values():
+                if p.state == "failed" and p.id not in out:
+                    out[p.id] = f"its process failed (exit code {p.exit_code})" \
+                        if p.exit_code is not None else "its process failed"
+            return out
 
     def vm(self, vm: str) -> VMProcess | None:
         return self.vms.get(vm)
@@ -269,6 +288,9 @@ class LocalBackend:
             if not live:
                 if self.enforced and self.tree.exists(group):
                     self.tree.remove(group)
+                log = self._log(app, vm)
+                if _exit_status(log.with_suffix(".exit")) == 0:  # it finished while we were down
+                    return self._adopt_exited(vm, app, host, index, launcher, log)
                 err = self._create(vm, app, host, index, setup=False)
                 if err is None and alloc:
                     err = self._limit(vm, alloc)
@@ -304,6 +326,39 @@ class LocalBackend:
                       if ctl != "freezer") if self.enforced else ()
         return {"cwd": p.launch.cwd, "env": env, "cgroup_procs": procs}
 
+    def _running(self, p: VMProcess) -> bool:
+        """Whether any process of VM ``p`` is alive (its child shell, its group's processes,
+        an adopted VM's leader); reaps our child when it has ended."""
+        if p.proc is not None and p.proc.poll() is None:
+            return True
+        if self.enforced:
+            return any(pid_alive(pid) for pid in self.tree.pids(_group(p.id)))
+        return p.proc is None and p.pid is not None and pid_alive(p.pid)
+
+    def _signal(self, p: VMProcess, sig: int) -> None:
+        """Send ``sig`` to every process of VM ``p`` (its group thawed first: a frozen
+        process acts on no signal)."""
+        if self.enforced:
+            self.tree.thaw(_group(p.id))
+            for pid in self.tree.pids(_group(p.id)):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+        if p.pid is not None and (p.proc is None or p.proc.poll() is None):
+            _killpg(p.pid, signal.SIGCONT)
+            _killpg(p.pid, sig)
+
+    def _adopt_exited(self, vm: str, app: str, host: int, index: int, launcher: Launcher,
+                      log: Path) -> OpResult:
+        """Know ``vm`` again as ended with status 0 (its wrapper wrote it while the server was
+        down): not started again; the platform finishes when it is the monitored VM."""
+        try:
+            launch = launcher(app, vm, index)
+        except Exception as exc:  # a bad template reaches us as data
+            return OpResult("adopt", vm, f"cannot prepare VM: {exc}")
+        self.vms[vm] = VMProcess(vm, app, host, launch, self.tree.path(_group(vm)), log,
+                                 state="exited", exit_code=0, adopted=True)
+        return OpResult("adopt-exited", vm)
+
     def _alive(self, p: VMProcess) -> bool:
         """Whether an adopted VM still runs: a live process in its group (or its pid)."""
         pids = self.tree.pids(_group(p.id)) if self.enforced else ([p.pid] if p.pid else [])
@@ -336,7 +391,10 @@ class LocalBackend:
         if p is None:
             return None
         lim = self.limits(vm)
-        return {"node": self._node(p.node).name, "process": p.state,
+        process = p.state
+        if process == "running" and not self._running(p):  # dead since the last poll
+            process = "dead"
+        return {"node": self._node(p.node).name, "process": process,
                 "pid": p.pid, "restarts": p.restarts, "adopted": p.adopted,
                 "exit_code": p.exit_code, "cgroup": p.cgroup if self.enforced else None,
                 "cluster": p.launch.cluster, "limits": {"cpu": lim.cpu, "memory": lim.memory,
@@ -349,11 +407,28 @@ class LocalBackend:
         p = self.vms.get(vm)
         return str(p.log) if p else None
 
-    def close(self) -> None:
-        """Destroy every VM (the server is shutting down)."""
+    def close(self, grace: float = 2.0) -> None:
+        """Destroy every VM (the server is shutting down), all at once: every VM is sent
+        SIGTERM (thawed first), they are waited for together at most ``grace`` seconds, those
+        left get SIGKILL, then every group is removed — a couple of seconds for any number of
+        VMs, not ``grace`` per VM."""
         with self._lock:
+            vms = list(self.vms.values())
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                left = [p for p in vms if self._running(p)]
+                for p in left:
+                    self._signal(p, sig)
+                end = time.monotonic() + grace
+                while left and time.monotonic() < end:
+                    time.sleep(0.02)
+                    left = [p for p in left if self._running(p)]
+                if not left:
+                    break
+            for p in vms:  # what its shell left in its process group (a cgroup has none)
+                if p.pid is not None and not p.adopted:
+                    _killpg(p.pid, signal.SIGKILL)
             for vm in list(self.vms):
-                self._destroy(vm)
+                self._destroy(vm)  # (nothing left to wait for)
             if self.enforced:  # the empty application groups, then the prefix
                 for d in self.tree.dirs("").values():
                     for sub in sorted(d.glob("**/"), key=lambda p: -len(p.parts)):
@@ -377,6 +452,7 @@ class LocalBackend:
             if setup and launch.setup is not None:
                 launch.setup()
         except Exception as exc:  # a bad template reaches us as data
+            self.failures[vm] = f"could not be created: cannot prepare VM: {exc}"
             return f"cannot prepare VM: {exc}"
         p = VMProcess(vm, app, host, launch, self.tree.path(_group(vm)), self._log(app, vm))
         self.vms[vm] = p
@@ -384,9 +460,12 @@ class LocalBackend:
             err = self.tree.create(_group(vm)) or self.tree.set_limits(
                 _group(vm), Limits(cpus=self._node(host).cpus))
             if err:
-                p.state = "failed"
+                self._fail(p, f"could not be created: {err}")
                 return err
-        return self._spawn(p)
+        err = self._spawn(p)
+        if err:
+            self._fail(p, f"could not be created: {err}")
+        return err
 
     def _spawn(self, p: VMProcess) -> str | None:
         p.log.parent.mkdir(parents=True, exist_ok=True)
@@ -426,6 +505,7 @@ class LocalBackend:
         return None
 
     def _destroy(self, vm: str) -> str | None:
+        self.failures.pop(vm, None)
         p = self.vms.pop(vm, None)
         if p is None:
             return None

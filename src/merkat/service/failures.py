@@ -1,0 +1,82 @@
+"""No ghost running (issue 26): a platform whose VM is gone for good ends as ``failed``.
+
+The backend says which VMs cannot run any more (``backend.failed()``: the local backend's
+processes gone whose restart failed or whose restarts are used up, VMs that could not be
+created — missing ``files_in``, a command that cannot start, a cgroup that cannot be made —
+and any VM whose state is ``failed``, such as one whose cgroup vanished). For each,
+:func:`fail_dead` ends its platform through the lifecycle table
+(:func:`~merkat.platform.lifecycle.app_failure`): its VMs destroyed, its status ``failed`` with
+the reason, a ``vm-failed`` event; the manager's next state write ends it in the store (and
+its money goes home, :mod:`merkat.service.money`).
+
+Charging stops in the period the failure is seen: the manager looks before the period (after
+the health check), so a platform failed there is not in the period's market; a VM that could
+not be created is only known after the period's charge (the backend applies the plan after
+it), so with charging by bid that period's charge is refunded (``refund: platform NAME
+failed``, idempotency key ``failed-refund/NAME/PERIOD``): a VM that never ran is never billed.
+With charging by use its open deposit is settled on what it used when the platform ends.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from merkat.control.types import AppStatus
+from merkat.platform.backend import Plan
+from merkat.platform.lifecycle import app_failure
+
+if TYPE_CHECKING:
+    from merkat.service.manager import Manager
+
+
+def fail_dead(m: Manager, refund_period: int | None = None) -> list[str]:
+    """End as failed every active platform with a VM the backend reports gone for good
+    (module doc); ``refund_period``: the period whose charge the failed platforms get back
+    (their VMs failed at its start: after it was charged). Returns the platforms failed.
+    Call under the manager's lock."""
+    failed = getattr(m.backend, "failed", None)
+    dead: dict[str, str] = failed() if failed is not None else {}
+    ended: list[str] = []
+    stray: list[str] = []
+    for vm, reason in sorted(dead.items()):
+        name = vm.split("/", 1)[0]
+        app = m.platform.apps.get(name)
+        if app is None or not app.active:
+            if name not in ended:
+                stray.append(vm)  # a VM its platform no longer has: just forgotten
+            continue
+        nxt = app_failure(app.status)
+        if not isinstance(nxt, AppStatus):
+            continue
+        ids = [v.id for v in app.vms]
+        m.backend.apply(Plan(time=m.clock(), period=m.platform.period,
+                             destroy=tuple(ids + ([vm] if vm not in ids else []))))
+        app.vms = []
+        app.status = nxt
+        app.reason = f"VM {vm} {reason}"
+        app.outcome = "failed"
+        app.end_time = m.clock()
+        m.platform.active.pop(name, None)
+        refunded = _refund(m, name, refund_period) if refund_period is not None else 0
+        m._event("vm-failed", f"{vm}: {reason}; platform {name} failed, no charge from this "
+                 "period on" + (f" ({refunded / 1e6:g} refunded)" if refunded else ""), name)
+        ended.append(name)
+    stray = [vm for vm in stray if vm.split("/", 1)[0] not in ended]
+    if stray:
+        m.backend.apply(Plan(time=m.clock(), period=m.platform.period, destroy=tuple(stray)))
+    return ended
+
+
+def _refund(m: Manager, name: str, period: int) -> int:
+    """Give platform ``name`` back what it paid by bid since the manager last counted
+    (this period's charge, or this admission's); returns the micro-credits."""
+    economy = m.driver.economy
+    app = m.platform.apps[name]
+    delta = app.spent - m.paid.get(name, 0)
+    if delta <= 0 or economy.charging != "bid":
+        return 0
+    m.store.ledger.transfer(economy.provider, app.account, delta,
+                            f"refund: platform {name} failed", period,
+                            idempotency_key=f"failed-refund/{name}/{period}")
+    app.spent -= delta
+    return delta
