@@ -27,6 +27,7 @@ from merkat.service.db import StoreError, User
 from merkat.service.http import install_errors
 from merkat.service.limits import InputError, load_json
 from merkat.service.manager import Manager, NotFound
+from merkat.service.openapi import install as install_openapi
 from merkat.service.templates import METRIC_FIELDS, TemplateError, parse, validate
 
 PREFIX = "/api/v1"
@@ -73,8 +74,10 @@ class KeyBody(BaseModel):
     public_key: str = Field(min_length=1, max_length=10_000)
 
 
-async def current_user(request: Request, authorization: Annotated[str | None, Header()] = None,
-                 x_api_key: Annotated[str | None, Header()] = None) -> User:
+async def current_user(
+        request: Request,
+        authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+        x_api_key: Annotated[str | None, Header(include_in_schema=False)] = None) -> User:
     """The caller, from her API key; 401 without a valid one."""
     key = x_api_key
     if key is None and authorization and authorization.lower().startswith("bearer "):
@@ -98,6 +101,7 @@ def create_app(manager: Manager) -> FastAPI:
 
     limits = manager.config.limits
     install_errors(app, limits)  # one error shape, body limits (service/http.py)
+    install_openapi(app)  # the document says every status and the error shape
 
     def own_platform(name: str, me: User) -> Any:
         row = store.platform(name)
