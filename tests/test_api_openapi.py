@@ -42,10 +42,9 @@ class Checked:
         path = url.split("?", 1)[0]
         for template, item in self.doc["paths"].items():
             parts, want = template.split("/"), path.split("/")
-            if len(parts) == len(want) and all(
+            if method in item and len(parts) == len(want) and all(
                     p == w or (p.startswith("{") and w) for p, w in zip(parts, want, strict=True)):
-                if method in item:
-                    return template, item[method]
+                return template, item[method]
         raise AssertionError(f"{method.upper()} {path} is not in the OpenAPI document")
 
     def __call__(self, method: str, url: str, key: str | None = None, expect: int | None = None,
