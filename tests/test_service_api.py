@@ -131,7 +131,8 @@ def test_a_platform_lives_queued_running_finished_and_pays(world: Any) -> None:
         time.sleep(0.2)
         m.tick()
     show = c.get("/api/v1/platforms/solver", headers=h(keys["alice"])).json()
-    assert show["state"] == "finished" and show["outcome"] == "finished"
+    assert show["state"] == "finished" and show["outcome"] == "finished"  # no deadline
+    assert show["reason"] == "finished"
     assert show["spent"] > 0
     logs = c.get("/api/v1/platforms/solver/logs", headers=h(keys["alice"])).text
     assert "iteration 5/5" in logs
@@ -163,7 +164,8 @@ def test_user_stop_and_pushed_metrics(world: Any) -> None:
     assert r.json()["state"] in ("running", "stopped")
     m.tick()
     show = c.get("/api/v1/platforms/solver", headers=h(keys["alice"])).json()
-    assert show["state"] == "stopped" and show["outcome"] == "stopped by the user"
+    assert show["state"] == "stopped" and show["outcome"] == "stopped"
+    assert show["reason"] == "stopped by the user"
     assert show["vms"] == []
 
 

@@ -141,7 +141,8 @@ def test_the_cli_against_a_live_server(server: Any, tmp_path: Path) -> None:
     r = cli("platform", "stop", "spin", env=env)
     assert r.returncode == 0, r.stderr
     p = wait(lambda: (s := api(env, "/platforms/spin"))["state"] == "stopped" and s)
-    assert p["outcome"] == "stopped by the user" and p["vms"] == []
+    assert p["reason"] == "stopped by the user" and p["vms"] == []
+    assert p["outcome"] == "stopped"
     assert svc.store.ledger.audit().ok
 
 
@@ -179,7 +180,8 @@ def test_the_cgroup_quota_follows_the_allocation_and_budgets_run_out(
     assert vm["cgroup"].startswith(svc.config.backend.cgroup_prefix + "/rich/")
     # The poor platform pays the reserve price for a few periods, then is shut down.
     p = wait(lambda: (s := api(env, "/platforms/poor"))["state"] == "stopped" and s, 30)
-    assert p["outcome"] == "budget exhausted" and p["vms"] == []
+    assert p["reason"] == "budget exhausted" and p["vms"] == []
+    assert p["outcome"] == "stopped: budget exhausted"
     assert svc.store.ledger.audit().ok
 
 

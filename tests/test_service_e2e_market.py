@@ -228,7 +228,7 @@ def test_the_deadline_solver_meets_its_deadline_beside_best_effort_solvers_that_
     for n in BEST_EFFORT:
         post(env, f"/platforms/{n}/stop", b"{}", "application/json")
     p = show(env, "solver")  # through the CLI
-    assert (p["state"], p["outcome"]) == ("finished", "finished"), p
+    assert (p["state"], p["outcome"], p["reason"]) == ("finished", "met", "finished"), p
     deadline = p["slo"]["deadline"]
     assert deadline == pytest.approx(p["submitted"] + DEADLINE_S, abs=1.0)
     assert p["ended"] <= deadline, (p["ended"] - p["submitted"], DEADLINE_S)

@@ -141,8 +141,9 @@ NOUNS: tuple[Noun, ...] = (
          "The current prices (credits per core and per MiB, per period); with --since, the "
          "series since then."),
     Noun("nodes", "client:nodes", "The logical nodes and what is allocated on them."),
-    Noun("events", "client:events",
-         "Events: submissions, state changes, VM failures, warnings (yours; an admin's: all)."),
+    Noun("events", "platforms:events",
+         "The latest events (yours; an admin's: all), oldest first: submissions, state "
+         "changes, charges, VM starts, failures and restarts, money returned."),
     Noun("market", "market:app", "The proportional-share market."),
     Noun("bank", "bank:app", "The bank: accounts, transfers, audit, keys and transfer tokens."),
     Noun("sim", "sim:app",
@@ -160,7 +161,8 @@ NOUNS: tuple[Noun, ...] = (
     Noun("policy", "policy:app", "Controller policies (SLO and scaling), by name."),
     Noun("user", "service:user_app", "Users of the live service and their API keys."),
     Noun("platform", "client:platform_app",
-         "Virtual platforms on the server: list, show, stop, boost, logs."),
+         "Virtual platforms on the server: list, show, stop, boost, logs, delete.",
+         ("platforms",)),
     Noun("account", "client:account_app", "Your bank accounts on the server."),
 )
 _BY_NAME = {n.name: n for n in NOUNS}

@@ -33,7 +33,8 @@ from merkat.cli._common import (
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
-platform_app = typer.Typer(help="Virtual platforms on the server: list, show, stop, boost, logs.",
+platform_app = typer.Typer(help="Virtual platforms on the server: list, show, stop, boost, logs, "
+                           "delete.",
                            no_args_is_help=True)
 account_app = typer.Typer(help="Your bank accounts on the server.", no_args_is_help=True)
 
@@ -122,40 +123,6 @@ def submit(
         return
     emit(output, row, lambda: print(f"platform {row['name']} {row['state']} "
                                     f"(owner {row['owner']})"))
-
-
-@platform_app.command("list")
-def platform_list(output: OutputFormat = OutputOption, url: str | None = UrlOption,
-                  token: str | None = TokenOption) -> None:
-    """Your platforms (an admin's: all)."""
-    data = Client(url, token).get("/platforms")
-    emit(output, data, lambda: print_table(None, ["NAME", "STATE", "OWNER", "OUTCOME"], [
-        (p["name"], p["state"], p["owner"], p["outcome"] or None) for p in data["items"]]))
-
-
-@platform_app.command("show")
-def platform_show(name: str, output: OutputFormat = OutputOption, url: str | None = UrlOption,
-                  token: str | None = TokenOption) -> None:
-    """One platform: state, outcome, what it paid, and its VMs (node, bid, allocation, cgroup)."""
-    p = Client(url, token).get(f"/platforms/{_q(name)}")
-
-    def table() -> None:
-        print(f"platform {p['name']}: {p['state']} (owner {p['owner']}"
-              f"{', ' + p['outcome'] if p['outcome'] else ''}); paid {p['spent']:.6g}")
-        print_table(None, ["VM", "NODE", "STATE", "BID CPU", "BID MEM", "CPU", "MEM MiB",
-                           "CGROUP", "PID"], [
-            (v["id"], v["node"], v["state"], v["bid"]["cpu"], v["bid"]["memory"],
-             v["allocation"]["cpu"], v["allocation"]["memory"], v["cgroup"], _pid(v))
-            for v in p["vms"]])
-
-    emit(output, p, table)
-
-
-def _pid(vm: dict[str, Any]) -> str | None:
-    """A VM's pid, marked when a restarted server re-adopted it (docs/service.md); a pod
-    (kubernetes backend: no pid) re-adopted shows ``(adopted)`` alone."""
-    pid, mark = vm.get("pid"), " (adopted)" if vm.get("adopted") else ""
-    return (mark.strip() or None) if pid is None else f"{pid}{mark}"
 
 
 @platform_app.command("stop")
@@ -295,35 +262,6 @@ def nodes(output: OutputFormat = OutputOption, url: str | None = UrlOption,
     emit(output, data, table)
 
 
-def events(follow: bool = typer.Option(False, "--follow", "-f", help="Stream new events."),
-           after: int = typer.Option(0, "--after", min=0, help="Events after this id."),
-           limit: int = typer.Option(100, "--limit", min=1, max=1000),
-           output: OutputFormat = OutputOption, url: str | None = UrlOption,
-           token: str | None = TokenOption) -> None:
-    """Events: submissions, state changes, VM failures, warnings (yours; an admin's: all)."""
-    c = Client(url, token)
-    data = c.get("/events", after=after, limit=limit)
-    if not follow:
-        emit(output, data, lambda: print_table(None, ["ID", "TIME", "KIND", "PLATFORM",
-                                                      "MESSAGE"], [
-            (e["id"], _time(e["time"]), e["kind"], e["platform"], e["message"])
-            for e in data["items"]]))
-        return
-    last = after
-    try:
-        while True:
-            for e in c.get("/events", after=last, limit=limit)["items"]:
-                last = e["id"]
-                if output is OutputFormat.json:
-                    print(json.dumps(e), flush=True)
-                else:
-                    print(f"{e['id']} {_time(e['time'])} {e['kind']} {e['platform'] or '-'} "
-                          f"{e['message']}", flush=True)
-            time.sleep(1.0)
-    except KeyboardInterrupt:
-        return
-
-
 # --- accounts ----------------------------------------------------------------------------------
 
 
@@ -379,4 +317,4 @@ def _time(t: float | None) -> str | None:
     return None if t is None else time.strftime("%H:%M:%S", time.localtime(t))
 
 
-__all__ = ["account_app", "events", "nodes", "platform_app", "prices", "print_json", "submit"]
+__all__ = ["account_app", "nodes", "platform_app", "prices", "print_json", "submit"]

@@ -155,9 +155,10 @@ class Platform:
 
     # --- submission -------------------------------------------------------------------
 
-    def submit(self, spec: AppSpec, controller: Controller | None = None) -> App:
+    def submit(self, spec: AppSpec, controller: Controller | None = None,
+               account: str | None = None) -> App:
         """Admit an application: its record and its controller (its account, named
-        ``app:ID``, is opened and funded by the driver's economy)."""
+        ``account``, default ``app:ID``, is opened and funded by the driver's economy)."""
         if spec.id in self.apps:
             raise ValueError(f"application {spec.id!r} already exists")
         if spec.size < 1:
@@ -183,7 +184,7 @@ class Platform:
         ctl = controller or make_policy(spec.policy, **dict(spec.params))
         if ctl.reads_price_history:  # keep the prices it reads (at least history_size)
             self.history_size = max(self.history_size, ctl.price_history_periods)
-        app = App(spec, ctl, f"app:{spec.id}")
+        app = App(spec, ctl, account or f"app:{spec.id}")
         if self._economy is not None:  # compatibility (see the class docstring)
             self._economy.open(app, self.index)
         self.apps[spec.id] = app

@@ -28,6 +28,7 @@ from merkat.service.http import install_errors
 from merkat.service.limits import InputError, load_json
 from merkat.service.manager import Manager, NotFound
 from merkat.service.openapi import install as install_openapi
+from merkat.service.status import platform_status
 from merkat.service.templates import METRIC_FIELDS, TemplateError, parse, validate
 
 PREFIX = "/api/v1"
@@ -119,6 +120,9 @@ def create_app(manager: Manager) -> FastAPI:
 
     r = APIRouter(prefix=PREFIX)
 
+    def _status(row: Any) -> dict[str, Any]:
+        return {**_platform(row), **platform_status(manager, row)}
+
     @r.get("/health", responses={503: {"description": "The period loop is failing (the "
                                                        "reason in `loop.reason`)"}})
     def health(response: Response) -> dict[str, Any]:
@@ -165,8 +169,10 @@ def create_app(manager: Manager) -> FastAPI:
 
     @r.get("/platforms")
     def platforms(me: Me) -> dict[str, Any]:
+        """Your platforms (an admin's: all), each with its outcome (``met``, ``missed by N
+        s``, ``running: on track``...), deadline and money (docs/service.md, "Status")."""
         rows = store.platforms(None if me.admin else me.name)
-        return {"items": [_platform(p) for p in rows]}
+        return {"items": [_status(p) for p in rows]}
 
     @r.get("/platforms/{name}")
     def platform(name: str, me: Me) -> dict[str, Any]:
@@ -176,7 +182,25 @@ def create_app(manager: Manager) -> FastAPI:
         out["vms"] = manager.vms(name)
         out["spent"] = manager.spent(name)
         out["slo"] = manager.slo(name)
+        out.update(platform_status(manager, row, out["slo"]))
+        from merkat.service.clusters import clusters_status
+
+        out["clusters"] = clusters_status(manager, row, out["deadline"])
         return out
+
+    @r.delete("/platforms/{name}")
+    def delete(name: str, me: Me) -> dict[str, Any]:
+        """Remove an ended platform's record (its bank account and history stay); the name
+        can then be submitted again (409 while it has not ended)."""
+        own_platform(name, me)
+        from merkat.service.records import StillActive, delete_platform
+
+        try:
+            return delete_platform(manager, name)
+        except NotFound:
+            raise HTTPException(404, f"no platform {name!r}") from None
+        except StillActive as exc:
+            raise HTTPException(409, str(exc)) from None
 
     @r.post("/platforms/{name}/stop")
     def stop(name: str, me: Me) -> dict[str, Any]:
@@ -326,14 +350,18 @@ def create_app(manager: Manager) -> FastAPI:
     def events(me: Me, after: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
                limit: Annotated[int, Query(ge=1, le=1000)] = 100,
                platform: str | None = None,
-               tail: Annotated[int | None, Query(ge=1, le=1000)] = None) -> dict[str, Any]:
+               tail: Annotated[int | None, Query(ge=1, le=1000)] = None,
+               since: Annotated[float | None, Query(ge=0, le=1e11)] = None,
+               ) -> dict[str, Any]:
         """Events with id > ``after``, oldest first; ``tail=N``: the newest N instead (the
-        dashboard's first load on a long-lived server)."""
+        dashboard's first load on a long-lived server, ``merkat events``), ``since``: at or
+        after that time (Unix s)."""
         owner = None if me.admin else me.name
         if tail is not None:
-            items = store.events_tail(tail, owner)
-            return {"items": items, "next": items[-1]["id"] if items else 0}
-        items = store.events(after, limit, owner, platform)
+            items = store.events_tail(tail, owner, platform, since)
+            last = items or store.events_tail(1, owner, platform)
+            return {"items": items, "next": last[-1]["id"] if last else 0}
+        items = store.events(after, limit, owner, platform, since)
         return {"items": items, "next": items[-1]["id"] if items else after}
 
     @r.get("/events/stream")

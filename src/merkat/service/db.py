@@ -50,6 +50,8 @@ class PlatformRow:
     started: float | None
     ended: float | None
     outcome: str
+    deadline: float | None = None  # absolute, set at admission (None: none, or not admitted)
+    account: str | None = None  # its bank account, set at admission
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,13 @@ class Store:
         with self.engine.begin() as conn:
             conn.execute(update(s.platforms).where(s.platforms.c.name == name).values(**values))
 
+    def delete_platform(self, name: str) -> None:
+        """Forget platform ``name``: its row and its stored VMs (one transaction). The bank
+        and the events keep its history (:mod:`merkat.service.records`)."""
+        with self.engine.begin() as conn:
+            conn.execute(s.vms.delete().where(s.vms.c.platform == name))
+            conn.execute(s.platforms.delete().where(s.platforms.c.name == name))
+
     def platform(self, name: str) -> PlatformRow | None:
         with self.engine.connect() as conn:
             row = conn.execute(select(s.platforms).where(s.platforms.c.name == name)).first()
@@ -237,9 +246,13 @@ class Store:
                     for k, m, p, o, t in rows])
 
     def events(self, after: int = 0, limit: int = 100, owner: str | None = None,
-               platform: str | None = None) -> list[dict[str, Any]]:
-        """Events with id > ``after``, oldest first (``owner``: hers only)."""
+               platform: str | None = None, since: float | None = None,
+               ) -> list[dict[str, Any]]:
+        """Events with id > ``after``, oldest first (``owner``: hers only; ``since``: at or
+        after that time)."""
         q = select(s.events).where(s.events.c.id > after).order_by(s.events.c.id).limit(limit)
+        if since is not None:
+            q = q.where(s.events.c.time >= since)
         if owner is not None:
             q = q.where(s.events.c.owner == owner)
         if platform is not None:
@@ -247,11 +260,18 @@ class Store:
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(q)]
 
-    def events_tail(self, limit: int = 100, owner: str | None = None) -> list[dict[str, Any]]:
-        """The newest ``limit`` events, oldest first (``owner``: hers only)."""
+    def events_tail(self, limit: int = 100, owner: str | None = None,
+                    platform: str | None = None, since: float | None = None,
+                    ) -> list[dict[str, Any]]:
+        """The newest ``limit`` events, oldest first (``owner``: hers only; ``platform``:
+        its only; ``since``: at or after that time)."""
         q = select(s.events).order_by(s.events.c.id.desc()).limit(limit)
         if owner is not None:
             q = q.where(s.events.c.owner == owner)
+        if platform is not None:
+            q = q.where(s.events.c.platform == platform)
+        if since is not None:
+            q = q.where(s.events.c.time >= since)
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in reversed(list(conn.execute(q)))]
 
@@ -279,4 +299,4 @@ class Store:
 
 def _platform(row: Any) -> PlatformRow:
     return PlatformRow(row.name, row.owner, json.loads(row.template), row.state, row.submitted,
-                       row.started, row.ended, row.outcome)
+                       row.started, row.ended, row.outcome, row.deadline, row.account)

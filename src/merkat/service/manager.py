@@ -138,6 +138,7 @@ class Manager:
                              admission=config.admission)
         self.next_period = clock()  # when the loop runs the next period
         self.live: dict[str, Live] = {}
+        self.ended: dict[str, Live] = {}  # the ended platforms' (their last readings)
         self.started = clock()
         self._batch: list[tuple[str, str, str | None, str | None, float]] | None = None
         self.paid: dict[str, int] = {}  # micro-credits each platform had paid at the last tick
@@ -419,18 +420,24 @@ class Manager:
         if owners is not None:  # backends placing each user's VMs apart (kubernetes namespaces)
             owners[t.name] = row.owner
         self.backend.register(t.name, self._launcher(t))
-        app = self.platform.submit(spec, ctl)
+        from merkat.service.records import budget_key, new_account
+
+        # its own account: a name used again after a delete gets app:NAME@2 (records.py)
+        account = (row.account or f"app:{t.name}") if resumed else new_account(
+            self.store.ledger, t.name)
+        app = self.platform.submit(spec, ctl, account=account)
         budget = to_micro(t.budget)
         if budget > 0 and not resumed:
             self.store.ledger.transfer(row.owner, app.account, budget, f"budget of {t.name}",
-                                       idempotency_key=f"budget:{t.name}")
+                                       idempotency_key=budget_key(account))
         if resumed:  # what it paid before the restart is in the books, not in memory
             from merkat.service.recovery import paid_before
 
             app.spent = self.paid[t.name] = paid_before(self.store.ledger, app.account,
                                                         self.config.provider)
         self.live[t.name] = Live(t, row.owner, MetricsTracker(t.monitored.monitor))
-        self.store.set_platform(t.name, state="waiting")
+        self.store.set_platform(t.name, state="waiting", deadline=spec.deadline,
+                                account=account)
         if not resumed:
             self._event("admitted", f"platform {t.name} admitted: budget {t.budget:g}, "
                         f"controller {t.controller.policy}", t.name)
@@ -519,7 +526,7 @@ class Manager:
                 end_platform(self, name, row.owner, values,
                              state + (f" ({app.reason})" if app.reason else ""))
                 live.state = state
-                self.live.pop(name, None)
+                self.ended[name] = self.live.pop(name)  # its last readings (status)
                 self._files_out(live.template)
             else:
                 self.store.set_platform(name, **values)

@@ -54,7 +54,10 @@ def end_platform(m: Manager, name: str, owner: str, values: Mapping[str, Any],
     the end in words (``finished``, ``stopped (budget exhausted)``). Returns the micro-credits
     returned."""
     economy: Economy = m.driver.economy
-    account = f"app:{name}"
+    app = m.platform.apps.get(name)
+    row = m.store.platform(name) if app is None else None
+    account = app.account if app is not None else (
+        row.account if row is not None and row.account else f"app:{name}")
     ledger = m.store.ledger
     if not ledger.has_account(account):  # never admitted: nothing to give back
         m.store.set_platform(name, **values)

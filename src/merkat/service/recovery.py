@@ -79,7 +79,7 @@ def recover(m: Manager) -> None:
     Platforms still queued stay queued."""
     ledger = m.store.ledger
     for row in m.store.platforms(states=ACTIVE):
-        account = f"app:{row.name}"
+        account = row.account or f"app:{row.name}"
         try:
             m._admit(row, resumed=True)
         except (TemplateError, ValueError) as exc:

@@ -47,6 +47,8 @@ platforms = Table(
     Column("started", Float),
     Column("ended", Float),
     Column("outcome", Text, nullable=False, default=""),
+    Column("deadline", Float),  # absolute (Unix s), set at admission; None: no deadline
+    Column("account", String(160)),  # its bank account, set at admission (app:NAME[@G])
 )
 
 events = Table(

@@ -102,9 +102,13 @@ class Cluster(_Strict):
     controller: bool = False
     process: bool = False
     monitor: Monitor | None = None
+    poll: float | None = Field(None, ge=0, le=86400)  # its monitor's interval, s (None: the
+    # template's poll; 0: never read; else at least MIN_POLL)
 
     @model_validator(mode="after")
     def _mins(self) -> Cluster:
+        if self.poll is not None and 0 < self.poll < MIN_POLL:
+            raise ValueError(f"poll must be 0 (never read) or at least {MIN_POLL:g} s")
         if self.min_memory > self.memory:
             raise ValueError("min_memory must not exceed memory")
         if self.min_cpu > self.cpu:
@@ -130,6 +134,13 @@ class Commands(_Strict):
     stop: str | None = None
 
 
+class Health(_Strict):
+    """The heartbeat (Merkat §4.2.3): a VM whose cluster's monitor shows no progress for
+    ``stall_s`` seconds is restarted like a failed one (None: off)."""
+
+    stall_s: float | None = Field(default=None, gt=0, le=7 * 86400)
+
+
 class Template(_Strict):
     """A virtual platform template (module doc)."""
 
@@ -137,11 +148,12 @@ class Template(_Strict):
     controller: ControllerSpec
     budget: float = Field(ge=0, le=1e12)
     renewal: float = Field(0.0, ge=0, le=1e12)
-    keep_idle: float = Field(0.0, ge=0)
-    poll: float = Field(10.0, ge=MIN_POLL)  # command monitors' interval (s)
+    keep_idle: float = Field(0.0, ge=0, le=7 * 86400)  # s an idle VM is kept (horizontal)
+    poll: float = Field(10.0, ge=MIN_POLL, le=86400)  # the monitors' interval (s)
     trade: list[Literal["cpu", "memory"]] = Field(default_factory=lambda: ["cpu", "memory"])  # type: ignore[arg-type]
     clusters: list[Cluster] = Field(min_length=1)
     commands: Commands = Field(default_factory=Commands)
+    health: Health = Field(default_factory=Health)
 
     @model_validator(mode="after")
     def _graph(self) -> Template:
@@ -346,6 +358,8 @@ def _xml(text: str, source: str) -> dict[str, Any]:
             out["keep_idle"] = text_of(el)
         elif tag == "poll":
             out["poll"] = text_of(el)
+        elif tag == "health":
+            out["health"] = {**el.attrib, **{c.tag: text_of(c) for c in el}}
         elif tag in ("controller", "policy", "group"):
             continue
         else:
@@ -372,6 +386,13 @@ def _xml(text: str, source: str) -> dict[str, Any]:
             v = g.attrib.get(flag)
             if v is not None:
                 cl[flag] = v.lower() in ("yes", "true", "1") if flag == "controller" else True
+        poll = g.attrib.get("poll")
+        if poll is not None:  # Fig. 5: poll='yes' (read at <poll>), 'no' (never), or seconds
+            low = poll.strip().lower()
+            if low in ("no", "false", "0"):
+                cl["poll"] = 0
+            elif low not in ("yes", "true"):
+                cl["poll"] = poll
         for child in g:
             if child.tag == "bid":
                 cl["bid"] = dict(child.attrib)

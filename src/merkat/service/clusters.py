@@ -1,0 +1,175 @@
+"""Every virtual cluster's monitor, aggregated for the controller (Merkat §4.2.1: "each virtual
+cluster can have its own monitor ... the application controller ... aggregates"), and the
+heartbeat (§4.2.3: "heartbeats are sent periodically ... to detect possible failures").
+
+- Each cluster with a ``monitor:`` is read on its own VM (the cluster's first), every ``poll``
+  seconds: the cluster's ``poll`` when set, else the template's (``0``: never read; Merkat's
+  XML ``<group poll='no'>``). The platform's ``commands.monitor`` plugin is the monitored
+  cluster's monitor when that cluster has none. Pushed metrics (``POST .../metrics``) are the
+  platform's own reading, beside the clusters'.
+- :func:`aggregate` — what the controller sees (pure): the **sum of the work** (work done,
+  work total and tasks left add up over the clusters) progressing at the pace of the
+  **slowest cluster**: the aggregate rate is the total work left over the longest time any
+  cluster needs to finish its own at its rate (``Σ left / max(left_i / rate_i)``), so the
+  controller's estimate of the finish is the last cluster's; the same for ``ideal_rate``. A
+  cluster with work left but no rate yet leaves the aggregate rate unknown (None). The
+  ``performance`` / ``reference`` pair is the worst cluster's (the furthest from its
+  reference in the metric's ``sense``); the task times are the longest.
+- :class:`Heartbeat` — ``health.stall_s`` (template; default off): a cluster whose monitor
+  reported no progress (its ``work_done``, or its ``tasks_left``, unchanged) for that long
+  while its VM runs has that VM restarted like a failed one (killed; the backend's health check
+  restarts it, up to ``backend.max_restarts``); an event ``vm-stalled`` says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from merkat.control.types import Metrics, Sense
+
+if TYPE_CHECKING:
+    from merkat.service.db import PlatformRow
+    from merkat.service.manager import Manager
+    from merkat.service.templates import Template
+
+
+def aggregate(readings: Mapping[str, Metrics]) -> Metrics:
+    """The clusters' readings as one (module doc). One reading is returned as it is; none
+    gives empty metrics."""
+    ms = [m for m in readings.values() if m is not None]
+    if not ms:
+        return Metrics()
+    if len(ms) == 1:
+        return ms[0]
+    totals = [m.work_total for m in ms if m.work_total is not None]
+    work_total = sum(totals) if totals else None
+    work_done = sum(m.work_done for m in ms)
+    # what is left, cluster by cluster (a cluster without a total: unknown, not counted)
+    lefts = [(m.work_left, m.progress_rate, m.ideal_rate) for m in ms if m.work_total]
+    left_total = sum(left for left, _, _ in lefts if left)
+
+    def pace(k: int) -> float | None:
+        rates = [m.progress_rate if k == 1 else m.ideal_rate for m in ms]
+        if left_total <= 0:  # nothing left anywhere: the rates add up
+            known = [r for r in rates if r is not None]
+            return sum(known) if known else None
+        longest = 0.0
+        for left, rate, ideal in lefts:
+            r = rate if k == 1 else ideal
+            if not left:
+                continue
+            if not r:
+                return None  # a cluster with work left and no pace: unknown
+            longest = max(longest, left / r)
+        return left_total / longest if longest > 0 else None
+
+    tasks = [m.tasks_left for m in ms if m.tasks_left is not None]
+    avg = [m.task_time_avg for m in ms if m.task_time_avg is not None]
+    tmax = [m.task_time_max for m in ms if m.task_time_max is not None]
+    perf = [m for m in ms if m.performance is not None]
+    worst: Metrics | None = None
+    if perf:
+        def badness(m: Metrics) -> float:
+            ratio = (m.performance or 0.0) / m.reference if m.reference else (m.performance or 0.0)
+            return ratio if m.sense is Sense.LOWER_IS_BETTER else -ratio
+
+        worst = max(perf, key=badness)
+    return Metrics(
+        performance=worst.performance if worst else None,
+        reference=worst.reference if worst else None,
+        sense=worst.sense if worst else Sense.LOWER_IS_BETTER,
+        work_done=work_done, work_total=work_total,
+        progress_rate=pace(1), ideal_rate=pace(2),
+        tasks_left=sum(tasks) if tasks else None,
+        task_time_avg=max(avg) if avg else None, task_time_max=max(tmax) if tmax else None)
+
+
+def poll_of(t: Template, cluster: str) -> float:
+    """The seconds between two readings of ``cluster``'s monitor (0: never read)."""
+    c = next(c for c in t.clusters if c.name == cluster)
+    return t.poll if c.poll is None else c.poll
+
+
+def due(last: float, poll: float, now: float, period: float) -> bool:
+    """Whether a monitor read at ``last`` every ``poll`` s is read at ``now``, when the next
+    chance comes a ``period`` later: now, unless waiting for that chance is closer to the
+    interval than reading now (a reading never waits more than half a period too long)."""
+    if poll <= 0:
+        return False
+    return now - last >= poll - period / 2
+
+
+def cluster_vm(m: Manager, name: str, t: Template, cluster: str) -> str | None:
+    """The VM ``cluster``'s monitor reads: the cluster's first VM of platform ``name``."""
+    app = m.platform.apps.get(name)
+    if app is None:
+        return None
+    for vm in app.vms:
+        index = m.vm_index.get(vm.id)
+        if index is not None:
+            c, k = t.cluster_of(index)
+            if c.name == cluster and k == 0:
+                return vm.id
+    return None
+
+
+@dataclass
+class Heartbeat:
+    """When each cluster's monitor last showed progress (module doc): ``(time, work)``."""
+
+    stall_s: float | None
+    last: dict[str, tuple[float, Any]] = field(default_factory=dict)
+
+    def beat(self, cluster: str, m: Metrics, now: float) -> bool:
+        """Note ``cluster``'s reading at ``now``; True when it has shown no progress for
+        ``stall_s`` seconds (the clock then starts again: one restart per stall)."""
+        if not self.stall_s:
+            return False
+        work = (m.work_done, m.tasks_left, m.performance)
+        seen = self.last.get(cluster)
+        if seen is None or seen[1] != work:
+            self.last[cluster] = (now, work)
+            return False
+        if now - seen[0] >= self.stall_s:
+            self.last[cluster] = (now, work)
+            return True
+        return False
+
+    def forget(self, cluster: str, now: float) -> None:
+        """The cluster's VM is not running (suspended, starting): its clock starts again."""
+        self.last.pop(cluster, None)
+
+
+def clusters_status(m: Manager, row: PlatformRow, deadline: float | None
+                    ) -> list[dict[str, Any]]:
+    """Per cluster, for ``platform show``: its name, VMs, monitor kind, poll, and its progress
+    against the platform's deadline (:func:`merkat.service.status.progress_of`)."""
+    from merkat.service.status import progress_of
+    from merkat.service.templates import Template
+
+    try:
+        t = Template.model_validate(row.template)
+    except ValueError:
+        return []
+    live = m.live.get(row.name) or m.ended.get(row.name)
+    app = m.platform.apps.get(row.name)
+    trackers = getattr(live, "trackers", None) or {}
+    now = m.clock()
+    out = []
+    for c in t.ordered():
+        vms = 0
+        if app is not None:
+            vms = sum(1 for vm in app.vms if (i := m.vm_index.get(vm.id)) is not None
+                      and t.cluster_of(i)[0].name == c.name)
+        tracker = trackers.get(c.name)
+        if tracker is None and live is not None and c.name == t.monitored.name:
+            tracker = live.tracker
+        reading = tracker.metrics() if tracker is not None and tracker.values else None
+        kind = c.monitor.kind if c.monitor else (
+            "command" if c.name == t.monitored.name and t.commands.monitor else None)
+        out.append({"name": c.name, "vms": vms, "monitor": kind,
+                    "poll": poll_of(t, c.name) if kind else None,
+                    **progress_of(reading, deadline, now)})
+    return out

@@ -1,0 +1,77 @@
+"""A platform's record and its name's generations (docs/service.md, "Deleting a platform").
+
+A platform's name is unique among the platforms the server has on record. ``merkat platform
+delete NAME`` (``DELETE /api/v1/platforms/{name}``) removes an *ended* platform's record —
+its row, its VMs' logs and working directories — after which the name can be submitted again.
+What the bank recorded stays: the ledger is append-only, so the first platform called ``NAME``
+keeps its account ``app:NAME`` and its history, and the next one gets an account of its own,
+``app:NAME@2`` (then ``@3``...: :func:`new_account`), with its own per-account idempotency
+keys (``budget:NAME@2``, the economy's ``initial-transfer/app:NAME@2``...). Nothing a deleted
+platform left behind can block, fund or be charged to its successor. Events stay too (they
+are history), under the name.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from merkat.service.status import ENDED_STATES
+
+if TYPE_CHECKING:
+    from merkat.service.manager import Manager
+
+
+class StillActive(ValueError):
+    """The platform has not ended: it cannot be deleted (stop it first)."""
+
+
+def new_account(ledger: Any, name: str) -> str:
+    """The bank account of a new platform called ``name``: ``app:NAME`` for the first,
+    ``app:NAME@G`` for the G-th (an earlier one's account exists, with its history)."""
+    account = f"app:{name}"
+    if not ledger.has_account(account):
+        return account
+    g = 2
+    while ledger.has_account(f"{account}@{g}"):
+        g += 1
+    return f"{account}@{g}"
+
+
+def budget_key(account: str) -> str:
+    """The idempotency key of the budget moved into ``account`` at admission
+    (``budget:NAME``, ``budget:NAME@2``)."""
+    return f"budget:{account.removeprefix('app:')}"
+
+
+def delete_platform(m: Manager, name: str) -> dict[str, Any]:
+    """Remove ended platform ``name``'s record (module doc). Raises
+    :class:`~merkat.service.manager.NotFound` or :class:`StillActive`; returns what was
+    removed (``name``, ``state``, ``account``: kept in the bank)."""
+    from merkat.service.manager import NotFound
+
+    with m.lock:
+        row = m.store.platform(name)
+        if row is None:
+            raise NotFound(name)
+        if row.state not in ENDED_STATES:
+            raise StillActive(f"platform {name!r} is {row.state}: stop it first "
+                              f"(merkat platform stop {name})")
+        app = m.platform.apps.get(name)
+        account = app.account if app is not None else (row.account or f"app:{name}")
+        m.store.delete_platform(name)
+        m.platform.apps.pop(name, None)
+        m.live.pop(name, None)
+        m.ended.pop(name, None)
+        m.paid.pop(name, None)
+        m.saved_vms.pop(name, None)
+        for vm in [v for v in m.vm_index if v.startswith(f"{name}/")]:
+            m.vm_index.pop(vm, None)
+        data = Path(m.config.data_dir)
+        for part in ("logs", "work"):  # the next platform of this name starts afresh
+            shutil.rmtree(data / part / name, ignore_errors=True)
+        m.store.add_event("deleted", f"platform {name} deleted (it had {row.state}; its "
+                          f"account {account} and its history stay in the bank)", name,
+                          row.owner)
+        return {"name": name, "state": row.state, "account": account}

@@ -1,0 +1,167 @@
+"""What a platform's owner asks of it (docs/service.md, "Status"): did it meet its deadline,
+is it on track, what did it pay and what came back.
+
+Pure functions over what the store, the bank and the monitors recorded, and
+:func:`platform_status`, which gathers them for the API (``GET /platforms`` and
+``GET /platforms/{name}``):
+
+- :func:`outcome` — one phrase: ``met``, ``missed by N s``, ``finished`` (no deadline),
+  ``stopped`` (by its owner), ``stopped: REASON``, ``missed: stopped (REASON)`` (a deadline
+  platform ended unfinished), ``failed: REASON``, ``running: on track``, ``running: at
+  risk``, ``running: late by N s``, ``running: no progress yet``, ``running`` (best effort),
+  and the same for ``suspended``; ``queued``, ``waiting``.
+- :func:`money_of` — from the account's history in the bank: ``budget`` (what the owner moved
+  in: the budget, renewals, boosts), ``paid`` (to the provider, net of refunds), ``refunded``
+  (the unused part of deposits, charging by use: Tycoon §3) and ``returned`` (what went back
+  to the owner when it ended).
+- :func:`progress_of` — a monitor's reading against the deadline: progress, the rate achieved
+  (work units per second, measured) and the rate needed (work left / time left).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from merkat.bank.policies import hold_account
+from merkat.control.types import Metrics
+
+if TYPE_CHECKING:
+    from merkat.service.db import PlatformRow
+    from merkat.service.manager import Manager
+
+ACTIVE_STATES = ("queued", "waiting", "running", "suspended")
+ENDED_STATES = ("finished", "stopped", "failed")
+USER_STOP = "stopped by the user"
+
+
+@dataclass(frozen=True)
+class Money:
+    """A platform's money in credits (module doc)."""
+
+    budget: float = 0.0
+    paid: float = 0.0
+    refunded: float = 0.0
+    returned: float = 0.0
+
+
+def money_of(ledger: Any, account: str, owner: str, provider: str) -> Money:
+    """``account``'s money from the bank's history (module doc); zeros when it has none."""
+    if not ledger.has_account(account):
+        return Money()
+    hold = hold_account(account)
+    budget = paid = refunded = returned = 0
+    for t in ledger.history(account):
+        if t.payer == owner and t.payee == account:
+            budget += t.amount
+        elif t.payer == account and t.payee == provider:
+            paid += t.amount
+        elif t.payer == provider and t.payee == account:
+            paid -= t.amount
+        elif t.payer == hold and t.payee == account:
+            refunded += t.amount
+        elif t.payer == account and t.payee == owner:
+            returned += t.amount
+    if ledger.has_account(hold):
+        paid += sum(t.amount for t in ledger.history(hold)
+                    if t.payer == hold and t.payee == provider)
+    return Money(budget / 1e6, paid / 1e6, refunded / 1e6, returned / 1e6)
+
+
+def progress_of(m: Metrics | None, deadline: float | None, now: float) -> dict[str, Any]:
+    """A reading against the deadline: ``work_done``, ``work_total``, ``progress`` (0-1, None
+    without a total), ``rate`` (measured work units/s), ``rate_needed`` (work left / seconds
+    left; None without a deadline or a total, ``inf`` once the deadline has passed with work
+    left) and ``on_track`` (the measured rate finishes before the deadline)."""
+    out: dict[str, Any] = {"work_done": None, "work_total": None, "progress": None,
+                           "rate": None, "rate_needed": None, "on_track": None}
+    if m is None:
+        return out
+    out["rate"] = m.progress_rate
+    if not m.work_total:
+        if m.work_done:
+            out["work_done"] = m.work_done
+        return out
+    left = max(0.0, m.work_total - m.work_done)
+    out.update(work_done=m.work_done, work_total=m.work_total,
+               progress=min(1.0, m.work_done / m.work_total))
+    if deadline is not None:
+        if left <= 0:
+            out["rate_needed"], out["on_track"] = 0.0, True
+            return out
+        out["rate_needed"] = left / (deadline - now) if deadline > now else float("inf")
+        if m.progress_rate:
+            out["on_track"] = now + left / m.progress_rate <= deadline
+        elif deadline <= now:
+            out["on_track"] = False
+    return out
+
+
+def outcome(state: str, reason: str, deadline: float | None, ended: float | None,
+            now: float, on_track: bool | None) -> str:
+    """The platform's outcome in one phrase (module doc)."""
+    if state in ("queued", "waiting"):
+        return state
+    if state in ("running", "suspended"):
+        if deadline is None:
+            return state
+        if now > deadline:
+            return f"{state}: late by {now - deadline:.0f} s"
+        if on_track is None:
+            return f"{state}: no progress yet"
+        return f"{state}: {'on track' if on_track else 'at risk'}"
+    if state == "finished" or (state == "stopped" and reason == "finished"):
+        # (stopped by its controller when its monitor showed all the work done)
+        if deadline is None:
+            return "finished"
+        late = (ended or now) - deadline
+        return "met" if late <= 0 else f"missed by {late:.0f} s"
+    why = reason if reason and reason != state else ""
+    if state == "failed":
+        return f"failed: {why}" if why else "failed"
+    if why == USER_STOP:
+        return "stopped"
+    if deadline is not None:
+        return f"missed: stopped ({why})" if why else "missed: stopped"
+    return f"stopped: {why}" if why else "stopped"
+
+
+def deadline_of(m: Manager, row: PlatformRow) -> float | None:
+    """The platform's absolute deadline: its controller's, else the one recorded at admission,
+    else (a platform not yet admitted) its submission plus the template's reference."""
+    app = m.platform.apps.get(row.name)
+    if app is not None and row.state in ACTIVE_STATES:
+        return app.spec.deadline
+    if row.deadline is not None:
+        return row.deadline
+    ref = (row.template.get("controller") or {}).get("reference")
+    return row.submitted + float(ref) if ref else None
+
+
+def account_of(m: Manager, row: PlatformRow) -> str:
+    """The platform's bank account (``app:NAME``, ``app:NAME@2`` for the second platform of
+    that name: :mod:`merkat.service.records`)."""
+    app = m.platform.apps.get(row.name)
+    if app is not None and row.state in ACTIVE_STATES:
+        return app.account
+    return row.account or f"app:{row.name}"
+
+
+def platform_status(m: Manager, row: PlatformRow, slo: dict[str, Any] | None = None
+                    ) -> dict[str, Any]:
+    """The status fields of platform ``row`` (``outcome``, ``reason``, ``deadline``,
+    ``account`` and the :class:`Money` figures) for the API. ``slo``: its progress
+    (:func:`progress_of`) when the caller has it."""
+    now = m.clock()
+    deadline = deadline_of(m, row)
+    on_track = None
+    if row.state in ("running", "suspended") and deadline is not None:
+        if slo is None:  # read without the manager's lock: a list never waits for a period
+            live = m.live.get(row.name)
+            slo = progress_of(live.tracker.metrics() if live else None, deadline, now)
+        on_track = slo.get("on_track")
+    account = account_of(m, row)
+    money = money_of(m.store.ledger, account, row.owner, m.config.provider)
+    return {"outcome": outcome(row.state, row.outcome, deadline, row.ended, now, on_track),
+            "reason": row.outcome or None, "deadline": deadline, "account": account,
+            **asdict(money)}
