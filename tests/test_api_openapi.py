@@ -153,6 +153,11 @@ def test_every_operation_answers_as_documented(api: Any) -> None:
     call("post", "/api/v1/platforms/one/stop", b, expect=404)
     call("post", "/api/v1/platforms/one/stop", a, expect=200)
     call("post", "/api/v1/platforms/one/boost", a, json={"amount": "1"}, expect=409)
+    call("delete", "/api/v1/platforms/one", expect=401)
+    call("delete", "/api/v1/platforms/one", b, expect=404)
+    call("delete", "/api/v1/platforms/two", a, expect=409)  # not ended
+    call("delete", "/api/v1/platforms/one", a, expect=200)
+    call("delete", "/api/v1/platforms/one", a, expect=404)
     call("post", "/api/v1/platforms/one/stop", a, content=b"[" * 100,
          headers={"content-type": "application/json"}, expect=422)
     # market

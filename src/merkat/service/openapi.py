@@ -55,6 +55,7 @@ DESCRIPTIONS = {
 EXTRA: dict[tuple[str, str], tuple[str, ...]] = {
     ("post", "/api/v1/platforms"): ("409",),            # the name is taken
     ("post", "/api/v1/platforms/{name}/boost"): ("409",),  # the platform has ended
+    ("delete", "/api/v1/platforms/{name}"): ("409",),    # the platform has not ended
     ("post", "/api/v1/transfers"): ("404",),            # no receiving account
 }
 """Statuses an operation returns beyond the rules (module doc)."""

@@ -55,10 +55,13 @@ def delete_platform(m: Manager, name: str) -> dict[str, Any]:
         row = m.store.platform(name)
         if row is None:
             raise NotFound(name)
+        app = m.platform.apps.get(name)
+        if row.state not in ENDED_STATES and app is not None and not app.active:
+            m._sync(m.clock())  # stopped since the last period: its end written now
+            row = m.store.platform(name) or row
         if row.state not in ENDED_STATES:
             raise StillActive(f"platform {name!r} is {row.state}: stop it first "
                               f"(merkat platform stop {name})")
-        app = m.platform.apps.get(name)
         account = app.account if app is not None else (row.account or f"app:{name}")
         m.store.delete_platform(name)
         m.platform.apps.pop(name, None)
