@@ -103,7 +103,9 @@ def test_list_says_met_or_missed_and_show_gives_an_ended_platforms_totals(
     rows = platforms(env, via_cli=True)
     quick, late, free = rows["quick"], rows["late"], rows["free"]
     assert (quick["reason"], quick["outcome"]) == ("finished", "met")
-    assert quick["deadline"] == pytest.approx(quick["submitted"] + 60, abs=2.0)
+    # counted from its admission (the next admission point after its submission)
+    assert 0 <= quick["deadline"] - (quick["submitted"] + 60) <= quick["started"] - quick[
+        "submitted"]
     assert late["reason"] == "finished" and late["outcome"].startswith("missed by ")
     missed = float(late["outcome"].split()[2])
     assert missed == pytest.approx(late["ended"] - late["deadline"], abs=1.0) and missed >= 1
