@@ -1,8 +1,9 @@
 """The HTTP server's limits: request bodies, the error shape, connections and timeouts.
 
 - :class:`BodyLimits` (ASGI middleware) reads a request's body before the app does: over
-  ``limits.body_bytes`` → 413 at once (by ``Content-Length``, or as soon as a chunked body
-  passes it), not in ``limits.header_timeout`` seconds → 408, and a JSON body
+  ``limits.body_bytes`` → 413, never buffered (by ``Content-Length``, or as soon as a
+  chunked body passes it; the rest is read and dropped, :data:`DRAIN_FACTOR`), not in
+  ``limits.header_timeout`` seconds → 408, and a JSON body
   (``Content-Type: application/json`` or ``+json``; or none, when it parses as JSON) with
   ``NaN``/``Infinity``/``1e400`` or nested deeper than ``limits.depth`` → 422. The app then
   reads the buffered body.
@@ -36,6 +37,10 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+
+DRAIN_FACTOR = 64
+"""A refused body is read and dropped up to 64 times ``body_bytes`` (within the head
+timeout) before the 413, unless the client waits for ``100 Continue``."""
 
 FILE_RESERVE = 256
 """File handles kept for the database, the VMs' logs and processes, whatever the cap."""
@@ -76,7 +81,10 @@ class BodyLimits:
         limit = self.limits.body_bytes
         headers = {k.lower(): v for k, v in scope.get("headers", [])}
         length = headers.get(b"content-length")
+        deadline = time.monotonic() + self.limits.header_timeout
         if length is not None and length.strip().isdigit() and int(length) > limit:
+            if headers.get(b"expect", b"").lower() != b"100-continue":  # the body is coming
+                await self._drain(receive, deadline, int(length))
             await send_error(send, 413, f"body: larger than {limit} bytes")
             return
         if length is None and b"transfer-encoding" not in headers:
@@ -84,7 +92,6 @@ class BodyLimits:
             return
         chunks: list[bytes] = []
         size = 0
-        deadline = time.monotonic() + self.limits.header_timeout
         more = True
         while more:
             try:
@@ -98,6 +105,9 @@ class BodyLimits:
             chunk = msg.get("body", b"")
             size += len(chunk)
             if size > limit:
+                chunks.clear()
+                if more:
+                    await self._drain(receive, deadline, DRAIN_FACTOR * limit)
                 await send_error(send, 413, f"body: larger than {limit} bytes")
                 return
             chunks.append(chunk)
@@ -121,6 +131,24 @@ class BodyLimits:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def _drain(self, receive: Receive, deadline: float, budget: int) -> None:
+        await _drain_body(receive, deadline, min(budget, DRAIN_FACTOR * self.limits.body_bytes))
+
+
+async def _drain_body(receive: Receive, deadline: float, budget: int) -> None:
+    """Read and drop a refused body until its end, ``budget`` bytes or ``deadline``, so that a
+    client that sends all of it before reading (urllib, the CLI) reads the 413, not a
+    connection reset."""
+    seen = 0
+    while seen <= budget:
+        try:
+            msg = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            return
+        seen += len(msg.get("body", b""))
+        if msg["type"] != "http.request" or not msg.get("more_body", False):
+            return
 
 
 def install_errors(app: FastAPI, limits: LimitsConfig) -> None:
