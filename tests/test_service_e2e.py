@@ -205,8 +205,10 @@ def test_sigkill_and_restart_resumes_the_platform_and_loses_no_money(
     (same pid, same cgroup, its quota written again), admits the platform again under a new
     controller with the money its account still holds (no refund, no second budget), the
     period counter continues and the bank's audit balances. An orphan cgroup (no platform)
-    is destroyed."""
+    of this server (its identity in its environment) is destroyed."""
     import signal
+
+    from merkat.service.config import server_identity
 
     key = cli("user", "add", "alice", "--budget", "100", "--data-dir", str(tmp_path),
               "--parsable").stdout.strip()
@@ -239,7 +241,8 @@ def test_sigkill_and_restart_resumes_the_platform_and_loses_no_money(
         # an orphan: a VM cgroup of no platform, with a live process in it
         cpu = Path("/sys/fs/cgroup/cpu") / prefix
         (cpu / "ghost" / "vm1").mkdir(parents=True)
-        orphan = subprocess.Popen(["sleep", "600"], start_new_session=True)
+        orphan = subprocess.Popen(["sleep", "600"], start_new_session=True,  # ours: its identity
+                                  env={**ENV, "MERKAT_SERVER": server_identity(tmp_path)})
         (cpu / "ghost" / "vm1" / "cgroup.procs").write_text(str(orphan.pid))
         server = start()
         assert orphan.wait(timeout=10) == -signal.SIGKILL or orphan.returncode < 0
@@ -305,7 +308,40 @@ def test_a_taken_port_is_one_line_and_exit_1(tmp_path: Path) -> None:
         r = cli("server", "--port", str(port), "--data-dir", str(tmp_path),
                 "--config", str(tmp_path / "none.yaml"))
         assert r.returncode == 2 and "cannot read config" in r.stderr  # bad input first
-        r = cli("server", "--port", str(port), "--data-dir", str(tmp_path))
+        r = cli("server", "--port", str(port), "--data-dir", str(tmp_path / "new"))
     assert r.returncode == 1
     assert r.stderr.strip().splitlines()[-1] == \
         f"error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    assert not (tmp_path / "new").exists()  # a failed start leaves no database behind
+
+
+def test_a_second_server_on_one_data_dir_is_refused(tmp_path: Path) -> None:
+    """One server per data directory: the second is refused in one line naming the first's
+    pid (exit 1), and the first goes on serving; once it has stopped, the directory is free."""
+    import signal
+
+    key = cli("user", "add", "alice", "--data-dir", str(tmp_path), "--parsable").stdout.strip()
+    port = free_port()
+    env = {**ENV, "MERKAT_URL": f"http://127.0.0.1:{port}", "MERKAT_TOKEN": key}
+    backend = ["--config", str(tmp_path / "s.yaml")]
+    (tmp_path / "s.yaml").write_text(f"backend: {{cgroup_root: {tmp_path / 'no-cgroups'}}}\n")
+    first = subprocess.Popen([sys.executable, "-m", "merkat", "server", "--port", str(port),
+                              "--data-dir", str(tmp_path), *backend], env=ENV, cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait(lambda: _up(env), 60)
+        r = cli("server", "--port", "0", "--data-dir", str(tmp_path), *backend)
+        assert r.returncode == 1
+        assert r.stderr.strip().splitlines()[-1] == (
+            f"error: another merkat server (pid {first.pid}) is running on the data directory "
+            f"{tmp_path}; stop it, or give this one its own --data-dir")
+        assert _up(env)
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(30)
+    from merkat.service.config import load_config
+    from merkat.service.server import Service
+
+    svc = Service(load_config(None, data_dir=tmp_path, port=0,
+                              backend={"cgroup_root": str(tmp_path / "no-cgroups")}))
+    svc.shutdown()  # the lock was free again

@@ -72,8 +72,8 @@ def sleepers() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 def test_a_restarted_manager_readopts_restarts_and_cleans(
         tmp_path: Path, sleepers: list[subprocess.Popen[bytes]]) -> None:
-    fake_v1(tmp_path / "cg", ["merkat", *(f"merkat/{n}" for n in (*NAMES, "ghost")),
-                              *(f"merkat/{n}/vm1" for n in (*NAMES, "ghost"))])
+    fake_v1(tmp_path / "cg", ["merkat", *(f"merkat/{n}" for n in (*NAMES, "ghost", "other")),
+                              *(f"merkat/{n}/vm1" for n in (*NAMES, "ghost", "other"))])
     m1 = manager(tmp_path)
     m1.store.add_user("alice", budget=100_000_000)
     for name in NAMES:
@@ -102,9 +102,19 @@ def test_a_restarted_manager_readopts_restarts_and_cleans(
     store.save_vms({"frz": [type(row)(**{**row.__dict__, "state": "suspended"})]})
     for name in ("frz", "thaw"):
         (tmp_path / "cg/freezer/merkat" / name / "vm1/freezer.state").write_text("FROZEN")
-    ghost = subprocess.Popen(["sleep", "600"], start_new_session=True)
-    sleepers.append(ghost)
+    # an orphan of this server (its identity in its environment), and another server's VM
+    # under the same prefix (its own identity), which is never this server's to destroy
+    identity = m1.config.identity
+    ghost = subprocess.Popen(["sleep", "600"], start_new_session=True,
+                             env={**os.environ, "MERKAT_SERVER": identity})
+    other = subprocess.Popen(["sleep", "600"], start_new_session=True,
+                             env={**os.environ, "MERKAT_SERVER": "0ther000"})
+    sleepers.extend([ghost, other])
     procs(tmp_path, "ghost/vm1").write_text(f"{ghost.pid}\n")
+    procs(tmp_path, "other/vm1").write_text(f"{other.pid}\n")
+    # each VM the server started carries its identity
+    assert f"MERKAT_SERVER={identity}".encode() in Path(
+        f"/proc/{pids['run']}/environ").read_bytes().split(b"\0")
 
     m2 = manager(tmp_path)  # m1 was "killed": never closed
 
@@ -124,6 +134,8 @@ def test_a_restarted_manager_readopts_restarts_and_cleans(
     assert b.vms["frz/vm1"].state == "suspended" and b.tree.frozen("frz/vm1")
     assert b.vms["thaw/vm1"].state == "running" and not b.tree.frozen("thaw/vm1")
     assert ghost.wait(5) < 0  # the orphan's process killed
+    assert other.poll() is None and (tmp_path / "cg/cpu/merkat/other/vm1").is_dir()  # not ours
+    assert b.foreign == ["other/vm1"]
     assert m2.platform.index == index  # the period counter continues
     assert {n: m2.spent(n) for n in NAMES} == spent  # what each paid is counted on from there
     assert_recovery_events(m2)

@@ -255,11 +255,28 @@ def nodes(output: OutputFormat = OutputOption, url: str | None = UrlOption,
     def table() -> None:
         if data.get("warning"):
             print(f"warning: {data['warning']}", file=sys.stderr)
-        print_table(None, ["NODE", "CPUS", "CORES", "MEMORY MiB", "ALLOC CPU", "ALLOC MiB"], [
-            (n["name"], n["cpus"], n["cores"], mib(n["memory"]), n["allocated"]["cpu"],
-             mib(n["allocated"]["memory"])) for n in data["items"]])
+        print_table(None, ["NODE", "CPUS", "CORES", "RESERVED", "ALLOCATABLE", "ALLOCATED",
+                           "MEMORY MiB", "RESERVED MiB", "ALLOCATABLE MiB", "ALLOCATED MiB"], [
+            (n["name"], n["cpus"], f"{n['cores']:g}", f"{_reserved(n, 'cpu'):g}",
+             f"{_allocatable(n, 'cpu', n['cores']):g}", f"{n['allocated']['cpu']:.3g}",
+             mib(n["memory"]), mib(_reserved(n, "memory")),
+             mib(_allocatable(n, "memory", n["memory"])), mib(n["allocated"]["memory"])) for n in data["items"]])
+        m = data.get("machine")
+        if m:
+            cap, res, alloc = m["capacity"], m["reserved"], m["allocatable"]
+            print(f"machine: {cap['cpu']:g} cores, {cap['memory']:.0f} MiB; reserved for merkat "
+                  f"and the system: {res['cpu']:g} cores, {res['memory']:.0f} MiB; the VMs "
+                  f"together: at most {alloc['cpu']:g} cores, {alloc['memory']:.0f} MiB")
 
     emit(output, data, table)
+
+
+def _reserved(node: dict[str, Any], r: str) -> float:
+    return float((node.get("reserved") or {}).get(r, 0.0))
+
+
+def _allocatable(node: dict[str, Any], r: str, default: float) -> float:
+    return float((node.get("allocatable") or {}).get(r, default))
 
 
 # --- accounts ----------------------------------------------------------------------------------

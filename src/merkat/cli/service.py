@@ -74,14 +74,18 @@ def server(
                                            **updates})
         except ValidationError as exc:
             fail(f"backend.{first_error(exc)}")
+    from merkat.service.server import ServiceError
+
     try:
         svc = Service(cfg)  # type: ignore[arg-type]
+    except ServiceError as exc:  # the port is taken, another server holds the data dir
+        fail(str(exc), EXIT_FAILURE)
     except ValueError as exc:  # an unknown backend, unusable credentials: bad input
         fail(f"cannot start the server: {exc}")
     except Exception as exc:  # the database or backend cannot be opened: one line
         fail(f"cannot start the server: {exc}", EXIT_FAILURE)
     from merkat.cli.errors import Terminated
-    from merkat.service.server import ServiceError, log
+    from merkat.service.server import log
 
     try:
         svc.serve()

@@ -267,10 +267,13 @@ def create_app(manager: Manager) -> FastAPI:
                         for k in u:
                             u[k] += vm.alloc.get(k, 0.0)
             items = [{"name": n.name, "cpus": n.cpus, "cores": n.cores, "memory": n.memory,
+                      **node_capacity(n),
                       "allocated": used.get(n.name, {"cpu": 0.0, "memory": 0.0})}
                      for n in manager.backend.node_list()]
+            capacity = getattr(manager.backend, "capacity", None)
         return {"items": items, "enforced": bool(manager.backend.enforced),
-                "warning": manager.backend.warning}
+                "warning": manager.backend.warning,
+                "machine": capacity.as_dict() if capacity is not None else None}
 
     @r.get("/allocations")
     def allocations(me: Me) -> dict[str, Any]:
@@ -395,6 +398,15 @@ def create_app(manager: Manager) -> FastAPI:
     prometheus.registry.register(LoopCollector(manager))
     install(app, prometheus)
     return app
+
+
+def node_capacity(n: Any) -> dict[str, Any]:
+    """A node's reserved and allocatable CPU and memory (what the market sells; a backend
+    without a reserve: all of it)."""
+    cpu = getattr(n, "allocatable_cores", n.cores)
+    memory = getattr(n, "allocatable_memory", n.memory)
+    return {"reserved": {"cpu": round(n.cores - cpu, 6), "memory": round(n.memory - memory, 3)},
+            "allocatable": {"cpu": cpu, "memory": memory}}
 
 
 def _platform(row: Any) -> dict[str, Any]:

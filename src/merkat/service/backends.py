@@ -86,12 +86,15 @@ def _entry_point_names() -> set[str]:
 
 def _local(config: ServiceConfig) -> LiveBackend:
     from merkat.backends.local import LocalBackend, Node, split_machine
+    from merkat.backends.local.capacity import Reserve
 
     b = config.backend
     nodes = ([Node(n.name, n.cpus, float(_count(n.cpus)), n.memory) for n in b.nodes]
              if b.nodes else split_machine(b.split))
     return LocalBackend(nodes, config.data_dir / "logs", cgroup_root=b.cgroup_root,
-                        prefix=b.cgroup_prefix, max_restarts=b.max_restarts)
+                        prefix=b.cgroup_prefix, max_restarts=b.max_restarts,
+                        reserve=Reserve(b.reserve_cpu, b.reserve_memory),
+                        identity=config.identity)
 
 
 def _count(cpus: str) -> int:

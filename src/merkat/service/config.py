@@ -14,10 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from merkat.service.limits import InputError, LimitsConfig, load_yaml
+
+DEFAULT_RESERVE_CPU = 0.5
+"""Cores kept for merkat and the system (``backend.reserve_cpu``; the local backend's
+:mod:`merkat.backends.local.capacity` explains the choice)."""
+DEFAULT_RESERVE_MEMORY = 512.0
+"""MiB kept for merkat and the system (``backend.reserve_memory``)."""
 
 LIVE_ECONOMIES = ("themis", "closed")
 """Economies the live service runs (:data:`merkat.runtime.economy.ECONOMIES`): ``themis``
@@ -54,7 +60,12 @@ class BackendConfig(BaseModel):
     nodes: list[NodeConfig] = Field(default_factory=list)
     split: int = Field(1, ge=1, le=1024)
     cgroup_root: Path = Path("/sys/fs/cgroup")
-    cgroup_prefix: str = Field("merkat", pattern=r"^[A-Za-z0-9_.-]+$")
+    # "" (the default): merkat-<identity>, unique per data directory (ServiceConfig fills it)
+    cgroup_prefix: str = Field("", pattern=r"^[A-Za-z0-9_.-]*$")
+    # kept for merkat itself and the system: the VMs together get the rest (Kubernetes'
+    # node allocatable; docs/service.md, "The local backend")
+    reserve_cpu: float = Field(DEFAULT_RESERVE_CPU, ge=0)  # cores
+    reserve_memory: float = Field(DEFAULT_RESERVE_MEMORY, ge=0)  # MiB
     max_restarts: int = Field(3, ge=0)
     # the kubernetes backend (docs/kubernetes.md): credentials (None: in-cluster, $KUBECONFIG,
     # ~/.kube/config), the namespace of every pod, the image VMs' commands run in, and the
@@ -87,6 +98,17 @@ class ServiceConfig(BaseSettings):
     backend: BackendConfig = Field(default_factory=BackendConfig)  # type: ignore[arg-type]
     limits: LimitsConfig = Field(default_factory=LimitsConfig)  # type: ignore[arg-type]
 
+    @model_validator(mode="after")
+    def _prefix(self) -> ServiceConfig:
+        if not self.backend.cgroup_prefix:  # each data directory its own subtree
+            self.backend.cgroup_prefix = f"merkat-{server_identity(self.data_dir)}"
+        return self
+
+    @property
+    def identity(self) -> str:
+        """This server's identity (:func:`server_identity` of its data directory)."""
+        return server_identity(self.data_dir)
+
     @field_validator("reserve")
     @classmethod
     def _reserve(cls, v: dict[str, float]) -> dict[str, float]:
@@ -117,6 +139,16 @@ class ServiceConfig(BaseSettings):
     def database(self) -> str:
         """The database URL: ``db_url``, else SQLite in ``data_dir``."""
         return self.db_url or f"sqlite:///{self.data_dir / 'merkat.db'}"
+
+
+def server_identity(data_dir: Path) -> str:
+    """A server's identity: 8 hex digits of the SHA-256 of its resolved data directory (one
+    server per data directory: :mod:`merkat.service.lock`). It names the default cgroup
+    prefix (``merkat-<identity>``) and is carried by every VM (``MERKAT_SERVER``)."""
+    import hashlib
+
+    path = str(Path(data_dir).expanduser().resolve())
+    return hashlib.sha256(path.encode()).hexdigest()[:8]
 
 
 def load_config(path: Path | None = None, **overrides: Any) -> ServiceConfig:

@@ -112,8 +112,9 @@ class Manager:
         self.clock = clock
         self.lock = threading.RLock()
         nodes = backend.node_list()
-        hosts = Hosts(tuple(n.name for n in nodes),
-                      _capacity([(n.cores, n.memory) for n in nodes]))
+        hosts = Hosts(tuple(n.name for n in nodes),  # the market sells the allocatable
+                      _capacity([(getattr(n, "allocatable_cores", n.cores),
+                                  getattr(n, "allocatable_memory", n.memory)) for n in nodes]))
         self.platform = Platform(hosts=hosts, ledger=store.ledger, backend=backend,
                                  period=config.period, reserve=dict(config.reserve),
                                  provider=config.provider)

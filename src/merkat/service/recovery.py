@@ -104,6 +104,10 @@ def recover(m: Manager) -> None:
     if orphans:
         m.store.add_event("recovery", f"destroyed {len(orphans)} VM(s) no platform claims: "
                           f"{', '.join(orphans[:10])}")
+    foreign = getattr(m.backend, "foreign", [])
+    if foreign:  # another server's VMs under our prefix: never ours to destroy
+        m.store.add_event("recovery", f"left {len(foreign)} VM group(s) of another server "
+                          f"alone: {', '.join(foreign[:10])}")
 
 
 def readopt(m: Manager, row: PlatformRow) -> str:

@@ -41,13 +41,34 @@ class Service:
         from merkat.service.api import create_app
         from merkat.service.backends import make_backend
         from merkat.service.db import open_store
+        from merkat.service.lock import DataDirLock, LockedError
         from merkat.service.manager import Manager
 
         self.config = config
-        config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.store = open_store(config.database)
-        self.backend = make_backend(config)
-        self.manager = Manager(config, self.store, self.backend)
+        self.sock: Any = None
+        # Nothing is created before the port is ours and the data directory is free: a
+        # failed start leaves no database behind (an existing directory is locked first, so
+        # a second server there is told so rather than that the port is taken).
+        self.lock = DataDirLock(config.data_dir)
+        try:
+            if config.data_dir.is_dir():
+                self.lock.acquire()
+            self.sock = self._bind()
+            config.data_dir.mkdir(parents=True, exist_ok=True)
+            self.lock.acquire()
+            self.store = open_store(config.database)
+            try:
+                self.backend = make_backend(config)
+                self.manager = Manager(config, self.store, self.backend)
+            except BaseException:
+                self.store.close()
+                raise
+        except LockedError as exc:
+            self._release()
+            raise ServiceError(str(exc)) from None
+        except BaseException:
+            self._release()
+            raise
         self.app = create_app(self.manager)
         self.on_period = on_period or (lambda rec: log(describe_period(rec)))
         self.stop_event = threading.Event()
@@ -59,22 +80,27 @@ class Service:
         b = self.backend
         enforcement = f"cgroups {getattr(getattr(b, 'tree', None), 'version', '')} enforced" \
             if b.enforced else "UNENFORCED"
-        nodes = ", ".join(f"{n.name} ({n.cpus}: {n.cores:g} cores, {n.memory:.0f} MiB)"
-                          for n in b.node_list())
+        nodes = ", ".join(
+            f"{n.name} ({n.cpus}: {getattr(n, 'allocatable_cores', n.cores):g} of {n.cores:g} "
+            f"cores, {getattr(n, 'allocatable_memory', n.memory):.0f} MiB)" for n in b.node_list())
+        cap = getattr(b, "capacity", None)
+        reserve = (f"; capacity {cap.cpu:g} cores, {cap.memory:.0f} MiB, reserved "
+                   f"{cap.reserve_cpu:g} cores, {cap.reserve_memory:.0f} MiB, allocatable "
+                   f"{cap.allocatable_cpu:g} cores, {cap.allocatable_memory:.0f} MiB (under "
+                   f"cgroup {self.config.backend.cgroup_prefix})") if cap is not None else ""
         return (f"merkat server on http://{self.config.host}:{self.port} — period "
                 f"{self.config.period:g} s, admission {self.config.admission:g} s, "
-                f"{enforcement}; nodes: {nodes}; data: {self.config.data_dir}")
+                f"{enforcement}{reserve}; nodes: {nodes}; data: {self.config.data_dir}")
 
     @property
     def port(self) -> int:
-        sock = getattr(self, "sock", None)
-        return int(sock.getsockname()[1]) if sock is not None else self.config.port
+        sock = self.sock
+        return int(sock.getsockname()[1]) if sock is not None and sock.fileno() >= 0 \
+            else self.config.port
 
-    def _uvicorn(self) -> Any:
-        """The uvicorn server, its socket bound now (a taken port is one clear error)."""
+    def _bind(self) -> Any:
+        """The listening socket, bound now (a taken port is one clear error)."""
         import socket
-
-        import uvicorn
 
         host, port = self.config.host, self.config.port
         try:
@@ -88,11 +114,23 @@ class Service:
         except OSError as exc:
             raise ServiceError(f"cannot listen on {host}:{port}: "
                                f"{exc.strerror or exc}") from None
-        self.sock = sock
+        return sock
+
+    def _release(self) -> None:
+        """Give back the socket and the data directory's lock (a failed start, a stop)."""
+        if self.sock is not None:
+            self.sock.close()
+        self.lock.release()
+
+    def _uvicorn(self) -> Any:
+        """The uvicorn server on the socket bound at construction."""
+        import uvicorn
+
         from merkat.service.http import uvicorn_options
 
-        cfg = uvicorn.Config(self.app, host=host, port=port, log_level="warning",
-                             access_log=False, **uvicorn_options(self.config.limits))
+        cfg = uvicorn.Config(self.app, host=self.config.host, port=self.config.port,
+                             log_level="warning", access_log=False,
+                             **uvicorn_options(self.config.limits))
         self.server = uvicorn.Server(cfg)
         return self.server
 
@@ -104,11 +142,7 @@ class Service:
 
     def serve(self) -> None:
         """Serve until interrupted, then stop the loop and destroy the VMs."""
-        try:
-            server = self._uvicorn()
-        except ServiceError:
-            self.manager.close()
-            raise
+        server = self._uvicorn()
         log(self.banner())
         if self.backend.warning:
             log(f"warning: {self.backend.warning}")
@@ -120,11 +154,7 @@ class Service:
 
     def start_background(self, timeout: float = 10.0) -> None:
         """Start uvicorn and the loop in threads; return once the server listens."""
-        try:
-            server = self._uvicorn()
-        except ServiceError:
-            self.manager.close()
-            raise
+        server = self._uvicorn()
         server.install_signal_handlers = lambda: None  # not the main thread
         self.http = threading.Thread(target=server.run, kwargs={"sockets": [self.sock]},
                                      name="merkat-http", daemon=True)
@@ -147,3 +177,4 @@ class Service:
         if self.http is not None:
             self.http.join(timeout=10)
         self.manager.close()
+        self._release()

@@ -42,34 +42,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from merkat.backends.local.capacity import Node, Reserve, reserve_nodes, split_machine
 from merkat.backends.local.cgroups import CgroupTree, Limits, pid_alive
 from merkat.backends.local.metering import CpuMeter
+from merkat.backends.local.ownership import cap_tree, reap, remove_empty, with_identity
 from merkat.control.types import Metrics
 from merkat.platform.backend import Plan
 
 __all__ = ["Launch", "LocalBackend", "Node", "OpResult", "VMProcess", "pid_alive", "split_machine"]
-
-
-@dataclass(frozen=True)
-class Node:
-    """A logical node: ``cpus`` a cpuset list ("0-1"), ``cores`` how many, ``memory`` MiB."""
-
-    name: str
-    cpus: str
-    cores: float
-    memory: float
-
-
-def split_machine(n: int = 1, memory: float | None = None) -> list[Node]:
-    """``n`` logical nodes splitting this machine's CPUs (round-robin) and ``memory`` MiB
-    (default: the machine's physical memory) evenly."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(
-        range(os.cpu_count() or 1))
-    if memory is None:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
-    n = max(1, min(n, len(cpus)))
-    return [Node(f"node{k}", ",".join(str(c) for c in cpus[k::n]), float(len(cpus[k::n])),
-                 float(memory) / n) for k in range(n)]
 
 
 @dataclass(frozen=True)
@@ -132,8 +112,12 @@ class LocalBackend:
     """VMs as cgroup-limited process trees on logical nodes of this machine (module doc)."""
 
     def __init__(self, nodes: list[Node], logs: Path, *, cgroup_root: Path | None = None,
-                 prefix: str = "merkat", max_restarts: int = 3) -> None:
-        self.nodes = nodes
+                 prefix: str = "merkat", max_restarts: int = 3,
+                 reserve: Reserve | None = None, identity: str | None = None) -> None:
+        # what the market may sell: the machine minus the reserve (.capacity)
+        self.capacity = (reserve or Reserve()).check()
+        self.nodes = reserve_nodes(nodes, self.capacity)
+        self.identity = identity  # carried by every VM (MERKAT_SERVER): .ownership
         self.logs = Path(logs)
         self.tree = CgroupTree(cgroup_root or Path("/sys/fs/cgroup"), prefix)
         self.max_restarts = max_restarts
@@ -143,20 +127,24 @@ class LocalBackend:
         self.metrics_of: dict[str, Metrics] = {}
         self.report: list[OpResult] = []
         self.failures: dict[str, str] = {}  # VMs gone for good, and why (:meth:`failed`)
+        self.foreign: list[str] = []  # VM groups of another server under our prefix (left alone)
         self._lock = threading.RLock()
         self.meter = CpuMeter(self.tree)  # the CPU each VM used (charging by measured use)
         self.enforced = self.tree.enforced and self.tree.create("") is None
-        if self.enforced:  # the market owns the machine: its VMs outweigh other processes
-            self.tree.set_weight("", 64.0 * sum(n.cores for n in nodes))
         self.warning = None if self.enforced else (
             f"cgroups not writable under {self.tree.root} (need root and cgroup v1 or v2): "
             "VMs run unenforced")
+        if self.enforced:  # the VMs together: the allocatable CPU (quota and weight), memory
+            err = cap_tree(self.tree, self.capacity)
+            if err:
+                self.warning = f"cannot cap the VMs at the allocatable capacity: {err}"
 
     # --- what the applications manager tells us ------------------------------------------
 
     def register(self, app: str, launcher: Launcher) -> None:
-        """How ``app``'s VMs start (called by the applications manager before submitting)."""
-        self.launchers[app] = launcher
+        """How ``app``'s VMs start (called by the applications manager before submitting);
+        each VM's environment carries this server's identity (``MERKAT_SERVER``)."""
+        self.launchers[app] = with_identity(launcher, self.identity)
 
     def set_metrics(self, app: str, metrics: Metrics) -> None:
         self.metrics_of[app] = metrics
@@ -365,24 +353,14 @@ class LocalBackend:
         return any(pid_alive(pid) for pid in pids)
 
     def reap_orphans(self) -> list[str]:
-        """Destroy the VM groups a previous server left under the prefix (it was killed):
-        their processes are killed and the groups removed. Returns their VM ids."""
+        """Destroy the VM groups a previous run of this server left under the prefix (it was
+        killed) and no platform claims: only groups carrying this server's identity
+        (:func:`.ownership.reap`); another server's are left alone, in :attr:`foreign`.
+        Returns the destroyed VM ids."""
         if not self.enforced:
             return []
-        found = []
-        base = self.tree.dirs("").get("cpu") or self.tree.dirs("").get("unified")
-        for app_dir in sorted(base.iterdir()) if base and base.is_dir() else []:
-            if not app_dir.is_dir():
-                continue
-            for vm_dir in sorted(app_dir.iterdir()):
-                if vm_dir.is_dir() and (vm_dir / "cgroup.procs").exists():
-                    vm = f"{app_dir.name}/{vm_dir.name}"
-                    if vm not in self.vms:
-                        self.tree.remove(vm)
-                        found.append(vm)
-            with contextlib.suppress(OSError):
-                for d in self.tree.dirs(app_dir.name).values():
-                    d.rmdir()
+        with self._lock:
+            found, self.foreign = reap(self.tree, set(self.vms), self.identity)
         return found
 
     def describe(self, vm: str) -> dict[str, Any] | None:
@@ -408,11 +386,12 @@ class LocalBackend:
         return str(p.log) if p else None
 
     def close(self, grace: float = 2.0) -> None:
-        """Destroy every VM (the server is shutting down), all at once: every VM is sent
-        SIGTERM (thawed first), they are waited for together at most ``grace`` seconds, those
-        left get SIGKILL, then every group is removed — a couple of seconds for any number of
-        VMs, not ``grace`` per VM."""
+        """Destroy every VM of this server (it is shutting down; nothing else), all at once:
+        every VM is sent SIGTERM (thawed first), they are waited for together at most
+        ``grace`` seconds, those left get SIGKILL, then their groups are removed (and the
+        prefix when empty) — a couple of seconds for any number of VMs."""
         with self._lock:
+            apps = {_safe(p.app) for p in self.vms.values()} | {_safe(a) for a in self.launchers}
             vms = list(self.vms.values())
             for sig in (signal.SIGTERM, signal.SIGKILL):
                 left = [p for p in vms if self._running(p)]
@@ -429,11 +408,8 @@ class LocalBackend:
                     _killpg(p.pid, signal.SIGKILL)
             for vm in list(self.vms):
                 self._destroy(vm)  # (nothing left to wait for)
-            if self.enforced:  # the empty application groups, then the prefix
-                for d in self.tree.dirs("").values():
-                    for sub in sorted(d.glob("**/"), key=lambda p: -len(p.parts)):
-                        with contextlib.suppress(OSError):
-                            sub.rmdir()
+            if self.enforced:  # our empty application groups, then the prefix when empty
+                remove_empty(self.tree, apps)
 
     # --- operations --------------------------------------------------------------------------
 

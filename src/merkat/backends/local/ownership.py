@@ -1,0 +1,114 @@
+"""Each server owns its subtree: the VM cgroups a server may destroy are its own.
+
+Two servers on one machine must never destroy each other's VMs (issue 26). Three things see
+to it:
+
+- the default cgroup prefix is unique per data directory (``merkat-<identity>``,
+  :func:`merkat.service.config.server_identity`), so two servers' trees do not meet;
+- every VM carries its server's identity: :func:`with_identity` adds ``MERKAT_SERVER=<id>``
+  to each VM's environment, which the kernel shows in ``/proc/<pid>/environ`` of the VM's
+  processes (inherited by their children);
+- :func:`reap` (a restarted server's orphans) destroys a group under the prefix only when no
+  platform claims it and its live processes carry this server's identity (at least one does,
+  none carries another's); an empty group (nothing to kill) is removed. Groups of another
+  server, or of a server that gave its VMs no identity, are left alone and reported.
+
+:func:`cap_tree` writes the reserved-capacity cap on the prefix (:mod:`.capacity`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from merkat.backends.local.cgroups import CgroupTree, pid_alive
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection
+
+    from merkat.backends.local.capacity import Allocatable
+
+IDENTITY_ENV = "MERKAT_SERVER"
+"""The environment variable naming a VM's server (its identity)."""
+
+
+def with_identity(launcher: Callable[[str, str, int], Any], identity: str | None
+                  ) -> Callable[[str, str, int], Any]:
+    """``launcher`` whose launches carry ``identity`` in their environment (unchanged when
+    ``identity`` is None)."""
+    if identity is None:
+        return launcher
+
+    def launch(app: str, vm: str, index: int) -> Any:
+        got = launcher(app, vm, index)
+        return replace(got, env={**got.env, IDENTITY_ENV: identity})
+
+    return launch
+
+
+def owner(pid: int) -> str | None:
+    """The identity in process ``pid``'s environment (None: none, or unreadable)."""
+    try:
+        data = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    key = IDENTITY_ENV.encode() + b"="
+    for entry in data.split(b"\0"):
+        if entry.startswith(key):
+            return entry[len(key):].decode(errors="replace")
+    return None
+
+
+def owned(pids: Collection[int], identity: str | None) -> bool:
+    """Whether live processes ``pids`` are this server's: without an identity (a backend
+    built bare, as in tests) every group is; else one carries it and none carries another."""
+    if identity is None:
+        return True
+    owners = {owner(pid) for pid in pids}
+    return identity in owners and owners <= {identity, None}
+
+
+def reap(tree: CgroupTree, known: Collection[str], identity: str | None
+         ) -> tuple[list[str], list[str]]:
+    """Destroy the VM groups under ``tree``'s prefix that no VM in ``known`` claims and that
+    are this server's (module doc). Returns (destroyed, left alone: another server's), as
+    VM ids ``app/vm``."""
+    destroyed: list[str] = []
+    foreign: list[str] = []
+    base = tree.dirs("").get("cpu") or tree.dirs("").get("unified")
+    for app_dir in sorted(base.iterdir()) if base and base.is_dir() else []:
+        if not app_dir.is_dir():
+            continue
+        for vm_dir in sorted(app_dir.iterdir()):
+            if not (vm_dir.is_dir() and (vm_dir / "cgroup.procs").exists()):
+                continue
+            vm = f"{app_dir.name}/{vm_dir.name}"
+            if vm in known:
+                continue
+            live = [pid for pid in tree.pids(vm) if pid_alive(pid)]
+            if live and not owned(live, identity):
+                foreign.append(vm)
+                continue
+            tree.remove(vm)
+            destroyed.append(vm)
+        with contextlib.suppress(OSError):  # the application's group, once empty
+            for d in tree.dirs(app_dir.name).values():
+                d.rmdir()
+    return destroyed, foreign
+
+
+def remove_empty(tree: CgroupTree, apps: Collection[str]) -> None:
+    """Remove the (empty) groups of ``apps`` and the prefix itself when empty: a group in
+    use (another server's VM under a shared prefix) stays."""
+    for name in [*sorted(apps), ""]:
+        for d in tree.dirs(name).values():
+            with contextlib.suppress(OSError):
+                d.rmdir()
+
+
+def cap_tree(tree: CgroupTree, alloc: Allocatable) -> str | None:
+    """Cap the VMs together (the prefix group) at the allocatable CPU (CFS quota, and a
+    weight of the allocatable cores) and memory (:mod:`.capacity`)."""
+    return tree.create("") or tree.set_limits("", alloc.limits())
