@@ -18,7 +18,7 @@ from merkat.backends.local.cgroups import detect
 from merkat.service.config import server_identity
 from test_service_e2e import ENV, ROOT, SPIN, _up, api, cli, free_port, wait
 
-pytestmark = [pytest.mark.root, pytest.mark.skipif(
+pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.skipif(
     os.geteuid() != 0 or detect(Path("/sys/fs/cgroup")) is None, reason="needs root and cgroups")]
 
 
