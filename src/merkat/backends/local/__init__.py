@@ -31,12 +31,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,10 +44,19 @@ from merkat.backends.local.capacity import Node, Reserve, reserve_nodes, split_m
 from merkat.backends.local.cgroups import CgroupTree, Limits, pid_alive
 from merkat.backends.local.metering import CpuMeter
 from merkat.backends.local.ownership import cap_tree, reap, remove_empty, with_identity
+from merkat.backends.local.procs import (
+    _exit_status,
+    _group,
+    _killpg,
+    _leader,
+    _safe,
+    wait_for,
+)
 from merkat.control.types import Metrics
 from merkat.platform.backend import Plan
 
-__all__ = ["Launch", "LocalBackend", "Node", "OpResult", "VMProcess", "pid_alive", "split_machine"]
+__all__ = ["Launch", "LocalBackend", "Node", "OpResult", "VMProcess", "pid_alive", "split_machine",
+           "wait_for"]
 
 
 @dataclass(frozen=True)
@@ -561,44 +568,3 @@ is not the new server's child, so its status is read from there (:meth:`LocalBac
 
 UNKNOWN_EXIT = -1
 """The exit code of an adopted VM that ended without writing its status (killed): a failure."""
-
-
-def _exit_status(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _leader(pids: list[int]) -> int:
-    """The VM's own process among its group's: the session leader (each VM runs in a new
-    session), else the oldest (lowest) pid."""
-    for pid in sorted(pids):
-        with contextlib.suppress(OSError):
-            if os.getsid(pid) == pid:
-                return pid
-    return min(pids)
-
-
-def _group(vm: str) -> str:
-    """A VM id ``app/vmN`` → its group name below the prefix (``app/vmN``, made safe)."""
-    return "/".join(_safe(part) for part in vm.split("/"))
-
-
-def _safe(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", s) or "_"
-
-
-def _killpg(pid: int, sig: int) -> None:
-    with contextlib.suppress(OSError):
-        os.killpg(pid, sig)
-
-
-def wait_for(cond: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
-    """Poll ``cond`` until true or ``timeout`` seconds (a test and demo helper)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
