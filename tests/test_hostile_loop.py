@@ -419,3 +419,21 @@ def test_a_command_monitor_runs_in_the_vms_cgroup_without_the_servers_environmen
         assert "hunter2" not in env and "MERKAT_TEST_SERVER_SECRET" not in env
     finally:
         m.close()
+
+
+def test_a_starved_loop_notes_its_stalls_once_a_minute_with_the_count() -> None:
+    from types import SimpleNamespace
+
+    from merkat.service.loop import LoopHealth, _stalled
+
+    notes: list[str] = []
+    m: Any = SimpleNamespace(store=SimpleNamespace(add_event=lambda k, msg: notes.append(msg)))
+    h = LoopHealth()
+    for k in range(30):  # behind by 2 periods every period for 60 s (P = 1 s, each 2 s)
+        t = 2.0 * k
+        _stalled(m, h, t, t + 2.0, 1.0)
+    assert h.stalls_total == 30 and h.periods_skipped_total == 60
+    assert len(notes) == 1  # t = 0 .. 58: one note
+    _stalled(m, h, 60.0, 62.0, 1.0)
+    assert len(notes) == 2
+    assert "30 such stalls since the last note (60 periods not replayed)" in notes[1]

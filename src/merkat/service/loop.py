@@ -42,6 +42,10 @@ BACKOFF_START = 1.0
 BACKOFF_MAX = 60.0
 """The longest wait between two attempts (and never longer than one period)."""
 
+NOTE_EVERY = 60.0
+"""At most one ``loop`` event (and log line) about stalls per this many seconds: a server
+starved for CPU falls behind every period, and says so once a minute, with the count."""
+
 
 def _log(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
@@ -62,6 +66,9 @@ class LoopHealth:
     periods_skipped_total: int = 0  # boundaries dropped after stalls
     retry_at: float | None = None  # when the next attempt runs (while failing)
     last_period_at: float | None = None  # when the last period completed (clock)
+    stall_noted_at: float | None = None  # when the last stall event was written
+    stalls_unnoted: int = 0  # stalls since then
+    skipped_unnoted: int = 0
     thread: threading.Thread | None = field(default=None, repr=False)
 
     def failed(self, exc: BaseException, now: float, period: float) -> float:
@@ -178,8 +185,17 @@ def _stalled(m: Manager, health: LoopHealth, scheduled: float, ended: float,
     skipped = int((ended - scheduled) // P)
     health.stalls_total += 1
     health.periods_skipped_total += skipped
+    health.stalls_unnoted += 1
+    health.skipped_unnoted += skipped
+    last = health.stall_noted_at
+    if last is not None and ended - last < NOTE_EVERY:
+        return  # (counted; said at the next note)
+    n, k = health.stalls_unnoted, health.skipped_unnoted
+    health.stall_noted_at, health.stalls_unnoted, health.skipped_unnoted = ended, 0, 0
     msg = (f"period loop fell behind by {ended - scheduled:.1f} s: one period covered it "
            f"({skipped} missed period(s) not replayed)")
+    if n > 1:
+        msg += f"; {n} such stalls since the last note ({k} periods not replayed)"
     _log(msg)
     _safe_event(m, "loop", msg)
 
