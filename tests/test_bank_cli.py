@@ -86,7 +86,8 @@ def test_mint_transfer_balance_history_audit(db: str) -> None:
         ("abc", "amount: not a decimal number"),
         ("-5", "amount: must not be negative"),
         ("0", "amount: must be positive"),
-        ("NaN", "amount: not a finite number"),
+        ("NaN", "amount: not a decimal number"),
+        ("1_0", "amount: not a decimal number"),
     ],
 )
 def test_bad_amount_is_refused_with_exit_2_and_no_change(

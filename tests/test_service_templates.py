@@ -113,7 +113,8 @@ def test_bad_yaml_templates_name_the_field_and_line(text: str, message: str) -> 
 
 @pytest.mark.parametrize(("text", "message"), [
     (XML.replace("</platform>", ""), "not valid XML"),
-    (XML.replace("<budget>80000</budget>", "<budget>-5</budget>"), "budget: Input should be"),
+    (XML.replace("<budget>80000</budget>", "<budget>-5</budget>"), "budget: must not be negative"),
+    (XML.replace("<budget>80000</budget>", "<budget>8_0</budget>"), "budget: not a decimal"),
     (XML.replace("<poll>60</poll>", "<color>red</color>"), "unknown element <color>"),
     ("<cluster/>", "root element must be <platform>"),
 ])

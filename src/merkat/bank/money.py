@@ -1,13 +1,18 @@
 """Money: an integer number of micro-credits.
 
 Contract: every amount stored or moved by the bank is an ``int`` of micro-credits
-(1 credit = 1,000,000 micro-credits). Text amounts ("12.5") are parsed exactly with
-:class:`decimal.Decimal`; more than 6 decimals, negative values, NaN/infinity and garbage
-are refused with :class:`~merkat.bank.errors.InvalidInput` naming the field.
+(1 credit = 1,000,000 micro-credits). Text amounts follow one grammar, :data:`AMOUNT_TEXT`:
+ASCII digits with at most one decimal point and at least one digit on each side of it
+(``"12.5"``, ``"3"``, ``"0.000001"``), optionally surrounded by ASCII spaces; they are parsed
+exactly with :class:`decimal.Decimal`. Everything else — a sign, an exponent (``1e2``),
+underscores (``1_0``), non-ASCII digits (``١٠``), NaN/infinity, more than 6 decimals
+(below one micro-credit) — is refused with :class:`~merkat.bank.errors.InvalidInput`
+naming the field.
 """
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal, InvalidOperation
 
 from merkat.bank.errors import InvalidInput
@@ -27,22 +32,36 @@ float, PostgreSQL never overflows)."""
 MAX_ID = 2**63 - 1
 """Largest transfer id or period number (a signed 64-bit column)."""
 
+AMOUNT_TEXT = re.compile(r"[0-9]+(?:\.[0-9]+)?\Z", re.ASCII)
+"""The grammar of a credit amount in text: ``DIGITS [ "." DIGITS ]``, ASCII only (after the
+surrounding ASCII spaces are dropped)."""
+
 
 def parse_amount(
     text: str | int | Decimal, field: str = "amount", *, allow_zero: bool = False
 ) -> int:
-    """Parse a credit amount (``"12.5"``, ``"3"``, ``Decimal``) into micro-credits, exactly.
+    """Parse a credit amount (text of the grammar :data:`AMOUNT_TEXT`, an ``int`` of credits
+    or a ``Decimal``) into micro-credits, exactly.
 
-    Raises :class:`InvalidInput` (naming ``field``) when the text is not a finite decimal
-    number, is negative (or zero unless ``allow_zero``), has more than 6 decimals, or
-    exceeds :data:`MAX_AMOUNT`.
+    Raises :class:`InvalidInput` (naming ``field``) when the text does not follow the grammar,
+    the number is not finite, is negative (or zero unless ``allow_zero``), has more than 6
+    decimals, or exceeds :data:`MAX_AMOUNT`.
     """
     if isinstance(text, bool):
         raise InvalidInput(field, f"not a number: {text!r}")
-    if isinstance(text, str) and len(text) > 100:
-        raise InvalidInput(field, f"not a credit amount: {text[:20]!r}... ({len(text)} characters)")
+    if isinstance(text, str):
+        if len(text) > 100:
+            raise InvalidInput(field, f"not a credit amount: {text[:20]!r}... "
+                               f"({len(text)} characters)")
+        bare = text.strip(" ")
+        if not AMOUNT_TEXT.match(bare):
+            if bare.startswith("-") and AMOUNT_TEXT.match(bare[1:]):
+                raise InvalidInput(field, f"must not be negative: {text}")
+            raise InvalidInput(field, f"not a decimal number: {text!r} (digits 0-9 with at "
+                               "most one decimal point, e.g. 12.5)")
+        text = bare
     try:
-        value = Decimal(text.strip()) if isinstance(text, str) else Decimal(text)
+        value = Decimal(text)
     except (InvalidOperation, ValueError):
         raise InvalidInput(field, f"not a decimal number: {text!r}") from None
     if not value.is_finite():

@@ -6,7 +6,9 @@
 an API key (``Authorization: Bearer KEY`` or ``X-API-Key: KEY``): no or bad key → 401. A user
 sees her own platforms, accounts and events; an admin sees all; someone else's object → 404.
 Invalid bodies → 422 with ``detail`` one line naming the field (``errors``: pydantic's list).
-Amounts of money are decimal strings ("12.5"), as in the bank's CLI.
+Amounts of money are decimal strings ("12.5"), as in the bank's CLI. An ``idempotency_key``
+lives in its sender's namespace (:mod:`merkat.bank.keys`): it can never meet another user's
+key or the server's own; reusing one's own key for a different operation → 409.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, R
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
-from merkat.bank.errors import BankError
+from merkat.bank.errors import BankError, IdempotencyConflict
+from merkat.bank.keys import user_key
 from merkat.bank.money import format_amount, parse_amount
 from merkat.control.types import VMState
 from merkat.service.db import StoreError, User
@@ -33,6 +36,9 @@ from merkat.service.templates import METRIC_FIELDS, TemplateError, parse, valida
 
 PREFIX = "/api/v1"
 MAX_ID = 2**63 - 1  # the database's integers
+
+_KEY_REUSED = ("idempotency_key: already used by you for a different operation (a key names "
+               "one operation; send a new key)")
 
 
 class MetricsBody(BaseModel):
@@ -56,13 +62,13 @@ class TransferBody(BaseModel):
     to: str = Field(min_length=1)
     amount: str = Field(min_length=1, max_length=40)
     reason: str = Field("transfer", max_length=200)
-    idempotency_key: str | None = Field(None, max_length=200)
+    idempotency_key: str | None = Field(None, min_length=1, max_length=200)
 
 
 class BoostBody(BaseModel):
     model_config = {"extra": "forbid"}
     amount: str = Field(min_length=1, max_length=40)
-    idempotency_key: str | None = Field(None, max_length=200)
+    idempotency_key: str | None = Field(None, min_length=1, max_length=200)
 
 
 class TokenBody(BaseModel):
@@ -163,7 +169,7 @@ def create_app(manager: Manager) -> FastAPI:
         except TemplateError as exc:
             raise HTTPException(422, str(exc).removeprefix("template: ")) from None
         except StoreError as exc:
-            code = 409 if "already exists" in str(exc) else 422
+            code = getattr(exc, "status", 409 if "already exists" in str(exc) else 422)
             raise HTTPException(code, str(exc)) from None
         return _platform(row)
 
@@ -220,11 +226,13 @@ def create_app(manager: Manager) -> FastAPI:
             amount = parse_amount(body.amount, "amount")
             if amount <= 0:
                 raise HTTPException(422, "amount: must be > 0")
-            return manager.boost(name, amount, body.idempotency_key)
+            return manager.boost(name, amount, user_key(me.name, body.idempotency_key))
         except NotFound:
             raise HTTPException(404, f"no platform {name!r}") from None
         except ValueError as exc:
             raise HTTPException(409, str(exc)) from None
+        except IdempotencyConflict:
+            raise HTTPException(409, _KEY_REUSED) from None
         except BankError as exc:
             raise HTTPException(422, str(exc)) from None
 
@@ -319,7 +327,9 @@ def create_app(manager: Manager) -> FastAPI:
         try:
             amount = parse_amount(body.amount, "amount")
             t = store.ledger.transfer(body.source, body.to, amount, body.reason,
-                                      idempotency_key=body.idempotency_key)
+                                      idempotency_key=user_key(me.name, body.idempotency_key))
+        except IdempotencyConflict:
+            raise HTTPException(409, _KEY_REUSED) from None
         except BankError as exc:
             raise HTTPException(422, str(exc)) from None
         return {"id": t.id, "from": body.source, "to": body.to,

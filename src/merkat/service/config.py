@@ -79,6 +79,17 @@ class BackendConfig(BaseModel):
                           max_length=63)
 
 
+class QuotaConfig(BaseModel):
+    """Each user's limits unless an admin set others (``merkat user quota``;
+    :mod:`merkat.service.quotas`)."""
+
+    model_config = {"extra": "forbid"}
+    platforms: int = Field(20, ge=0)  # platforms that have not ended (queued ... suspended)
+    vms: int = Field(200, ge=0)  # VMs of those platforms, in all
+    vms_per_platform: int = Field(100, ge=0)  # one platform's VMs, growth included
+    template_bytes: int = Field(65536, ge=0)  # a template's size (its stored JSON)
+
+
 class ServiceConfig(BaseSettings):
     """Everything ``merkat server`` needs (module doc)."""
 
@@ -97,6 +108,7 @@ class ServiceConfig(BaseSettings):
     provider: str = "provider"
     backend: BackendConfig = Field(default_factory=BackendConfig)  # type: ignore[arg-type]
     limits: LimitsConfig = Field(default_factory=LimitsConfig)  # type: ignore[arg-type]
+    quotas: QuotaConfig = Field(default_factory=QuotaConfig)  # type: ignore[arg-type]
 
     @model_validator(mode="after")
     def _prefix(self) -> ServiceConfig:

@@ -30,6 +30,10 @@ from merkat.service.limits import clip
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
+ACTIVE_STATES = ("queued", "waiting", "running", "suspended")
+"""Platform states that have not ended."""
+
+
 class StoreError(ValueError):
     """A refused store operation (duplicate user, unknown user...)."""
 
@@ -104,7 +108,6 @@ class Store:
     def __init__(self, ledger: SqlLedger) -> None:
         self.ledger = ledger
         self.engine = ledger.engine
-        self._keys: dict[str, User] = {}
         self.event_chars = 2000  # an event's message, at most (config limits.event_chars)
         last = self.prices(limit=1)
         self.last_price: dict[str, Any] = last[-1] if last else {
@@ -128,9 +131,18 @@ class Store:
                 user_id=uid, digest=hash_key(key), prefix=key[:8], created=time.time()))
         if not self.ledger.has_account(name):
             self.ledger.create_account(name, AccountKind.user)
-        if budget > 0:
-            self.ledger.mint(name, budget, "initial budget", idempotency_key=f"user-budget:{name}")
+        if budget > 0:  # one key per user record: a name added again after removal is minted
+            created = self._created(name)
+            self.ledger.mint(name, budget, "initial budget",
+                             idempotency_key=f"user-budget:{name}@{created!r}")
         return key
+
+    def _created(self, name: str) -> float:
+        with self.engine.connect() as conn:
+            v = conn.execute(select(s.users.c.created).where(s.users.c.name == name)).scalar()
+        if v is None:
+            raise StoreError(f"unknown user {name!r}")
+        return float(v)
 
     def new_key(self, name: str) -> str:
         """Another API key for user ``name``."""
@@ -144,15 +156,49 @@ class Store:
         return key
 
     def user_by_key(self, key: str) -> User | None:
-        """The key's user (keys are never revoked, so a found key is cached in memory)."""
-        digest = hash_key(key)
-        cached = self._keys.get(digest)
-        if cached is not None:
-            return cached
-        user = self._user_by_digest(digest)
-        if user is not None:
-            self._keys[digest] = user
-        return user
+        """The key's user, read from the database at every call: no cache, so a key removed
+        by another process (``merkat user rotate-key`` / ``remove``) fails at once."""
+        return self._user_by_digest(hash_key(key))
+
+    def rotate_key(self, name: str) -> str:
+        """Revoke every API key of user ``name`` and return her one new key (one
+        transaction: she is never left without a key, nor with an old one)."""
+        key = "mk_" + secrets.token_urlsafe(32)
+        with self.engine.begin() as conn:
+            uid = conn.execute(select(s.users.c.id).where(s.users.c.name == name)).scalar()
+            if uid is None:
+                raise StoreError(f"unknown user {name!r}")
+            conn.execute(s.api_keys.delete().where(s.api_keys.c.user_id == uid))
+            conn.execute(insert(s.api_keys).values(
+                user_id=uid, digest=hash_key(key), prefix=key[:8], created=time.time()))
+        return key
+
+    def remove_user(self, name: str) -> None:
+        """Delete user ``name`` and her API keys (refused while she has a platform that has
+        not ended). Her bank account and its money stay: the books are never rewritten."""
+        with self.engine.begin() as conn:
+            uid = conn.execute(select(s.users.c.id).where(s.users.c.name == name)).scalar()
+            if uid is None:
+                raise StoreError(f"unknown user {name!r}")
+            live = [r.name for r in conn.execute(
+                select(s.platforms.c.name).where(s.platforms.c.owner == name,
+                                                 s.platforms.c.state.in_(ACTIVE_STATES))
+                .order_by(s.platforms.c.name))]
+            if live:
+                raise StoreError(f"user {name!r} has platforms that have not ended: "
+                                 f"{', '.join(live[:10])}{' ...' if len(live) > 10 else ''}; "
+                                 "stop them first (merkat platform stop NAME)")
+            conn.execute(s.api_keys.delete().where(s.api_keys.c.user_id == uid))
+            conn.execute(s.quotas.delete().where(s.quotas.c.user == name))
+            conn.execute(s.users.delete().where(s.users.c.id == uid))
+
+    def key_counts(self) -> dict[str, int]:
+        """Each user's number of API keys."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(s.users.c.name, func.count(s.api_keys.c.id))
+                                .join(s.api_keys, s.api_keys.c.user_id == s.users.c.id,
+                                      isouter=True).group_by(s.users.c.name))
+            return {r[0]: int(r[1]) for r in rows}
 
     def _user_by_digest(self, digest: str) -> User | None:
         with self.engine.connect() as conn:

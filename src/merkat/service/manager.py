@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from merkat.bank.errors import BankError
 from merkat.bank.ledger import AccountKind
 from merkat.bank.money import format_amount
 from merkat.control.base import Controller
@@ -47,7 +48,7 @@ from merkat.platform.period import (
     Platform,
     to_micro,
 )
-from merkat.service import files
+from merkat.service import files, quotas, tenancy
 from merkat.service.config import ServiceConfig
 from merkat.service.db import PlatformRow, Store, StoreError
 from merkat.service.logtail import LogCap
@@ -163,11 +164,7 @@ class Manager:
         owner's balance."""
         make_controller(template.controller.policy, dict(template.controller.params))
         with self.lock:
-            balance = self.store.ledger.balance(owner) if self.store.ledger.has_account(
-                owner) else 0
-            if to_micro(template.budget) > balance:
-                raise StoreError(f"budget: {template.budget:g} exceeds {owner}'s balance "
-                                 f"{balance / 1e6:g}")
+            tenancy.check_submit(self, owner, template)  # name, budget, quotas
             self.store.add_platform(template.name, owner, template.model_dump(mode="json"))
             self.store.add_event("submitted", f"platform {template.name} queued", template.name,
                                  owner)
@@ -188,6 +185,7 @@ class Manager:
             if app is None or not app.active:
                 return
             self._shutdown(app, reason)
+            self._sync(self.clock())  # stored now: the caller reads the new state
 
     def boost(self, name: str, amount: int, key: str | None = None) -> dict[str, Any]:
         """Tycoon §3's boosting: move ``amount`` micro-credits from the owner's account to the
@@ -289,7 +287,8 @@ class Manager:
             for row in self.store.platforms(states=("queued",)):
                 try:
                     self._admit(row)
-                except (TemplateError, ValueError) as exc:
+                except (TemplateError, ValueError, BankError) as exc:
+                    tenancy.forget(self, row.name)  # no half-admitted platform stays
                     self._end_row(row.name, row.owner, "failed", f"cannot admit: {exc}")
                     continue
                 admitted.append(row.name)
@@ -326,6 +325,7 @@ class Manager:
             from merkat.service.probes import apply_readings
 
             apply_readings(self)
+            quotas.bound_growth(self)  # each platform's nvms_max from its owner's quotas
             t_period = time.perf_counter()
             record = self._run_period(now)
             elapsed = time.perf_counter() - t_period
@@ -407,6 +407,8 @@ class Manager:
         and money exist, its deadline counts from its submission)."""
         t = Template.model_validate(row.template)
         ctl = make_controller(t.controller.policy, dict(t.controller.params))
+        if not resumed:
+            tenancy.check_admission(self, row, t)
         c = t.controlled
         now = self.clock()
         start = row.submitted if resumed else now

@@ -87,3 +87,13 @@ vms = Table(
 )
 """Each active platform's VMs as the last period left them: what a restarted server re-adopts
 (docs/service.md, "Crash and restart")."""
+
+quotas = Table(
+    "svc_quotas", metadata,
+    Column("user", String(128), primary_key=True),
+    Column("platforms", Integer),  # None: the server's default (merkat.service.quotas)
+    Column("vms", Integer),
+    Column("vms_per_platform", Integer),
+    Column("template_bytes", Integer),
+)
+"""Per-user overrides of the server's quotas (``merkat user quota``)."""

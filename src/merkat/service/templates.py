@@ -155,6 +155,21 @@ class Template(_Strict):
     commands: Commands = Field(default_factory=Commands)
     health: Health = Field(default_factory=Health)
 
+    @field_validator("budget", "renewal", mode="before")
+    @classmethod
+    def _amount_text(cls, v: Any) -> Any:
+        """An amount given as text follows the bank's grammar (``merkat.bank.money``: ASCII
+        digits, one optional point; no ``1_0``, exponent or non-ASCII digit)."""
+        if isinstance(v, str):
+            from merkat.bank.errors import InvalidInput
+            from merkat.bank.money import parse_amount
+
+            try:
+                return parse_amount(v, allow_zero=True) / 1e6
+            except InvalidInput as exc:
+                raise ValueError(str(exc).removeprefix("amount: ")) from None
+        return v
+
     @model_validator(mode="after")
     def _graph(self) -> Template:
         names = [c.name for c in self.clusters]
