@@ -135,3 +135,224 @@ def test_users_keys_never_meet_each_other(world: Any) -> None:
     hist = m.store.ledger.history("root", 10)
     assert len({t.idempotency_key for t in hist}) == 2
     assert all(t.idempotency_key and t.idempotency_key.startswith("u:") for t in hist)
+
+
+# --- quotas (item 8) -------------------------------------------------------------------------
+
+
+def farm(name: str, count: int, clusters: int = 1) -> str:
+    body = "".join(f"  - {{name: c{k}, command: 'sleep 60', count: {count}, cpu: 0.1, "
+                   "memory: 16, min_memory: 4}\n" for k in range(clusters))
+    return f"name: {name}\ncontroller: {{policy: best-effort}}\nbudget: 1\nclusters:\n{body}"
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> Iterator[tuple[TestClient, Manager, dict[str, str]]]:
+    cfg = load_config(None, data_dir=tmp_path, period=1.0, admission=0.5,
+                      backend={"cgroup_root": str(tmp_path / "no-cgroups")},
+                      quotas={"platforms": 2, "vms": 5, "vms_per_platform": 4,
+                              "template_bytes": 2000})
+    store = open_store(cfg.database)
+    keys = {"alice": store.add_user("alice", budget=100_000_000),
+            "bob": store.add_user("bob", budget=100_000_000)}
+    m = Manager(cfg, store, make_backend(cfg))
+    with TestClient(create_app(m)) as c:
+        yield c, m, keys
+    m.close()
+
+
+def test_quotas_refuse_with_the_quota_and_the_use_and_store_nothing(small: Any) -> None:
+    c, m, keys = small
+    a = keys["alice"]
+    # the issue's 120 clusters x 1,000 VMs: over the per-platform size, nothing stored
+    r = submit(c, a, farm("huge", 1000, 120))
+    assert r.status_code == 422 and r.json()["detail"].startswith("quota template_bytes: ")
+    r = submit(c, a, farm("big", 5))
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"] == ("quota vms_per_platform: the template asks for 5 VMs; "
+                                  "alice's limit per platform is 4")
+    assert submit(c, a, farm("f1", 3)).status_code == 201
+    r = submit(c, a, farm("f2", 3))
+    assert r.status_code == 429
+    assert r.json()["detail"] == ("quota vms: the template asks for 3 VMs; alice's platforms "
+                                  "hold 3 of her 5")
+    assert submit(c, a, farm("f2", 2)).status_code == 201
+    r = submit(c, a, farm("f3", 1))
+    assert r.status_code == 429 and r.json()["detail"].startswith(
+        "quota platforms: alice has 2 platform(s) that have not ended, her limit is 2")
+    assert [p.name for p in m.store.platforms("alice")] == ["f1", "f2"]
+    assert submit(c, keys["bob"], farm("b1", 4)).status_code == 201  # bob's own quota
+    # an ended platform frees its place; an admin's override raises the limit at once
+    assert c.post("/api/v1/platforms/f1/stop", headers=h(a)).json()["state"] == "stopped"
+    assert submit(c, a, farm("f3", 3)).status_code == 201
+    from merkat.service import quotas
+
+    quotas.set_quota(m.store.engine, "alice", {"platforms": 3, "vms": 10})
+    assert submit(c, a, farm("f4", 4)).status_code == 201
+    assert quotas.usage(m, "alice") == {"platforms": 3, "vms": 9}
+
+
+def test_growth_is_bounded_so_the_owners_vms_never_exceed_her_quota(small: Any) -> None:
+    """bound_growth: each platform's nvms_max (what its controller may grow to) at most
+    vms_per_platform, never below its own size, the owner's free VMs shared."""
+    c, m, keys = small
+    from merkat.service import quotas
+
+    assert submit(c, keys["alice"], farm("one", 1)).status_code == 201
+    assert submit(c, keys["alice"], farm("two", 2)).status_code == 201
+    assert submit(c, keys["bob"], farm("b", 1)).status_code == 201
+    m.admit()
+    quotas.bound_growth(m)
+    caps = {n: m.platform.apps[n].spec.nvms_max for n in ("one", "two", "b")}
+    # alice: 5 - (1 + 2) = 2 free, one each; bob: 4 free but at most 4 per platform
+    assert caps == {"one": 2, "two": 3, "b": 4}
+    assert caps["one"] + caps["two"] <= 5
+    quotas.set_quota(m.store.engine, "alice", {"vms": 1})  # lowered below her use
+    quotas.bound_growth(m)
+    assert m.platform.apps["one"].spec.nvms_max == 1 and m.platform.apps["two"].spec.nvms_max == 2
+    m.tick()  # the period runs with the bounds
+    assert all(len(m.platform.apps[n].vms) <= m.platform.apps[n].spec.nvms_max
+               for n in ("one", "two", "b"))
+
+
+# --- budgets, stop, names (Low items) --------------------------------------------------------
+
+
+def test_over_committed_budgets_say_so_and_leave_no_zombie(world: Any) -> None:
+    """Two budgets that together exceed the owner's balance: the second is refused at
+    submission, saying budget vs balance; nothing stays behind and the name is free."""
+    c, m, keys = world
+    a = keys["bob"]  # 10 credits
+    assert submit(c, a, template("p1", "6")).status_code == 201
+    r = submit(c, a, template("p2", "6"))
+    assert r.status_code == 422
+    assert r.json()["detail"] == ("budget: 6 exceeds bob's balance 10 less the budgets of "
+                                  "her 1 queued platform(s), 6: 4 left")
+    assert m.store.platform("p2") is None and "p2" not in m.platform.apps
+    assert submit(c, a, template("p2", "4")).status_code == 201  # the name is free
+    assert m.admit() == ["p1", "p2"]
+    assert balance(m, "bob") == 0 and balance(m, "app:p2") == 4_000_000
+
+
+def test_money_moved_after_submission_fails_the_admission_cleanly(world: Any) -> None:
+    """The backstop: the owner gave her money away between submission and admission; the
+    platform ends failed with the reason, no half-admitted platform stays in the period,
+    the others are admitted and the periods go on."""
+    c, m, keys = world
+    assert submit(c, keys["bob"], template("gone", "8")).status_code == 201
+    assert submit(c, keys["alice"], template("fine", "5")).status_code == 201
+    r = c.post("/api/v1/transfers", json={"from": "bob", "to": "alice", "amount": "5"},
+               headers=h(keys["bob"]))
+    assert r.status_code == 201
+    assert m.admit() == ["fine"]
+    row = m.store.platform("gone")
+    assert row is not None and row.state == "failed"
+    assert row.outcome == ("cannot admit: budget: 8 exceeds bob's balance 5 at admission "
+                           "(money moved since the submission)")
+    assert "gone" not in m.platform.apps and "gone" not in m.live
+    assert not m.store.ledger.has_account("app:gone")
+    assert m.tick()["vms"] >= 0 and m.store.platform("fine").state == "running"  # type: ignore[union-attr]
+    assert balance(m, "bob") == 5_000_000 and m.store.ledger.audit().ok
+
+
+def test_stop_answers_the_new_state(world: Any) -> None:
+    c, m, keys = world
+    assert submit(c, keys["alice"], template("s")).status_code == 201
+    m.admit()
+    m.tick()
+    assert m.store.platform("s").state == "running"  # type: ignore[union-attr]
+    r = c.post("/api/v1/platforms/s/stop", headers=h(keys["alice"]))
+    assert r.status_code == 200 and r.json()["state"] == "stopped"
+    assert r.json()["outcome"] == "stopped by the user" and r.json()["ended"] is not None
+    show = c.get("/api/v1/platforms/s", headers=h(keys["alice"])).json()
+    assert show["state"] == "stopped" and show["vms"] == []
+    # a queued platform likewise
+    assert submit(c, keys["alice"], template("q")).status_code == 201
+    assert c.post("/api/v1/platforms/q/stop", headers=h(keys["alice"])).json()["state"] == \
+        "stopped"
+
+
+def test_another_users_platform_name_is_taken_without_naming_her(world: Any) -> None:
+    c, m, keys = world
+    assert submit(c, keys["alice"], template("secret")).status_code == 201
+    r = submit(c, keys["bob"], template("secret", "1"))
+    assert r.status_code == 409
+    assert r.json()["detail"] == "name: platform name 'secret' is taken; choose another"
+    assert "alice" not in r.text
+    # her own second try gets the same words; once the record is gone (platform delete),
+    # the name is hers again, but another user's still: the bank keeps app:secret
+    assert submit(c, keys["alice"], template("secret")).json()["detail"] == r.json()["detail"]
+    m.admit()
+    c.post("/api/v1/platforms/secret/stop", headers=h(keys["alice"]))
+    from sqlalchemy import delete
+
+    from merkat.service import schema
+
+    with m.store.engine.begin() as conn:  # what `platform delete` does to the record
+        conn.execute(delete(schema.platforms).where(schema.platforms.c.name == "secret"))
+    assert submit(c, keys["bob"], template("secret", "1")).status_code == 409
+    left = balance(m, "app:secret")  # what the stopped platform did not spend stays there
+    assert submit(c, keys["alice"], template("secret")).status_code == 201
+    m.admit()  # a name used again is funded again (its budget key is per record)
+    assert balance(m, "app:secret") == left + 10_000_000
+
+
+# --- key revocation (item 12): the CLI and the running server are two processes ---------------
+
+
+def test_rotated_and_removed_keys_are_refused_at_once_by_the_running_server(
+        tmp_path: Path) -> None:
+    import json
+    import urllib.error
+    import urllib.request
+
+    from test_service_e2e import ENV, cli, free_port
+
+    from merkat.service.server import Service
+
+    def add(name: str) -> str:
+        r = cli("user", "add", name, "--budget", "10", "--data-dir", str(tmp_path), "--parsable")
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+
+    alice, bob = add("alice"), add("bob")
+    cfg = load_config(None, data_dir=tmp_path, port=free_port(), period=0.5, admission=0.25,
+                      backend={"cgroup_root": str(tmp_path / "no-cgroups")})
+    svc = Service(cfg, on_period=lambda rec: None)
+    svc.start_background()
+
+    def status(key: str) -> int:
+        req = urllib.request.Request(f"http://127.0.0.1:{svc.port}/api/v1/prices",
+                                     headers={"Authorization": f"Bearer {key}"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+
+    try:
+        assert status(alice) == 200 and status(bob) == 200
+        r = cli("user", "rotate-key", "alice", "--data-dir", str(tmp_path), "-o", "json")
+        assert r.returncode == 0, r.stderr
+        new = json.loads(r.stdout)["key"]
+        assert status(alice) == 401 and status(new) == 200  # at once: no cache
+        env = {**ENV, "MERKAT_URL": f"http://127.0.0.1:{svc.port}", "MERKAT_TOKEN": bob}
+        spin = tmp_path / "spin.yaml"
+        spin.write_text(template("bobs", "1"))
+        assert cli("submit", str(spin), env=env).returncode == 0
+        r = cli("user", "remove", "bob", "--data-dir", str(tmp_path))
+        assert r.returncode == 1 and "bobs" in r.stderr and "stop them first" in r.stderr
+        assert status(bob) == 200
+        assert cli("platform", "stop", "bobs", env=env).returncode == 0
+        r = cli("user", "remove", "bob", "--data-dir", str(tmp_path))
+        assert r.returncode == 0, r.stderr
+        assert status(bob) == 401
+        r = cli("prices", env=env)
+        assert r.returncode == 2 and "refused the API key" in r.stderr
+        users = json.loads(cli("user", "list", "--data-dir", str(tmp_path), "-o", "json").stdout)
+        assert [u["name"] for u in users["items"]] == ["alice"]
+        assert cli("user", "remove", "bob", "--data-dir", str(tmp_path)).returncode == 2
+        # the books keep her account and its money (10 less the stopped platform's budget)
+        assert svc.manager.store.ledger.balance("bob") == 9_000_000
+    finally:
+        svc.shutdown()

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from merkat.bank.money import format_amount
-from merkat.platform.period import to_micro
+from merkat.platform.period import AppStatus, to_micro
 from merkat.service.db import StoreError
 from merkat.service.quotas import check_submit as check_quotas
 
@@ -71,7 +71,11 @@ def check_submit(m: Manager, owner: str, t: Template) -> None:
 
 def check_admission(m: Manager, row: PlatformRow, t: Template) -> None:
     """Refuse (``ValueError``) the admission of ``row`` when its budget no longer fits its
-    owner's balance."""
+    owner's balance. An ended platform of the same name still in memory (its record was
+    deleted, the name used again) is dropped first."""
+    old = m.platform.apps.get(row.name)
+    if old is not None and not old.active:
+        m.platform.apps.pop(row.name)
     ledger = m.store.ledger
     balance = ledger.balance(row.owner) if ledger.has_account(row.owner) else 0
     if to_micro(t.budget) > balance:
@@ -83,10 +87,14 @@ def check_admission(m: Manager, row: PlatformRow, t: Template) -> None:
 def forget(m: Manager, name: str) -> None:
     """Remove what a failed admission of ``name`` left in memory (module doc)."""
     p = m.platform
-    p.apps.pop(name, None)
-    p.active.pop(name, None)
-    if name in p.queue:
-        p.queue.remove(name)
+    app = p.apps.get(name)
+    if app is not None and not app.vms and app.status is AppStatus.WAITING:  # this one's
+        p.apps.pop(name, None)
+        p.active.pop(name, None)
+        if name in p.queue:
+            p.queue.remove(name)
+    if name in p.active:
+        return
     m.live.pop(name, None)
     for table in ("launchers", "monitored", "owner_of"):
         d = getattr(m.backend, table, None)
