@@ -306,9 +306,8 @@ def test_rotated_and_removed_keys_are_refused_at_once_by_the_running_server(
     import urllib.error
     import urllib.request
 
-    from test_service_e2e import ENV, cli, free_port
-
     from merkat.service.server import Service
+    from test_service_e2e import ENV, cli, free_port
 
     def add(name: str) -> str:
         r = cli("user", "add", name, "--budget", "10", "--data-dir", str(tmp_path), "--parsable")
