@@ -351,7 +351,10 @@ def test_rotated_and_removed_keys_are_refused_at_once_by_the_running_server(
         users = json.loads(cli("user", "list", "--data-dir", str(tmp_path), "-o", "json").stdout)
         assert [u["name"] for u in users["items"]] == ["alice"]
         assert cli("user", "remove", "bob", "--data-dir", str(tmp_path)).returncode == 2
-        # the books keep her account and its money (10 less the stopped platform's budget)
-        assert svc.manager.store.ledger.balance("bob") == 9_000_000
+        # the books keep his account and his money: 10 less what his platform paid (its
+        # budget's rest came home when it stopped)
+        ledger = svc.manager.store.ledger
+        assert ledger.balance("bob") == 10_000_000 - round(svc.manager.spent("bobs") * 1e6)
+        assert ledger.balance("app:bobs") == 0 and ledger.audit().ok
     finally:
         svc.shutdown()

@@ -42,6 +42,7 @@ from merkat.bank.policies import (
     IdleTax,
     ReturnBudget,
     VirtualBank,
+    _digest,
     hold_account,
 )
 from merkat.platform.model import App, Charged, Decision, to_micro
@@ -307,7 +308,9 @@ class Economy:
         home. Returns ``{application id: paid}`` ({} without metering)."""
         if self._meter is None:
             return {}
-        return self._meter.settle(self.ledger, period, measured, "/end", only=list(measured))
+        # one key per period and set of applications: two ends in one period never collide
+        tag = f"/end/{_digest(sorted(measured))}"
+        return self._meter.settle(self.ledger, period, measured, tag, only=list(measured))
 
     def close(self, accounts: Iterable[str], period: int,
               also: Callable[[Any], None] | None = None, reason: str | None = None

@@ -25,6 +25,7 @@ half-done period.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -50,7 +51,7 @@ from merkat.platform.period import (
 )
 from merkat.service import files, quotas, tenancy
 from merkat.service.config import ServiceConfig
-from merkat.service.db import PlatformRow, Store, StoreError
+from merkat.service.db import PlatformRow, Store
 from merkat.service.logtail import LogCap
 from merkat.service.logtail import tail as read_tail
 from merkat.service.monitors import MetricsTracker
@@ -185,7 +186,10 @@ class Manager:
             if app is None or not app.active:
                 return
             self._shutdown(app, reason)
-            self._sync(self.clock())  # stored now: the caller reads the new state
+            # stored now, so the caller reads the new state (if the store fails, the next
+            # period writes it)
+            with contextlib.suppress(Exception):
+                self._sync(self.clock())
 
     def boost(self, name: str, amount: int, key: str | None = None) -> dict[str, Any]:
         """Tycoon §3's boosting: move ``amount`` micro-credits from the owner's account to the
