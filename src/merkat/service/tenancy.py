@@ -12,9 +12,9 @@ else's, commit money she does not have, leave half an admission behind.
 - :func:`forget`: what an admission that failed half-way left in memory (the platform's
   record, queue entry, launcher) is removed, so no zombie stays in the period.
 
-A name is taken while its platform record exists, and — for every user but its first
-owner — while the bank account ``app:<name>`` exists: the books keep accounts and their
-history forever, so a name freed by ``platform delete`` is free again for its owner only.
+A name is taken while its platform record exists; ``platform delete`` frees it for anyone
+(:mod:`merkat.service.records`: the next platform of that name gets a bank account of its
+own, ``app:NAME@2``, so nothing of the first one's money or keys reaches it).
 """
 
 from __future__ import annotations
@@ -51,10 +51,7 @@ def check_submit(m: Manager, owner: str, t: Template) -> None:
     """Refuse a submission (module doc): :class:`NameTaken`, :class:`OverBudget`,
     :class:`~merkat.service.quotas.QuotaExceeded`. The caller holds the manager's lock."""
     store, ledger = m.store, m.store.ledger
-    account = f"app:{t.name}"
     if store.platform(t.name) is not None:
-        raise NameTaken(t.name)
-    if ledger.has_account(account) and ledger.get_account(account).owner != owner:
         raise NameTaken(t.name)
     check_quotas(m, owner, t)
     balance = ledger.balance(owner) if ledger.has_account(owner) else 0
@@ -71,11 +68,7 @@ def check_submit(m: Manager, owner: str, t: Template) -> None:
 
 def check_admission(m: Manager, row: PlatformRow, t: Template) -> None:
     """Refuse (``ValueError``) the admission of ``row`` when its budget no longer fits its
-    owner's balance. An ended platform of the same name still in memory (its record was
-    deleted, the name used again) is dropped first."""
-    old = m.platform.apps.get(row.name)
-    if old is not None and not old.active:
-        m.platform.apps.pop(row.name)
+    owner's balance."""
     ledger = m.store.ledger
     balance = ledger.balance(row.owner) if ledger.has_account(row.owner) else 0
     if to_micro(t.budget) > balance:
