@@ -190,6 +190,9 @@ def test_quotas_refuse_with_the_quota_and_the_use_and_store_nothing(small: Any) 
     quotas.set_quota(m.store.engine, "alice", {"platforms": 3, "vms": 10})
     assert submit(c, a, farm("f4", 4)).status_code == 201
     assert quotas.usage(m, "alice") == {"platforms": 3, "vms": 9}
+    doc = c.get("/api/v1/openapi.json").json()["paths"]  # the codes are published
+    assert {"409", "422", "429"} <= set(doc["/api/v1/platforms"]["post"]["responses"])
+    assert "409" in doc["/api/v1/transfers"]["post"]["responses"]
 
 
 def test_growth_is_bounded_so_the_owners_vms_never_exceed_her_quota(small: Any) -> None:

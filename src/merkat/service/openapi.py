@@ -50,13 +50,15 @@ DESCRIPTIONS = {
     "409": "Conflict with the object's state",
     "413": "The request body is larger than limits.body_bytes",
     "422": "Invalid input: `detail` names the field",
+    "429": "Over one of the user's quotas (platforms, vms): `detail` names it, the use and "
+           "the limit",
 }
 
 EXTRA: dict[tuple[str, str], tuple[str, ...]] = {
-    ("post", "/api/v1/platforms"): ("409",),            # the name is taken
-    ("post", "/api/v1/platforms/{name}/boost"): ("409",),  # the platform has ended
+    ("post", "/api/v1/platforms"): ("409", "429"),     # the name is taken; a quota is full
+    ("post", "/api/v1/platforms/{name}/boost"): ("409",),  # ended; the key reused
     ("delete", "/api/v1/platforms/{name}"): ("409",),    # the platform has not ended
-    ("post", "/api/v1/transfers"): ("404",),            # no receiving account
+    ("post", "/api/v1/transfers"): ("404", "409"),     # no receiving account; the key reused
 }
 """Statuses an operation returns beyond the rules (module doc)."""
 
