@@ -304,3 +304,37 @@ def test_idle_and_slow_connections_cannot_take_the_server_down(tmp_path: Path,
         s.stop()
     log = s.log()
     assert "Traceback" not in log and len(log) < 10_000, log[-3000:]
+
+
+def test_event_streams_are_bounded_per_user(server: Server) -> None:
+    """Each open stream polls the store: a user holds at most 8 (limits.streams_per_user)."""
+
+    def open_stream(user: str) -> tuple[socket.socket, bytes]:
+        c = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        c.sendall(b"GET /api/v1/events/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                  + server.keys[user].encode() + b"\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += c.recv(4096)
+        return c, head
+
+    streams = [open_stream("bob") for _ in range(8)]
+    assert all(h.startswith(b"HTTP/1.1 200") for _, h in streams)
+    c, head = open_stream("bob")
+    assert head.startswith(b"HTTP/1.1 429"), head
+    c.close()
+    other, head = open_stream("alice")  # another user's streams are hers
+    assert head.startswith(b"HTTP/1.1 200")
+    other.close()
+    assert server.call("GET", "/api/v1/prices", "bob")[0] == 200
+    streams.pop()[0].close()  # a slot comes back once the server sees the disconnect
+    end = time.monotonic() + 5
+    while True:
+        c, head = open_stream("bob")
+        c.close()
+        if head.startswith(b"HTTP/1.1 200"):
+            break
+        assert time.monotonic() < end, head
+        time.sleep(0.2)
+    for c, _ in streams:
+        c.close()

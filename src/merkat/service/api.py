@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import weakref
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -28,7 +29,7 @@ from merkat.bank.money import format_amount, parse_amount
 from merkat.control.types import VMState
 from merkat.service.db import StoreError, User
 from merkat.service.http import install_errors
-from merkat.service.limits import InputError, load_json
+from merkat.service.limits import InputError, Slots, load_json
 from merkat.service.manager import Manager, NotFound
 from merkat.service.openapi import install as install_openapi
 from merkat.service.status import platform_status
@@ -109,6 +110,7 @@ def create_app(manager: Manager) -> FastAPI:
     limits = manager.config.limits
     install_errors(app, limits)  # one error shape, body limits (service/http.py)
     install_openapi(app)  # the document says every status and the error shape
+    streams = Slots(limits.streams_per_user)  # open event streams per user
 
     def own_platform(name: str, me: User) -> Any:
         row = store.platform(name)
@@ -380,20 +382,30 @@ def create_app(manager: Manager) -> FastAPI:
     @r.get("/events/stream")
     async def stream(request: Request, me: Me,
                      after: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
-                     poll: Annotated[float, Query(gt=0, le=60)] = 0.5) -> StreamingResponse:
-        async def gen() -> AsyncIterator[str]:
-            last = after
-            yield ": merkat events\n\n"
-            while not await request.is_disconnected():
-                items = await asyncio.to_thread(store.events, last, 100,
-                                                None if me.admin else me.name)
-                for e in items:
-                    last = e["id"]
-                    yield f"id: {e['id']}\nevent: {e['kind']}\ndata: {json.dumps(e)}\n\n"
-                if not items:
-                    await asyncio.sleep(poll)
+                     poll: Annotated[float, Query(ge=0.05, le=60)] = 0.5) -> StreamingResponse:
+        slot = streams.take(me.name)
+        if slot is None:
+            raise HTTPException(429, f"events/stream: at most {limits.streams_per_user} open "
+                                "streams per user (limits.streams_per_user)")
 
-        return StreamingResponse(gen(), media_type="text/event-stream")
+        async def gen() -> AsyncIterator[str]:
+            try:
+                last = after
+                yield ": merkat events\n\n"
+                while not await request.is_disconnected():
+                    items = await asyncio.to_thread(store.events, last, 100,
+                                                    None if me.admin else me.name)
+                    for e in items:
+                        last = e["id"]
+                        yield f"id: {e['id']}\nevent: {e['kind']}\ndata: {json.dumps(e)}\n\n"
+                    if not items:
+                        await asyncio.sleep(poll)
+            finally:
+                slot.release()
+
+        body = gen()
+        weakref.finalize(body, slot.release)  # never iterated (the client left at once)
+        return StreamingResponse(body, media_type="text/event-stream")
 
     app.include_router(r)
     # The dashboard at / and Prometheus /metrics (merkat.web), fed after each period.

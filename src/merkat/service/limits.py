@@ -54,9 +54,42 @@ class LimitsConfig(BaseModel):
     """Seconds an idle keep-alive connection is kept."""
     backlog: int = Field(2048, ge=16, le=65535)
     """The listening socket's backlog."""
+    streams_per_user: int = Field(8, ge=1, le=10_000)
+    """Open ``GET /events/stream`` responses per user; one more: 429."""
 
 
 DEFAULT = LimitsConfig.model_validate({})
+
+
+class Slots:
+    """At most ``per_key`` holders per key (a user's open event streams)."""
+
+    def __init__(self, per_key: int) -> None:
+        self.per_key = per_key
+        self.held: dict[str, int] = {}
+
+    def take(self, key: str) -> Slot | None:
+        """A slot of ``key``, or None when all are held."""
+        if self.held.get(key, 0) >= self.per_key:
+            return None
+        self.held[key] = self.held.get(key, 0) + 1
+        return Slot(self, key)
+
+
+class Slot:
+    """One held slot; :meth:`release` is idempotent."""
+
+    def __init__(self, slots: Slots, key: str) -> None:
+        self.slots, self.key, self.held = slots, key, True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            left = self.slots.held.get(self.key, 1) - 1
+            if left > 0:
+                self.slots.held[self.key] = left
+            else:
+                self.slots.held.pop(self.key, None)
 
 
 class InputError(ValueError):

@@ -50,8 +50,8 @@ DESCRIPTIONS = {
     "409": "Conflict with the object's state",
     "413": "The request body is larger than limits.body_bytes",
     "422": "Invalid input: `detail` names the field",
-    "429": "Over one of the user's quotas (platforms, vms): `detail` names it, the use and "
-           "the limit",
+    "429": "Over one of the user's quotas: platforms, VMs (POST /platforms: `detail` names it, "
+           "the use and the limit) or open event streams (limits.streams_per_user)",
 }
 
 EXTRA: dict[tuple[str, str], tuple[str, ...]] = {
@@ -59,6 +59,7 @@ EXTRA: dict[tuple[str, str], tuple[str, ...]] = {
     ("post", "/api/v1/platforms/{name}/boost"): ("409",),  # ended; the key reused
     ("delete", "/api/v1/platforms/{name}"): ("409",),    # the platform has not ended
     ("post", "/api/v1/transfers"): ("404", "409"),     # no receiving account; the key reused
+    ("get", "/api/v1/events/stream"): ("429",),         # limits.streams_per_user
 }
 """Statuses an operation returns beyond the rules (module doc)."""
 
