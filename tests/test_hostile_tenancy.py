@@ -367,3 +367,48 @@ def test_rotated_and_removed_keys_are_refused_at_once_by_the_running_server(
         assert ledger.audit().ok
     finally:
         svc.shutdown()
+
+
+def test_an_internal_key_collision_fails_that_admission_only(world: Any) -> None:
+    """Whatever holds a platform's budget key already (no request can write one; here the
+    server's own ledger does), the collision fails that platform's admission with the reason,
+    never the admission of the others or the period."""
+    c, m, keys = world
+    assert submit(c, keys["alice"], template("clash", "5")).status_code == 201
+    assert submit(c, keys["bob"], template("other", "1")).status_code == 201
+    m.store.ledger.transfer("alice", "bob", 1, "earlier", idempotency_key="budget:clash")
+    assert m.admit() == ["other"]
+    row = m.store.platform("clash")
+    assert row is not None and row.state == "failed" and "idempotency key" in row.outcome
+    assert "clash" not in m.platform.active
+    m.tick()
+    assert m.store.platform("other").state == "running"  # type: ignore[union-attr]
+    assert balance(m, "alice") == 100_000_000 - 1 and m.store.ledger.audit().ok
+
+
+def test_user_admin_commands_bad_input_exit_2_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from merkat.cli import app
+
+    runner = CliRunner()
+
+    def cli(*args: str) -> Any:
+        return runner.invoke(app, [*args, "--data-dir", str(tmp_path)])
+
+    assert cli("user", "add", "alice").exit_code == 0
+    for args in (("user", "quota", "nobody", "--vms", "3"), ("user", "quota", "alice", "--vms",
+                                                             "-1"),
+                 ("user", "rotate-key", "nobody"), ("user", "remove", "nobody"),
+                 ("user", "quota", "alice", "--platforms", "x")):
+        r = cli(*args)
+        assert r.exit_code == 2, (args, r.stdout, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    r = cli("user", "quota", "alice", "--vms", "3", "-o", "json")
+    assert r.exit_code == 0
+    import json
+
+    out = json.loads(r.stdout)
+    assert out["quotas"]["vms"] == 3 and out["overrides"] == {"vms": 3}
+    out = json.loads(cli("user", "quota", "alice", "--reset", "-o", "json").stdout)
+    assert out["overrides"] == {} and out["quotas"]["vms"] == 200
