@@ -35,12 +35,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from merkat.backends.local import health
 from merkat.backends.local.capacity import Node, Reserve, reserve_nodes, split_machine
 from merkat.backends.local.cgroups import CgroupTree, Limits, pid_alive
 from merkat.backends.local.metering import CpuMeter
@@ -207,54 +207,19 @@ class LocalBackend:
 
     def poll(self) -> list[OpResult]:
         """Reap exited processes; restart a failed one (non-zero exit) up to ``max_restarts``
-        times (Merkat §4.2.2's health check). Returns what happened."""
-        out: list[OpResult] = []
+        times (Merkat §4.2.2's health check: :func:`.health.health_check`). Returns what
+        happened."""
         with self._lock:
-            for vm in list(self.vms.values()):
-                if vm.state != "running":
-                    continue
-                if vm.proc is not None:
-                    code = vm.proc.poll()
-                elif vm.adopted:  # not our child: it ended when its group is empty
-                    if self._alive(vm):
-                        continue
-                    status = _exit_status(vm.exit_file)
-                    code = UNKNOWN_EXIT if status is None else status
-                else:
-                    continue
-                if code is None:
-                    continue
-                vm.exit_code = code
-                if code == 0:
-                    vm.state = "exited"
-                    out.append(OpResult("exit", vm.id))
-                elif vm.restarts < self.max_restarts:
-                    vm.restarts += 1
-                    err = self._spawn(vm)
-                    if err:  # gone for good (the manager fails its platform)
-                        self._fail(vm, f"exited with code {code}; restart failed: {err}")
-                    out.append(OpResult("restart", vm.id, err and f"restart failed: {err}"))
-                else:
-                    self._fail(vm, f"exited with code {code} after {vm.restarts} restarts")
-                    out.append(OpResult("exit", vm.id, f"exited with code {code} "
-                                        f"after {vm.restarts} restarts"))
-        return out
+            return health.health_check(self)
 
     def _fail(self, p: VMProcess, reason: str) -> None:
         p.state = "failed"
         self.failures[p.id] = reason
 
     def failed(self) -> dict[str, str]:
-        """The VMs gone for good, each with the reason: a process whose restart failed or
-        whose restarts are used up, a VM that could not be created (its files, its command,
-        its cgroup), or any VM whose state is ``failed``. A destroyed VM leaves the list."""
+        """The VMs gone for good, each with the reason (:func:`.health.failed`)."""
         with self._lock:
-            out = dict(self.failures)
-            for p in self.vms.values():
-                if p.state == "failed" and p.id not in out:
-                    out[p.id] = f"its process failed (exit code {p.exit_code})" \
-                        if p.exit_code is not None else "its process failed"
-            return out
+            return health.failed(self)
 
     def vm(self, vm: str) -> VMProcess | None:
         return self.vms.get(vm)
@@ -307,41 +272,11 @@ class LocalBackend:
             return OpResult("adopt-frozen" if frozen else "adopt", vm, err)
 
     def monitor_context(self, vm: str) -> dict[str, Any] | None:
-        """What a command monitor of ``vm`` runs with (:mod:`merkat.service.probes`): the VM's
-        working directory, its ``MERKAT_*`` environment, and the ``cgroup.procs`` files of its
-        groups except the freezer's (a monitor is never frozen with its VM: a frozen process
-        could not be killed at its time limit)."""
-        p = self.vms.get(vm)
-        if p is None:
-            return None
-        node = self._node(p.node)
-        env = {"MERKAT_PLATFORM": p.app, "MERKAT_VM": p.id, "MERKAT_CLUSTER": p.launch.cluster,
-               "MERKAT_INDEX": str(p.launch.index), "MERKAT_NODE": node.name,
-               "MERKAT_CPUS": node.cpus, "MERKAT_PYTHON": sys.executable, **p.launch.env}
-        procs = tuple(str(d / "cgroup.procs") for ctl, d in self.tree.dirs(_group(vm)).items()
-                      if ctl != "freezer") if self.enforced else ()
-        return {"cwd": p.launch.cwd, "env": env, "cgroup_procs": procs}
+        """What a command monitor of ``vm`` runs with (:func:`.health.monitor_context`)."""
+        return health.monitor_context(self, vm)
 
     def _running(self, p: VMProcess) -> bool:
-        """Whether any process of VM ``p`` is alive (its child shell, its group's processes,
-        an adopted VM's leader); reaps our child when it has ended."""
-        if p.proc is not None and p.proc.poll() is None:
-            return True
-        if self.enforced:
-            return any(pid_alive(pid) for pid in self.tree.pids(_group(p.id)))
-        return p.proc is None and p.pid is not None and pid_alive(p.pid)
-
-    def _signal(self, p: VMProcess, sig: int) -> None:
-        """Send ``sig`` to every process of VM ``p`` (its group thawed first: a frozen
-        process acts on no signal)."""
-        if self.enforced:
-            self.tree.thaw(_group(p.id))
-            for pid in self.tree.pids(_group(p.id)):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, sig)
-        if p.pid is not None and (p.proc is None or p.proc.poll() is None):
-            _killpg(p.pid, signal.SIGCONT)
-            _killpg(p.pid, sig)
+        return health.running(self, p)
 
     def _adopt_exited(self, vm: str, app: str, host: int, index: int, launcher: Launcher,
                       log: Path) -> OpResult:
@@ -400,20 +335,7 @@ class LocalBackend:
         prefix when empty) — a couple of seconds for any number of VMs."""
         with self._lock:
             apps = {_safe(p.app) for p in self.vms.values()} | {_safe(a) for a in self.launchers}
-            vms = list(self.vms.values())
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                left = [p for p in vms if self._running(p)]
-                for p in left:
-                    self._signal(p, sig)
-                end = time.monotonic() + grace
-                while left and time.monotonic() < end:
-                    time.sleep(0.02)
-                    left = [p for p in left if self._running(p)]
-                if not left:
-                    break
-            for p in vms:  # what its shell left in its process group (a cgroup has none)
-                if p.pid is not None and not p.adopted:
-                    _killpg(p.pid, signal.SIGKILL)
+            health.stop_all(self, list(self.vms.values()), grace)
             for vm in list(self.vms):
                 self._destroy(vm)  # (nothing left to wait for)
             if self.enforced:  # our empty application groups, then the prefix when empty
@@ -567,5 +489,4 @@ WRAPPER = '/bin/sh -c "$1"; s=$?; echo "$s" >"$2"; exit "$s"'
 cgroup), which writes the command's exit status to a file: a VM re-adopted after a restart
 is not the new server's child, so its status is read from there (:meth:`LocalBackend.poll`)."""
 
-UNKNOWN_EXIT = -1
-"""The exit code of an adopted VM that ended without writing its status (killed): a failure."""
+UNKNOWN_EXIT = health.UNKNOWN_EXIT
