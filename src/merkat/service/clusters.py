@@ -2,11 +2,13 @@
 cluster can have its own monitor ... the application controller ... aggregates"), and the
 heartbeat (§4.2.3: "heartbeats are sent periodically ... to detect possible failures").
 
-- Each cluster with a ``monitor:`` is read on its own VM (the cluster's first), every ``poll``
-  seconds: the cluster's ``poll`` when set, else the template's (``0``: never read; Merkat's
-  XML ``<group poll='no'>``). The platform's ``commands.monitor`` plugin is the monitored
-  cluster's monitor when that cluster has none. Pushed metrics (``POST .../metrics``) are the
-  platform's own reading, beside the clusters'.
+- Each cluster with a ``monitor:`` is read on its own VM (the cluster's first), by the
+  monitor runner (:mod:`merkat.service.probes`), at most once a period: a log monitor every
+  period, or every ``poll`` seconds when its cluster sets ``poll``; a command monitor every
+  ``poll`` seconds, its cluster's else the template's. A cluster's ``poll: 0`` (Merkat's XML
+  ``<group poll='no'>``) turns its monitor off; ``poll='yes'`` is the template's ``<poll>``.
+  The platform's ``commands.monitor`` plugin is the monitored cluster's monitor when that
+  cluster has none. Pushed metrics (``POST .../metrics``) update the monitored cluster's.
 - :func:`aggregate` — what the controller sees (pure): the **sum of the work** (work done,
   work total and tasks left add up over the clusters) progressing at the pace of the
   **slowest cluster**: the aggregate rate is the total work left over the longest time any
@@ -15,7 +17,7 @@ heartbeat (§4.2.3: "heartbeats are sent periodically ... to detect possible fai
   cluster with work left but no rate yet leaves the aggregate rate unknown (None). The
   ``performance`` / ``reference`` pair is the worst cluster's (the furthest from its
   reference in the metric's ``sense``); the task times are the longest.
-- :class:`Heartbeat` — ``health.stall_s`` (template; default off): a cluster whose monitor
+- :func:`stalled`, the heartbeat — ``health.stall_s`` (template; default off): a cluster whose monitor
   reported no progress (its ``work_done``, or its ``tasks_left``, unchanged) for that long
   while its VM runs has that VM restarted like a failed one (killed; the backend's health check
   restarts it, up to ``backend.max_restarts``); an event ``vm-stalled`` says so.
@@ -24,15 +26,15 @@ heartbeat (§4.2.3: "heartbeats are sent periodically ... to detect possible fai
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from merkat.control.types import Metrics, Sense
+from merkat.service.monitors import MetricsTracker
 
 if TYPE_CHECKING:
     from merkat.service.db import PlatformRow
     from merkat.service.manager import Manager
-    from merkat.service.templates import Template
+    from merkat.service.templates import Monitor, Template
 
 
 def aggregate(readings: Mapping[str, Metrics]) -> Metrics:
@@ -115,31 +117,92 @@ def cluster_vm(m: Manager, name: str, t: Template, cluster: str) -> str | None:
     return None
 
 
-@dataclass
-class Heartbeat:
-    """When each cluster's monitor last showed progress (module doc): ``(time, work)``."""
+def monitors_of(t: Template) -> list[tuple[str, Monitor]]:
+    """Each cluster's monitor, the monitored cluster's first (its ``commands.monitor`` plugin
+    when it has none: :func:`merkat.service.probes.monitor_of`)."""
+    from merkat.service.probes import monitor_of
 
-    stall_s: float | None
-    last: dict[str, tuple[float, Any]] = field(default_factory=dict)
+    out: list[tuple[str, Monitor]] = []
+    first = monitor_of(t)
+    if first is not None:
+        out.append((t.monitored.name, first))
+    out += [(c.name, c.monitor) for c in t.clusters
+            if c.monitor is not None and c.name != t.monitored.name]
+    return out
 
-    def beat(self, cluster: str, m: Metrics, now: float) -> bool:
-        """Note ``cluster``'s reading at ``now``; True when it has shown no progress for
-        ``stall_s`` seconds (the clock then starts again: one restart per stall)."""
-        if not self.stall_s:
-            return False
-        work = (m.work_done, m.tasks_left, m.performance)
-        seen = self.last.get(cluster)
-        if seen is None or seen[1] != work:
-            self.last[cluster] = (now, work)
-            return False
-        if now - seen[0] >= self.stall_s:
-            self.last[cluster] = (now, work)
-            return True
+
+def probe_key(name: str, t: Template, cluster: str) -> str:
+    """The monitor runner's key of ``cluster``'s reading: the platform's name for its
+    monitored cluster, ``NAME/CLUSTER`` for another."""
+    return name if cluster == t.monitored.name else f"{name}/{cluster}"
+
+
+def tracker_of(live: Any, cluster: str) -> MetricsTracker:
+    """The tracker of ``cluster``'s readings (the monitored cluster's is ``live.tracker``,
+    which pushed metrics update too)."""
+    if cluster == live.template.monitored.name:
+        return live.tracker  # type: ignore[no-any-return]
+    found = live.others.get(cluster)
+    if found is None:
+        c = next(c for c in live.template.clusters if c.name == cluster)
+        found = live.others[cluster] = MetricsTracker(c.monitor)
+    return found  # type: ignore[no-any-return]
+
+
+def platform_metrics(live: Any) -> Metrics:
+    """What platform ``live``'s controller sees: its clusters' readings aggregated
+    (:func:`aggregate`; the clusters whose monitor gave nothing yet are left out)."""
+    readings = {live.template.monitored.name: live.tracker.metrics()}
+    for cluster, tracker in live.others.items():
+        if tracker.values:
+            readings[cluster] = tracker.metrics()
+    return aggregate(readings)
+
+
+def stalled(live: Any, cluster: str, m: Metrics, at: float, running: bool) -> bool:
+    """The heartbeat (module doc): note ``cluster``'s reading taken ``at``; True when it has
+    shown no progress (``work_done``, ``tasks_left``, ``performance`` unchanged) for the
+    template's ``health.stall_s`` seconds while its VM ran (the clock then starts again: one
+    restart per stall). A VM not ``running`` (starting, suspended) restarts the clock."""
+    stall = live.template.health.stall_s
+    if not stall:
         return False
+    if not running:
+        live.beats.pop(cluster, None)
+        return False
+    work = (m.work_done, m.tasks_left, m.performance)
+    seen = live.beats.get(cluster)
+    if seen is None or seen[1] != work:
+        live.beats[cluster] = (at, work)
+        return False
+    if at - seen[0] >= stall:
+        live.beats[cluster] = (at, work)
+        return True
+    return False
 
-    def forget(self, cluster: str, now: float) -> None:
-        """The cluster's VM is not running (suspended, starting): its clock starts again."""
-        self.last.pop(cluster, None)
+
+def heartbeat(m: Manager, name: str, live: Any, cluster: str, reading: Metrics,
+              at: float) -> None:
+    """Feed ``cluster``'s reading to the heartbeat (:func:`stalled`); a stalled VM is killed,
+    so that the backend's health check restarts it like a failed one (up to
+    ``backend.max_restarts``; then the platform fails), with a ``vm-stalled`` event."""
+    if not live.template.health.stall_s:
+        return
+    from merkat.control.types import VMState
+
+    t = live.template
+    vm = m.backend.monitored.get(name) if cluster == t.monitored.name else cluster_vm(
+        m, name, t, cluster)
+    app = m.platform.apps.get(name)
+    running = app is not None and any(r.id == vm and r.state is VMState.RUNNING
+                                      for r in app.vms)
+    if vm is None or not stalled(live, cluster, reading, at, running):
+        return
+    kill = getattr(m.backend, "kill", None)
+    error = kill(vm) if kill is not None else "this backend cannot restart a VM"
+    what = "killed: it is restarted as a failed VM" if error is None else f"not restarted: {error}"
+    m._event("vm-stalled", f"{vm}: no progress for {t.health.stall_s:g} s (cluster "
+             f"{cluster}'s monitor): {what}", name)
 
 
 def clusters_status(m: Manager, row: PlatformRow, deadline: float | None
@@ -155,7 +218,9 @@ def clusters_status(m: Manager, row: PlatformRow, deadline: float | None
         return []
     live = m.live.get(row.name) or m.ended.get(row.name)
     app = m.platform.apps.get(row.name)
-    trackers = getattr(live, "trackers", None) or {}
+    trackers = dict(live.others) if live is not None else {}
+    if live is not None:
+        trackers[t.monitored.name] = live.tracker
     now = m.clock()
     out = []
     for c in t.ordered():
@@ -164,8 +229,6 @@ def clusters_status(m: Manager, row: PlatformRow, deadline: float | None
             vms = sum(1 for vm in app.vms if (i := m.vm_index.get(vm.id)) is not None
                       and t.cluster_of(i)[0].name == c.name)
         tracker = trackers.get(c.name)
-        if tracker is None and live is not None and c.name == t.monitored.name:
-            tracker = live.tracker
         reading = tracker.metrics() if tracker is not None and tracker.values else None
         kind = c.monitor.kind if c.monitor else (
             "command" if c.name == t.monitored.name and t.commands.monitor else None)

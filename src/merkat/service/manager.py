@@ -30,7 +30,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,18 @@ class Live:
     last_poll: float = -math.inf
     state: str = "waiting"  # as last written to the store
     monitor_error: str | None = None  # the last failed reading's (an event when it changes)
+    # the other clusters' monitors (Merkat §4.2.1) and the heartbeat: service/clusters.py
+    others: dict[str, MetricsTracker] = field(default_factory=dict)
+    polled: dict[str, float] = field(default_factory=dict)  # when each was last read
+    beats: dict[str, tuple[float, Any]] = field(default_factory=dict)
+    errors: dict[str, str | None] = field(default_factory=dict)  # the other clusters' monitors'
+
+    def metrics(self) -> Any:
+        """What the controller sees: every cluster's reading, aggregated
+        (:func:`merkat.service.clusters.aggregate`)."""
+        from merkat.service.clusters import platform_metrics
+
+        return platform_metrics(self)
 
 
 class Manager:
@@ -254,7 +266,7 @@ class Manager:
         with self.lock:
             app = self.platform.apps.get(name)
             live = self.live.get(name)
-            m = live.tracker.metrics() if live else None
+            m = live.metrics() if live else None
             deadline = app.spec.deadline if app else None
             out: dict[str, Any] = {"policy": app.spec.policy if app else None,
                                    "deadline": deadline, "work_done": None,
@@ -410,7 +422,9 @@ class Manager:
         """Admit ``row`` into the platform (``resumed``: again, after a restart: its account
         and money exist, its deadline counts from its submission)."""
         t = Template.model_validate(row.template)
-        ctl = make_controller(t.controller.policy, dict(t.controller.params))
+        from merkat.service.idle import with_keep_idle
+
+        ctl = with_keep_idle(t, make_controller)  # the template's keep_idle (service/idle.py)
         if not resumed:
             tenancy.check_admission(self, row, t)
         c = t.controlled

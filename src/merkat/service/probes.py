@@ -2,8 +2,10 @@
 few worker threads, each reading within a time limit.
 
 A period (:meth:`Manager.tick <merkat.service.manager.Manager.tick>`) first plans, under the
-lock, the readings due (:func:`plan_probes`: a log monitor every period, a command monitor
-every ``poll`` seconds, never below :data:`~merkat.service.templates.MIN_POLL`), each a
+lock, the readings due (:func:`plan_probes`: every cluster's monitor — a log monitor every
+period, or every ``poll`` seconds when its cluster sets one; a command monitor every ``poll``
+seconds, never below :data:`~merkat.service.templates.MIN_POLL`; their aggregate is what the
+controller sees: :mod:`merkat.service.clusters`), each a
 :class:`Probe` holding everything the reading needs; releases the lock; hands them to
 :class:`MonitorRunner`'s threads and waits at most :data:`WAIT` seconds for them; then, under
 the lock again, takes the readings that arrived (:func:`apply_readings`). A reading still
@@ -27,6 +29,7 @@ The readings themselves (:func:`take_reading`):
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -86,30 +89,44 @@ def plan_probes(m: Manager, now: float) -> list[Probe]:
     """The readings due at ``now`` (call under the manager's lock): a log monitor's every
     period, a command monitor's every ``poll`` seconds, a running or suspended platform's only;
     a command monitor runs while its VM runs (not suspended, not before it starts)."""
+    from merkat.service.clusters import cluster_vm, due, monitors_of, probe_key
+
     out: list[Probe] = []
     backend = m.backend
     remote = getattr(backend, "exec_in", None) is not None
     for name, live in m.live.items():
-        mon = monitor_of(live.template)
         app = m.platform.apps.get(name)
-        if mon is None or mon.kind == "push" or app is None or not app.active:
+        if app is None or not app.active:
             continue
-        if mon.kind == "command" and now - live.last_poll < live.template.poll:
-            continue
-        vm = backend.monitored.get(name)
-        up = any(r.id == vm and r.state is not VMState.SUSPENDED for r in app.vms)
-        if mon.kind == "command" and not up:  # (its poll counts from its first reading)
-            continue
-        if mon.kind == "command":
-            live.last_poll = now
-        ctx: dict[str, Any] = {}
-        context = getattr(backend, "monitor_context", None)
-        if vm is not None and context is not None:
-            ctx = context(vm) or {}
-        log = backend.log_path(vm) if vm and not remote else None
-        out.append(Probe(name, live.owner, mon, vm if (up or not remote) else None, log,
-                         ctx.get("cwd"), dict(ctx.get("env", {})),
-                         tuple(ctx.get("cgroup_procs", ())), TIMEOUT))
+        t = live.template
+        for cluster, mon in monitors_of(t):  # every cluster's (service/clusters.py)
+            if mon.kind == "push":
+                continue
+            key = probe_key(name, t, cluster)
+            own = next((c.poll for c in t.clusters if c.name == cluster), None)
+            last = live.last_poll if key == name else live.polled.get(cluster, -math.inf)
+            if own == 0:
+                continue  # its monitor is off (poll: 0, XML poll='no')
+            if mon.kind == "command" or own is not None:
+                poll = own if own is not None else t.poll
+                if not due(last, poll, now, m.config.period):
+                    continue
+            vm = backend.monitored.get(name) if key == name else cluster_vm(m, name, t, cluster)
+            up = any(r.id == vm and r.state is not VMState.SUSPENDED for r in app.vms)
+            if mon.kind == "command" and not up:  # (its poll counts from its first reading)
+                continue
+            if key == name:
+                live.last_poll = now
+            else:
+                live.polled[cluster] = now
+            ctx: dict[str, Any] = {}
+            context = getattr(backend, "monitor_context", None)
+            if vm is not None and context is not None:
+                ctx = context(vm) or {}
+            log = backend.log_path(vm) if vm and not remote else None
+            out.append(Probe(key, live.owner, mon, vm if (up or not remote) else None, log,
+                             ctx.get("cwd"), dict(ctx.get("env", {})),
+                             tuple(ctx.get("cgroup_procs", ())), TIMEOUT))
     return out
 
 
@@ -256,14 +273,25 @@ def apply_readings(m: Manager) -> None:
     """Take the finished readings into the platforms' metrics (under ``m``'s lock): an event
     when a monitor's error changes (``monitor-timeout`` for a reading killed at its time
     limit, else ``monitor-error``); then every platform's metrics go to the backend."""
-    for name, (reading, at) in m.monitors.take().items():
+    from merkat.service.clusters import heartbeat, tracker_of
+
+    for key, (reading, at) in m.monitors.take().items():
+        name, _, cluster = key.partition("/")
         live = m.live.get(name)
         if live is None:
             continue
-        live.tracker.update(reading.values, at)
-        if reading.error is not None and reading.error != live.monitor_error:
+        cluster = cluster or live.template.monitored.name
+        tracker = tracker_of(live, cluster)
+        tracker.update(reading.values, at)
+        before = live.monitor_error if key == name else live.errors.get(cluster)
+        if reading.error is not None and reading.error != before:
             kind = "monitor-timeout" if reading.timed_out else "monitor-error"
-            m._event(kind, f"monitor of {name}: {reading.error}", name)
-        live.monitor_error = reading.error
+            which = f" (cluster {cluster})" if key != name else ""
+            m._event(kind, f"monitor of {name}{which}: {reading.error}", name)
+        if key == name:
+            live.monitor_error = reading.error
+        else:
+            live.errors[cluster] = reading.error
+        heartbeat(m, name, live, cluster, tracker.metrics(), at)
     for name, live in m.live.items():
-        m.backend.set_metrics(name, live.tracker.metrics())
+        m.backend.set_metrics(name, live.metrics())  # every cluster's, aggregated

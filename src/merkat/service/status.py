@@ -158,7 +158,7 @@ def platform_status(m: Manager, row: PlatformRow, slo: dict[str, Any] | None = N
     if row.state in ("running", "suspended") and deadline is not None:
         if slo is None:  # read without the manager's lock: a list never waits for a period
             live = m.live.get(row.name)
-            slo = progress_of(live.tracker.metrics() if live else None, deadline, now)
+            slo = progress_of(live.metrics() if live else None, deadline, now)
         on_track = slo.get("on_track")
     account = account_of(m, row)
     money = money_of(m.store.ledger, account, row.owner, m.config.provider)
