@@ -279,15 +279,8 @@ class LocalBackend:
         return health.running(self, p)
 
     def kill(self, vm: str) -> str | None:
-        """Kill VM ``vm``'s processes and keep it (the heartbeat's restart of a stalled VM,
-        ``service/clusters.py``): the next :meth:`poll` finds it ended with a non-zero status
-        and restarts it like a failed one, up to ``max_restarts``. An error, or None."""
-        with self._lock:
-            p = self.vms.get(vm)
-            if p is None or p.state != "running":
-                return "not running"
-            self._signal(p, signal.SIGKILL)
-            return None
+        """Kill a stalled VM for its restart (:func:`.health.kill`)."""
+        return health.kill(self, vm)
 
     def _adopt_exited(self, vm: str, app: str, host: int, index: int, launcher: Launcher,
                       log: Path) -> OpResult:

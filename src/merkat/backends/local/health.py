@@ -101,6 +101,18 @@ def send(b: LocalBackend, p: VMProcess, sig: int) -> None:
         _killpg(p.pid, sig)
 
 
+def kill(b: LocalBackend, vm: str) -> str | None:
+    """Kill VM ``vm``'s processes and keep it (the heartbeat's restart of a stalled VM,
+    ``service/clusters.py``): the next health check finds it ended with a non-zero status and
+    restarts it like a failed one, up to ``max_restarts``. An error, or None."""
+    with b._lock:
+        p = b.vms.get(vm)
+        if p is None or p.state != "running":
+            return "not running"
+        send(b, p, signal.SIGKILL)
+        return None
+
+
 def stop_all(b: LocalBackend, vms: Sequence[VMProcess], grace: float) -> None:
     """End the processes of ``vms`` all at once: SIGTERM to every VM, one wait of at most
     ``grace`` seconds for all of them, SIGKILL to those left (and one more wait); then
