@@ -151,7 +151,7 @@ NOUNS: tuple[Noun, ...] = (
          ("experiment",)),
     Noun("bench", "bench:app", "Benchmarks; each prints a JSON object on stdout.",
          ("bank", "market", "sim", "tycoon", "bench_period", "bench_kubernetes", "bench_service",
-          "bench_gridcloud", "bench_web", "bench_sweep", "startup")),
+          "bench_gridcloud", "bench_web", "bench_sweep", "bench_contention", "startup")),
     Noun("kubernetes", "kubernetes:app",
          "The Kubernetes backend: nodes as merkat sees them, the API emulator."),
     Noun("predict", "predict:app", "Price prediction (Tycoon §4) on a price history."),
