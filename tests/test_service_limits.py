@@ -17,7 +17,7 @@ from merkat.service.backends import make_backend
 from merkat.service.config import ConfigError, load_config
 from merkat.service.db import open_store
 from merkat.service.limits import InputError, LimitsConfig, check_finite, load_json, load_yaml
-from merkat.service.logtail import LogCap, cap, tail
+from merkat.service.logtail import LogCap, cap, platform_logs, tail
 from merkat.service.manager import Manager
 from merkat.service.templates import TemplateError, parse
 
@@ -180,3 +180,17 @@ def test_bad_bodies_answer_one_line_errors(client: Any) -> None:
     # events are cut
     m.store.add_event("test", "y" * 1_000_000)
     assert len(m.store.events_tail(1)[0]["message"]) == 2000
+
+
+def test_platform_logs_share_one_read_budget(tmp_path: Path) -> None:
+    base = tmp_path / "p"
+    base.mkdir()
+    for k in range(10):  # ten VMs with 1 MB of lines each
+        (base / f"vm{k}.log").write_bytes(b"".join(b"line %06d of vm%d\n" % (i, k)
+                                                   for i in range(60_000)))
+    out = platform_logs(base, 100_000, 100_000)  # ~10 KB per file, not 1 MB
+    assert 90_000 < len(out) < 110_000
+    assert out.count("==> vm") == 10 and "line 059999 of vm9" in out
+    assert platform_logs(base, 1, 100_000).splitlines()[:2] == ["==> vm0.log <==",
+                                                                 "line 059999 of vm0"]
+    assert platform_logs(tmp_path / "none", 5, 1000) == ""

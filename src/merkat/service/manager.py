@@ -52,8 +52,7 @@ from merkat.platform.period import (
 from merkat.service import files, quotas, tenancy
 from merkat.service.config import ServiceConfig
 from merkat.service.db import PlatformRow, Store
-from merkat.service.logtail import LogCap
-from merkat.service.logtail import tail as read_tail
+from merkat.service.logtail import LogCap, platform_logs
 from merkat.service.monitors import MetricsTracker
 from merkat.service.plugins import run_plugin
 from merkat.service.templates import Template, TemplateError
@@ -287,12 +286,8 @@ class Manager:
 
     def logs(self, name: str, tail: int = 100) -> str:
         """The last ``tail`` lines of each VM's output, under a ``==> file <==`` header."""
-        base = Path(self.config.data_dir) / "logs" / name
-        parts = []
-        for f in sorted(base.glob("*.log")) if base.is_dir() else []:
-            lines = read_tail(f, tail, self.config.limits.log_read_bytes)  # bounded memory
-            parts.append(f"==> {f.name} <==\n" + "\n".join(lines))
-        return "\n".join(parts) + ("\n" if parts else "")
+        return platform_logs(Path(self.config.data_dir) / "logs" / name, tail,
+                             self.config.limits.log_read_bytes)  # bounded memory
 
     # --- the loop's side ----------------------------------------------------------------------
 

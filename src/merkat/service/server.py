@@ -139,6 +139,13 @@ class Service:
                                      args=(self.stop_event, self.on_period), daemon=True)
         self.manager.health.thread = self.loop  # /health reports a loop that is gone
         self.loop.start()
+        from pathlib import Path
+
+        from merkat.service.logtail import LOG_CHECK, LogCap
+
+        capper = LogCap(Path(self.config.data_dir) / "logs", self.config.limits.log_bytes)
+        threading.Thread(target=capper.run, args=(self.stop_event, LOG_CHECK),
+                         name="merkat-logcap", daemon=True).start()
 
     def serve(self) -> None:
         """Serve until interrupted, then stop the loop and destroy the VMs."""
