@@ -353,9 +353,16 @@ def test_rotated_and_removed_keys_are_refused_at_once_by_the_running_server(
         assert r.exit_code == 1 and "bobs" in r.stderr and "stop them first" in r.stderr
         assert call(bob) == 200
         assert call(bob, "/platforms/bobs/stop", b"{}") == 200
+        req = urllib.request.Request(url + "/events/stream?poll=0.1",
+                                     headers={"Authorization": f"Bearer {bob}"})
+        stream = urllib.request.urlopen(req, timeout=30)  # bob's open event stream
+        assert stream.readline().startswith(b": merkat events")
         r = cli("user", "remove", "bob")
         assert r.exit_code == 0, r.stderr
         assert call(bob) == 401 and call(bob, "/platforms") == 401
+        rest = stream.read()  # the stream ends: no session outlives the key
+        assert b"event: revoked" in rest
+        stream.close()
         users = json.loads(cli("user", "list", "-o", "json").stdout)
         assert [u["name"] for u in users["items"]] == ["alice"]
         assert cli("user", "remove", "bob").exit_code == 2  # unknown now

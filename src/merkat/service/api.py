@@ -82,11 +82,22 @@ class KeyBody(BaseModel):
     public_key: str = Field(min_length=1, max_length=10_000)
 
 
-async def current_user(
+def api_key(request: Request) -> str | None:
+    """The API key a request carries (``X-API-Key``, else ``Authorization: Bearer``)."""
+    key = request.headers.get("x-api-key")
+    authorization = request.headers.get("authorization")
+    if key is None and authorization and authorization.lower().startswith("bearer "):
+        key = authorization[7:].strip()
+    return key
+
+
+def current_user(
         request: Request,
         authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
         x_api_key: Annotated[str | None, Header(include_in_schema=False)] = None) -> User:
-    """The caller, from her API key; 401 without a valid one."""
+    """The caller, from her API key; 401 without a valid one. Looked up in the database at
+    every request (a worker thread, not the event loop): a key revoked by ``merkat user
+    rotate-key`` / ``remove`` fails at once."""
     key = x_api_key
     if key is None and authorization and authorization.lower().startswith("bearer "):
         key = authorization[7:].strip()
@@ -388,6 +399,8 @@ def create_app(manager: Manager) -> FastAPI:
             raise HTTPException(429, f"events/stream: at most {limits.streams_per_user} open "
                                 "streams per user (limits.streams_per_user)")
 
+        key = api_key(request) or ""
+
         async def gen() -> AsyncIterator[str]:
             try:
                 last = after
@@ -399,6 +412,10 @@ def create_app(manager: Manager) -> FastAPI:
                         last = e["id"]
                         yield f"id: {e['id']}\nevent: {e['kind']}\ndata: {json.dumps(e)}\n\n"
                     if not items:
+                        # a key revoked while the stream is open ends it (no stale session)
+                        if await asyncio.to_thread(store.user_by_key, key) != me:
+                            yield "event: revoked\ndata: {}\n\n"
+                            return
                         await asyncio.sleep(poll)
             finally:
                 slot.release()
