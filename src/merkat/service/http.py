@@ -38,6 +38,9 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+"""The methods whose bodies the API reads (other bodies are left unread, never buffered)."""
+
 DRAIN_FACTOR = 64
 """A refused body is read and dropped up to 64 times ``body_bytes`` (within the head
 timeout) before the 413, unless the client waits for ``100 Continue``."""
@@ -75,8 +78,8 @@ class BodyLimits:
         self.limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
+        if scope["type"] != "http" or scope.get("method") not in BODY_METHODS:
+            await self.app(scope, receive, send)  # a GET's body is never read
             return
         limit = self.limits.body_bytes
         headers = {k.lower(): v for k, v in scope.get("headers", [])}

@@ -70,6 +70,8 @@ PUBLIC = {"/api/v1/health"}
 """Operations without authentication."""
 
 AUTH_HEADERS = {"authorization", "x-api-key"}
+BODY_METHODS = {"post", "put", "patch"}
+"""Methods whose bodies :class:`~merkat.service.http.BodyLimits` reads and checks."""
 
 
 def _error(code: str) -> dict[str, Any]:
@@ -117,16 +119,16 @@ def patch(doc: dict[str, Any]) -> dict[str, Any]:
                 codes.add("401")
             if any(p.get("in") == "path" for p in params):
                 codes.add("404")
-            if params or "requestBody" in op or method == "post":
+            if params or "requestBody" in op or method in BODY_METHODS:
                 codes.add("422")
-            if method == "post":
+            if method in BODY_METHODS:
                 codes |= {"413", "408"}
             responses = op.setdefault("responses", {})
             media = STREAMS.get((method, path))
             if media is not None and "200" in responses:
                 responses["200"]["content"] = {media: {"schema": {"type": "string"}}}
             if "422" in responses and not params and "requestBody" not in op \
-                    and method != "post":
+                    and method not in BODY_METHODS:
                 del responses["422"]  # only the (hidden) auth headers were parameters
             for code in sorted(codes):
                 old = responses.get(code)
