@@ -53,6 +53,12 @@ def server(
     redistribute_every: int | None = typer.Option(
         None, "--redistribute-every", min=1,
         help="closed economy: periods between the Virtual Bank's redistributions (12)."),
+    reserve_cpu: float | None = typer.Option(
+        None, "--reserve-cpu", min=0.0, help="local backend: cores kept for merkat and the "
+        "system; the VMs together get the rest, and the market sells only that (0.5)."),
+    reserve_memory: float | None = typer.Option(
+        None, "--reserve-memory", min=0.0,
+        help="local backend: MiB kept for merkat and the system (512)."),
 ) -> None:
     """Run the live service: REST API, applications manager and period loop (Ctrl-C stops
     it and destroys its VMs: processes, or pods with --backend kubernetes). An ended
@@ -63,7 +69,8 @@ def server(
                   admission=admission, economy=economy, charging=charging,
                   redistribute_every=redistribute_every)
     updates = {k: v for k, v in (("name", backend), ("kubeconfig", kubeconfig),
-                                 ("namespace", namespace)) if v is not None}
+                                 ("namespace", namespace), ("reserve_cpu", reserve_cpu),
+                                 ("reserve_memory", reserve_memory)) if v is not None}
     if updates:
         from pydantic import ValidationError
 

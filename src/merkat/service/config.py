@@ -78,6 +78,21 @@ class BackendConfig(BaseModel):
     instance: str = Field("merkat", pattern=r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$",
                           max_length=63)
 
+    @field_validator("reserve_cpu", "reserve_memory")
+    @classmethod
+    def _reserve_fits(cls, v: float, info: Any) -> float:
+        """The reserve must leave this machine's VMs something (local backend)."""
+        from merkat.backends.local.capacity import machine
+
+        cores, memory = machine()
+        if info.field_name == "reserve_cpu" and v >= cores:
+            raise ValueError(f"{v:g} core(s) leaves nothing for the VMs of this "
+                             f"{cores:g}-core machine (must be < {cores:g})")
+        if info.field_name == "reserve_memory" and v >= memory:
+            raise ValueError(f"{v:g} MiB leaves nothing for the VMs of this machine "
+                             f"({memory:.0f} MiB)")
+        return v
+
 
 class QuotaConfig(BaseModel):
     """Each user's limits unless an admin set others (``merkat user quota``;

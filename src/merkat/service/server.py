@@ -50,8 +50,9 @@ class Service:
         # failed start leaves no database behind (an existing directory is locked first, so
         # a second server there is told so rather than that the port is taken).
         self.lock = DataDirLock(config.data_dir)
+        existed = config.data_dir.is_dir()
         try:
-            if config.data_dir.is_dir():
+            if existed:
                 self.lock.acquire()
             self.sock = self._bind()
             config.data_dir.mkdir(parents=True, exist_ok=True)
@@ -68,6 +69,10 @@ class Service:
             raise ServiceError(str(exc)) from None
         except BaseException:
             self._release()
+            if not existed:  # a failed start leaves no new directory (database) behind
+                import shutil
+
+                shutil.rmtree(config.data_dir, ignore_errors=True)
             raise
         self.app = create_app(self.manager)
         self.on_period = on_period or (lambda rec: log(describe_period(rec)))
