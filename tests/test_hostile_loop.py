@@ -410,7 +410,9 @@ def test_a_command_monitor_runs_in_the_vms_cgroup_without_the_servers_environmen
                 break
             time.sleep(0.3)
         assert m.live["slow"].tracker.metrics().work_done == 5.0
-        wd = tmp_path / "work" / "slow" / "main-0"
+        alice = m.tenants.identity("alice")  # the VM's directory, in its owner's area
+        wd = alice.home / "work" / "slow" / "main-0"
+        assert (wd / "mon.env").stat().st_uid == alice.uid != 0  # run as her, not root
         groups = (wd / "mon.cgroup").read_text()
         vm_group = f"/{cfg.backend.cgroup_prefix}/slow/vm1"
         assert any(line.endswith(vm_group) for line in groups.splitlines()
