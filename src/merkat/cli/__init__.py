@@ -134,8 +134,9 @@ NOUNS: tuple[Noun, ...] = (
          "Run the live service: REST API, applications manager and period loop (Ctrl-C stops "
          "it and destroys its VMs: processes, or pods with --backend kubernetes)."),
     Noun("demo", "service:demo",
-         "Run the live service with a small embedded demo (two deadline-driven solvers and a "
-         "best-effort one sharing this machine), print what happens, then a report."),
+         "Run the live service on a demo with more demand than this machine: a deadline solver "
+         "outbids best-effort ones, a price-limited one is suspended and resumed; prints each "
+         "period, then a report of what the market did."),
     Noun("submit", "client:submit", "Submit a virtual platform template to the server's queue."),
     Noun("prices", "client:prices",
          "The current prices (credits per core and per MiB, per period); with --since, the "
@@ -165,7 +166,6 @@ NOUNS: tuple[Noun, ...] = (
          "Virtual platforms on the server: list, show, stop, boost, logs, delete.",
          ("platforms",)),
     Noun("account", "client:account_app", "Your bank accounts on the server."),
-    Noun("file", "files:app", "Your files on the server (the sources of a template's files_in)."),
 )
 _BY_NAME = {n.name: n for n in NOUNS}
 

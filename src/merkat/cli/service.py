@@ -125,12 +125,11 @@ def user_add(
         amount = parse_amount(budget, "--budget", allow_zero=True)
     except BankError as exc:
         fail(str(exc))
+    cfg.data_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[attr-defined]
     try:
         store = open_store(cfg.database)  # type: ignore[attr-defined]
-    except (BankError, StoreError) as exc:
+    except BankError as exc:
         fail(str(exc), EXIT_FAILURE)
-    except OSError as exc:
-        fail(f"data_dir: {exc.strerror or exc}", EXIT_FAILURE)
     try:
         key = store.add_user(name, admin, amount)
     except (StoreError, BankError) as exc:
@@ -154,12 +153,18 @@ def demo(
         None, "--data-dir", help="State directory (default: a new temporary one, "
         "/tmp/merkat-demo-*, kept after the run for `merkat report`)."),
 ) -> None:
-    """Run the live service with a small embedded demo (two deadline-driven solvers and a
-    best-effort one sharing this machine), print what happens, then a report."""
+    """Run the live service on a demo with more demand than this machine can serve: a
+    deadline solver outbids best-effort ones to meet its deadline, a price-limited one is
+    suspended when the price climbs and resumed when it falls. Prints each period, then a
+    report of what the market did (deadlines, bids and price, money, bank audit, HTML report);
+    exit 0 when the deadline was met."""
     from merkat.service.demo import run_demo
+    from merkat.service.server import ServiceError
 
     try:
         code = run_demo(duration, period, port, data_dir)
     except KeyboardInterrupt:
         code = 130
+    except ServiceError as exc:  # the port is taken, another server holds the data dir...
+        fail(f"cannot start the demo's server: {exc}", EXIT_FAILURE)
     raise typer.Exit(code)
