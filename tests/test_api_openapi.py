@@ -76,7 +76,7 @@ class Checked:
 def api(tmp_path: Path) -> Iterator[tuple[Checked, dict[str, str], Manager]]:
     cfg = load_config(None, data_dir=tmp_path, period=1.0, admission=0.5,
                       backend={"cgroup_root": str(tmp_path / "no-cgroups")},
-                      limits={"body_bytes": 64 * 1024})
+                      limits={"body_bytes": 64 * 1024}, tenants={"max_file": 1000})
     store = open_store(cfg.database)
     keys = {"alice": store.add_user("alice", budget=100_000_000),
             "bob": store.add_user("bob", budget=10_000_000),
@@ -194,6 +194,15 @@ def test_every_operation_answers_as_documented(api: Any) -> None:
     call("get", "/api/v1/events?tail=3", root, expect=200)
     call("get", "/api/v1/events?after=9223372036854775808", a, expect=422)
     call("get", "/api/v1/events/stream?after=-1", a, expect=422)
+    # files (the sources of files_in)
+    octet = {"content-type": "application/octet-stream"}
+    call("put", "/api/v1/files/in.txt", content=b"42", headers=octet, expect=401)
+    call("get", "/api/v1/files", expect=401)
+    call("put", "/api/v1/files/in.txt", a, content=b"42", headers=octet, expect=201)
+    call("put", "/api/v1/files/.x", a, content=b"42", headers=octet, expect=422)
+    call("put", "/api/v1/files/big", a, content=b"x" * (m.config.tenants.max_file + 1),
+         headers=octet, expect=413)
+    call("get", "/api/v1/files", a, expect=200)
     # every operation of the document was called (the stream's 200 is in test_hostile_http)
     ops = {(meth, p) for p, item in call.doc["paths"].items() for meth in item}
     assert ops - call.called == set(), sorted(ops - call.called)

@@ -410,7 +410,9 @@ def test_a_command_monitor_runs_in_the_vms_cgroup_without_the_servers_environmen
                 break
             time.sleep(0.3)
         assert m.live["slow"].tracker.metrics().work_done == 5.0
-        wd = tmp_path / "work" / "slow" / "main-0"
+        alice = m.tenants.identity("alice")  # the VM's directory, in its owner's area
+        wd = alice.home / "work" / "slow" / "main-0"
+        assert (wd / "mon.env").stat().st_uid == alice.uid != 0  # run as her, not root
         groups = (wd / "mon.cgroup").read_text()
         vm_group = f"/{cfg.backend.cgroup_prefix}/slow/vm1"
         assert any(line.endswith(vm_group) for line in groups.splitlines()
@@ -438,3 +440,53 @@ def test_a_starved_loop_notes_its_stalls_once_a_minute_with_the_count() -> None:
     _stalled(m, h, 60.0, 62.0, 1.0)
     assert len(notes) == 2
     assert "30 such stalls since the last note (60 periods not replayed)" in notes[1]
+
+
+def test_a_failure_between_the_decision_and_the_charge_leaves_no_ghost(
+        manager: Manager, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decision placed a new VM, then the charge failed (the database): the VM was never
+    created. The retry must create it, not bill a VM that does not exist forever."""
+    m = manager
+    m.submit("alice", parse(SLEEPER))
+    failed = threading.Event()
+    charge = m.driver.economy.charge
+
+    def once(decision: Any, accounts: Any) -> Any:
+        if not failed.is_set() and decision.bills:
+            failed.set()
+            raise OperationalError("UPDATE", {}, Exception("database is locked"))
+        return charge(decision, accounts)
+
+    monkeypatch.setattr(m.driver.economy, "charge", once)
+    loop = Loop(m)
+    try:
+        wait(failed.is_set)
+        wait(lambda: m.health.recoveries_total == 1)
+        wait(lambda: "s/vm1" in m.backend.vms)  # created after all
+        p = m.backend.vms["s/vm1"]
+        wait(lambda: p.proc is not None and p.proc.poll() is None)
+        wait(lambda: m.store.platform("s").state == "running")  # type: ignore[union-attr]
+        (vm,) = m.platform.apps["s"].vms
+        assert vm.state.value == "running"
+    finally:
+        loop.close()
+    assert m.health.failures_total == 1
+    assert m.store.ledger.audit().ok
+
+
+def test_reconcile_destroys_what_a_lost_decision_released(manager: Manager) -> None:
+    from merkat.control.types import AppStatus
+    from merkat.service.failures import reconcile
+
+    m = manager
+    m.submit("alice", parse(SLEEPER))
+    m.admit()
+    m.tick()
+    assert "s/vm1" in m.backend.vms
+    app = m.platform.apps["s"]
+    # what a decision that stopped it did in memory, its destroy never applied
+    app.vms, app.status = [], AppStatus.STOPPED
+    m.platform.active.pop("s")
+    with m.lock:
+        assert reconcile(m) == ["s/vm1: destroyed (its platform released it)"]
+    assert "s/vm1" not in m.backend.vms

@@ -171,6 +171,12 @@ def test_quotas_refuse_with_the_quota_and_the_use_and_store_nothing(small: Any) 
     assert r.status_code == 422, r.text
     assert r.json()["detail"] == ("quota vms_per_platform: the template asks for 5 VMs; "
                                   "alice's limit per platform is 4")
+    from merkat.service import quotas as q
+
+    q.set_quota(m.store.engine, "alice", {"vms_per_platform": 10})  # 6 VMs: more than her 5
+    r = submit(c, a, farm("six", 6))
+    assert r.status_code == 422 and r.json()["detail"].startswith("quota vms: ")
+    q.reset(m.store.engine, "alice")
     assert submit(c, a, farm("f1", 3)).status_code == 201
     r = submit(c, a, farm("f2", 3))
     assert r.status_code == 429

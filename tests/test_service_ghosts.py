@@ -114,8 +114,8 @@ def test_a_vm_that_finished_while_the_server_was_down_is_not_started_again(
     store = open_store(cfg.database)
     store.add_user("alice", budget=100_000_000)
     m = Manager(cfg, store, make_backend(cfg))
-    marks = tmp_path / "marks"
-    m.submit("alice", parse(TEMPLATE % f'"echo started >> {marks}; sleep 1"'))
+    marks = m.tenants.identity("alice").home / "marks"  # the VM writes in its owner's area
+    m.submit("alice", parse(TEMPLATE % '"echo started >> $HOME/marks; sleep 1"'))
     m.admit()
     m.tick()
     assert m.store.platform("g").state == "running"  # type: ignore[union-attr]

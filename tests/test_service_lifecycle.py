@@ -98,7 +98,7 @@ def progress(m: Manager) -> int:
 def test_suspend_freezes_the_vm_and_resume_lets_it_progress(manager: Manager,
                                                              tmp_path: Path) -> None:
     m = manager
-    marks = tmp_path / "marks"
+    marks = m.tenants.identity("alice").home / "marks"  # plugins run in the owner's area
     m.submit("alice", parse(TEMPLATE % {"marks": marks}))
     m.admit()
     states = []
@@ -127,7 +127,6 @@ def test_a_task_farm_runs_to_completion_under_the_horizontal_policy(
     m = manager
     text = (Path(__file__).parents[1] / "examples/taskfarm/taskfarm.yaml").read_text()
     text = text.replace("--tasks 60 --cost 0.5", "--tasks 12 --cost 0.05").replace(
-        "$MERKAT_SHARED/queue", str(tmp_path / "queue")).replace(
         "budget: 400", "budget: 50")
     m.submit("alice", parse(text))
     m.admit()
@@ -138,8 +137,9 @@ def test_a_task_farm_runs_to_completion_under_the_horizontal_policy(
         time.sleep(0.3)
     row = m.store.platform("taskfarm")
     assert row is not None and row.state == "finished", row
-    assert len(list((tmp_path / "queue" / "done").iterdir())) == 12
-    assert (tmp_path / "queue" / "finished").exists()
+    queue = m.tenants.identity("alice").home / "work" / "taskfarm" / "shared" / "queue"
+    assert len(list((queue / "done").iterdir())) == 12
+    assert (queue / "finished").exists()
 
 
 @pytest.mark.parametrize("path", sorted(
@@ -157,16 +157,19 @@ def test_the_examples_parse_and_name_known_controllers(path: str) -> None:
 
 def test_files_are_copied_in_before_the_start_and_out_after_the_end(
         manager: Manager, tmp_path: Path) -> None:
+    from merkat.service.files import put_file
+
     m = manager
-    (tmp_path / "input.txt").write_text("21\n")
-    text = f"""\
+    alice = m.tenants.identity("alice")
+    assert put_file(alice, "input.txt", [b"21\n"], 100, 10) == 3  # as `merkat file put`
+    text = """\
 name: files
-controller: {{policy: best-effort}}
+controller: {policy: best-effort}
 budget: 5
 clusters:
   - name: main
     command: echo $(( $(cat input.txt) * 2 )) > result.txt; echo "$MERKAT_SHARED" > shared.txt
-    files_in: [{tmp_path / 'input.txt'}]
+    files_in: [input.txt]
     files_out: [result.txt, shared.txt, absent.txt]
 """
     m.submit("alice", parse(text))
@@ -176,9 +179,12 @@ clusters:
         assert time.monotonic() < end
         m.tick()
         time.sleep(0.2)
-    out = Path(m.config.data_dir) / "out" / "files" / "main-0"
+    out = alice.home / "out" / "files" / "main-0"  # in the owner's area, made by her
     assert (out / "result.txt").read_text() == "42\n"
     assert (out / "shared.txt").read_text().strip() == str(
-        Path(m.config.data_dir) / "work" / "files" / "shared")
+        alice.home / "work" / "files" / "shared")
+    if alice.switches:
+        assert {(f.stat().st_uid, f.stat().st_mode & 0o777) for f in (out, alice.home)} == {
+            (alice.uid, 0o700)}
     assert any(e["kind"] == "files-out" and "absent.txt" in e["message"]
                for e in m.store.events(platform="files"))

@@ -166,6 +166,7 @@ NOUNS: tuple[Noun, ...] = (
          "Virtual platforms on the server: list, show, stop, boost, logs, delete.",
          ("platforms",)),
     Noun("account", "client:account_app", "Your bank accounts on the server."),
+    Noun("file", "files:app", "Your files on the server (the sources of a template's files_in)."),
 )
 _BY_NAME = {n.name: n for n in NOUNS}
 

@@ -106,6 +106,8 @@ def _q(name: str) -> str:
 def submit(
     file: Path = typer.Argument(..., help="A virtual platform template (YAML, or XML: .xml)."),
     parsable: bool = typer.Option(False, "--parsable", help="Print the platform name alone."),
+    upload: bool = typer.Option(True, "--upload/--no-upload",
+                                help="Upload the template's files_in found beside it first."),
     output: OutputFormat = OutputOption,
     url: str | None = UrlOption,
     token: str | None = TokenOption,
@@ -115,9 +117,14 @@ def submit(
         text = file.read_bytes()
     except OSError as exc:
         fail(f"FILE: cannot read {file}: {exc.strerror or exc}")
-    ctype = "application/xml" if file.suffix == ".xml" or text.lstrip().startswith(b"<") \
-        else "application/yaml"
-    row = Client(url, token).request("POST", "/platforms", text, ctype)
+    xml = file.suffix == ".xml" or text.lstrip().startswith(b"<")
+    ctype = "application/xml" if xml else "application/yaml"
+    client = Client(url, token)
+    if upload and b"files_in" in text:
+        from merkat.cli.files import upload_files_in
+
+        upload_files_in(client, file, text, xml)
+    row = client.request("POST", "/platforms", text, ctype)
     if parsable:
         print(row["name"])
         return

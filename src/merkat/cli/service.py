@@ -125,11 +125,12 @@ def user_add(
         amount = parse_amount(budget, "--budget", allow_zero=True)
     except BankError as exc:
         fail(str(exc))
-    cfg.data_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[attr-defined]
     try:
         store = open_store(cfg.database)  # type: ignore[attr-defined]
-    except BankError as exc:
+    except (BankError, StoreError) as exc:
         fail(str(exc), EXIT_FAILURE)
+    except OSError as exc:
+        fail(f"data_dir: {exc.strerror or exc}", EXIT_FAILURE)
     try:
         key = store.add_user(name, admin, amount)
     except (StoreError, BankError) as exc:

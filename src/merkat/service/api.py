@@ -293,7 +293,8 @@ def create_app(manager: Manager) -> FastAPI:
                      for n in manager.backend.node_list()]
             capacity = getattr(manager.backend, "capacity", None)
         return {"items": items, "enforced": bool(manager.backend.enforced),
-                "warning": manager.backend.warning,
+                "warning": "; ".join(w for w in (manager.backend.warning,
+                                                 manager.tenants.warning) if w) or None,
                 "machine": capacity.as_dict() if capacity is not None else None}
 
     @r.get("/allocations")
@@ -425,6 +426,9 @@ def create_app(manager: Manager) -> FastAPI:
         return StreamingResponse(body, media_type="text/event-stream")
 
     app.include_router(r)
+    from merkat.service.files_api import file_routes
+
+    app.include_router(file_routes(manager, current_user, PREFIX))  # PUT/GET /files
     # The dashboard at / and Prometheus /metrics (merkat.web), fed after each period.
     from merkat.web.metrics import MarketMetrics
     from merkat.web.routes import install

@@ -105,6 +105,33 @@ class QuotaConfig(BaseModel):
     template_bytes: int = Field(65536, ge=0)  # a template's size (its stored JSON)
 
 
+class TenantsConfig(BaseModel):
+    """Who users' commands run as and where their files live (docs/service.md, "Tenants and
+    isolation"): merkat user number ``id`` (the store's) runs as uid and gid ``uid_base + id``
+    (at most ``uid_count`` users), or as the system account ``accounts[user]``; her work area
+    is ``<work_root>/<user>`` (default: ``<data_dir>-work`` beside the data directory); each VM
+    has ``pids`` processes at most by default, a template may ask up to ``max_pids``; an
+    uploaded file is at most ``max_file`` bytes, a user holds at most ``max_files`` of them."""
+
+    model_config = {"extra": "forbid"}
+    uid_base: int = Field(200_000, ge=1000, le=2**31 - 2**20)
+    uid_count: int = Field(100_000, ge=1, le=2**20)
+    accounts: dict[str, str] = Field(default_factory=dict)
+    work_root: Path | None = None
+    pids: int = Field(512, ge=8, le=4_194_304)
+    max_pids: int = Field(4096, ge=8, le=4_194_304)
+    max_file: int = Field(64 * 2**20, ge=1, le=2**40)
+    max_files: int = Field(1000, ge=1, le=10**6)
+
+    @field_validator("accounts")
+    @classmethod
+    def _accounts(cls, v: dict[str, str]) -> dict[str, str]:
+        for user, account in v.items():
+            if account in ("root", "0") or not account:
+                raise ValueError(f"{user}: a user's commands never run as root")
+        return v
+
+
 class ServiceConfig(BaseSettings):
     """Everything ``merkat server`` needs (module doc)."""
 
@@ -123,6 +150,7 @@ class ServiceConfig(BaseSettings):
     provider: str = "provider"
     backend: BackendConfig = Field(default_factory=BackendConfig)  # type: ignore[arg-type]
     limits: LimitsConfig = Field(default_factory=LimitsConfig)  # type: ignore[arg-type]
+    tenants: TenantsConfig = Field(default_factory=TenantsConfig)  # type: ignore[arg-type]
     quotas: QuotaConfig = Field(default_factory=QuotaConfig)  # type: ignore[arg-type]
 
     @model_validator(mode="after")
@@ -161,6 +189,12 @@ class ServiceConfig(BaseSettings):
             raise ValueError(f"the live service charges by {', '.join(LIVE_CHARGING)}, "
                              f"not {v!r}")
         return v
+
+    @property
+    def work_root(self) -> Path:
+        """Where the users' work areas are: ``tenants.work_root``, else ``<data_dir>-work``."""
+        d = Path(self.data_dir)
+        return self.tenants.work_root or d.parent / f"{d.name}-work"
 
     @property
     def database(self) -> str:

@@ -83,10 +83,41 @@ def migrate(engine: Engine) -> None:
         command.upgrade(cfg, "head")
 
 
+def private_dir(path: Path) -> Path:
+    """Make ``path`` (the data directory) and give it mode 0700 whatever the umask (nothing in
+    it is any user's: docs/service.md, "Tenants and isolation"). Refused (:class:`StoreError`)
+    for a shared directory (sticky bit, like ``/tmp``) or one of another owner."""
+    import os
+    import stat
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = path.stat()
+    if st.st_mode & stat.S_ISVTX or st.st_uid != os.geteuid():
+        raise StoreError(f"data_dir: {path} is a shared directory or not the server's: give a "
+                         "directory of its own (it is made private, mode 0700)")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+    return path
+
+
+def private_sqlite(path: Path) -> None:
+    """The SQLite file ``path`` (and its journal, WAL and shared-memory files, which SQLite
+    creates with the database's mode) with mode 0600, created so before SQLite opens it."""
+    import os
+
+    private_dir(path.parent)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    for f in (path, *(path.with_name(path.name + x) for x in ("-wal", "-shm", "-journal"))):
+        if f.exists():
+            os.chmod(f, 0o600)
+
+
 def open_store(url: str) -> Store:
-    """The store (and its ledger) at database ``url``, created or upgraded as needed."""
+    """The store (and its ledger) at database ``url``, created or upgraded as needed (an
+    SQLite file: mode 0600 in a 0700 directory, :func:`private_sqlite`)."""
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        private_sqlite(Path(url[len("sqlite:///"):]))
     ledger = open_ledger(url, create=True)
     migrate(ledger.engine)
     return Store(ledger)
@@ -207,6 +238,12 @@ class Store:
                 .join(s.api_keys, s.api_keys.c.user_id == s.users.c.id)
                 .where(s.api_keys.c.digest == digest)).first()
         return User(row.name, bool(row.admin)) if row else None
+
+    def user_id(self, name: str) -> int | None:
+        """User ``name``'s stable number (her host identity's, docs/service.md), or None."""
+        with self.engine.connect() as conn:
+            v = conn.execute(select(s.users.c.id).where(s.users.c.name == name)).scalar()
+        return None if v is None else int(v)
 
     def users(self) -> list[User]:
         with self.engine.connect() as conn:

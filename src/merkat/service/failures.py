@@ -80,3 +80,48 @@ def _refund(m: Manager, name: str, period: int) -> int:
                             idempotency_key=f"failed-refund/{name}/{period}")
     app.spent -= delta
     return delta
+
+
+def reconcile(m: Manager) -> list[str]:
+    """After a failed period (or admission), make the platform's VM records and the backend
+    agree again (no database: it may be what failed). A period that failed between its
+    decision and its end left the decision's changes in memory without their effects: VMs
+    placed but never created (or resumed), VMs released or suspended but still running. Here:
+
+    - a VM placed in that decision (``booting`` or ``resuming`` on a host) that the backend
+      does not run is placed again by the next period; one it runs is ``running``;
+    - a VM the backend runs that no active platform holds is destroyed; one its platform
+      holds as ``suspended`` is suspended.
+
+    Returns what was done, one line each (the loop logs them). Call under the lock."""
+    from merkat.control.types import VMState
+    from merkat.market import NO_HOST
+
+    backend = m.backend
+    done: list[str] = []
+    held: dict[str, VMState] = {}
+    for app in m.platform.active.values():
+        for vm in app.vms:
+            held[vm.id] = vm.state
+            if vm.state not in (VMState.BOOTING, VMState.RESUMING) or vm.host == NO_HOST \
+                    or vm.new:
+                continue
+            d = backend.describe(vm.id)
+            if d is None or (vm.state is VMState.RESUMING and d.get("process") == "suspended"):
+                vm.host, vm.new, vm.alloc = NO_HOST, True, {}
+                done.append(f"{vm.id}: placed again (its start was lost)")
+            else:
+                vm.state = VMState.RUNNING
+                done.append(f"{vm.id}: running")
+    runs = getattr(backend, "vms", None)
+    if not isinstance(runs, dict):
+        return done
+    destroy = tuple(sorted(v for v in runs if v not in held))
+    suspend = tuple(sorted(v for v, s in held.items() if s is VMState.SUSPENDED
+                           and (backend.describe(v) or {}).get("process") == "running"))
+    if destroy or suspend:
+        backend.apply(Plan(time=m.clock(), period=m.platform.period, destroy=destroy,
+                           suspend=suspend))
+        done += [f"{v}: destroyed (its platform released it)" for v in destroy]
+        done += [f"{v}: suspended" for v in suspend]
+    return done

@@ -1,59 +1,192 @@
-"""Each VM's working directory, the platform's shared directory, and the template's files in
-and out (Merkat §4.1.1: "files copied in/from the VMs before/after the application is
+"""The users' files: uploads, each VM's working directory and the template's files in and out
+(Merkat §4.1.1: "files copied in/from the VMs before/after the application is
 started/stopped"; §4.2.2's configuration step: a shared file system).
 
-Layout under the server's data directory::
+Everything lives in the owner's work area (:mod:`merkat.service.tenants`: ``files/``,
+``work/<platform>/shared``, ``work/<platform>/<cluster>-<k>``, ``out/<platform>/...``) and is
+made **by the user's own identity**: the directories and copies are commands run through the
+sandbox (:func:`merkat.backends.local.sandbox.run`), so ``files_in`` reads only what she can
+read (a link she planted to ``/etc/shadow`` or another user's area fails with "Permission
+denied") and nothing the server does follows a link of hers. Uploads are written by the server
+through directory descriptors without following links (:func:`put_file`).
 
-    work/<platform>/shared/            MERKAT_SHARED: one directory all the platform's VMs see
-    work/<platform>/<cluster>-<k>/     a VM's working directory (its command runs there)
-    out/<platform>/<cluster>-<k>/      the files_out of that VM, copied when the platform ends
-
-``files_in`` paths are read relative to the server's working directory (or absolute) and
-copied into each VM's working directory before its command starts; ``files_out`` paths are
-relative to the VM's working directory. A missing input is an error of that VM (reported as
-data by the backend); a missing output is skipped and named in the returned list.
+``files_in`` names are relative to her ``files/`` (the template refuses absolute names and
+``..``); a missing one is an error of that VM (reported as data by the backend). ``files_out``
+names are relative to the VM's working directory; a missing one is skipped and named.
 """
 
 from __future__ import annotations
 
-import shutil
+import contextlib
+import os
+import re
+import stat
 from pathlib import Path
+from typing import Any
+
+from merkat.backends.local.sandbox import Identity, run
+from merkat.service import tenants
+
+FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
+"""An uploaded file's name: a plain name (no ``/``, not hidden, at most 128 characters)."""
+
+PREPARE = r'''set -e
+d=$1; s=$2; f=$3; shift 3
+mkdir -p -m 700 -- "$d" "$s"
+for x; do
+  if [ ! -e "$f/$x" ]; then echo "files_in: no such file $x (upload it: merkat file put)" >&2; exit 3; fi
+  cp -RL -- "$f/$x" "$d"/
+done'''
+
+COLLECT = r'''w=$1; o=$2; shift 2
+mkdir -p -m 700 -- "$o" || exit 1
+for x; do
+  if [ -e "$w/$x" ]; then
+    mkdir -p -- "$o/$(dirname -- "$x")" && cp -R -- "$w/$x" "$o/$x"
+  else echo "$x"; fi
+done'''
 
 
-def work_dir(data: Path, platform: str, cluster: str, k: int) -> Path:
-    return data / "work" / platform / f"{cluster}-{k}"
+class FileError(ValueError):
+    """A refused upload (the message names the field: ``name``, ``size``)."""
 
 
-def shared_dir(data: Path, platform: str) -> Path:
-    d = data / "work" / platform / "shared"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+def prepare(ident: Identity, platform: str, cluster: str, k: int, files_in: list[str],
+            timeout: float = 120.0) -> Path:
+    """Make the VM's working directory and the platform's shared one, and copy ``files_in``
+    (from the user's ``files/``) into the former, all as the user. Returns the working
+    directory; raises ``OSError`` with the reason when it fails (the VM's error)."""
+    cwd = tenants.work_dir(ident, platform, cluster, k)
+    if not files_in:  # no copy: the directories alone, without a process
+        make_dirs(ident, cwd, tenants.shared_dir(ident, platform))
+        return cwd
+    r = run(["/bin/sh", "-c", PREPARE, "prepare", str(cwd),
+             str(tenants.shared_dir(ident, platform)), str(tenants.files_dir(ident)),
+             *files_in], ident, timeout=timeout)
+    if r.error or r.returncode:
+        raise OSError((r.stderr.strip().splitlines() or [r.error or "cannot prepare"])[-1])
+    return cwd
 
 
-def stage_in(files: list[str], dest: Path) -> None:
-    """Create ``dest`` and copy ``files`` into it (raises ``OSError`` naming a missing one)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for f in files:
-        src = Path(f)
-        if src.is_dir():
-            shutil.copytree(src, dest / src.name, dirs_exist_ok=True)
-        elif src.is_file():
-            shutil.copy2(src, dest / src.name)
-        else:
-            raise FileNotFoundError(f"files_in: no such file {f!r}")
+def make_dirs(ident: Identity, *paths: Path) -> None:
+    """Make ``paths`` (inside the user's area) owned by her, mode 0700: one directory at a time
+    through descriptors, never following a link (a link she planted is an error, not a way
+    out). Raises ``OSError``."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    for path in paths:
+        rel = Path(path).relative_to(ident.home)
+        fd = os.open(ident.home, flags)
+        try:
+            for part in rel.parts:
+                made = False
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                    made = True
+                nfd = os.open(part, flags, dir_fd=fd)
+                os.close(fd)
+                fd = nfd
+                if made and ident.switches:
+                    os.fchown(fd, ident.uid, ident.gid)
+        finally:
+            os.close(fd)
 
 
-def stage_out(files: list[str], src: Path, dest: Path) -> list[str]:
-    """Copy ``files`` (relative to ``src``) into ``dest``; returns those that were missing."""
-    missing = []
-    for f in files:
-        p = src / f
-        target = dest / f
-        if p.is_dir():
-            shutil.copytree(p, target, dirs_exist_ok=True)
-        elif p.is_file():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(p, target)
-        else:
-            missing.append(f)
-    return missing
+def collect(ident: Identity, platform: str, files_out: list[str], vm_dir: str,
+            timeout: float = 120.0) -> list[str]:
+    """Copy ``files_out`` of the VM working directory ``vm_dir`` (``<cluster>-<k>``) to
+    ``out/<platform>/<vm_dir>/`` as the user; returns the names that were missing (or all of
+    them with a reason when the copy could not run)."""
+    work = tenants.shared_dir(ident, platform).parent / vm_dir
+    out = tenants.out_dir(ident, platform) / vm_dir
+    r = run(["/bin/sh", "-c", COLLECT, "collect", str(work), str(out), *files_out], ident,
+            timeout=timeout)
+    if r.error:
+        return [f"{f} ({r.error})" for f in files_out]
+    return [line for line in r.stdout.splitlines() if line]
+
+
+def vm_dirs(ident: Identity, platform: str, cluster: str) -> list[str]:
+    """The names of ``cluster``'s VM working directories of ``platform`` (``main-0``...)."""
+    base = tenants.shared_dir(ident, platform).parent
+    pat = re.compile(rf"^{re.escape(cluster)}-\d+$")
+    with contextlib.suppress(OSError):
+        return sorted(e.name for e in os.scandir(base) if pat.match(e.name))
+    return []
+
+
+# --- uploads -------------------------------------------------------------------------------
+
+def _open_files_dir(ident: Identity) -> int:
+    """A descriptor of the user's ``files/`` (made if missing), no link followed."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    home = os.open(ident.home, flags)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir("files", 0o700, dir_fd=home)
+        fd = os.open("files", flags, dir_fd=home)
+    finally:
+        os.close(home)
+    if ident.switches:
+        os.fchown(fd, ident.uid, ident.gid)
+    return fd
+
+
+def check_name(name: str) -> str:
+    if not FILE_NAME.match(name):
+        raise FileError(f"name: {name!r} is not a file name (1-128 of A-Z a-z 0-9 _.+-, "
+                        "not starting with '.', '+' or '-')")
+    return name
+
+
+def put_file(ident: Identity, name: str, chunks: Any, max_size: int, max_files: int) -> int:
+    """Write the upload ``name`` (an iterable of byte chunks) into the user's ``files/``,
+    owned by her, replacing a file of that name atomically. Refused (:class:`FileError`,
+    nothing written) past ``max_size`` bytes or ``max_files`` files. Returns its size."""
+    check_name(name)
+    fd = _open_files_dir(ident)
+    tmp = f".upload-{os.getpid()}-{id(chunks)}"
+    try:
+        if name not in os.listdir(fd) and len(os.listdir(fd)) >= max_files:
+            raise FileError(f"name: you already have {max_files} files (tenants.max_files)")
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
+                      dir_fd=fd)
+        size = 0
+        try:
+            for chunk in chunks:
+                size += len(chunk)
+                if size > max_size:
+                    raise FileError(f"size: over the limit of {max_size} bytes "
+                                    "(tenants.max_file)")
+                os.write(out, chunk)
+            if ident.switches:
+                os.fchown(out, ident.uid, ident.gid)
+        finally:
+            os.close(out)
+        os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        return size
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=fd)
+        raise
+    finally:
+        os.close(fd)
+
+
+def list_files(ident: Identity) -> list[dict[str, Any]]:
+    """The user's uploaded files: name, size (bytes), modified (Unix s); links not followed."""
+    try:
+        fd = _open_files_dir(ident)
+    except OSError:
+        return []
+    out = []
+    try:
+        for name in sorted(os.listdir(fd)):
+            if name.startswith("."):
+                continue
+            with contextlib.suppress(OSError):
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                out.append({"name": name, "size": st.st_size if stat.S_ISREG(st.st_mode)
+                            else None, "modified": st.st_mtime})
+    finally:
+        os.close(fd)
+    return out

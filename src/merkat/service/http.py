@@ -81,7 +81,9 @@ class BodyLimits:
         if scope["type"] != "http" or scope.get("method") not in BODY_METHODS:
             await self.app(scope, receive, send)  # a GET's body is never read
             return
-        limit = self.limits.body_bytes
+        from merkat.service.files_api import upload_limit
+
+        limit = upload_limit(scope, "/api/v1", self.limits.body_bytes)  # uploads: max_file
         headers = {k.lower(): v for k, v in scope.get("headers", [])}
         length = headers.get(b"content-length")
         deadline = time.monotonic() + self.limits.header_timeout

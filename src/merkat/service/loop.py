@@ -147,7 +147,7 @@ def run_loop(m: Manager, stop: threading.Event,
     while not stop.is_set():
         try:
             if health.failures:  # a failed period may have charged: never reuse its index
-                m.platform.index = max(m.platform.index, first_period(m.store))
+                _repair(m)
             m.admit()
             started = m.clock()
             if started >= m.next_period:
@@ -178,6 +178,17 @@ def run_loop(m: Manager, stop: threading.Event,
             _safe_event(m, "loop", msg)
         wait = min(m.config.admission, max(0.0, m.next_period - m.clock()))
         stop.wait(wait)
+
+
+def _repair(m: Manager) -> None:
+    """Before retrying after a failure: the records and the backend agree again
+    (:func:`~merkat.service.failures.reconcile`), the index after what the bank saw."""
+    from merkat.service.failures import reconcile
+
+    with m.lock:
+        for line in reconcile(m):
+            _log(f"period loop: after the failure, {line}")
+        m.platform.index = max(m.platform.index, first_period(m.store))
 
 
 def _stalled(m: Manager, health: LoopHealth, scheduled: float, ended: float,

@@ -49,13 +49,13 @@ from merkat.platform.period import (
     Platform,
     to_micro,
 )
-from merkat.service import files, quotas, tenancy
+from merkat.service import files, quotas, tenancy, usercmds
 from merkat.service.config import ServiceConfig
 from merkat.service.db import PlatformRow, Store
 from merkat.service.logtail import LogCap, platform_logs
 from merkat.service.monitors import MetricsTracker
-from merkat.service.plugins import run_plugin
 from merkat.service.templates import Template, TemplateError
+from merkat.service.tenants import Tenants
 
 VM_EVENTS = {"create": "vm-start", "suspend": "vm-suspend", "resume": "vm-resume",
              "migrate": "vm-migrate", "destroy": "vm-shutdown"}
@@ -164,6 +164,9 @@ class Manager:
         self.saved_vms: dict[str, tuple[Any, ...]] = {}  # the VMs last written to the store
         if backend.warning:
             store.add_event("warning", backend.warning)
+        self.tenants = Tenants(config, store)  # each user's host identity and work area
+        if self.tenants.warning:
+            store.add_event("warning", self.tenants.warning)
         from merkat.service.recovery import recover
 
         recover(self)
@@ -175,6 +178,7 @@ class Manager:
         changed) when the controller is unknown, the name is taken or the budget exceeds the
         owner's balance."""
         make_controller(template.controller.policy, dict(template.controller.params))
+        self.tenants.check(template)
         with self.lock:
             tenancy.check_submit(self, owner, template)  # name, budget, quotas
             self.store.add_platform(template.name, owner, template.model_dump(mode="json"))
@@ -435,7 +439,7 @@ class Manager:
         owners = getattr(self.backend, "owner_of", None)
         if owners is not None:  # backends placing each user's VMs apart (kubernetes namespaces)
             owners[t.name] = row.owner
-        self.backend.register(t.name, self._launcher(t))
+        self.backend.register(t.name, self._launcher(t, row.owner))
         from merkat.service.records import budget_key, new_account
 
         # its own account: a name used again after a delete gets app:NAME@2 (records.py)
@@ -458,8 +462,9 @@ class Manager:
             self._event("admitted", f"platform {t.name} admitted: budget {t.budget:g}, "
                         f"controller {t.controller.policy}", t.name)
 
-    def _launcher(self, t: Template) -> Callable[[str, str, int], Any]:
+    def _launcher(self, t: Template, owner: str) -> Callable[[str, str, int], Any]:
         from merkat.backends.local import Launch
+        from merkat.service import tenants
 
         monitored = t.monitored
 
@@ -470,15 +475,18 @@ class Manager:
             self.vm_index[vm] = index
             master = t.clusters[[c.name for c in t.clusters].index(cluster.depends)] \
                 if cluster.depends else cluster
-            data = Path(self.config.data_dir)
-            cwd = files.work_dir(data, app, cluster.name, k)
+            ident = self.tenants.identity(owner)  # its error is the VM's, as data
+            cwd = tenants.work_dir(ident, app, cluster.name, k)
             env = {"MERKAT_MASTER": f"{app}/{master.name}-0", "MERKAT_MASTER_HOST": "127.0.0.1",
                    "MERKAT_CLUSTER_INDEX": str(k),
-                   "MERKAT_SHARED": str(files.shared_dir(data, app))}
+                   "MERKAT_SHARED": str(tenants.shared_dir(ident, app))}
             return Launch(cluster.command, cluster.name, index, env, str(cwd),
                           memory_floor=max(cluster.min_memory, 16.0),
                           # an error here is the VM's, as data; a re-adopted VM skips it
-                          setup=lambda: files.stage_in(cluster.files_in, cwd))
+                          setup=lambda: files.prepare(ident, app, cluster.name, k,
+                                                      cluster.files_in),
+                          identity=ident, pids=self.tenants.pids(cluster.pids),
+                          user_env=dict(cluster.env))
 
         return launch
 
@@ -543,7 +551,7 @@ class Manager:
                              state + (f" ({app.reason})" if app.reason else ""))
                 live.state = state
                 self.ended[name] = self.live.pop(name)  # its last readings (status)
-                self._files_out(live.template)
+                usercmds.files_out(self, live.template, live.owner)
             else:
                 self.store.set_platform(name, **values)
                 live.state = state
@@ -556,24 +564,9 @@ class Manager:
 
         save_vms(self)
 
-    def _files_out(self, t: Template) -> None:
-        """Copy each VM's ``files_out`` to ``out/<platform>/`` (the platform has ended)."""
-        data = Path(self.config.data_dir)
-        for c in t.clusters:
-            if not c.files_out:
-                continue
-            for wd in sorted((data / "work" / t.name).glob(f"{c.name}-*")):
-                missing = files.stage_out(c.files_out, wd, data / "out" / t.name / wd.name)
-                if missing:
-                    self._event("files-out", f"{t.name}/{wd.name}: no {', '.join(missing)}",
-                                t.name)
-
     def _plugin(self, live: Live, name: str, old: str, new: str) -> None:
-        """Run the template's command for this transition (:mod:`merkat.service.plugins`,
-        Merkat §4.3), in the background; an event when it cannot be started."""
-        error = run_plugin(live.template.commands, Path(self.config.data_dir), name, old, new)
-        if error is not None:
-            self._event("plugin-error", error, name)
+        """Run the template's command for this transition as its owner (Merkat §4.3)."""
+        usercmds.plugin(self, live.template, live.owner, name, old, new)
 
     def _end_row(self, name: str, owner: str, state: str, reason: str) -> None:
         self.store.set_platform(name, state=state, ended=self.clock(), outcome=reason)

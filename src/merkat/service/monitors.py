@@ -34,10 +34,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from merkat.control.types import Metrics
 from merkat.service.templates import METRIC_FIELDS, Monitor
+
+if TYPE_CHECKING:
+    pass
 
 TAIL_BYTES = 65_536
 INT_FIELDS = ("tasks_left",)

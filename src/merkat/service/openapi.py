@@ -60,6 +60,7 @@ EXTRA: dict[tuple[str, str], tuple[str, ...]] = {
     ("delete", "/api/v1/platforms/{name}"): ("409",),    # the platform has not ended
     ("post", "/api/v1/transfers"): ("404", "409"),     # no receiving account; the key reused
     ("get", "/api/v1/events/stream"): ("429",),         # limits.streams_per_user
+    ("put", "/api/v1/files/{name}"): ("413", "408"),    # an upload over tenants.max_file
 }
 """Statuses an operation returns beyond the rules (module doc)."""
 

@@ -18,11 +18,12 @@ The readings themselves (:func:`take_reading`):
 - a **log** monitor matches its regex in RE2 (linear time) over the last 64 KiB of the VM's
   output, or of its ``path`` — relative to the VM's working directory and refused when it
   leads outside it (symbolic links resolved), regular files only;
-- a **command** monitor runs ``/bin/sh -c COMMAND`` in the VM's working directory, inside the
-  VM's cgroup (its CPU and memory limits apply), with the VM's ``MERKAT_*`` environment and
-  nothing of the server's, killed with its process group after :data:`TIMEOUT` seconds (an
-  event ``monitor-timeout``, not a stall): :func:`run_monitor_command`, the one place such a
-  command starts;
+- a **command** monitor runs ``/bin/sh -c COMMAND`` through the sandbox
+  (:func:`merkat.backends.local.sandbox.run`): as the platform owner's host identity, in the
+  VM's working directory, inside the VM's cgroup (its CPU, memory and pids limits apply), with
+  the VM's clean environment and nothing of the server's, killed with its process group after
+  :data:`TIMEOUT` seconds (an event ``monitor-timeout``, not a stall):
+  :func:`run_monitor_command`, the one place such a command starts;
 - on a backend that runs commands in its VMs (Kubernetes), both run there
   (:func:`~merkat.service.monitors.read_in_vm`), with the same time limit.
 """
@@ -43,12 +44,13 @@ from typing import TYPE_CHECKING, Any
 
 from merkat.control.types import VMState
 from merkat.service.monitors import (
+    TAIL_BYTES,
+    Ran,
     Reading,
     match_log,
     parse_output,
     read_in_vm,
     read_tail,
-    run_bounded,
 )
 from merkat.service.templates import Monitor
 
@@ -83,6 +85,7 @@ class Probe:
     env: Mapping[str, str] = field(default_factory=dict)
     cgroup_procs: tuple[str, ...] = ()  # its cgroups' cgroup.procs files (a command joins)
     timeout: float = TIMEOUT
+    identity: Any = None  # whom a command runs as (sandbox.Identity: the owner's)
 
 
 def plan_probes(m: Manager, now: float) -> list[Probe]:
@@ -115,6 +118,12 @@ def plan_probes(m: Manager, now: float) -> list[Probe]:
             up = any(r.id == vm and r.state is not VMState.SUSPENDED for r in app.vms)
             if mon.kind == "command" and not up:  # (its poll counts from its first reading)
                 continue
+            ident = None
+            if mon.kind == "command" and not remote:
+                try:
+                    ident = m.tenants.identity(live.owner)
+                except ValueError:  # no identity: the command never runs as the server
+                    continue
             if key == name:
                 live.last_poll = now
             else:
@@ -126,7 +135,7 @@ def plan_probes(m: Manager, now: float) -> list[Probe]:
             log = backend.log_path(vm) if vm and not remote else None
             out.append(Probe(key, live.owner, mon, vm if (up or not remote) else None, log,
                              ctx.get("cwd"), dict(ctx.get("env", {})),
-                             tuple(ctx.get("cgroup_procs", ())), TIMEOUT))
+                             tuple(ctx.get("cgroup_procs", ())), TIMEOUT, ident))
     return out
 
 
@@ -178,23 +187,19 @@ def inside(cwd: str | None, path: str) -> str | None:
 
 
 def run_monitor_command(command: str, p: Probe) -> Any:
-    """THE start of a command monitor: ``/bin/sh -c command`` in the VM's working directory
-    and cgroup, with the VM's environment only, killed after ``p.timeout`` s
-    (:func:`~merkat.service.monitors.run_bounded`). The per-user sandbox wraps this call."""
-    env = {"PATH": PATH, "LC_ALL": "C.UTF-8", **p.env}
-    procs = p.cgroup_procs
+    """THE start of a command monitor: ``/bin/sh -c command`` through the sandbox
+    (:func:`merkat.backends.local.sandbox.run`) as ``p.identity``, in the VM's working
+    directory (its owner's work area before it has one) and cgroup, with the VM's clean
+    environment (:func:`~merkat.backends.local.sandbox.clean_env`), killed with its process
+    group after ``p.timeout`` s, at most 64 KiB of its output read; a :class:`Ran`."""
+    from merkat.backends.local.sandbox import clean_env, run
 
-    def join() -> None:  # in the child, before exec: the VM's groups
-        for path in procs:
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
-
-    cwd = p.cwd if p.cwd and os.path.isdir(p.cwd) else None
-    return run_bounded(["/bin/sh", "-c", command], p.timeout, cwd=cwd, env=env,
-                       preexec=join if procs else None)
+    home = str(p.identity.home) if p.identity is not None else None
+    cwd = p.cwd if p.cwd and os.path.isdir(p.cwd) else home
+    r = run(["/bin/sh", "-c", command], p.identity, cgroups=p.cgroup_procs,
+            env=clean_env(p.identity, p.env), cwd=cwd, timeout=p.timeout, limit=TAIL_BYTES)
+    return Ran(r.stdout, r.returncode, r.timed_out,
+               None if r.timed_out or r.returncode is not None else r.error)
 
 
 class MonitorRunner:

@@ -16,7 +16,8 @@ quota NAME --platforms 5 ...``, table ``svc_quotas``; ``--reset`` drops the over
 submissions of one user cannot both take the last place) raises :class:`QuotaExceeded`
 naming the quota, the user's current use and her limit: status 429 when the use of
 platforms or VMs is full (it frees when platforms end), 422 when the template alone is over
-a limit (sending it again can never succeed). Growth is bounded at every period:
+a limit (sending it again can never succeed: ``vms_per_platform``, ``template_bytes``, or
+more VMs than the whole ``vms`` quota). Growth is bounded at every period:
 :func:`bound_growth` gives each active platform the ``nvms_max`` its controller sees (the
 controllers never ask for more): at most ``vms_per_platform``, never below its template's
 size, and the owner's free VMs shared equally among her active platforms, so their sum
@@ -132,9 +133,9 @@ def check_submit(m: Manager, owner: str, template: Template) -> None:
         raise QuotaExceeded("platforms", f"{owner} has {use['platforms']:,} platform(s) that "
                             f"have not ended, her limit is {q.platforms:,} (stop one, or ask "
                             "an admin: merkat user quota)", 429)
-    if use["vms"] + n > q.vms:
+    if use["vms"] + n > q.vms:  # 422 when no end of another platform can make room
         raise QuotaExceeded("vms", f"the template asks for {n:,} VMs; {owner}'s platforms "
-                            f"hold {use['vms']:,} of her {q.vms:,}", 429)
+                            f"hold {use['vms']:,} of her {q.vms:,}", 422 if n > q.vms else 429)
 
 
 def bound_growth(m: Manager) -> None:

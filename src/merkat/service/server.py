@@ -40,7 +40,7 @@ class Service:
                  on_period: Callable[[dict[str, Any]], None] | None = None) -> None:
         from merkat.service.api import create_app
         from merkat.service.backends import make_backend
-        from merkat.service.db import open_store
+        from merkat.service.db import StoreError, open_store, private_dir
         from merkat.service.lock import DataDirLock, LockedError
         from merkat.service.manager import Manager
 
@@ -55,7 +55,7 @@ class Service:
             if existed:
                 self.lock.acquire()
             self.sock = self._bind()
-            config.data_dir.mkdir(parents=True, exist_ok=True)
+            private_dir(config.data_dir)  # 0700, whatever the umask
             self.lock.acquire()
             self.store = open_store(config.database)
             try:
@@ -64,7 +64,7 @@ class Service:
             except BaseException:
                 self.store.close()
                 raise
-        except LockedError as exc:
+        except (LockedError, StoreError) as exc:
             self._release()
             raise ServiceError(str(exc)) from None
         except BaseException:
@@ -95,7 +95,9 @@ class Service:
                    f"cgroup {self.config.backend.cgroup_prefix})") if cap is not None else ""
         return (f"merkat server on http://{self.config.host}:{self.port} — period "
                 f"{self.config.period:g} s, admission {self.config.admission:g} s, "
-                f"{enforcement}{reserve}; nodes: {nodes}; data: {self.config.data_dir}")
+                f"{enforcement}{reserve}; users' commands "
+                f"{'each as her own uid' if self.manager.tenants.switching else 'AS THE SERVER'}"
+                f" (work areas in {self.config.work_root}); nodes: {nodes}; data: {self.config.data_dir}")
 
     @property
     def port(self) -> int:
@@ -156,8 +158,9 @@ class Service:
         """Serve until interrupted, then stop the loop and destroy the VMs."""
         server = self._uvicorn()
         log(self.banner())
-        if self.backend.warning:
-            log(f"warning: {self.backend.warning}")
+        for warning in (self.backend.warning, self.manager.tenants.warning):
+            if warning:
+                log(f"warning: {warning}")
         self._start_loop()
         try:
             server.run(sockets=[self.sock])

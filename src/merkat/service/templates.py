@@ -20,6 +20,7 @@ poll period and its virtual clusters. Decisions (docs/service.md):
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -84,6 +85,37 @@ class Bid(_Strict):
     memory: float = Field(0.0, ge=0)
 
 
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+MAX_ENV = 64
+MAX_ENV_VALUE = 4096
+
+
+def _env(v: dict[str, str]) -> dict[str, str]:
+    """A cluster's ``env``: at most 64 variables, names of letters, digits and ``_`` (not
+    ``MERKAT_*`` nor ``HOME``: the server's), values of at most 4096 characters, no NUL."""
+    if len(v) > MAX_ENV:
+        raise ValueError(f"at most {MAX_ENV} variables")
+    for k, x in v.items():
+        if not ENV_NAME.match(k):
+            raise ValueError(f"{k!r} is not a variable name (letters, digits, _)")
+        if k.startswith("MERKAT_") or k == "HOME":
+            raise ValueError(f"{k} is set by the server")
+        if len(x) > MAX_ENV_VALUE or "\0" in x:
+            raise ValueError(f"{k}: at most {MAX_ENV_VALUE} characters, no NUL")
+    return v
+
+
+def _relative(v: list[str]) -> list[str]:
+    """``files_in``: names relative to the user's uploaded files (no absolute path, no ``..``)."""
+    if len(v) > 100:
+        raise ValueError("at most 100 files")
+    for f in v:
+        if not f or f.startswith("/") or "\0" in f or ".." in f.split("/") or len(f) > 1024:
+            raise ValueError(f"{f!r}: a relative name without '..' (files_in: a file you "
+                             "uploaded with `merkat file put`)")
+    return v
+
+
 class Cluster(_Strict):
     """A virtual cluster: ``count`` VMs running ``command``, each at most ``cpu`` cores and
     ``memory`` MiB, needing at least ``min_memory`` MiB on its node."""
@@ -104,6 +136,16 @@ class Cluster(_Strict):
     monitor: Monitor | None = None
     poll: float | None = Field(None, ge=0, le=86400)  # its monitor's interval, s (None: the
     # template's poll; 0: never read; else at least MIN_POLL)
+    pids: int | None = Field(None, ge=8, le=4_194_304)  # the VM's pids.max (server default)
+    env: dict[str, str] = Field(default_factory=dict)  # added to the VM's clean environment
+
+    _check_env = field_validator("env")(_env)
+    _check_files_in = field_validator("files_in")(_relative)
+
+    @field_validator("files_out")
+    @classmethod
+    def _out(cls, v: list[str]) -> list[str]:
+        return _relative(v)
 
     @model_validator(mode="after")
     def _mins(self) -> Cluster:

@@ -4,11 +4,13 @@
 into logical *nodes* (a cpuset and a share of the memory each, :class:`Node`); the platform's
 host index ``h`` is ``nodes[h]``. For each operation of a :class:`~merkat.platform.backend.Plan`:
 
-- **create** — a cgroup ``merkat/<app>/<vm>`` pinned to the node's cpuset, then the VM's
-  command (``/bin/sh -c``) started in a new session *inside* the group (the child joins the
-  group before ``exec``), its output appended to ``<logs>/<app>/<vm>.log``; its environment
-  names its platform, cluster, index and master (``MERKAT_PLATFORM``, ``MERKAT_CLUSTER``,
-  ``MERKAT_INDEX``, ``MERKAT_VM``, ``MERKAT_MASTER``) plus what the launcher adds;
+- **create** — a cgroup ``merkat/<app>/<vm>`` pinned to the node's cpuset, with a
+  ``pids.max``, then the VM's command (``/bin/sh -c``) started through the sandbox
+  (:mod:`merkat.backends.local.sandbox`: a new session *inside* the group, as its owner's
+  identity, a clean environment), its output appended to ``<logs>/<app>/<vm>.log`` (opened by
+  the server); its environment names its platform, cluster, index and master
+  (``MERKAT_PLATFORM``, ``MERKAT_CLUSTER``, ``MERKAT_INDEX``, ``MERKAT_VM``, ``MERKAT_MASTER``)
+  plus what the launcher adds;
 - **allocations** — CPU cores as a CFS quota, memory MiB as a memory limit;
 - **suspend / resume** — the freezer (SIGSTOP/SIGCONT without one); a resumed VM moves to
   its new node's cpuset;
@@ -29,7 +31,6 @@ data.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from merkat.backends.local import health
+from merkat.backends.local import escapes, health, sandbox
 from merkat.backends.local.capacity import Node, Reserve, reserve_nodes, split_machine
 from merkat.backends.local.cgroups import CgroupTree, Limits, pid_alive
 from merkat.backends.local.metering import CpuMeter
@@ -53,6 +54,7 @@ from merkat.backends.local.procs import (
     _safe,
     wait_for,
 )
+from merkat.backends.local.sandbox import Identity
 from merkat.control.types import Metrics
 from merkat.platform.backend import Plan
 
@@ -73,6 +75,9 @@ class Launch:
     # Prepares the VM's first start (copies its input files): run once by a create, never by
     # an adoption (the files of a re-adopted VM are where it left them).
     setup: Callable[[], Any] | None = field(default=None, compare=False)
+    identity: Identity | None = None  # whom it runs as (None: the server, env still clean)
+    pids: int | None = None  # the group's pids.max (None: unlimited)
+    user_env: Mapping[str, str] = field(default_factory=dict)  # the template's env:
 
 
 @dataclass(frozen=True)
@@ -210,7 +215,8 @@ class LocalBackend:
         times (Merkat §4.2.2's health check: :func:`.health.health_check`). Returns what
         happened."""
         with self._lock:
-            return health.health_check(self)
+            out = [OpResult("escape", vm, why) for vm, why in escapes.check(self)]
+            return out + health.health_check(self)
 
     def _fail(self, p: VMProcess, reason: str) -> None:
         p.state = "failed"
@@ -220,6 +226,19 @@ class LocalBackend:
         """The VMs gone for good, each with the reason (:func:`.health.failed`)."""
         with self._lock:
             return health.failed(self)
+
+    def plugin_cgroups(self, app: str, pids: int | None = None) -> list[str]:
+        """The group ``<app>/plugins`` the template's plugin commands run in (made if missing:
+        at most ``pids`` processes, one core); [] when unenforced or it cannot be made."""
+        if not self.enforced:
+            return []
+        group = f"{_safe(app)}/plugins"
+        with self._lock:
+            if not self.tree.exists(group):
+                if self.tree.create(group) or self.tree.set_limits(group, Limits(cpu=1.0)):
+                    return []
+                self.tree.set_pids(group, pids)
+        return [str(d) for d in self.tree.dirs(group).values()]
 
     def vm(self, vm: str) -> VMProcess | None:
         return self.vms.get(vm)
@@ -368,7 +387,8 @@ class LocalBackend:
         self.vms[vm] = p
         if self.enforced:
             err = self.tree.create(_group(vm)) or self.tree.set_limits(
-                _group(vm), Limits(cpus=self._node(host).cpus))
+                _group(vm), Limits(cpus=self._node(host).cpus)) or self.tree.set_pids(
+                _group(vm), launch.pids)
             if err:
                 self._fail(p, f"could not be created: {err}")
                 return err
@@ -379,32 +399,26 @@ class LocalBackend:
 
     def _spawn(self, p: VMProcess) -> str | None:
         p.log.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        env.update({"MERKAT_PLATFORM": p.app, "MERKAT_VM": p.id,
-                    "MERKAT_CLUSTER": p.launch.cluster, "MERKAT_INDEX": str(p.launch.index),
-                    "MERKAT_NODE": self._node(p.node).name, "MERKAT_CPUS": self._node(p.node).cpus,
-                    "MERKAT_PYTHON": sys.executable})
-        env.update(p.launch.env)
-        procs = [str(d / "cgroup.procs") for d in self.tree.dirs(_group(p.id)).values()] \
-            if self.enforced else []
-
-        def join() -> None:  # in the child, before exec: join the VM's groups
-            for path in procs:
-                fd = os.open(path, os.O_WRONLY)
-                try:
-                    os.write(fd, b"0")
-                finally:
-                    os.close(fd)
-
-        with contextlib.suppress(OSError):
-            p.exit_file.unlink()
+        merkat = {"MERKAT_PLATFORM": p.app, "MERKAT_VM": p.id,
+                  "MERKAT_CLUSTER": p.launch.cluster, "MERKAT_INDEX": str(p.launch.index),
+                  "MERKAT_NODE": self._node(p.node).name, "MERKAT_CPUS": self._node(p.node).cpus,
+                  "MERKAT_PYTHON": sys.executable, **p.launch.env}
+        env = sandbox.clean_env(p.launch.identity, merkat, p.launch.user_env)
+        groups = list(self.tree.dirs(_group(p.id)).values()) if self.enforced else []
         try:
-            with open(p.log, "ab") as out:
-                p.proc = subprocess.Popen(
-                    ["/bin/sh", "-c", WRAPPER, "merkat-vm", p.launch.command, str(p.exit_file)],
-                    stdout=out, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, env=env, cwd=p.launch.cwd or None,
-                    start_new_session=True, preexec_fn=join if procs else None)
+            # the log and the exit status file are the server's (the user cannot open them):
+            # the wrapper gets the latter as its stdin (fd 0, written), the command /dev/null
+            status = os.open(p.exit_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                with open(p.log, "ab") as out:
+                    os.chmod(p.log, 0o600)
+                    p.proc = sandbox.spawn(
+                        ["/bin/sh", "-c", WRAPPER, "merkat-vm", p.launch.command],
+                        p.launch.identity, cgroups=[str(g) for g in groups], env=env,
+                        cwd=p.launch.cwd or None, stdin=status, stdout=out,
+                        stderr=subprocess.STDOUT)
+            finally:
+                os.close(status)
         except (OSError, subprocess.SubprocessError) as exc:
             p.state = "failed"
             return f"cannot start {p.launch.command!r}: {exc}"
@@ -473,6 +487,8 @@ class LocalBackend:
         p = self.vms.get(vm)
         if not self.enforced or p is None:
             return None
+        if p.state == "failed":  # its group may be gone (an escape): nothing to limit
+            return None
         cpu = alloc.get("cpu")
         mem = alloc.get("memory")
         limits = Limits(
@@ -488,9 +504,10 @@ class LocalBackend:
         return self.nodes[host] if 0 <= host < len(self.nodes) else self.nodes[0]
 
 
-WRAPPER = '/bin/sh -c "$1"; s=$?; echo "$s" >"$2"; exit "$s"'
+WRAPPER = '/bin/sh -c "$1" </dev/null; s=$?; echo "$s" >&0; exit "$s"'
 """Each VM runs ``/bin/sh -c COMMAND`` under this shell (in a new session, the VM's
-cgroup), which writes the command's exit status to a file: a VM re-adopted after a restart
-is not the new server's child, so its status is read from there (:meth:`LocalBackend.poll`)."""
+cgroup), which writes the command's exit status to its fd 0 (the file ``<vm>.exit`` the server
+opened for writing; the command's stdin is ``/dev/null``): a VM re-adopted after a restart is
+not the new server's child, so its status is read from there (:meth:`LocalBackend.poll`)."""
 
 UNKNOWN_EXIT = health.UNKNOWN_EXIT

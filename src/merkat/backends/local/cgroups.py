@@ -74,7 +74,7 @@ class CgroupTree:
         if self.version is None:
             self.version = detect(self.root)
         if self.version is Version.v1:
-            for ctl in ("cpu", "cpuacct", "memory", "cpuset", "freezer"):
+            for ctl in ("cpu", "cpuacct", "memory", "cpuset", "freezer", "pids"):
                 for name in (ctl, "cpu,cpuacct" if ctl in ("cpu", "cpuacct") else ctl):
                     if (self.root / name).is_dir():
                         self._v1_dirs[ctl] = self.root / name
@@ -94,7 +94,8 @@ class CgroupTree:
             return tuple(sorted(self._v1_dirs))
         if self.version is Version.v2:
             text = _read(self.root / "cgroup.controllers") or ""
-            return tuple(sorted(set(text.split()) & {"cpu", "memory", "cpuset", "freezer"}))
+            return tuple(sorted(set(text.split()) & {"cpu", "memory", "cpuset", "freezer",
+                                                      "pids"}))
         return ()
 
     # --- paths -------------------------------------------------------------------------
@@ -156,13 +157,24 @@ class CgroupTree:
         return [pid for pid in map(int, (text or "").split()) if pid > 0]  # never "0": us
 
     def remove(self, name: str, grace: float = 2.0) -> str | None:
-        """Kill every process of the group (thawing it first), wait, then remove its directories."""
+        """Kill every process of the group (thawing it first), wait, then remove its
+        directories. The SIGKILL round freezes the group while it signals, again until it is
+        empty, so a fork bomb (bounded by ``pids.max``) cannot outrun it."""
         self.thaw(name)
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in self.pids(name):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, sig)
             deadline = time.monotonic() + grace
+            while True:
+                if sig == signal.SIGKILL:
+                    self.freeze(name)
+                for pid in self.pids(name):
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, sig)
+                if sig == signal.SIGKILL:
+                    self.thaw(name)
+                if sig == signal.SIGTERM or not self._live(name) or \
+                        time.monotonic() >= deadline:
+                    break
+                time.sleep(0.02)
             while self._live(name) and time.monotonic() < deadline:
                 time.sleep(0.02)
             if not self._live(name):
@@ -237,6 +249,23 @@ class CgroupTree:
             return (_write(d["unified"] / "cpu.max", f"{value} {CFS_PERIOD_US}")
                     or _write_if_exists(d["unified"] / "cpu.weight", str(weight)))
         return None
+
+    def set_pids(self, name: str, n: int | None) -> str | None:
+        """At most ``n`` processes (and threads) in the group (v1 ``pids`` controller's
+        ``pids.max``, v2 ``pids.max``; None: "max"). Without a pids controller: not enforced
+        (None)."""
+        d = self.dirs(name)
+        target = d.get("pids") if self.version is Version.v1 else d.get("unified")
+        if target is None or not (target / "pids.max").exists():
+            return None
+        return _write(target / "pids.max", "max" if n is None else str(n))
+
+    def pids_max(self, name: str) -> int | None:
+        """The group's ``pids.max`` (None: unlimited or no pids controller)."""
+        d = self.dirs(name)
+        target = d.get("pids") if self.version is Version.v1 else d.get("unified")
+        text = _read(target / "pids.max") if target is not None else None
+        return int(text) if text and text.isdigit() else None
 
     def set_weight(self, name: str, cores: float) -> str | None:
         """Give the group the CPU weight of ``cores`` cores (the merkat prefix: the whole
@@ -346,7 +375,7 @@ def _enable_v2(parent: Path) -> None:
         return
     have = set((_read(parent / "cgroup.controllers") or "").split())
     enabled = set((_read(ctl) or "").split())
-    for c in ("cpu", "memory", "cpuset"):
+    for c in ("cpu", "memory", "cpuset", "pids"):
         if c in have and c not in enabled:
             _write(ctl, f"+{c}")
 

@@ -144,7 +144,8 @@ def monitor_context(b: LocalBackend, vm: str) -> dict[str, Any] | None:
     node = b._node(p.node)
     env = {"MERKAT_PLATFORM": p.app, "MERKAT_VM": p.id, "MERKAT_CLUSTER": p.launch.cluster,
            "MERKAT_INDEX": str(p.launch.index), "MERKAT_NODE": node.name,
-           "MERKAT_CPUS": node.cpus, "MERKAT_PYTHON": sys.executable, **p.launch.env}
+           "MERKAT_CPUS": node.cpus, "MERKAT_PYTHON": sys.executable, **p.launch.env,
+           **p.launch.user_env}
     procs = tuple(str(d / "cgroup.procs") for ctl, d in b.tree.dirs(_group(vm)).items()
                   if ctl != "freezer") if b.enforced else ()
     return {"cwd": p.launch.cwd, "env": env, "cgroup_procs": procs}

@@ -1,0 +1,74 @@
+"""The users' files over the API: ``PUT /api/v1/files/{name}`` uploads one (the raw body,
+``application/octet-stream``), ``GET /api/v1/files`` lists them (docs/service.md, "Tenants and
+isolation"). A template's ``files_in`` names these files.
+
+Each user sees and writes only her own (``<work_root>/<user>/files``, owned by her host
+identity; an admin's own too). Names: 1-128 of ``A-Z a-z 0-9 _.+-``, not starting with ``.``,
+``+`` or ``-`` (422 naming ``name``); a body over ``tenants.max_file`` bytes is 413 (the HTTP
+layer lets an upload pass its usual body limit up to that size), more than
+``tenants.max_files`` files 422; an upload replaces a file of the same name atomically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Request
+
+from merkat.service.db import User
+
+UPLOAD_BODY = {
+    "requestBody": {"required": True, "content": {"application/octet-stream": {
+        "schema": {"type": "string", "format": "binary"}}}}}
+
+
+def file_routes(manager: Any, current_user: Any, prefix: str) -> APIRouter:
+    """The two routes, authenticated by the dependency ``current_user`` (the API's)."""
+    from merkat.service.files import FileError, list_files, put_file
+    from merkat.service.tenants import TenantError
+
+    r = APIRouter(prefix=prefix)
+    conf = manager.config.tenants
+
+    def identity(me: User) -> Any:
+        try:
+            return manager.tenants.identity(me.name)
+        except TenantError as exc:
+            raise HTTPException(422, str(exc)) from None
+
+    @r.put("/files/{name}", status_code=201, openapi_extra=UPLOAD_BODY)
+    async def put(name: str, request: Request,
+                  me: User = Depends(current_user)) -> dict[str, Any]:
+        """Upload the file ``name`` (the raw body) into your files (replacing one of that
+        name): 201 with its name and size."""
+        body = await request.body()
+        ident = identity(me)
+        try:
+            size = await asyncio.to_thread(put_file, ident, name, [body], conf.max_file,
+                                           conf.max_files)
+        except FileError as exc:
+            raise HTTPException(413 if str(exc).startswith("size:") else 422,
+                                str(exc)) from None
+        except OSError as exc:
+            raise HTTPException(422, f"name: cannot write {name!r}: "
+                                     f"{exc.strerror or exc}") from None
+        return {"name": name, "size": size}
+
+    @r.get("/files")
+    def files(me: User = Depends(current_user)) -> dict[str, Any]:
+        """Your uploaded files: name, size (bytes), modified (Unix seconds)."""
+        return {"items": list_files(identity(me))}
+
+    return r
+
+
+def upload_limit(scope: Any, prefix: str, default: int) -> int:
+    """The body limit of a request: an upload's is ``tenants.max_file`` (at least the
+    default), any other's the default."""
+    if scope.get("method") == "PUT" and str(scope.get("path", "")).startswith(prefix + "/files/"):
+        app = scope.get("app")
+        manager = getattr(getattr(app, "state", None), "manager", None)
+        if manager is not None:
+            return max(default, int(manager.config.tenants.max_file))
+    return default

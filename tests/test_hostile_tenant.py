@@ -1,0 +1,273 @@
+"""Hostile tenants (issue 25 items 1, 6, 7, 9, 10, 16): a user's commands run as her own
+unprivileged uid, in her VM's cgroup, with a clean environment; she reads nothing of the data
+directory, copies in only her own files, cannot fork-bomb the machine, and a VM that leaves its
+cgroup is noticed. Real cgroups and identity switching: root only."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from merkat.backends.local import Launch, LocalBackend, Node, pid_alive
+from merkat.backends.local.cgroups import detect
+from merkat.service.config import load_config
+from merkat.service.db import open_store
+from merkat.service.server import Service
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0 or detect(Path("/sys/fs/cgroup")) is None,
+                       reason="needs root and cgroups"),
+]
+
+SECRET = "hunter2-server-secret-4f1c"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Api:
+    def __init__(self, url: str, key: str) -> None:
+        self.url, self.key = url, key
+
+    def call(self, method: str, path: str, body: bytes | None = None,
+             ctype: str = "application/yaml", timeout: float = 10.0) -> tuple[int, Any]:
+        req = urllib.request.Request(f"{self.url}/api/v1{path}", data=body, method=method)
+        req.add_header("Authorization", f"Bearer {self.key}")
+        if body is not None:
+            req.add_header("Content-Type", ctype)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"null")
+
+
+@pytest.fixture
+def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """A server whose data directory is in a directory others may traverse (so a denial is
+    the data directory's own mode, 0700), started under umask 000 with a secret in its
+    environment; users alice and bob (100 credits each)."""
+    monkeypatch.setenv("SERVER_SECRET_TOKEN", SECRET)
+    base = Path(tempfile.mkdtemp(prefix="merkat-hostile-"))
+    base.chmod(0o755)
+    data = base / "data"
+    old = os.umask(0)
+    try:
+        store = open_store(f"sqlite:///{data / 'merkat.db'}")
+        keys = {u: store.add_user(u, budget=100_000_000) for u in ("alice", "bob")}
+        store.close()
+        cfg = load_config(None, data_dir=data, port=free_port(), period=0.5, admission=0.25,
+                          backend={"cgroup_prefix": f"merkat-ht-{uuid.uuid4().hex[:8]}"},
+                          tenants={"max_file": 4096})
+        svc = Service(cfg, on_period=lambda rec: None)
+        svc.start_background()
+    finally:
+        os.umask(old)
+    url = f"http://127.0.0.1:{svc.port}"
+    try:
+        yield {"svc": svc, "data": data, "cfg": cfg,
+               **{u: Api(url, k) for u, k in keys.items()}}
+    finally:
+        svc.shutdown()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def wait(cond: Any, timeout: float = 30.0) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.2)
+    raise AssertionError("timed out")
+
+
+def test_a_hostile_command_runs_as_its_owner_and_reaches_nothing(world: dict[str, Any]) -> None:
+    """The issue's must-show: `id -u; cat DATA_DIR/merkat.db; cat /etc/shadow; echo $$ >
+    /sys/fs/cgroup/cpu/cgroup.procs; env` prints a non-zero uid, permission errors, no server
+    secret, and its process stays in its cgroup; the audit and every balance are unchanged."""
+    svc, data = world["svc"], world["data"]
+    ledger = svc.store.ledger
+    total = sum(ledger.balances().values())
+    bob = ledger.balance("bob")
+    template = f"""\
+name: evil
+controller: {{policy: best-effort}}
+budget: 5
+commands: {{start: 'echo plugin-uid=$(id -u); env'}}
+clusters:
+  - name: main
+    command: >-
+      id -u; cat {data}/merkat.db; cat /etc/shadow;
+      echo $$ > /sys/fs/cgroup/cpu/cgroup.procs;
+      "$MERKAT_PYTHON" -m merkat user add mallory --admin --data-dir {data};
+      echo cgroup=$(grep ':cpu:' /proc/self/cgroup); env; echo END; exec sleep 60
+    cpu: 1
+    memory: 64
+"""
+    code, row = world["alice"].call("POST", "/platforms", template.encode())
+    assert code == 201, row
+    log = data / "logs" / "evil" / "vm1.log"
+    text = wait(lambda: log.exists() and "END" in (t := log.read_text()) and t)
+    lines = text.splitlines()
+    alice = svc.manager.tenants.identity("alice")
+    assert int(lines[0]) == alice.uid == svc.config.tenants.uid_base + svc.store.user_id("alice")
+    assert alice.uid != 0
+    assert f"cat: {data}/merkat.db: Permission denied" in text
+    assert "cat: /etc/shadow: Permission denied" in text
+    assert "/sys/fs/cgroup/cpu/cgroup.procs: Permission denied" in text
+    assert SECRET not in text and "SERVER_SECRET_TOKEN" not in text
+    prefix = svc.config.backend.cgroup_prefix
+    assert "cgroup=" in text and f":cpu:/{prefix}/evil/vm1" in text  # it stayed
+    env = dict(line.split("=", 1) for line in text.split("cgroup=", 1)[1].splitlines()[1:]
+               if "=" in line and not line.startswith("END"))
+    assert env["HOME"] == str(alice.home) and env["PATH"] == "/usr/local/bin:/usr/bin:/bin"
+    assert env["MERKAT_VM"] == "evil/vm1" and env["MERKAT_USER"] == "alice"
+    # the server sees the VM's session leader in its group, as her uid
+    vm = svc.backend.vm("evil/vm1")
+    assert vm is not None and vm.pid in svc.backend.tree.pids("evil/vm1")
+    assert os.stat(f"/proc/{vm.pid}").st_uid == alice.uid
+    # the start plugin ran as her too, with the same clean environment
+    plugins = data / "logs" / "evil" / "plugins.log"
+    ptext = wait(lambda: plugins.exists() and "MERKAT_STATE" in (t := plugins.read_text()) and t)
+    assert f"plugin-uid={alice.uid}" in ptext and SECRET not in ptext
+    # nothing changed in the bank or the users
+    assert "mallory" not in {u.name for u in svc.store.users()}
+    assert ledger.audit().ok
+    assert sum(ledger.balances().values()) == total and ledger.balance("bob") == bob
+    # and the data directory is private whatever the umask (the server started under 000)
+    assert stat.S_IMODE(os.stat(data).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(data / "merkat.db").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(alice.home).st_mode) == 0o700
+    assert os.stat(alice.home).st_uid == alice.uid
+    assert stat.S_IMODE(os.stat(svc.config.work_root).st_mode) == 0o711
+
+
+def test_files_in_only_from_the_users_own_uploads(world: dict[str, Any]) -> None:
+    from merkat.service.files import prepare
+
+    svc = world["svc"]
+    alice, bob = world["alice"], world["bob"]
+    for bad in ("/etc/shadow", f"{world['data']}/merkat.db", "../bob/files/x"):
+        t = f"""\
+name: grab
+controller: {{policy: best-effort}}
+budget: 1
+clusters: [{{name: main, command: cat shadow, files_in: ['{bad}']}}]
+"""
+        code, body = alice.call("POST", "/platforms", t.encode())
+        assert code == 422 and "clusters.0.files_in: " in body["detail"], body
+    # uploads: hers only, safe names, size limit
+    assert alice.call("PUT", "/files/in.txt", b"42\n", "application/octet-stream") == (
+        201, {"name": "in.txt", "size": 3})
+    assert alice.call("PUT", "/files/.hidden", b"x", "application/octet-stream")[0] == 422
+    assert alice.call("PUT", "/files/a%2Fb", b"x", "application/octet-stream")[0] in (404, 422)
+    big = b"x" * (svc.config.tenants.max_file + 1)
+    assert alice.call("PUT", "/files/big", big, "application/octet-stream", 60)[0] == 413
+    assert [f["name"] for f in alice.call("GET", "/files")[1]["items"]] == ["in.txt"]
+    assert bob.call("GET", "/files")[1]["items"] == []
+    ident = svc.manager.tenants.identity("alice")
+    assert (ident.home / "files" / "in.txt").stat().st_uid == ident.uid
+    # a link she plants to a file she cannot read is copied with her rights: refused
+    os.symlink("/etc/shadow", ident.home / "files" / "shadow")
+    with pytest.raises(OSError, match="Permission denied"):
+        prepare(ident, "grab", "main", 0, ["shadow"])
+    assert not (ident.home / "work" / "grab" / "main-0" / "shadow").exists()
+    cwd = prepare(ident, "grab", "main", 1, ["in.txt"])
+    assert (cwd / "in.txt").read_text() == "42\n" and cwd.stat().st_uid == ident.uid
+
+
+def test_a_fork_bomb_stays_under_its_pids_limit_and_the_server_answers(
+        world: dict[str, Any], cpu_heavy: int) -> None:
+    svc, alice, bob = world["svc"], world["alice"], world["bob"]
+    too_many = svc.config.tenants.max_pids + 1
+    t = """\
+name: bomb
+controller: {policy: best-effort}
+budget: 5
+clusters:
+  - {name: main, command: 'b() { b | b & }; b; sleep 60', cpu: 0.5, memory: 64, pids: PIDS}
+"""
+    code, body = alice.call("POST", "/platforms", t.replace("PIDS", str(too_many)).encode())
+    assert code == 422 and "clusters.0.pids: " in body["detail"], body
+    assert alice.call("POST", "/platforms", t.replace("PIDS", "40").encode())[0] == 201
+    tree = svc.backend.tree
+    wait(lambda: tree.exists("bomb/vm1") and tree.pids_max("bomb/vm1") == 40)
+    pids_dir = tree.dirs("bomb/vm1")["pids"]
+    wait(lambda: int((pids_dir / "pids.current").read_text()) >= 35, 20)
+    for _ in range(5):
+        t0 = time.monotonic()
+        code, _ = bob.call("GET", "/prices", timeout=5)
+        assert code == 200 and time.monotonic() - t0 < 1.0
+        assert int((pids_dir / "pids.current").read_text()) <= 40
+        time.sleep(0.2)
+    assert alice.call("POST", "/platforms/bomb/stop", b"", "application/json")[0] == 200
+    wait(lambda: not tree.exists("bomb/vm1"), 20)
+
+
+def test_a_vm_that_leaves_its_cgroup_or_loses_it_is_failed(tmp_path: Path) -> None:
+    b = LocalBackend([Node("n0", "0", 1.0, 512.0)], tmp_path / "logs",
+                     prefix=f"merkat-esc-{uuid.uuid4().hex[:8]}")
+    assert b.enforced
+    b.register("a", lambda app, vm, i: Launch("sleep 60 & exec sleep 60", index=i))
+    from merkat.platform.backend import Plan, VMPlacement
+
+    try:
+        b.apply(Plan(time=0, period=1, create=(VMPlacement("a/vm1", "a", 0),
+                                               VMPlacement("a/vm2", "a", 0))))
+        assert [r.error for r in b.report] == [None, None]
+        assert b.poll() == []  # confined: nothing to say
+        # root moves one process of vm1 out of its group (a user cannot: test above)
+        leader = b.vms["a/vm1"].pid
+        assert leader is not None
+        out = Path("/sys/fs/cgroup/cpu/cgroup.procs")
+        out.write_text(str(leader))
+        # vm2's group vanishes: its processes moved out, its directories removed
+        procs = b.tree.pids("a/vm2")
+        for ctl, d in b.tree.dirs("a/vm2").items():
+            for pid in procs:
+                (b.tree._v1_dirs[ctl] / "cgroup.procs").write_text(str(pid))
+            d.rmdir()
+        got = {r.vm: (r.op, r.error) for r in b.poll()}
+        assert got["a/vm1"][0] == "escape"
+        assert f"process {leader} left its cgroup" in str(got["a/vm1"][1])
+        assert got["a/vm2"] == ("escape", f"its cgroup {b.tree.path('a/vm2')} vanished")
+        assert b.vms["a/vm1"].state == b.vms["a/vm2"].state == "failed"
+        assert set(b.failed()) == {"a/vm1", "a/vm2"}
+        wait(lambda: not any(pid_alive(p) for p in [leader, *procs]), 5)
+        assert b.poll() == []  # failed once, not again
+    finally:
+        b.close()
+
+
+def test_a_server_that_is_not_root_says_its_users_run_as_itself(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from merkat.service import tenants
+
+    monkeypatch.setattr(tenants, "can_switch", lambda: False)
+    cfg = load_config(None, data_dir=tmp_path / "d")
+    store = open_store(cfg.database)
+    store.add_user("alice")
+    t = tenants.Tenants(cfg, store)
+    assert t.warning is not None and "not root" in t.warning
+    ident = t.identity("alice")
+    assert (ident.uid, ident.home) == (os.geteuid(), tmp_path / "d-work" / "alice")
+    store.close()
