@@ -74,6 +74,9 @@ def delete_platform(m: Manager, name: str) -> dict[str, Any]:
         data = Path(m.config.data_dir)
         for part in ("logs", "work"):  # the next platform of this name starts afresh
             shutil.rmtree(data / part / name, ignore_errors=True)
+        from merkat.service.usercmds import remove_work
+
+        remove_work(m, row.owner, name)  # its working directories, in the owner's area
         m.store.add_event("deleted", f"platform {name} deleted (it had {row.state}; its "
                           f"account {account} and its history stay in the bank)", name,
                           row.owner)

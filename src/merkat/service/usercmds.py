@@ -1,5 +1,6 @@
 """What the applications manager runs for a user, always as her (docs/service.md, "Tenants and
-isolation"): the template's plugins and the copy of ``files_out`` (command monitors:
+isolation"): the template's plugins, the copy of ``files_out`` and the removal of a deleted
+platform's working directories (command monitors:
 :func:`merkat.service.probes.run_monitor_command`). Each
 resolves the platform owner's identity (:class:`~merkat.service.tenants.Tenants`) and goes
 through the sandbox; a failure is an event of the platform, never an exception of the period.
@@ -46,3 +47,18 @@ def plugin(m: Any, t: Template, owner: str, name: str, old: str, new: str) -> No
                        cgroups=groups(name, m.tenants.pids(None)) if groups else ())
     if error is not None:
         m._event("plugin-error", error, name)
+
+
+def remove_work(m: Any, owner: str, platform: str) -> None:
+    """Remove ``platform``'s working directories from ``owner``'s area (``work/<platform>``),
+    as her (a deleted platform; its ``out/`` results stay)."""
+    from merkat.backends.local.sandbox import run
+    from merkat.service import tenants
+
+    try:
+        ident = m.tenants.identity(owner)
+    except ValueError:
+        return
+    work = tenants.shared_dir(ident, platform).parent
+    if work.exists():
+        run(["rm", "-rf", "--", str(work)], ident, timeout=60.0)
