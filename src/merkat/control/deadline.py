@@ -14,6 +14,7 @@ from merkat.control.base import Controller, Ewma, Seed
 from merkat.control.forecast import PriceForecast
 from merkat.control.formulas import app_alloc, current_bid, makespan_bound, start_bid
 from merkat.control.generic import ScaleMultiVMs, ScaleOneVM, resize
+from merkat.control.steer import ShareSteer, check_steer
 from merkat.control.types import Action, Demand, Observation, Phase, Sense
 
 
@@ -52,6 +53,10 @@ class VerticalDeadline(Controller):
       ``forecast_history``): start and resume bids are computed at the price expected with
       probability p next period (or the highest over the next ``forecast_horizon`` periods)
       instead of the last price (:mod:`merkat.control.forecast`, Tycoon eq. 5-6).
+    - ``steer="share"`` (the live service's default; ``margin``): start at once and bid each
+      period for the share the work left needs by the deadline, from the measured rate,
+      instead of Scale-One-VM's steps; never suspend, report what the budget cannot buy
+      (:mod:`merkat.control.steer`). ``steer="scale"`` (default) is the rule above.
     """
 
     name = "vertical-deadline"
@@ -63,8 +68,10 @@ class VerticalDeadline(Controller):
                  resume_wait: int = 2, horizon: int = 1, start_fraction: float = 1.0,
                  forecast: str = "last", forecast_order: int = 2, probability: float = 0.5,
                  forecast_horizon: int | str = 1, forecast_history: int | None = None,
-                 seed: Seed = 0) -> None:
+                 steer: str = "scale", margin: float = 0.25, seed: Seed = 0) -> None:
         super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
+        check_steer(steer, margin)
+        self.share = ShareSteer(margin) if steer == "share" else None
         self.forecaster = PriceForecast(forecast, forecast_order, probability, forecast_horizon,
                                         forecast_history)
         self.reads_price_history = self.forecaster.reads_history
@@ -89,6 +96,11 @@ class VerticalDeadline(Controller):
     # --- start: postpone, then abort (Themis §IV-A) ----------------------------------------
 
     def on_start(self, obs: Observation) -> Demand:
+        if self.share is not None:  # steer="share": start at once, for the share it needs
+            f = needed_fraction(obs)
+            if f is not None and f > 1:
+                return Demand(Action.STOP, reason="aborted: the deadline can no longer be met")
+            return self.share.start(obs, self.vm_bid_max(obs, obs.size), self.start_fraction)
         if self.next_try is not None and obs.time < self.next_try:
             return self.wait(obs, f"postponed until {self.next_try:g}")
         f = needed_fraction(obs)
@@ -127,6 +139,9 @@ class VerticalDeadline(Controller):
         return p_now, p_est, p_ref
 
     def reconfigure(self, obs: Observation) -> Demand:
+        if self.share is not None:  # steer="share" (merkat.control.steer)
+            self.short = False
+            return self.share.reconfigure(obs, self.vm_bid_max(obs, len(obs.vms)))
         bid, cap = current_bid(obs), self.vm_bid_max(obs, len(obs.vms))
         est = self.alloc_est.value
         at_max = all(est.get(r, 0.0) >= (1 - self.max_alloc_tol) * s
@@ -141,6 +156,8 @@ class VerticalDeadline(Controller):
         return self.uniform(obs, new)
 
     def needs_suspend(self, obs: Observation, demand: Demand) -> bool:
+        if self.share is not None:  # it runs on what its budget buys, reported at risk
+            return False
         p_now, p_est, p_ref = self.progress(obs)
         if self.short and p_now < p_ref and p_est < p_ref:
             self.suspended_at = obs.time
@@ -166,6 +183,9 @@ class VerticalDeadline(Controller):
         return reason
 
     def on_resume(self, obs: Observation) -> Demand:
+        if self.share is not None:  # (suspended for want of money: resume when it can pay)
+            return self.share.start(obs, self.vm_bid_max(obs, len(obs.vms)),
+                                    self.start_fraction, Action.RESUME)
         since = self.suspended_at if self.suspended_at is not None else -math.inf
         wait = self.resume_wait * 2 ** min(self.suspensions - 1, 16)
         if obs.time < since + wait * obs.period:

@@ -22,6 +22,7 @@ from merkat.control.formulas import (
     start_bid,
     vm_upper_bound,
 )
+from merkat.control.steer import ShareSteer, check_steer
 from merkat.control.types import Action, Amounts, Demand, Observation, Sense
 
 AGGRESSIVE = 2.0
@@ -324,14 +325,19 @@ class MerkatVertical(_MetricController):
 
     ``low``/``high``: the thresholds v_low, v_high as fractions of v_ref; ``alloc_min``:
     alloc_min as a fraction of the VM size. All VMs bid alike (per-VM limit bid_max / nvms).
+    ``steer="share"`` (``margin``): an application with a deadline and no metric of its own
+    bids each period for the share its work left needs (:mod:`merkat.control.steer`).
     """
 
     name = "merkat-vertical"
     applies_to = ("trace", "rigid", "task-farm")
 
     def __init__(self, *, low: float = 0.75, high: float = 1.0, alloc_min: float = 0.0,
-                 horizon: int = 1, start_fraction: float = 1.0, seed: Seed = 0) -> None:
+                 horizon: int = 1, start_fraction: float = 1.0, steer: str = "scale",
+                 margin: float = 0.25, seed: Seed = 0) -> None:
         super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
+        check_steer(steer, margin)
+        self.share = ShareSteer(margin) if steer == "share" else None
         judge(1.0, 1.0, Sense.LOWER_IS_BETTER, low, high)
         if not 0 <= alloc_min <= 1:
             raise ValueError(f"alloc_min must be in [0, 1], got {alloc_min}")
@@ -345,9 +351,17 @@ class MerkatVertical(_MetricController):
                                 {r: self.alloc_min * s for r, s in size.items()}, size,
                                 obs.prices, obs.bid_min, self.vm_bid_max(obs, len(obs.vms)))
 
+    def on_start(self, obs: Observation) -> Demand:
+        if self.share is not None:  # steer="share": for the share its deadline needs
+            return self.share.start(obs, self.vm_bid_max(obs, obs.size), self.start_fraction)
+        return super().on_start(obs)
+
     def reconfigure(self, obs: Observation) -> Demand:
         if (demand := self.late_demand(obs)) is not None:
             return demand
+        if self.share is not None and obs.metrics.performance is None and \
+                obs.time_to_deadline is not None:  # steer="share" (merkat.control.steer)
+            return self.share.reconfigure(obs, self.vm_bid_max(obs, len(obs.vms)))
         metric = self.metric(obs)
         if metric is None:
             return self.keep(obs, reason="no metric")

@@ -33,6 +33,7 @@ from merkat.control.deadline import needed_fraction
 from merkat.control.forecast import PriceForecast
 from merkat.control.formulas import alloc_fraction, app_alloc, current_bid, gap, judge, start_bid
 from merkat.control.generic import MerkatVerticalScaler
+from merkat.control.steer import ShareSteer, check_steer
 from merkat.control.types import Action, Amounts, Demand, Observation, Sense
 
 
@@ -70,6 +71,9 @@ class SLOController(Controller):
     (``forecast_order``, ``probability``, ``forecast_horizon``, ``forecast_history``): start and
     resume bids at the price expected with probability p next period (or the highest over the
     next ``forecast_horizon`` periods) instead of the last price (:mod:`merkat.control.forecast`).
+    ``steer="share"`` (``margin``; deadline policies): start at once and bid each period for
+    the share the work left needs by the deadline (:mod:`merkat.control.steer`); the suspend
+    rule is then off (``short`` stays False).
     """
 
     kind: ClassVar[SLOKind] = SLOKind.DEADLINE_STRICT
@@ -80,10 +84,14 @@ class SLOController(Controller):
                  low: float = 0.75, high: float = 1.0, backoff_max: int = 3, max_wait: int = 3,
                  horizon: int = 1, forecast: str = "last", forecast_order: int = 2,
                  probability: float = 0.5, forecast_horizon: int | str = 1,
-                 forecast_history: int | None = None, seed: Seed = 0) -> None:
+                 forecast_history: int | None = None, steer: str = "scale",
+                 margin: float = 0.25, seed: Seed = 0) -> None:
         if start_fraction is None:
             start_fraction = 0.75 if self.kind.strict else 0.25
         super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
+        check_steer(steer, margin)
+        self.share = ShareSteer(margin) if steer == "share" and self.kind.tracks_deadline \
+            else None
         self.forecaster = PriceForecast(forecast, forecast_order, probability, forecast_horizon,
                                         forecast_history)
         self.reads_price_history = self.forecaster.reads_history
@@ -114,6 +122,10 @@ class SLOController(Controller):
         return f
 
     def start_resume(self, obs: Observation, action: Action) -> Demand:
+        if self.share is not None:  # steer="share": at once, for the share it needs
+            n = obs.size if action is Action.START else len(obs.vms)
+            return self.share.start(obs, self.vm_bid_max(obs, n), self.target_fraction(obs),
+                                    action)
         if self.next_try is not None and obs.time < self.next_try:
             return self.wait(obs, f"waiting until {self.next_try:g}")
         nvms = obs.size if action is Action.START else len(obs.vms)
@@ -172,6 +184,9 @@ class SLOController(Controller):
         return predicted, left, Sense.LOWER_IS_BETTER
 
     def reconfigure(self, obs: Observation) -> Demand:
+        if self.share is not None:  # steer="share" (merkat.control.steer)
+            self.short = False
+            return self.share.reconfigure(obs, self.vm_bid_max(obs, len(obs.vms)))
         v, ref, sense = self.metric(obs)
         direction = judge(v, ref, sense, self.low, self.high)
         size = obs.vm_size

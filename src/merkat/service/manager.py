@@ -72,8 +72,10 @@ class NotFound(LookupError):
 
 def make_controller(policy: str, params: dict[str, Any]) -> Controller:
     """A controller by registry name, else by a ``merkat.controllers`` entry point."""
-    try:
-        return make_policy(policy, **params)
+    from merkat.control.steer import live_params
+
+    try:  # live, the deadline policies steer by the share they need (merkat.control.steer)
+        return make_policy(policy, **live_params(policy, params))
     except PolicyError as exc:
         if not str(exc).startswith("unknown policy"):
             raise TemplateError(f"controller.params: {exc}") from None
@@ -105,6 +107,7 @@ class Live:
     polled: dict[str, float] = field(default_factory=dict)  # when each was last read
     beats: dict[str, tuple[float, Any]] = field(default_factory=dict)
     errors: dict[str, str | None] = field(default_factory=dict)  # the other clusters' monitors'
+    at_risk: str | None = None  # its deadline, as last reported (merkat.service.deadlines)
 
     def metrics(self) -> Any:
         """What the controller sees: every cluster's reading, aggregated
@@ -348,6 +351,9 @@ class Manager:
             fail_dead(self, refund_period=record.index)  # VMs that could not be created
             self._charges(record.index)
             self._budgets()
+            from merkat.service.deadlines import report
+
+            report(self)  # deadline at risk, met, missed
             self._sync(now)
             self.store.add_price(record.index, now, record.prices.get("cpu", 0.0),
                                  record.prices.get("memory", 0.0))
@@ -547,8 +553,8 @@ class Manager:
 
                 # the end and the budget's return in one transaction (budgets come home);
                 # if it fails nothing changed, and the next period tries again
-                end_platform(self, name, row.owner, values,
-                             state + (f" ({app.reason})" if app.reason else ""))
+                end_platform(self, name, row.owner, values, state + (
+                    f" ({app.reason})" if app.reason and app.reason != state else ""))
                 live.state = state
                 self.ended[name] = self.live.pop(name)  # its last readings (status)
                 usercmds.files_out(self, live.template, live.owner)
