@@ -112,7 +112,7 @@ def test_a_budget_too_small_for_the_share_is_reported_early_then_missed(
     assert app.spec.deadline is not None
     risk = [e for e in events if e["kind"] == "deadline-at-risk"]
     missed = [e for e in events if e["kind"] == "deadline-missed"]
-    assert risk and "deadline at risk" in risk[0]["message"], events
+    assert risk and "deadline at risk" in risk[0]["message"], [(e["kind"], e["message"]) for e in events]
     assert ("its budget allows" in risk[0]["message"]  # (or, on a slow start, more than
             or "more than the whole VM" in risk[0]["message"])  # the whole VM)
     # early: within the first periods of its run, long before the deadline

@@ -215,20 +215,25 @@ class MonitorRunner:
         self._lock = threading.Lock()
         self.running: dict[str, tuple[str, Future[None]]] = {}  # key -> (owner, its future)
         self.done: dict[str, tuple[Reading, float]] = {}  # key -> (reading, taken at)
+        self.turn: dict[str, int] = {}  # key -> when its last reading started (a counter)
+        self._turns = 0
         self.closed = False
 
     def start(self, probes: Iterable[Probe]) -> list[Future[None]]:
         """Start the readings of ``probes`` (skipped: one of the same key still in flight,
-        or its owner's quota in flight); returns their futures."""
+        or its owner's quota in flight), the longest unread first (an owner with more
+        platforms than her quota has each read in turn); returns their futures."""
         started: list[Future[None]] = []
         with self._lock:
             if self.closed:
                 return started
             owners = Counter(owner for owner, _ in self.running.values())
-            for p in probes:
+            for p in sorted(probes, key=lambda p: self.turn.get(p.key, -1)):
                 if p.key in self.running or owners[p.owner] >= self.per_owner:
                     continue
                 owners[p.owner] += 1
+                self._turns += 1
+                self.turn[p.key] = self._turns
                 fut = self.pool.submit(self._read, p)
                 self.running[p.key] = (p.owner, fut)
                 started.append(fut)
