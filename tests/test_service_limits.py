@@ -59,7 +59,8 @@ def test_yaml_limits(text: str, message: str) -> None:
     assert len(str(info.value)) < 200
 
 
-def test_the_config_file_is_read_within_the_same_limits(tmp_path: Path) -> None:
+def test_the_config_file_is_read_within_the_same_limits(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     f = tmp_path / "c.yaml"
     f.write_text(alias_bomb(9))
     with pytest.raises(ConfigError, match=r"line 5: more than 20000 nodes"):
@@ -70,6 +71,8 @@ def test_the_config_file_is_read_within_the_same_limits(tmp_path: Path) -> None:
     f.write_text("limits: {body_bytes: 10}\n")
     with pytest.raises(ConfigError, match=r"limits\.body_bytes: Input should be greater"):
         load_config(f)
+    monkeypatch.setenv("MERKAT_LIMITS__STREAMS_PER_USER", "3")
+    assert load_config(None).limits.streams_per_user == 3
 
 
 @pytest.mark.parametrize(("text", "message"), [
