@@ -490,3 +490,29 @@ def test_reconcile_destroys_what_a_lost_decision_released(manager: Manager) -> N
     with m.lock:
         assert reconcile(m) == ["s/vm1: destroyed (its platform released it)"]
     assert "s/vm1" not in m.backend.vms
+
+
+def test_a_period_stuck_on_a_locked_database_is_reported_while_it_waits(
+        manager: Manager, monkeypatch: pytest.MonkeyPatch) -> None:
+    from merkat.service import loop as loop_module
+
+    monkeypatch.setattr(loop_module, "BUSY_MIN", 1.0)
+    m = manager
+    release = threading.Event()
+    tick = m.tick
+
+    def stuck() -> Any:
+        release.wait(20)  # (as the bank waits for a database another process locked)
+        return tick()
+
+    monkeypatch.setattr(m, "tick", stuck)
+    with TestClient(create_app(m)) as c:
+        loop = Loop(m)
+        try:
+            r = wait(lambda: (x := c.get("/api/v1/health")).status_code == 503 and x)
+            assert "has been running for" in r.json()["loop"]["reason"]
+            release.set()
+            wait(lambda: c.get("/api/v1/health").status_code == 200)
+        finally:
+            release.set()
+            loop.close()

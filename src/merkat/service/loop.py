@@ -42,6 +42,10 @@ BACKOFF_START = 1.0
 BACKOFF_MAX = 60.0
 """The longest wait between two attempts (and never longer than one period)."""
 
+BUSY_MIN = 30.0
+"""Work under way (a period, an admission) longer than this and two periods is reported by
+``/health`` (a database locked by another process makes the bank wait up to a minute)."""
+
 NOTE_EVERY = 60.0
 """At most one ``loop`` event (and log line) about stalls per this many seconds: a server
 starved for CPU falls behind every period, and says so once a minute, with the count."""
@@ -66,6 +70,7 @@ class LoopHealth:
     periods_skipped_total: int = 0  # boundaries dropped after stalls
     retry_at: float | None = None  # when the next attempt runs (while failing)
     last_period_at: float | None = None  # when the last period completed (clock)
+    busy_since: float | None = None  # when the work under way (admission, period) began
     stall_noted_at: float | None = None  # when the last stall event was written
     stalls_unnoted: int = 0  # stalls since then
     skipped_unnoted: int = 0
@@ -93,10 +98,15 @@ class LoopHealth:
         return was
 
     def problem(self, now: float, period: float) -> str | None:
-        """Why the loop is not healthy now, or None: it is failing, its thread is gone, or
-        no period completed for three periods (and a minute) while its thread runs."""
+        """Why the loop is not healthy now, or None: it is failing; its work under way (a
+        period, an admission: waiting for a locked database...) has taken more than two
+        periods and 30 s; its thread is gone; or no period completed for three periods and a
+        minute while its thread runs."""
         if not self.ok:
             return self.reason or "failing"
+        busy = self.busy_since
+        if busy is not None and now - busy > max(2 * period, BUSY_MIN):
+            return f"a period (or admission) has been running for {now - busy:.0f} s"
         t = self.thread
         if t is None:  # no loop thread (a manager driven by hand): nothing to judge
             return None
@@ -145,6 +155,7 @@ def run_loop(m: Manager, stop: threading.Event,
     P = m.config.period
     m.next_period = m.clock()
     while not stop.is_set():
+        health.busy_since = m.clock()
         try:
             if health.failures:  # a failed period may have charged: never reuse its index
                 _repair(m)
@@ -163,12 +174,14 @@ def run_loop(m: Manager, stop: threading.Event,
             else:
                 m.start_queued()
         except Exception as exc:  # whatever failed, the loop goes on
+            health.busy_since = None
             delay = health.failed(exc, m.clock(), P)
             # stderr only: the database may be what failed
             _log(f"period loop: attempt failed ({health.reason}); retry in {delay:g} s "
                  f"(failure {health.failures} in a row)")
             stop.wait(delay)
             continue
+        health.busy_since = None
         if health.failures:
             n, since, reason = health.recovered()
             down = m.clock() - since if since is not None else 0.0
