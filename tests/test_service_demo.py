@@ -49,6 +49,7 @@ def test_the_demo_shows_the_market_at_work(tmp_path: Path, cpu_heavy: int) -> No
     # equal share of 1/7 of the machine
     assert urgent.raises >= 1 and max(urgent.bids) >= 3 * urgent.bids[0], text
     assert max(urgent.shares) > 0.3 * facts.capacity, text
+    assert urgent.cpu_received is not None and 0 < urgent.cpu_received <= facts.capacity * 1.1
     # the price climbed to 10x the reserve; thrifty was suspended, then resumed
     assert max(facts.prices) >= 10 * facts.reserve, text
     assert thrifty.suspensions >= 1 and thrifty.resumes >= 1, text

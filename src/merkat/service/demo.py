@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import tempfile
 import time
@@ -76,6 +77,7 @@ class Entry:
     deadline_s: float | None = None  # seconds after submission
     max_price: float | None = None
     role: str = ""
+    cost: float = COST  # CPU seconds per iteration of its solver
 
 
 @dataclass
@@ -98,6 +100,7 @@ class Trace:
     capacity: float
     times: list[float] = field(default_factory=list)
     prices: list[float] = field(default_factory=list)
+    loads: list[float] = field(default_factory=list)  # the machine's 1-min load average
     samples: dict[str, list[Sample | None]] = field(default_factory=dict)
 
 
@@ -209,6 +212,7 @@ def run(duration: float, period: float, port: int = 0, data_dir: Path | None = N
         with svc.manager.lock:
             trace.times.append(rec["time"])
             trace.prices.append(float(rec["prices"].get("cpu", 0.0)))
+            trace.loads.append(os.getloadavg()[0])
             for e in entries:
                 trace.samples[e.name].append(sample(svc, e.name))
         print(line(trace, entries), file=out, flush=True)

@@ -7,7 +7,8 @@ from the demo's intentions — and :func:`render` prints them:
 - each deadline platform: met or missed and by how much (its finish is its solver's last log
   line, i.e. the log file's modification time; the platform's end is only noticed at the
   next period), and how its bid moved (raises of more than 1 %, first and highest bid, a
-  sparkline);
+  sparkline); the CPU its VMs really received (its iterations are CPU seconds) against the
+  share the market allocated, and the machine's load when other work took the difference;
 - the CPU price over time (sparkline; lowest and highest, as multiples of the reserve price);
 - each price-limited platform's suspensions and resumes, with the price at that period;
 - the money per platform, from the journal of its account and of its hold account (charged
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,8 @@ class PlatformFacts:
     bids: list[float] = field(default_factory=list)  # per VM, each period it ran
     shares: list[float] = field(default_factory=list)
     raises: int = 0
+    cpu_received: float | None = None  # cores its VMs burnt on average while running
+    cpu_allocated: float | None = None  # cores the market gave them on average meanwhile
     max_price: float | None = None
     suspensions: int = 0
     resumes: int = 0
@@ -82,6 +86,7 @@ class Facts:
     balances: int
     html: Path | None
     html_note: str
+    load: float | None = None  # the highest 1-min load average seen
 
     @property
     def ok(self) -> bool:
@@ -170,6 +175,14 @@ def collect(svc: Any, entries: list[Any], trace: Any, data: Path, owner: str,
             elif last == "suspended" and state == "running":
                 p.changes.append(f"resumed at {w:.0f} s (price {price:.4f} = {price / r:.1f}x)")
             last = state or last
+        timed = [(w, s) for w, s in zip(when, rows, strict=False)
+                 if s is not None and s.state == "running" and s.done is not None]
+        if e.deadline_s is not None and len(timed) >= 2 and timed[-1][0] > timed[0][0]:
+            (w0, s0), (w1, s1) = timed[0], timed[-1]
+            assert s0.done is not None and s1.done is not None
+            # the solver's iterations are CPU seconds: what its VMs really got
+            p.cpu_received = (s1.done - s0.done) * e.cost * e.count / (w1 - w0)
+            p.cpu_allocated = sum(s.share for _, s in timed[:-1]) / (len(timed) - 1)
         if e.deadline_s is not None:
             done = finish_time(data, e.name, app)
             p.finished_s = None if done is None else done - app.spec.submit_time
@@ -179,7 +192,7 @@ def collect(svc: Any, entries: list[Any], trace: Any, data: Path, owner: str,
     audit = ledger.audit()
     return Facts(out, list(trace.prices), r, trace.capacity, owner, owner_start,
                  ledger.balance(owner), audit.ok, audit.minted, audit.sum_of_balances, None,
-                 "not written")
+                 "not written", max(trace.loads, default=None))
 
 
 def _c(micro: int) -> str:
@@ -213,6 +226,13 @@ def render(f: Facts) -> str:
                              f"highest {top:.4g} ({top / p.bids[0]:.0f}x); share up to "
                              f"{max(p.shares):.2f} of {f.capacity:g} cores")
                 lines.append(f"  bid   {sparkline(p.bids)}  (each period it ran, log scale)")
+            if p.cpu_received is not None and p.cpu_allocated is not None:
+                busy = (f" (the machine was busy with other work: load average up to "
+                        f"{f.load:.1f} on {os.cpu_count()} CPUs)"
+                        if p.cpu_received < 0.7 * p.cpu_allocated and f.load is not None
+                        else "")
+                lines.append(f"  CPU received {p.cpu_received:.2f} cores on average, of "
+                             f"{p.cpu_allocated:.2f} allocated{busy}")
         elif p.max_price is not None:
             lines.append(f"{head}: {p.suspensions} suspension(s), {p.resumes} resume(s)"
                          + (": " + ", ".join(p.changes) if p.changes else ""))
