@@ -32,7 +32,7 @@ def credits(v: float | None) -> str | None:
 def _rate(v: float | None) -> str | None:
     if v is None:
         return None
-    return "inf" if v == float("inf") else f"{v:.3g}/s"
+    return f"{v:.3g}/s"
 
 
 def _progress(c: dict[str, Any]) -> str | None:

@@ -71,8 +71,9 @@ def money_of(ledger: Any, account: str, owner: str, provider: str) -> Money:
 def progress_of(m: Metrics | None, deadline: float | None, now: float) -> dict[str, Any]:
     """A reading against the deadline: ``work_done``, ``work_total``, ``progress`` (0-1, None
     without a total), ``rate`` (measured work units/s), ``rate_needed`` (work left / seconds
-    left; None without a deadline or a total, ``inf`` once the deadline has passed with work
-    left) and ``on_track`` (the measured rate finishes before the deadline)."""
+    left; None without a deadline or a total, or once the deadline has passed with work left:
+    no rate is enough) and ``on_track`` (the measured rate finishes before the deadline).
+    Every number is finite (JSON)."""
     out: dict[str, Any] = {"work_done": None, "work_total": None, "progress": None,
                            "rate": None, "rate_needed": None, "on_track": None}
     if m is None:
@@ -89,11 +90,12 @@ def progress_of(m: Metrics | None, deadline: float | None, now: float) -> dict[s
         if left <= 0:
             out["rate_needed"], out["on_track"] = 0.0, True
             return out
-        out["rate_needed"] = left / (deadline - now) if deadline > now else float("inf")
+        if deadline <= now:
+            out["on_track"] = False
+            return out
+        out["rate_needed"] = left / (deadline - now)
         if m.progress_rate:
             out["on_track"] = now + left / m.progress_rate <= deadline
-        elif deadline <= now:
-            out["on_track"] = False
     return out
 
 
