@@ -176,18 +176,18 @@ clusters:
     monitor: {kind: log, regex: 'it (?P<work_done>\\d+)/(?P<work_total>\\d+)'}
   - name: workers
     depends: master
-    command: "i=0; while true; do i=$((i+1)); echo w $i/1000; echo x >> %(runs)s; sleep 0.05; done"
+    command: "i=0; while true; do i=$((i+1)); echo $i > done.txt; sleep 0.05; done"
     cpu: 0.5
     memory: 64
     poll: 2
-    monitor: {kind: command, command: "echo x >> %(polls)s; tail -n1 %(log)s | tr / ' ' | awk '{print \\"work_done=\\" $2, \\"work_total=1000\\"}'"}
+    monitor: {kind: command, command: "echo x >> polls; echo work_done=$(cat done.txt) work_total=1000"}
   - name: quiet
     depends: master
     command: "sleep 600"
     cpu: 0.5
     memory: 64
     poll: 0
-    monitor: {kind: command, command: "echo x >> %(never)s"}
+    monitor: {kind: command, command: "echo x >> never"}
 """
 
 
@@ -201,11 +201,9 @@ def run(m: Manager, seconds: float) -> None:
 
 def test_every_clusters_monitor_is_read_at_its_poll_and_aggregated(manager: Manager,
                                                                    tmp_path: Path) -> None:
-    m = manager
-    polls, never = tmp_path / "polls", tmp_path / "never"
-    log = tmp_path / "logs" / "two" / "vm2.log"
-    m.submit("alice", parse(TWO % {"runs": tmp_path / "runs", "polls": polls,
-                                   "never": never, "log": log}))
+    m = manager  # (each VM's files in its own working directory: it runs as alice)
+    polls, never = tmp_path / "work/two/workers-0/polls", tmp_path / "work/two/quiet-0/never"
+    m.submit("alice", parse(TWO))
     run(m, 6.0)
     live = m.live["two"]
     master, workers = live.tracker.metrics(), live.others["workers"].metrics()
@@ -233,7 +231,7 @@ budget: 10
 health: {stall_s: 1.5}
 clusters:
   - name: main
-    command: "echo starts >> %(starts)s; echo it 1/10; sleep 600"
+    command: "echo starts >> starts; echo it 1/10; sleep 600"
     cpu: 0.5
     memory: 64
     monitor: {kind: log, regex: 'it (?P<work_done>\\d+)/(?P<work_total>\\d+)'}
@@ -243,8 +241,8 @@ clusters:
 def test_a_stalled_vm_is_restarted_up_to_max_restarts_then_fails(manager: Manager,
                                                                  tmp_path: Path) -> None:
     m = manager
-    starts = tmp_path / "starts"
-    m.submit("alice", parse(STALL % {"starts": starts}))
+    starts = tmp_path / "work/hang/main-0/starts"
+    m.submit("alice", parse(STALL))
     end = time.monotonic() + 20
     while time.monotonic() < end and m.store.platform("hang").state not in ("failed",):
         run(m, 0.5)
