@@ -202,7 +202,8 @@ def run(m: Manager, seconds: float) -> None:
 def test_every_clusters_monitor_is_read_at_its_poll_and_aggregated(manager: Manager,
                                                                    tmp_path: Path) -> None:
     m = manager  # (each VM's files in its own working directory: it runs as alice)
-    polls, never = tmp_path / "work/two/workers-0/polls", tmp_path / "work/two/quiet-0/never"
+    home = m.tenants.identity("alice").home
+    polls, never = home / "work/two/workers-0/polls", home / "work/two/quiet-0/never"
     m.submit("alice", parse(TWO))
     run(m, 6.0)
     live = m.live["two"]
@@ -241,7 +242,7 @@ clusters:
 def test_a_stalled_vm_is_restarted_up_to_max_restarts_then_fails(manager: Manager,
                                                                  tmp_path: Path) -> None:
     m = manager
-    starts = tmp_path / "work/hang/main-0/starts"
+    starts = m.tenants.identity("alice").home / "work/hang/main-0/starts"
     m.submit("alice", parse(STALL))
     end = time.monotonic() + 20
     while time.monotonic() < end and m.store.platform("hang").state not in ("failed",):

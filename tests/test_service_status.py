@@ -56,7 +56,7 @@ def ok(env: dict[str, str], *args: str) -> str:
     return r.stdout
 
 
-def wait(cond: Any, timeout: float = 30.0) -> Any:
+def wait(cond: Any, timeout: float = 90.0) -> Any:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         v = cond()
