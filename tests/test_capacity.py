@@ -83,3 +83,31 @@ def test_a_reserve_too_large_is_bad_input_naming_the_field(tmp_path: Path) -> No
     assert r.returncode == 2
     assert r.stderr.strip().splitlines()[-1].startswith("error: backend.reserve_cpu: ")
     assert not (tmp_path / "new").exists()  # nothing created
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_the_vm_tree_is_capped_at_the_allocatable_and_weighs_it(tmp_path: Path,
+                                                                version: str) -> None:
+    """The prefix group (the VMs together) holds the allocatable CPU as a CFS quota and as its
+    weight (1024 shares / cpu.weight 100 per core, as Kubernetes' kubepods), and the
+    allocatable memory as its limit — v1 and v2 files, on a fake hierarchy."""
+    from test_local_backend import fake_v1, fake_v2
+
+    cg = tmp_path / "cg"
+    (fake_v1 if version == "v1" else fake_v2)(cg, ["mk"])
+    cores, memory = machine()
+    b = LocalBackend([Node("n0", "0", 1.0, 512.0)], tmp_path / "logs", cgroup_root=cg,
+                     prefix="mk", reserve=Reserve(0.5, 512.0))
+    assert b.enforced
+    quota = round((cores - 0.5) * 100_000)
+    limit = str(round((memory - 512.0) * 2**20))
+    if version == "v1":
+        assert (cg / "cpu/mk/cpu.cfs_quota_us").read_text() == str(quota)
+        assert (cg / "cpu/mk/cpu.shares").read_text() == str(round((cores - 0.5) * 1024))
+        assert (cg / "memory/mk/memory.limit_in_bytes").read_text() == limit
+    else:
+        assert (cg / "mk/cpu.max").read_text() == f"{quota} 100000"
+        assert (cg / "mk/cpu.weight").read_text() == str(round((cores - 0.5) * 100))
+        assert (cg / "mk/memory.max").read_text() == limit
+    got = b.tree.limits("")
+    assert got.cpu == cores - 0.5 and got.memory == pytest.approx(memory - 512.0, abs=1e-3)
