@@ -179,3 +179,42 @@ def test_charging_by_use_live_pays_the_measured_cpu_and_refunds_the_rest(
         assert ledger.audit().ok
     finally:
         m.close()
+
+
+def test_a_platform_that_cannot_be_admitted_again_fails_and_is_refunded_once(
+        tmp_path: Path) -> None:
+    """Recovery: a platform the restarted server cannot admit again ends as failed, its money
+    returned in the transaction that fails it; a second restart returns nothing more."""
+    import json
+
+    from sqlalchemy import update
+
+    from merkat.service import schema as s
+
+    cfg = load_config(None, data_dir=tmp_path, period=0.5, admission=0.25,
+                      backend={"cgroup_prefix": f"merkat-money-{uuid.uuid4().hex[:8]}"})
+    store = open_store(cfg.database)
+    store.add_user("alice", budget=100 * M)
+    m = Manager(cfg, store, make_backend(cfg))
+    m.submit("alice", template("gone", "sleep 600"))
+    m.admit()
+    m.tick()
+    held = store.ledger.balance("app:gone")
+    assert 0 < held < 10 * M
+    m.backend.close()  # (the server dies; its platform is still running in the store)
+    row = store.platform("gone")
+    assert row is not None and row.state == "running"
+    bad = dict(row.template, controller={"policy": "no-such-policy"})
+    with store.engine.begin() as conn:
+        conn.execute(update(s.platforms).where(s.platforms.c.name == "gone")
+                     .values(template=json.dumps(bad)))
+    for _ in range(2):  # restarted twice
+        m2 = Manager(cfg, store, make_backend(cfg))
+        m2.close()
+        row = store.platform("gone")
+        assert row is not None and row.state == "failed"
+        assert store.ledger.balances(["alice", "app:gone"]) == {
+            "alice": 100 * M - (10 * M - held), "app:gone": 0}
+    back = [t for t in store.ledger.history("alice") if t.reason.startswith("returned")]
+    assert [t.amount for t in back] == [held]
+    assert store.ledger.audit().ok
