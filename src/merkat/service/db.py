@@ -222,6 +222,7 @@ class Store:
             conn.execute(s.api_keys.delete().where(s.api_keys.c.user_id == uid))
             conn.execute(s.quotas.delete().where(s.quotas.c.user == name))
             conn.execute(s.users.delete().where(s.users.c.id == uid))
+            conn.execute(s.state.delete().where(s.state.c.key == f"tenant:{name}"))  # retired
 
     def key_counts(self) -> dict[str, int]:
         """Each user's number of API keys."""
@@ -240,10 +241,34 @@ class Store:
         return User(row.name, bool(row.admin)) if row else None
 
     def user_id(self, name: str) -> int | None:
-        """User ``name``'s stable number (her host identity's, docs/service.md), or None."""
+        """User ``name``'s row id, or None."""
         with self.engine.connect() as conn:
             v = conn.execute(select(s.users.c.id).where(s.users.c.name == name)).scalar()
         return None if v is None else int(v)
+
+    def tenant_number(self, name: str) -> int | None:
+        """User ``name``'s host number (her uid is ``tenants.uid_base`` + it: docs/service.md,
+        "Tenants and isolation"), given the first time it is asked from a counter that never
+        goes back, so no number is ever given to two users (a removed user's is retired: row
+        ids may be reused, these never). None when there is no such user. One server
+        allocates (its caller serialises the calls)."""
+        key = f"tenant:{name}"
+        with self.engine.begin() as conn:
+            if conn.execute(select(s.users.c.id).where(s.users.c.name == name)).first() is None:
+                return None
+            got = conn.execute(select(s.state.c.value).where(s.state.c.key == key)).scalar()
+            if got is not None:
+                return int(got)
+            nxt = conn.execute(select(s.state.c.value)
+                               .where(s.state.c.key == "tenant:next")).scalar()
+            n = int(nxt) if nxt is not None else 1
+            if nxt is None:
+                conn.execute(insert(s.state).values(key="tenant:next", value=str(n + 1)))
+            else:
+                conn.execute(update(s.state).where(s.state.c.key == "tenant:next")
+                             .values(value=str(n + 1)))
+            conn.execute(insert(s.state).values(key=key, value=str(n)))
+            return n
 
     def users(self) -> list[User]:
         with self.engine.connect() as conn:

@@ -1,9 +1,11 @@
 """Each merkat user's host identity and work area (docs/service.md, "Tenants and isolation").
 
-:class:`Tenants` maps a merkat user to the :class:`~merkat.backends.local.sandbox.Identity`
-her commands run as: the system account ``tenants.accounts[user]`` when configured, else uid
-and gid ``tenants.uid_base + id`` where ``id`` is her stable number in the store (users are
-never renumbered). A server that is not root cannot switch identities: it runs every user's
+The class :class:`Tenants` maps a merkat user to the
+:class:`~merkat.backends.local.sandbox.Identity` her commands run as: the system account
+``tenants.accounts[user]`` when configured, else uid and gid ``tenants.uid_base + N`` where
+``N`` is her host number (:meth:`~merkat.service.db.Store.tenant_number`: given once, from a
+counter that never goes back; a removed user's is never given again). A user of a removed
+user's name gets a new number, and the old area (by name) becomes hers. A server that is not root cannot switch identities: it runs every user's
 commands as itself and says so once (:attr:`Tenants.warning`).
 
 Her work area is ``<work_root>/<user>`` (``<work_root>/~<id>`` when her name is not a plain
@@ -51,7 +53,7 @@ class Tenants:
         self.config = config
         self.store = store
         self.root = Path(config.work_root)
-        self._cache: dict[str, Identity] = {}
+        self._cache: dict[str, tuple[int, Identity]] = {}
         self._lock = threading.Lock()
         self.switching = can_switch()
         self.warning = None if self.switching else (
@@ -63,12 +65,12 @@ class Tenants:
     def identity(self, user: str) -> Identity:
         """``user``'s identity, her work area created if needed (raises :class:`TenantError`)."""
         with self._lock:
-            got = self._cache.get(user)
-            if got is not None:
-                return got
-            number = self.store.user_id(user)
+            number = self.store.tenant_number(user)  # a removed user's number is retired
             if number is None:
                 raise TenantError(f"no user {user!r}: her commands have no identity")
+            got = self._cache.get(user)
+            if got is not None and got[0] == number:
+                return got[1]
             home = self.root / (user if _PLAIN.match(user) else f"~{number}")
             if not self.switching:
                 ident = Identity.server(user, home)
@@ -89,7 +91,7 @@ class Tenants:
                                       f"tenants.uid_count ({t.uid_count})")
                 ident = Identity(user, t.uid_base + number, t.uid_base + number, home)
             self._make_area(ident)
-            self._cache[user] = ident
+            self._cache[user] = (number, ident)
             return ident
 
     def _make_area(self, ident: Identity) -> None:
@@ -105,7 +107,7 @@ class Tenants:
             if not os.path.isdir(home) or os.path.islink(home):
                 raise TenantError(f"{home}: not a directory")
             if self.switching and (st.st_uid, st.st_gid) != (ident.uid, ident.gid):
-                os.chown(home, ident.uid, ident.gid, follow_symlinks=False)
+                _chown_tree(home, ident.uid, ident.gid)  # a user of that name again: hers
             os.chmod(home, 0o700)
         except OSError as exc:
             raise TenantError(f"cannot make the work area of {ident.name}: "
@@ -129,6 +131,15 @@ class Tenants:
         maximum)."""
         t = self.config.tenants
         return min(asked if asked is not None else t.pids, t.max_pids)
+
+
+def _chown_tree(top: Path, uid: int, gid: int) -> None:
+    """Give the tree ``top`` to ``uid``/``gid``, links themselves (never their targets)."""
+    os.chown(top, uid, gid, follow_symlinks=False)
+    for root, dirs, names in os.walk(top, followlinks=False):
+        for n in dirs + names:
+            with contextlib.suppress(OSError):
+                os.chown(os.path.join(root, n), uid, gid, follow_symlinks=False)
 
 
 def files_dir(ident: Identity) -> Path:
