@@ -14,16 +14,16 @@ from merkat.service.demo_report import render, sparkline
 
 
 def test_the_scenario_scales_with_the_machine_and_the_run() -> None:
-    """On 1.5 allocatable cores: 2 urgent VMs needing 40 % of the machine for 0.45 of the
-    run, 10 batch VMs, 2 thrifty VMs whose limit is 1.25x the price of 14 VMs at the reserve."""
+    """On 1.5 allocatable cores: 2 urgent VMs needing 30 % of the machine for 0.45 of the
+    run, 10 batch VMs, 2 thrifty VMs whose limit is 1.1x the price of 14 VMs at the reserve."""
     urgent, batch, thrifty = scenario(150.0, 1.5, 0.001)
     assert (urgent.count, batch.count, thrifty.count) == (2, 10, 2)
     assert urgent.deadline_s == 68  # 0.45 x 150
-    # 0.4 x 1.5 cores x 67.5 s / 2 VMs = 20.25 CPU-s per VM: 81 iterations of 0.25 s
-    assert "--iterations 81 --cost 0.25" in urgent.template
+    # 0.3 x 1.5 cores x 67.5 s / 2 VMs = 15.19 CPU-s per VM: 61 iterations of 0.25 s
+    assert "--iterations 61 --cost 0.25" in urgent.template
     assert "reference: 68" in urgent.template
-    # 1.25 x 14 x 0.001 / 1.5 = 0.0117
-    assert thrifty.max_price == 0.012 and "max_price: 0.012" in thrifty.template
+    # 1.1 x 14 x 0.001 / 1.5 = 0.0103
+    assert thrifty.max_price == 0.01 and "max_price: 0.01}" in thrifty.template
     assert [e.count for e in scenario(150.0, 4.0, 0.001)] == [4, 20, 4]
 
 

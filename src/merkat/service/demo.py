@@ -6,8 +6,8 @@ when root), creates the user ``demo`` and submits through the API, all at once
 (:func:`scenario`, scaled to the machine's allocatable CPU ``C`` and to the run's length):
 
 - ``urgent`` — a ``vertical-deadline`` solver of ``n = max(2, ceil(C))`` VMs whose work
-  needs 40 % of the machine until its deadline: at an equal share (C/7n per VM) it would take
-  2.8 times as long, so its controller raises its bid until the market gives it that share;
+  needs 30 % of the machine until its deadline: at an equal share (C/7n per VM) it would take
+  2.1 times as long, so its controller raises its bid until the market gives it that share;
 - ``batch`` — a best-effort solver of ``5n`` VMs that would take the whole machine for ever
   (it starts asking for 5 % of each VM: 25 % of 5n VMs is more than the machine, an infinite
   bid, and it would never start);
@@ -109,18 +109,19 @@ def scenario(duration: float, capacity: float, reserve: float) -> list[Entry]:
     cores with the reserve price ``reserve`` (module doc).
 
     ``n = max(2, ceil(C))`` urgent VMs, ``5n`` batch VMs, ``n`` thrifty VMs. The urgent
-    solver's work is 40 % of the machine until ``R = 0.45·duration`` seconds (each VM
-    ``0.4·C·R/n`` CPU-seconds), against an equal share of 1/7 (``C/7n`` per VM): at an equal
-    share it would take 2.8 times as long. It starts bidding for a tenth of its VMs (the
+    solver's work is 30 % of the machine until ``R = 0.45·duration`` seconds (each VM
+    ``0.3·C·R/n`` CPU-seconds), against an equal share of 1/7 (``C/7n`` per VM): at an equal
+    share it would take 2.1 times as long. It starts bidding for a tenth of its VMs (the
     reserve). With every VM at the reserve the price is ``7n·reserve/C``; thrifty's limit is
-    a quarter above that, so it runs beside batch but not beside an urgent solver that
-    outbids them both: to take a share S of C from bids B the price becomes B/(C − S), 10×
-    the reserve when the 6n best-effort VMs (B = 6n·reserve) leave it 40 % of the machine.
+    a tenth above that, so it runs beside batch but not beside an urgent solver that outbids
+    them: taking a share S of C from bids B makes the price B/(C − S), 10× the reserve once
+    S ≥ C − 0.6n cores against the 6n best-effort VMs (B = 6n·reserve). The need is kept at
+    30 % (plus its controller's margin) so that it is met on a machine busy with other work.
     """
     n = max(2, math.ceil(capacity - 1e-9))
     reference = 0.45 * duration
-    work = 0.4 * capacity * reference / n  # CPU seconds per urgent VM
-    limit = float(f"{1.25 * 7 * n * reserve / capacity:.2g}")
+    work = 0.3 * capacity * reference / n  # CPU seconds per urgent VM
+    limit = float(f"{1.1 * 7 * n * reserve / capacity:.2g}")
 
     def solver(name: str, policy: str, count: int, iterations: int, budget: float,
                params: str = "{}", reference: str = "") -> str:
