@@ -1,5 +1,5 @@
 """`merkat demo` (the main job of `make run`): the live market under more demand than the
-machine can serve, scaled down to ~45 s; what its report says happened, happened."""
+machine can serve, scaled down to ~30 s; what its report says happened, happened."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_the_demo_shows_the_market_at_work(tmp_path: Path, cpu_heavy: int) -> No
     from merkat.service.demo import run
 
     out = io.StringIO()
-    facts = run(duration=45.0, period=2.0, data_dir=tmp_path, out=out)
+    facts = run(duration=30.0, period=1.5, data_dir=tmp_path, out=out)
     text = render(facts)
     urgent, _, thrifty = facts.platforms
     periods = out.getvalue().splitlines()
