@@ -111,3 +111,11 @@ def test_the_vm_tree_is_capped_at_the_allocatable_and_weighs_it(tmp_path: Path,
         assert (cg / "mk/memory.max").read_text() == limit
     got = b.tree.limits("")
     assert got.cpu == cores - 0.5 and got.memory == pytest.approx(memory - 512.0, abs=1e-3)
+    # backend.tree_weight: the operator's choice of weight, the same cap
+    LocalBackend([Node("n0", "0", 1.0, 512.0)], tmp_path / "logs", cgroup_root=cg,
+                 prefix="mk", reserve=Reserve(0.5, 512.0, weight=64.0))
+    if version == "v1":
+        assert (cg / "cpu/mk/cpu.shares").read_text() == str(64 * 1024)
+    else:
+        assert (cg / "mk/cpu.weight").read_text() == str(64 * 100)
+    assert b.tree.limits("").cpu == cores - 0.5

@@ -93,7 +93,7 @@ def _local(config: ServiceConfig) -> LiveBackend:
              if b.nodes else split_machine(b.split))
     return LocalBackend(nodes, config.data_dir / "logs", cgroup_root=b.cgroup_root,
                         prefix=b.cgroup_prefix, max_restarts=b.max_restarts,
-                        reserve=Reserve(b.reserve_cpu, b.reserve_memory),
+                        reserve=Reserve(b.reserve_cpu, b.reserve_memory, b.tree_weight),
                         identity=config.identity)
 
 

@@ -66,6 +66,9 @@ class BackendConfig(BaseModel):
     # node allocatable; docs/service.md, "The local backend")
     reserve_cpu: float = Field(DEFAULT_RESERVE_CPU, ge=0)  # cores
     reserve_memory: float = Field(DEFAULT_RESERVE_MEMORY, ge=0)  # MiB
+    # the VMs' CPU weight against the machine's other processes, in cores (None: their
+    # allocatable cores; higher keeps their allocations on a busy machine, at the CLI's cost)
+    tree_weight: float | None = Field(None, gt=0, le=2048)
     max_restarts: int = Field(3, ge=0)
     # the kubernetes backend (docs/kubernetes.md): credentials (None: in-cluster, $KUBECONFIG,
     # ~/.kube/config), the namespace of every pod, the image VMs' commands run in, and the

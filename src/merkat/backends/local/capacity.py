@@ -81,6 +81,7 @@ class Allocatable:
     memory: float
     reserve_cpu: float = 0.0
     reserve_memory: float = 0.0
+    weight: float | None = None  # cores the VM tree weighs (None: its allocatable cores)
 
     @property
     def allocatable_cpu(self) -> float:
@@ -108,6 +109,9 @@ class Reserve:
 
     cpu: float = 0.0
     memory: float = 0.0
+    weight: float | None = None
+    """The CPU weight of the VMs together against the machine's other processes, in cores
+    (``backend.tree_weight``); None: their allocatable cores, as Kubernetes' ``kubepods``."""
 
     def check(self, capacity: tuple[float, float] | None = None) -> Allocatable:
         """The allocatable capacity of this machine (or of ``capacity``: cores, MiB) under
@@ -120,7 +124,7 @@ class Reserve:
         if not 0 <= self.memory < memory:
             raise ValueError(f"backend.reserve_memory: {self.memory:g} MiB leaves nothing for "
                              f"the VMs of this machine ({memory:.0f} MiB)")
-        return Allocatable(cpu, memory, self.cpu, self.memory)
+        return Allocatable(cpu, memory, self.cpu, self.memory, self.weight)
 
 
 def reserve_nodes(nodes: Sequence[Node], alloc: Allocatable) -> list[Node]:

@@ -110,5 +110,9 @@ def remove_empty(tree: CgroupTree, apps: Collection[str]) -> None:
 
 def cap_tree(tree: CgroupTree, alloc: Allocatable) -> str | None:
     """Cap the VMs together (the prefix group) at the allocatable CPU (CFS quota, and a
-    weight of the allocatable cores) and memory (:mod:`.capacity`)."""
-    return tree.create("") or tree.set_limits("", alloc.limits())
+    weight of the allocatable cores, or ``backend.tree_weight``) and memory
+    (:mod:`.capacity`)."""
+    err = tree.create("") or tree.set_limits("", alloc.limits())
+    if err is None and alloc.weight is not None:  # backend.tree_weight: set by the operator
+        err = tree.set_weight("", alloc.weight)
+    return err
