@@ -34,9 +34,14 @@ def schedule(
     scheduler: str,
     progress: Callable[[int], None] | None = None,
     use_fast: bool | None = None,
+    seed: int = 0,
 ) -> Schedule:
     """Simulate ``workload`` on ``cluster`` under the scheduler named ``scheduler`` (a key of
     :data:`merkat.sim.batch.baselines.SCHEDULERS`).
+
+    ``maui`` is EASY backfilling on the users' inexact estimates: the jobs without a requested
+    time get one from the estimate model of :mod:`merkat.sim.batch.maui`, drawn from ``seed``'s
+    ``estimates`` stream (the other schedulers ignore ``seed``).
 
     ``use_fast=None`` uses :mod:`merkat.sim.batch.fast` when the cluster is a single pool and the
     scheduler has a fast loop; ``False`` forces the general engine (same result, slower);
@@ -44,6 +49,11 @@ def schedule(
     """
     if scheduler not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {scheduler!r}; choose from {', '.join(SCHEDULERS)}")
+    if scheduler == "maui":
+        from merkat.sim.batch.maui import maui_workload
+
+        workload = maui_workload(workload, seed)
+        scheduler = "easy"
     can_fast = cluster.is_single_pool and scheduler in FAST_SCHEDULERS
     if use_fast and not can_fast:
         raise ValueError(f"no fast loop for {scheduler!r} on {cluster}")

@@ -94,8 +94,17 @@ class Batch:
         from merkat.sim.metrics import summarize
         from merkat.sim.run import schedule
 
-        sched = schedule(workload, cluster, self.name, progress)
-        return TraceOutcome(sched, summarize(workload, sched, cluster))
+        sched = schedule(workload, cluster, self.name, progress, seed=opts.seed)
+        summary = summarize(workload, sched, cluster)
+        if self.name == "maui":
+            from merkat.sim.batch.maui import ESTIMATES
+
+            given = workload.estimated
+            summary["estimates"] = {
+                "requested": 0 if given is None else int(given.sum()),
+                "modelled": len(workload) - (0 if given is None else int(given.sum())),
+                "model": f"Tsafrir-like popular values >= run (seed stream {ESTIMATES!r})"}
+        return TraceOutcome(sched, summary)
 
 
 @dataclass(frozen=True)
@@ -138,7 +147,9 @@ class Market:
 for _name, _summary in (("fcfs", "first come, first served"),
                         ("edf", "earliest deadline first (non-preemptive)"),
                         ("easy", "EASY backfilling"),
-                        ("conservative", "conservative backfilling")):
+                        ("conservative", "conservative backfilling"),
+                        ("maui", "Maui-like: FCFS by queue time, EASY backfilling on users' "
+                                 "inexact wall-time estimates")):
     register(Batch(_name, _summary))
 register(Market())
 

@@ -1,4 +1,5 @@
-"""Batch scheduling baselines for the general engine: FCFS, EDF, EASY and conservative backfilling.
+"""Batch scheduling baselines for the general engine: FCFS, EDF, EASY and conservative
+backfilling, and Maui (EASY on the users' inexact estimates, :mod:`merkat.sim.batch.maui`).
 
 Each is a :class:`merkat.sim.batch.engine.Scheduler`; :data:`SCHEDULERS` maps a name to a factory.
 The rules (``docs/simulator.md``):
@@ -155,10 +156,19 @@ def _reserve(times: list[float], free: list[int], k: int, p: int, end: float) ->
         m += 1
 
 
+class Maui(Easy):
+    """Maui's defaults: FCFS by queue time, EASY backfilling; run through
+    :func:`merkat.sim.run.schedule`, which first gives the jobs their users' inexact estimates
+    (:mod:`merkat.sim.batch.maui`). On its own it is EASY on the workload's estimates."""
+
+    name = "maui"
+
+
 SCHEDULERS: dict[str, Callable[[], Scheduler]] = {
     "fcfs": Fcfs,
     "edf": Edf,
     "easy": Easy,
     "conservative": Conservative,
+    "maui": Maui,
 }
 """Scheduler factories by name (the ``--scheduler`` choices)."""

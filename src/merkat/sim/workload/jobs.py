@@ -84,6 +84,9 @@ class Workload:
     budget: F64
     dropped: dict[str, int] = field(default_factory=dict)
     user: I64 | None = None  # the trace's user id per job (-1: unknown); None: not known at all
+    estimated: npt.NDArray[np.bool_] | None = None
+    """Per job, whether ``estimate`` is the user's own (the trace's requested time) rather than
+    the run time standing in for it; None: no job has one (the Maui baseline models them)."""
 
     def __len__(self) -> int:
         return int(self.job_id.shape[0])
@@ -142,6 +145,7 @@ class Workload:
             deadline_factor=fac,
             deadline=s + fac * r,
             budget=budget_base / fac,
+            estimated=None if estimate is None else np.ones(n, dtype=bool),
         )
 
 
@@ -175,7 +179,8 @@ def build_workload(
     run = d[:, 3].copy()
     req_procs, alloc_procs = d[:, 7], d[:, 4]
     procs = np.where(req_procs > 0, req_procs, alloc_procs).astype(np.int64)
-    estimate = np.where(d[:, 8] >= 0, d[:, 8], run)
+    has_estimate = d[:, 8] >= 0
+    estimate = np.where(has_estimate, d[:, 8], run)
 
     rng = seeds.stream(seed, seeds.WORKLOAD)
     factor = np.asarray(
@@ -217,6 +222,7 @@ def build_workload(
         submit=submit[keep],
         run=run[keep],
         estimate=estimate[keep],
+        estimated=has_estimate[keep],
         procs=procs[keep],
         memory=memory[keep],
         deadline_factor=factor[keep],
