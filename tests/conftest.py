@@ -7,6 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
+# Every Kubernetes API emulator the tests start (in this process or a subprocess) checks each
+# request and answer against the pinned Kubernetes API schema (backends/kubernetes/schema.py):
+# a field the real API server would reject fails the test that sent it.
+os.environ.setdefault("MERKAT_KUBE_SCHEMA", "1")
+
 
 @pytest.fixture
 def cpu_heavy() -> Iterator[int]:

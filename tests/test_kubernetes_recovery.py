@@ -200,7 +200,7 @@ def test_a_restarted_manager_readopts_its_pods(tmp_path: Path) -> None:
 
 
 def test_platform_show_marks_an_adopted_pod_without_pid() -> None:
-    from merkat.cli.client import _pid
+    from merkat.cli.platforms import _pid
 
     assert [_pid(v) for v in ({"pid": None, "adopted": True}, {"pid": None, "adopted": False},
                               {"pid": 42, "adopted": True}, {"pid": 42})] == [

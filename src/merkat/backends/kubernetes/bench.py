@@ -71,7 +71,7 @@ def bench_size(nodes: int, pods_per_node: int, *, cores: float = 16.0,
     from merkat.bank.memory import MemoryLedger
     from merkat.platform.period import AppSpec, Platform
 
-    emu = KubeEmulator()
+    emu = KubeEmulator(schema=False)  # timings without the tests' schema checks
     emu.namespaces.add(NS)
     for k in range(nodes):
         emu.add_node(f"node-{k:05d}", f"{cores:g}", "64Gi")

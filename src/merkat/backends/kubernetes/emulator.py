@@ -30,6 +30,12 @@ What it emulates (Kubernetes 1.33+ semantics):
   :meth:`remove_node` deletes a node (its pods stay until :meth:`gc`, like the pod GC).
 
 Every request is recorded in :attr:`KubeEmulator.calls` as ``(verb, path, query, body)``.
+
+With ``schema=True`` (the default when ``MERKAT_KUBE_SCHEMA=1``, as the test suite sets it)
+every request is checked against the Kubernetes API schema (:mod:`.schema`) and answered 422
+``Invalid`` (``strict decoding error: ...``, as ``fieldValidation=Strict`` does) when the real
+API server would reject it, and every JSON answer of the emulator is checked too (a violation
+answers 500: an emulator bug); both are recorded in :attr:`KubeEmulator.schema_errors`.
 """
 
 from __future__ import annotations
@@ -121,6 +127,8 @@ class KubeEmulator:
     exec_dir: str | None = None  # the containers' working directories (default: a temp dir)
     exec_limit_s: float = 60.0  # a command still running then is killed
     _rv: int = 0
+    schema: bool = field(default_factory=lambda: os.environ.get("MERKAT_KUBE_SCHEMA") == "1")
+    schema_errors: list[str] = field(default_factory=list)
 
     # --- setup and inspection (not API calls) -------------------------------------------
 
@@ -185,9 +193,34 @@ class KubeEmulator:
     def handle(self, request: httpx2.Request) -> httpx2.Response:
         t0 = time.perf_counter()
         try:
+            if self.schema:
+                return self._checked(request)
             return self._handle(request)
         finally:
             self.busy_s += time.perf_counter() - t0
+
+    def _checked(self, request: httpx2.Request) -> httpx2.Response:
+        """:meth:`_handle` with the request and the answer checked against the API schema."""
+        from merkat.backends.kubernetes.schema import check_request, check_response
+
+        where = f"{request.method} {request.url.path}"
+        try:
+            body = json.loads(request.content) if request.content else None
+        except ValueError:
+            body = "<not JSON>"
+        errors = check_request(request.method, request.url.path,
+                               parse_qs(request.url.query.decode(), keep_blank_values=True), body)
+        if errors:
+            self.schema_errors += [f"request {where}: {e}" for e in errors]
+            return _status(422, "Invalid", f"strict decoding error: {'; '.join(errors)}")
+        response = self._handle(request)
+        if response.status_code != 101 and response.headers.get(
+                "content-type", "").startswith("application/json"):
+            errors = check_response(json.loads(response.content))
+            if errors:
+                self.schema_errors += [f"response to {where}: {e}" for e in errors]
+                return _status(500, "InternalError", f"emulator answer off the schema: {errors}")
+        return response
 
     def _handle(self, request: httpx2.Request) -> httpx2.Response:
         verb, path = request.method, request.url.path
@@ -341,7 +374,7 @@ class KubeEmulator:
             return pod
         node = pod["spec"].get("nodeName")
         if self.linger > 0 and node in self.nodes:
-            pod["metadata"]["deletionTimestamp"] = "now"
+            pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
             pod["status"]["phase"] = "Succeeded"  # its resources are freed at once
             self._terminating[(ns, name)] = self.linger
         else:
