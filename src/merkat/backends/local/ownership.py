@@ -9,8 +9,8 @@ to it:
   to each VM's environment, which the kernel shows in ``/proc/<pid>/environ`` of the VM's
   processes (inherited by their children);
 - :func:`reap` (a restarted server's orphans) destroys a group under the prefix only when no
-  platform claims it and its live processes carry this server's identity (at least one does,
-  none carries another's); an empty group (nothing to kill) is removed. Groups of another
+  platform claims it and it carries this server's identity (its session leader's, the VM's
+  wrapper shell: :func:`owned`); an empty group (nothing to kill) is removed. Groups of another
   server, or of a server that gave its VMs no identity, are left alone and reported.
 
 :func:`cap_tree` writes the reserved-capacity cap on the prefix (:mod:`.capacity`).
@@ -19,6 +19,7 @@ to it:
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,10 +63,17 @@ def owner(pid: int) -> str | None:
 
 
 def owned(pids: Collection[int], identity: str | None) -> bool:
-    """Whether live processes ``pids`` are this server's: without an identity (a backend
-    built bare, as in tests) every group is; else one carries it and none carries another."""
+    """Whether live processes ``pids`` (a VM group's) are this server's: without an identity
+    (a backend built bare, as in tests) every group is; else the group's session leader (the
+    VM's wrapper shell, started by its server) carries it. A VM's own processes cannot move
+    their group: a child that claims another identity (or this one) is not asked. Without a
+    leader that says (gone, or no identity): one process carries it and none another's."""
     if identity is None:
         return True
+    for pid in sorted(pids):  # the session leader: the VM's wrapper
+        with contextlib.suppress(OSError):
+            if os.getsid(pid) == pid and (boss := owner(pid)) is not None:
+                return boss == identity
     owners = {owner(pid) for pid in pids}
     return identity in owners and owners <= {identity, None}
 
