@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from merkat.service.demo import scenario
-from merkat.service.demo_report import render, sparkline
+from merkat.service.demo_report import Facts, PlatformFacts, render, sparkline
 
 
 def test_the_scenario_scales_with_the_machine_and_the_run() -> None:
@@ -31,6 +31,56 @@ def test_sparklines_are_on_a_log_scale() -> None:
     assert sparkline([0.001, 0.01, 0.1, 0.0]) == "▁▅█·"
     assert sparkline([2.0, 2.0]) == "▁▁"
     assert sparkline([]) == ""
+
+
+def _facts(met: bool, received: float, enforced: bool = True) -> Facts:
+    money = {"budget": 100_000_000, "paid": 250_000, "refunded": 50_000,
+             "returned": 99_750_000, "left": 0}
+    urgent = PlatformFacts("urgent", 2, "deadline solver", "finished" if met else "stopped",
+                           "finished" if met else "stopped: the deadline has passed", 68.0,
+                           finished_s=61.4 if met else None, met=met,
+                           bids=[0.001, 0.004, 0.02, 0.01], shares=[0.2, 0.6, 1.1, 0.9],
+                           raises=2, cpu_received=received, cpu_allocated=0.9, money=money)
+    thrifty = PlatformFacts("thrifty", 2, "best effort, price limit 0.01", "stopped",
+                            "stopped at the end of the demo", max_price=0.01, suspensions=1,
+                            resumes=1, changes=["suspended at 10 s (price 0.0200 = 20.0x)",
+                                                "resumed at 70 s (price 0.0080 = 8.0x)"],
+                            money=dict(money, paid=0, returned=100_000_000))
+    return Facts([urgent, thrifty], [0.009, 0.02, 0.008], 0.001, 1.5, "demo",
+                 2_000_000_000, 1_999_750_000, True, 2_000_000_000, 2_000_000_000,
+                 Path("/tmp/d/report.html"), "merkat report /tmp/d --out /tmp/d/report.html",
+                 load=9.5, enforced=enforced)
+
+
+def test_the_report_ends_with_the_verdict_the_money_and_the_audit() -> None:
+    f = _facts(met=True, received=0.85)
+    lines = render(f).splitlines()
+    assert f.ok
+    assert lines[-3] == ("deadline urgent met: finished 61 s after submission, 7 s before its "
+                         "deadline of 68 s")
+    assert lines[-2] == ("money: budgets 200, paid 0.25, refunded 0.1, returned 199.75, left on "
+                         "the platforms' accounts 0; user demo: 2000 before, 1999.75 after")
+    assert lines[-1] == "bank audit: OK (minted 2000, balances 2000)"
+    assert "  bid per VM raised 2 times: 0.001 at start, highest 0.02 (20x); share up to 1.10 " \
+        "of 1.5 cores" in lines
+    assert "  CPU received 0.85 cores on average, of 0.90 allocated" in lines
+    assert ("thrifty (2 VMs, best effort, price limit 0.01 = 10x the reserve): 1 suspension(s), "
+            "1 resume(s): suspended at 10 s (price 0.0200 = 20.0x), resumed at 70 s (price "
+            "0.0080 = 8.0x)") in lines
+    assert ("cpu price: lowest 0.0080, highest 0.0200 = 20x the reserve price 0.001 (credits "
+            "per core per period)") in lines
+
+
+def test_a_missed_deadline_says_why_the_cpu_fell_short() -> None:
+    f = _facts(met=False, received=0.2)
+    text = render(f)
+    assert not f.ok
+    assert text.splitlines()[-3] == ("deadline urgent MISSED (stopped: the deadline has passed; "
+                                     "deadline 68 s)")
+    assert "of 0.90 allocated (the machine was busy with other work: load average up to 9.5" \
+        in text
+    text = render(_facts(met=False, received=0.2, enforced=False))
+    assert "(allocations not enforced: no writable cgroups; run as root)" in text
 
 
 @pytest.mark.slow

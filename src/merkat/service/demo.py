@@ -216,7 +216,8 @@ def run(duration: float, period: float, port: int = 0, data_dir: Path | None = N
             trace.loads.append(os.getloadavg()[0])
             for e in entries:
                 trace.samples[e.name].append(sample(svc, e.name))
-        print(line(trace, entries), file=out, flush=True)
+        if any(rows[-1] is not None for rows in trace.samples.values()):
+            print(line(trace, entries), file=out, flush=True)
 
     svc.on_period = on_period
     svc.start_background()

@@ -87,6 +87,7 @@ class Facts:
     html: Path | None
     html_note: str
     load: float | None = None  # the highest 1-min load average seen
+    enforced: bool = True  # whether the backend enforced the allocations (cgroups)
 
     @property
     def ok(self) -> bool:
@@ -192,7 +193,8 @@ def collect(svc: Any, entries: list[Any], trace: Any, data: Path, owner: str,
     audit = ledger.audit()
     return Facts(out, list(trace.prices), r, trace.capacity, owner, owner_start,
                  ledger.balance(owner), audit.ok, audit.minted, audit.sum_of_balances, None,
-                 "not written", max(trace.loads, default=None))
+                 "not written", max(trace.loads, default=None),
+                 bool(getattr(svc.backend, "enforced", True)))
 
 
 def _c(micro: int) -> str:
@@ -227,13 +229,15 @@ def render(f: Facts) -> str:
                              f"{max(p.shares):.2f} of {f.capacity:g} cores")
                 lines.append(f"  bid   {sparkline(p.bids)}  (each period it ran, log scale)")
             if p.cpu_received is not None and p.cpu_allocated is not None:
-                busy = (f" (the machine was busy with other work: load average up to "
-                        f"{f.load:.1f} on {os.cpu_count()} CPUs)"
-                        if p.cpu_received < 0.7 * p.cpu_allocated and f.load is not None
-                        else "")
+                busy = "" if p.cpu_received >= 0.7 * p.cpu_allocated else (
+                    " (allocations not enforced: no writable cgroups; run as root)"
+                    if not f.enforced else
+                    f" (the machine was busy with other work: load average up to "
+                    f"{f.load:.1f} on {os.cpu_count()} CPUs)" if f.load is not None else "")
                 lines.append(f"  CPU received {p.cpu_received:.2f} cores on average, of "
                              f"{p.cpu_allocated:.2f} allocated{busy}")
         elif p.max_price is not None:
+            head = f"{p.name} ({p.count} VMs, {p.role} = {p.max_price / r:.0f}x the reserve)"
             lines.append(f"{head}: {p.suspensions} suspension(s), {p.resumes} resume(s)"
                          + (": " + ", ".join(p.changes) if p.changes else ""))
         else:
