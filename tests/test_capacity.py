@@ -3,6 +3,7 @@ VM tree is capped at, and a reserve that leaves nothing refused, naming the fiel
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -119,3 +120,33 @@ def test_the_vm_tree_is_capped_at_the_allocatable_and_weighs_it(tmp_path: Path,
     else:
         assert (cg / "mk/cpu.weight").read_text() == str(64 * 100)
     assert b.tree.limits("").cpu == cores - 0.5
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/sys/fs/cgroup/cpu/cgroup.procs").exists(),
+                    reason="needs root and cgroup v1")
+def test_a_larger_reserve_after_a_restart_still_caps_the_tree(tmp_path: Path) -> None:
+    """cgroup v1 refuses a parent's quota under a child's: a VM group left by a server with a
+    smaller reserve (a quota of 1.9 cores) is lowered to the new cap, and the cap holds."""
+    import uuid
+
+    cores, _ = machine()
+    if cores < 2:
+        pytest.skip("needs 2 cores")
+    prefix = f"merkat-cap-{uuid.uuid4().hex[:8]}"
+    cpu = Path("/sys/fs/cgroup/cpu") / prefix
+    (cpu / "app" / "vm1").mkdir(parents=True)
+    try:
+        (cpu / "app" / "vm1" / "cpu.cfs_quota_us").write_text(str(round((cores - 0.1) * 1e5)))
+        b = LocalBackend([Node("n0", "0", 1.0, 512.0)], tmp_path, prefix=prefix,
+                         reserve=Reserve(0.5, 0.0))
+        assert b.warning is None
+        cap = str(round((cores - 0.5) * 1e5))
+        assert (cpu / "cpu.cfs_quota_us").read_text().strip() == cap
+        assert (cpu / "app" / "vm1" / "cpu.cfs_quota_us").read_text().strip() == cap
+    finally:
+        for d in (cpu / "app" / "vm1", cpu / "app", cpu):
+            d.rmdir()
+        for ctl in ("memory", "cpuset", "freezer"):
+            with contextlib.suppress(OSError):
+                (Path("/sys/fs/cgroup") / ctl / prefix).rmdir()

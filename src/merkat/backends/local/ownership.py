@@ -121,6 +121,26 @@ def cap_tree(tree: CgroupTree, alloc: Allocatable) -> str | None:
     weight of the allocatable cores, or ``backend.tree_weight``) and memory
     (:mod:`.capacity`)."""
     err = tree.create("") or tree.set_limits("", alloc.limits())
+    if err is not None and _clamp_children(tree, alloc.allocatable_cpu):
+        err = tree.set_limits("", alloc.limits())  # v1 refuses a cap under a child's quota
     if err is None and alloc.weight is not None:  # backend.tree_weight: set by the operator
         err = tree.set_weight("", alloc.weight)
     return err
+
+
+def _clamp_children(tree: CgroupTree, cores: float) -> bool:
+    """Lower every group's CFS quota under the prefix to at most ``cores`` (cgroup v1 refuses
+    a parent's quota under a child's: VMs re-adopted from a server that had a smaller
+    reserve). Returns whether any was lowered."""
+    from merkat.backends.local.cgroups import CFS_PERIOD_US
+
+    base = tree.dirs("").get("cpu")
+    cap = round(cores * CFS_PERIOD_US)
+    lowered = False
+    for f in sorted(base.glob("*/**/cpu.cfs_quota_us"), key=lambda p: -len(p.parts)) \
+            if base is not None and base.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError):
+            if int(f.read_text()) > cap:
+                f.write_text(str(cap))
+                lowered = True
+    return lowered
