@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,6 +84,20 @@ def test_a_missed_deadline_says_why_the_cpu_fell_short() -> None:
         in text
     text = render(_facts(met=False, received=0.2, enforced=False))
     assert "(allocations not enforced: no writable cgroups; run as root)" in text
+
+
+def test_a_taken_port_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "merkat", "demo", "--port", str(port),
+                            "--duration", "1", "--data-dir", str(tmp_path)],
+                           capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    assert f"cannot start the demo's server: cannot listen on 127.0.0.1:{port}" in \
+        r.stderr.strip().splitlines()[-1]
 
 
 @pytest.mark.slow

@@ -168,4 +168,6 @@ def demo(
         code = 130
     except ServiceError as exc:  # the port is taken, another server holds the data dir...
         fail(f"cannot start the demo's server: {exc}", EXIT_FAILURE)
+    except OSError as exc:  # its API refused or did not answer a submission (URLError...)
+        fail(f"the demo's server did not take its platforms: {exc}", EXIT_FAILURE)
     raise typer.Exit(code)
