@@ -138,12 +138,14 @@ def test_a_failing_database_is_reported_retried_with_backoff_and_the_loop_resume
 def test_a_corrupted_database_file_gives_503_and_the_loop_survives(tmp_path: Path) -> None:
     m = _manager(tmp_path)
     db = Path(m.config.data_dir) / "merkat.db"
+    bob = {"Authorization": f"Bearer {m.store.add_user('bob', budget=1_000_000)}"}
     try:
         m.submit("alice", parse(SLEEPER))
         with TestClient(create_app(m)) as c:
             loop = Loop(m)
             try:
                 wait(lambda: m.store.platform("s").state == "running")  # type: ignore[union-attr]
+                assert c.get("/api/v1/prices", headers=bob).status_code == 200
                 m.store.engine.dispose()  # new connections read the header again
                 with open(db, "r+b") as f:
                     head = f.read(16)
@@ -152,10 +154,21 @@ def test_a_corrupted_database_file_gives_503_and_the_loop_survives(tmp_path: Pat
                 r = wait(lambda: (x := c.get("/api/v1/health")).status_code == 503 and x)
                 assert r.json()["loop"]["reason"]
                 assert loop.thread.is_alive()
+                # another user: the prices (from memory) within 1 s; what needs the database
+                # a clear 503, never a 500
+                for _ in range(5):
+                    t = time.monotonic()
+                    r = c.get("/api/v1/prices", headers=bob)
+                    assert r.status_code == 200 and time.monotonic() - t < 1.0
+                    time.sleep(0.2)
+                r = c.get("/api/v1/platforms", headers=bob)
+                assert r.status_code == 503 and r.headers["retry-after"] == "5"
+                assert r.json()["detail"].startswith("database unavailable: ")
                 with open(db, "r+b") as f:
                     f.write(head)
                 m.store.engine.dispose()
                 wait(lambda: c.get("/api/v1/health").status_code == 200)
+                assert c.get("/api/v1/platforms", headers=bob).status_code == 200
             finally:
                 loop.close()
     finally:

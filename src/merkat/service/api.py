@@ -101,7 +101,21 @@ def current_user(
     key = x_api_key
     if key is None and authorization and authorization.lower().startswith("bearer "):
         key = authorization[7:].strip()
-    found = request.app.state.manager.store.user_by_key(key) if key else None
+    found = None
+    if key:
+        from merkat.service.db import hash_key
+        from merkat.service.dbdown import is_db_error
+
+        memory = request.app.state.keys_seen
+        try:
+            found = request.app.state.manager.store.user_by_key(key)
+        except Exception as exc:  # the database fails: a key valid a moment ago still is
+            found = memory.recall(hash_key(key)) if is_db_error(exc) else None
+            if found is None:
+                raise
+        else:
+            if found is not None:
+                memory.seen(hash_key(key), found)
     if found is None:
         raise HTTPException(401, "missing or invalid API key",
                             headers={"WWW-Authenticate": "Bearer"})
@@ -116,6 +130,9 @@ def create_app(manager: Manager) -> FastAPI:
     app = FastAPI(title="merkat", version="1", openapi_url=f"{PREFIX}/openapi.json",
                   docs_url=f"{PREFIX}/docs", redoc_url=None)
     app.state.manager = manager
+    from merkat.service.dbdown import KeyMemory
+
+    app.state.keys_seen = KeyMemory()  # (honoured only while the database fails)
     store = manager.store
 
     limits = manager.config.limits

@@ -183,6 +183,20 @@ def install_errors(app: FastAPI, limits: LimitsConfig) -> None:
         return JSONResponse({"detail": cut(str(exc.detail))}, exc.status_code,
                             headers=getattr(exc, "headers", None))
 
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from merkat.bank.errors import DatabaseError
+
+    async def _db_down(_: Any, exc: Exception) -> JSONResponse:
+        from merkat.service.dbdown import unavailable
+
+        return JSONResponse({"detail": cut(unavailable(exc))}, 503,
+                            headers={"Retry-After": "5"})
+
+    # the database fails (merkat.service.dbdown): 503, not a crash
+    app.add_exception_handler(SQLAlchemyError, _db_down)
+    app.add_exception_handler(DatabaseError, _db_down)
+
     @app.exception_handler(Exception)
     async def _crash(_: Any, exc: Exception) -> JSONResponse:
         logging.getLogger("merkat.http").error("internal error: %s: %s",
