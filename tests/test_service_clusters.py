@@ -5,12 +5,14 @@ attribute), the heartbeat (``health.stall_s``) restarting a stalled VM up to
 
 from __future__ import annotations
 
+import importlib.metadata
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from merkat.control.base import Controller
 from merkat.control.generic import resize
 from merkat.control.types import (
     Action,
@@ -18,6 +20,7 @@ from merkat.control.types import (
     Demand,
     Metrics,
     Observation,
+    Phase,
     Sense,
     VMState,
     VMView,
@@ -256,3 +259,66 @@ def test_a_stalled_vm_is_restarted_up_to_max_restarts_then_fails(manager: Manage
     assert any(kind == "vm-restart" for kind, _ in events)
     assert len(starts.read_text().splitlines()) == 2  # started, restarted once
     assert m.store.platform("hang").state == "failed"
+
+
+class Halve(Controller):
+    """Starts its VMs, then from its ``at``-th decision keeps one (releases the rest)."""
+
+    name = "halve"
+
+    def __init__(self, *, at: int = 3) -> None:
+        super().__init__()
+        self.n, self.at = 0, at
+
+    def decide(self, obs: Observation) -> Demand:
+        self.n += 1
+        if obs.phase is Phase.WAITING:
+            return self.on_start(obs)
+        return resize(obs, 1 if self.n >= self.at else len(obs.vms), {"cpu": 0.2,
+                                                                         "memory": 0.01})
+
+    def reconfigure(self, obs: Observation) -> Demand:
+        return self.decide(obs)
+
+
+class _EP:
+    name = "halve"
+    group = "merkat.controllers"
+
+    def load(self) -> type[Controller]:
+        return Halve
+
+
+PAIR = """\
+name: pair
+controller: {policy: halve}
+budget: 10
+keep_idle: %s
+clusters:
+  - name: main
+    command: "sleep 600"
+    count: 2
+    cpu: 0.5
+    memory: 64
+"""
+
+
+def test_keep_idle_live_the_released_vm_runs_that_long_then_goes(
+        manager: Manager, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.metadata.entry_points
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **kw: [_EP()] if kw.get(
+        "group") == "merkat.controllers" else real(**kw))
+    m = manager
+    m.submit("alice", parse(PAIR % 3))
+    released = gone = None
+    end = time.monotonic() + 20
+    while time.monotonic() < end and gone is None:
+        run(m, 0.3)
+        ctl = m.platform.apps["pair"].controller
+        if released is None and getattr(ctl, "idle_since", None):
+            released = time.monotonic()
+        if released is not None and "pair/vm2" not in m.backend.vms:
+            gone = time.monotonic()
+    assert released is not None and gone is not None
+    assert 2.5 <= gone - released <= 10.0  # kept 3 s (to a period), then destroyed
+    assert [vm.id for vm in m.platform.apps["pair"].vms] == ["pair/vm1"]

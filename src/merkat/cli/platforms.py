@@ -131,11 +131,11 @@ def platform_delete(name: str, output: OutputFormat = OutputOption,
 
 
 def _line(e: dict[str, Any]) -> str:
-    return (f"{e['id']:>6}  {clock(e['time'])}  {e['kind']:<13} {e['platform'] or '-':<16} "
+    return (f"{e['id']:>6}  {clock(e['time'])}  {e['kind']:<16} {e['platform'] or '-':<20} "
             f"{e['message']}")
 
 
-HEADER = f"{'ID':>6}  {'TIME':<8}  {'KIND':<13} {'PLATFORM':<16} MESSAGE"
+HEADER = f"{'ID':>6}  {'TIME':<8}  {'KIND':<16} {'PLATFORM':<20} MESSAGE"
 
 
 def events(
