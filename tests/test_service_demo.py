@@ -43,7 +43,8 @@ def _facts(met: bool, received: float, enforced: bool = True) -> Facts:
                            "finished" if met else "stopped: the deadline has passed", 68.0,
                            finished_s=61.4 if met else None, met=met,
                            bids=[0.001, 0.004, 0.02, 0.01], shares=[0.2, 0.6, 1.1, 0.9],
-                           raises=2, cpu_received=received, cpu_allocated=0.9, money=money)
+                           raises=2, cpu_received=received, cpu_allocated=0.9, money=money,
+                           progress=1.0 if met else 0.69)
     thrifty = PlatformFacts("thrifty", 2, "best effort, price limit 0.01", "stopped",
                             "stopped at the end of the demo", max_price=0.01, suspensions=1,
                             resumes=1, changes=["suspended at 10 s (price 0.0200 = 20.0x)",
@@ -78,8 +79,8 @@ def test_a_missed_deadline_says_why_the_cpu_fell_short() -> None:
     f = _facts(met=False, received=0.2)
     text = render(f)
     assert not f.ok
-    assert text.splitlines()[-3] == ("deadline urgent MISSED (stopped: the deadline has passed; "
-                                     "deadline 68 s)")
+    assert text.splitlines()[-3] == ("deadline urgent MISSED (stopped: the deadline has passed, "
+                                     "69 % of its work done; deadline 68 s)")
     assert "of 0.90 allocated (the machine was busy with other work: load average up to 9.5" \
         in text
     text = render(_facts(met=False, received=0.2, enforced=False))
@@ -117,6 +118,7 @@ def test_the_demo_shows_the_market_at_work(tmp_path: Path, cpu_heavy: int) -> No
     assert urgent.raises >= 1 and max(urgent.bids) >= 3 * urgent.bids[0], text
     assert max(urgent.shares) > 0.3 * facts.capacity, text
     assert urgent.cpu_received is not None and 0 < urgent.cpu_received <= facts.capacity * 1.1
+    assert urgent.progress is not None and 0 < urgent.progress <= 1
     # the price climbed to 10x the reserve; thrifty was suspended, then resumed
     assert max(facts.prices) >= 10 * facts.reserve, text
     assert thrifty.suspensions >= 1 and thrifty.resumes >= 1, text

@@ -58,6 +58,7 @@ class PlatformFacts:
     deadline_s: float | None = None
     finished_s: float | None = None  # after its submission
     met: bool | None = None  # None without a deadline
+    progress: float | None = None  # the fraction of its work done when last seen
     bids: list[float] = field(default_factory=list)  # per VM, each period it ran
     shares: list[float] = field(default_factory=list)
     raises: int = 0
@@ -184,6 +185,11 @@ def collect(svc: Any, entries: list[Any], trace: Any, data: Path, owner: str,
             # the solver's iterations are CPU seconds: what its VMs really got
             p.cpu_received = (s1.done - s0.done) * e.cost * e.count / (w1 - w0)
             p.cpu_allocated = sum(s.share for _, s in timed[:-1]) / (len(timed) - 1)
+        seen = [s for s in rows if s is not None and s.done is not None and s.total]
+        if seen:
+            last = seen[-1]
+            assert last.done is not None and last.total
+            p.progress = min(1.0, last.done / last.total)
         if e.deadline_s is not None:
             done = finish_time(data, e.name, app)
             p.finished_s = None if done is None else done - app.spec.submit_time
@@ -211,6 +217,9 @@ def verdict(p: PlatformFacts) -> str:
     how = (f"finished {p.finished_s - p.deadline_s:.0f} s late" if p.finished_s is not None
            else p.reason if p.reason.startswith(p.state)
            else f"{p.state}: {p.reason or 'not finished'}")
+    if p.finished_s is None and p.progress is not None:
+        how += f", {100 * p.progress:.0f} % of its work done"
+
     return f"deadline {p.name} MISSED ({how}; deadline {p.deadline_s:g} s)"
 
 
