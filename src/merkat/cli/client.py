@@ -268,6 +268,8 @@ def nodes(output: OutputFormat = OutputOption, url: str | None = UrlOption,
              f"{_allocatable(n, 'cpu', n['cores']):g}", f"{n['allocated']['cpu']:.3g}",
              mib(n["memory"]), mib(_reserved(n, "memory")),
              mib(_allocatable(n, "memory", n["memory"])), mib(n["allocated"]["memory"])) for n in data["items"]])
+        if data.get("backend"):
+            print(f"backend: {data['backend']}")
         m = data.get("machine")
         if m:
             cap, res, alloc = m["capacity"], m["reserved"], m["allocatable"]

@@ -102,11 +102,29 @@ def print_show(p: dict[str, Any]) -> None:
              _rate(c["rate_needed"]), _yes(c["on_track"])) for c in clusters])
     if ended:
         return
+    if any(v.get("pod") for v in p["vms"]):  # kubernetes: the pod's spec and what it holds
+        print_table(None, ["VM", "NODE", "STATE", "BID CPU", "BID MEM", "CPU", "MEM MiB",
+                           "POD", "REQ CPU", "REQ MiB", "APPLIED CPU", "APPLIED MiB",
+                           "RESIZE", "PID"], [
+            (v["id"], v["node"], v["state"], v["bid"]["cpu"], v["bid"]["memory"],
+             v["allocation"]["cpu"], v["allocation"]["memory"], v.get("pod"),
+             *_pair(v.get("requested")), *_pair(v.get("applied")), v.get("resize"), _pid(v))
+            for v in p["vms"]])
+        if (p.get("suspension") or {}).get("note"):
+            print(f"  suspension: {p['suspension']['note']}")
+        return
     print_table(None, ["VM", "NODE", "STATE", "BID CPU", "BID MEM", "CPU", "MEM MiB",
                        "CGROUP", "PID"], [
         (v["id"], v["node"], v["state"], v["bid"]["cpu"], v["bid"]["memory"],
          v["allocation"]["cpu"], v["allocation"]["memory"], v["cgroup"], _pid(v))
         for v in p["vms"]])
+
+
+def _pair(size: dict[str, Any] | None) -> tuple[Any, Any]:
+    """``(cpu, MiB)`` of a pod's requested or applied size (``None`` when not known yet)."""
+    size = size or {}
+    mem = size.get("memory")
+    return size.get("cpu"), None if mem is None else round(mem)
 
 
 def _pid(vm: dict[str, Any]) -> str | None:

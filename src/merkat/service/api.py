@@ -216,6 +216,9 @@ def create_app(manager: Manager) -> FastAPI:
         out = _platform(row)
         out["template"] = row.template
         out["vms"] = manager.vms(name)
+        suspension = getattr(manager.backend, "suspension", None)  # kubernetes: destructive?
+        if suspension is not None:
+            out["suspension"] = suspension(row.template)
         out["spent"] = manager.spent(name)
         out["slo"] = manager.slo(name)
         out.update(platform_status(manager, row, out["slo"]))
@@ -310,6 +313,7 @@ def create_app(manager: Manager) -> FastAPI:
                      for n in manager.backend.node_list()]
             capacity = getattr(manager.backend, "capacity", None)
         return {"items": items, "enforced": bool(manager.backend.enforced),
+                "backend": getattr(manager.backend, "label", None),
                 "warning": "; ".join(w for w in (manager.backend.warning,
                                                  manager.tenants.warning) if w) or None,
                 "machine": capacity.as_dict() if capacity is not None else None}

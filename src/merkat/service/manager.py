@@ -261,6 +261,7 @@ class Manager:
                     "pid": d.get("pid"), "adopted": d.get("adopted", False),
                     "restarts": d.get("restarts", 0),
                     "limits": d.get("limits"),
+                    **{k: d[k] for k in ("pod", "requested", "applied", "resize") if k in d},
                 })
             return out
 

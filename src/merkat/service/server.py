@@ -83,8 +83,9 @@ class Service:
 
     def banner(self) -> str:
         b = self.backend
-        enforcement = f"cgroups {getattr(getattr(b, 'tree', None), 'version', '')} enforced" \
-            if b.enforced else "UNENFORCED"
+        enforcement = getattr(b, "label", None) or (
+            f"cgroups {getattr(getattr(b, 'tree', None), 'version', '')} enforced"
+            if b.enforced else "UNENFORCED")
         nodes = ", ".join(
             f"{n.name} ({n.cpus}: {getattr(n, 'allocatable_cores', n.cores):g} of {n.cores:g} "
             f"cores, {getattr(n, 'allocatable_memory', n.memory):.0f} MiB)" for n in b.node_list())

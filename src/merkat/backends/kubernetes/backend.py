@@ -73,6 +73,7 @@ class _Pod:
     phase: str = "Pending"
     state: str = DONE
     message: str = ""
+    actual: Size | None = None  # what the kubelet applied (status), as last read
 
 
 def _bind(client: Any, body: Any, name: str, namespace: str) -> None:
@@ -228,6 +229,7 @@ class KubernetesBackend:
                                      meta["name"], app, None, None)
         p.node = (d.get("spec") or {}).get("nodeName")
         p.desired = desired_size(d)
+        p.actual = actual_size(d)
         p.phase = str(status.get("phase") or "Pending")
         if p.state != "reported":
             p.state, p.message = resize_state(d) if actual_size(d) is not None else (DONE, "")

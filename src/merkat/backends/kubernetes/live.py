@@ -170,9 +170,29 @@ class KubernetesLive:
         if p is None:
             return None
         size = p.desired.as_market() if p.desired else {}
+        held = p.actual.as_market() if p.actual else {}
         return {"node": p.node, "process": p.phase.lower(), "pod": f"{p.namespace}/{p.name}",
-                "resize": p.state, "cgroup": None, "adopted": vm in self._kept,
-                "limits": {"cpu": size.get("cpu"), "memory": size.get("memory")}}
+                "resize": p.state if p.state != "reported" else "Failed",
+                "resize_message": p.message or None, "cgroup": None,
+                "adopted": vm in self._kept,
+                "limits": {"cpu": size.get("cpu"), "memory": size.get("memory")},
+                "requested": {"cpu": size.get("cpu"), "memory": size.get("memory")},
+                "applied": {"cpu": held.get("cpu"), "memory": held.get("memory")}}
+
+    def suspension(self, template: Mapping[str, Any]) -> dict[str, Any]:
+        """What a suspension or a migration does to a platform of ``template`` (the API's
+        ``suspension`` of ``platform show``): without a ``state:`` section the pod is deleted
+        and its memory and files are lost."""
+        return {"keeps_state": False,
+                "note": "destructive: a suspension or a migration deletes the pod; the "
+                        "application restarts from its command, its memory and local files "
+                        "lost (docs/kubernetes.md)"}
+
+    @property
+    def label(self) -> str:
+        """The backend in a few words, for the banner and ``merkat nodes``."""
+        n = sum(1 for name in self.kube.node_ids if self.kube.capacity.get(name))
+        return f"kubernetes, {n} node{'s' if n != 1 else ''}"
 
     def node_list(self) -> list[KubeNode]:
         out = []

@@ -1,0 +1,91 @@
+"""Truthful status on the Kubernetes backend, on the emulator: `platform show` gives each VM's
+pod, its node, the CPU and memory its spec requests and what the kubelet applied; the banner and
+`merkat nodes` name the backend (`kubernetes, N nodes`), not cgroups."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from merkat.backends.kubernetes.emulator import KubeEmulator
+from merkat.service.api import create_app
+from merkat.service.manager import Manager
+from merkat.service.templates import parse
+from test_kubernetes_recovery import live, manager
+from test_service_recovery import SLEEP
+
+pytestmark = pytest.mark.kubernetes
+
+
+def cluster(nodes: int = 2, cpu: str = "2") -> KubeEmulator:
+    emu = KubeEmulator()
+    emu.namespaces.add("merkat")
+    for k in range(nodes):
+        emu.add_node(f"node-{k}", cpu, "4Gi")
+    return emu
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[tuple[KubeEmulator, Manager, TestClient, dict[str, str]]]:
+    emu = cluster()
+    m = manager(tmp_path, emu)
+    key = m.store.add_user("alice", budget=100_000_000)
+    with TestClient(create_app(m)) as c:
+        yield emu, m, c, {"Authorization": f"Bearer {key}"}
+    m.close()
+
+
+def test_platform_show_gives_the_pods_node_requested_and_applied_size(world) -> None:  # type: ignore[no-untyped-def]
+    emu, m, c, auth = world
+    for name in ("a", "b"):
+        m.submit("alice", parse(SLEEP.format(name=name), "x.yaml"))
+    m.admit()
+    m.tick()
+    m.tick()  # the second period's read of the pods sees what the kubelet applied
+    p = c.get("/api/v1/platforms/a", headers=auth).json()
+    (v,) = p["vms"]
+    pod = emu.pod("merkat", "a-main-1")
+    assert v["node"] == pod["spec"]["nodeName"] and v["pod"] == "merkat/a-main-1"
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    held = pod["status"]["containerStatuses"][0]["resources"]["limits"]
+    assert v["requested"] == {"cpu": int(limits["cpu"].rstrip("m")) / 1000, "memory": 64.0}
+    assert v["applied"] == {"cpu": int(held["cpu"].rstrip("m")) / 1000, "memory": 64.0}
+    assert v["allocation"]["cpu"] == pytest.approx(v["applied"]["cpu"], abs=1e-3)
+    assert v["allocation"]["cpu"] > 0 and v["resize"] == "Done"
+    assert p["suspension"]["keeps_state"] is False
+    assert p["suspension"]["note"].startswith("destructive: ")
+    from merkat.cli.platforms import print_show
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        print_show(p)
+    text = out.getvalue()
+    assert "APPLIED CPU" in text and "merkat/a-main-1" in text and "CGROUP" not in text
+    assert "suspension: destructive" in text
+
+
+def test_the_banner_and_nodes_name_the_kubernetes_backend(world, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    emu, m, c, auth = world
+    nodes = c.get("/api/v1/nodes", headers=auth).json()
+    assert nodes["backend"] == "kubernetes, 2 nodes"
+    assert [n["name"] for n in nodes["items"]] == ["node-0", "node-1"]
+    emu.nodes["node-1"]["spec"] = {"unschedulable": True}  # cordoned
+    m.tick()
+    assert c.get("/api/v1/nodes", headers=auth).json()["backend"] == "kubernetes, 1 node"
+    assert live(cluster(3), tmp_path).label == "kubernetes, 3 nodes"
+
+
+def test_the_server_banner_says_kubernetes_not_cgroups(tmp_path: Path) -> None:
+    from merkat.service.server import Service
+
+    srv = Service.__new__(Service)  # the banner alone: no port, no loop
+    m = manager(tmp_path, cluster(2))
+    srv.backend, srv.manager, srv.config, srv.sock = m.backend, m, m.config, None
+    text = srv.banner()
+    assert "kubernetes, 2 nodes" in text and "cgroups" not in text.split(";")[0]
+    m.close()
