@@ -134,9 +134,9 @@ NOUNS: tuple[Noun, ...] = (
          "Run the live service: REST API, applications manager and period loop (Ctrl-C stops "
          "it and destroys its VMs: processes, or pods with --backend kubernetes)."),
     Noun("demo", "service:demo",
-         "Run the live service on a demo with more demand than this machine: a deadline solver "
-         "outbids best-effort ones, a price-limited one is suspended and resumed; prints each "
-         "period, then a report of what the market did."),
+         "Run the live service on a demo with more demand than this machine can serve: a "
+         "deadline solver outbids best-effort ones to meet its deadline, a price-limited one is "
+         "suspended when the price climbs and resumed when it falls."),
     Noun("submit", "client:submit", "Submit a virtual platform template to the server's queue."),
     Noun("prices", "client:prices",
          "The current prices (credits per core and per MiB, per period); with --since, the "
