@@ -148,6 +148,12 @@ def run_cmd(
         None, "--charging", help="With --scheduler market: bid (VMs pay their bids, the "
         "default) | use (VMs pay what they use, the rest of the deposit refunded).",
     ),
+    balancer: str | None = typer.Option(
+        None, "--balancer", help="With --scheduler market: the load balancer — merkat (the VM "
+        "with the largest allocation error moves to the node minimising it, the default) | "
+        "themis (Themis Fig. 2: the least valuable VM of the most overloaded node moves to the "
+        "least loaded; stop after 10 non-improving iterations).",
+    ),
     force: bool = typer.Option(
         False, "--force", help="Replace the results of a previous run in a non-empty --out."
     ),
@@ -170,7 +176,8 @@ def run_cmd(
     )
     if not SCHEDULERS[scheduler].market:  # the market's options mean nothing to a batch run
         given = {"--policy": policy, "--period": period, "--admission": admission,
-                 "--workers": workers, "--economy": economy, "--charging": charging}
+                 "--workers": workers, "--economy": economy, "--charging": charging,
+                 "--balancer": balancer}
         for flag, value in given.items():
             _check(value is None, f"{flag}: only with --scheduler market (the {scheduler} "
                    "scheduler has no controllers, periods or money)")
@@ -180,6 +187,7 @@ def run_cmd(
     workers = 1 if workers is None else workers
     economy = "themis" if economy is None else economy
     charging = "bid" if charging is None else charging
+    balancer = "merkat" if balancer is None else balancer
     _check(jobs is None or jobs >= 1, f"--jobs must be >= 1, got {jobs}")
     _check(skip >= 0, f"--skip must be >= 0, got {skip}")
     check_int("--hosts", hosts, 1, 1_000_000)
@@ -197,6 +205,8 @@ def run_cmd(
     check_int("--workers", workers, 1, 1024)
     _check(economy in ("themis", "closed"), f"--economy must be themis or closed, got {economy!r}")
     _check(charging in ("bid", "use"), f"--charging must be bid or use, got {charging!r}")
+    _check(balancer in ("merkat", "themis"),
+           f"--balancer must be merkat or themis, got {balancer!r}")
     try:
         trace_path = find_trace(trace)
     except FileNotFoundError as e:
@@ -227,6 +237,8 @@ def run_cmd(
         _check(takes_market, "--market: only with --scheduler market")
         _check(market in MECHANISMS, f"--market must be one of {', '.join(sorted(MECHANISMS))}, "
                f"got {market!r}")
+        _check(balancer == "merkat", f"--balancer {balancer}: only with --market "
+               "proportional-share (the other mechanisms place no VMs to balance)")
     opts = RunOptions(
         trace=trace_path,
         scheduler=scheduler,
@@ -248,6 +260,7 @@ def run_cmd(
         policy_params=params,
         market=market,
         admission=admission or None,
+        balancer=balancer,
     )
     bars: list[LazyProgress] = []
     t0 = time.perf_counter()

@@ -13,6 +13,8 @@ to move would take the period over its migration budget (the SLO paper: "if reac
 solution involves a number of migrations higher than a threshold"), or after
 ``max_iterations``. The result is
 never worse than the starting mapping and never uses more migrations than the budget.
+``BalanceParams.rule == "themis"`` replaces the moves by Themis Fig. 2's
+(:mod:`merkat.market.balance_themis`) on the same state and measure.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from merkat.market.balance_themis import themis_loop
 from merkat.market.share import (
     Shares,
     bid_ratio,
@@ -485,8 +488,9 @@ def search_mapping(
         return BalanceResult(host.copy(), 0, rms0, rms0, ran=False), search
 
     search.prepare()
+    loop = themis_loop if params.rule == "themis" else _search_loop
     with np.errstate(divide="ignore", invalid="ignore"):  # in destination's estimates
-        it, best_host, best_rms = _search_loop(search, params, rms0)
+        it, best_host, best_rms = loop(search, params, rms0)
     return BalanceResult(best_host, it, rms0, best_rms, ran=True), search
 
 

@@ -6,7 +6,8 @@ Input::
      "vms": [{"id", "bid": {"cpu", "memory"}, "max": {"cpu", "memory"},
               "min": {"memory"}?, "host": id | null}],
      "reserve_price": {"cpu", "memory"}?,
-     "balance": {"error_threshold", "max_migrations", "tabu_size", "max_no_improve"}?}
+     "balance": {"error_threshold", "max_migrations", "tabu_size", "max_no_improve",
+                 "rule": "merkat" | "themis"}?}
 
 A ``max`` of ``null`` for a resource means "no cap". Output::
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -87,6 +88,7 @@ class BalanceSpec(_Strict):
     max_no_improve: int = Field(default=BalanceParams.max_no_improve, ge=0, le=10**6)
     max_iterations: int = Field(default=BalanceParams.max_iterations, ge=0, le=10**7)
     candidates: int = Field(default=BalanceParams.candidates, ge=1, le=10**6)
+    rule: Literal["merkat", "themis"] = "merkat"
 
 
 class MarketSpec(_Strict):

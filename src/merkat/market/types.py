@@ -135,6 +135,25 @@ class VMs:
         return len(self.ids)
 
 
+BALANCERS = ("merkat", "themis")
+"""The load balancers (``--balancer``): Merkat's largest-error rule (the default), Themis
+Fig. 2's least-valuable-VM rule."""
+
+THEMIS_NO_IMPROVE = 10
+"""Themis §III-B: the search stops after 10 iterations without a better solution."""
+
+
+def balancer_params(name: str) -> BalanceParams:
+    """The balancing parameters of load balancer ``name`` (one of :data:`BALANCERS`):
+    ``merkat``: the defaults; ``themis``: ``rule="themis"`` and the paper's stop after
+    :data:`THEMIS_NO_IMPROVE` non-improving iterations (tabu list 20, the other defaults)."""
+    if name == "themis":
+        return BalanceParams(rule="themis", max_no_improve=THEMIS_NO_IMPROVE)
+    if name == "merkat":
+        return BalanceParams()
+    raise MarketError("balancer", f"{name!r} is not one of {', '.join(BALANCERS)}")
+
+
 @dataclass(frozen=True)
 class BalanceParams:
     """Load-balancing parameters (Themis Fig. 2, Merkat §3.1).
@@ -145,7 +164,10 @@ class BalanceParams:
     stop after this many iterations without a better mapping (100, the SLO paper).
     ``max_iterations``: a hard bound on the search, whatever happens.
     ``candidates``: how many destination nodes (ranked by a closed-form estimate) are evaluated
-    exactly for each move.
+    exactly for each move. ``rule``: which move each iteration makes — ``merkat`` (the VM with
+    the largest error to the node minimising it, :mod:`merkat.market.balance`) or ``themis``
+    (Themis Fig. 2: the least valuable VM of the most overloaded node to the least loaded,
+    :mod:`merkat.market.balance_themis`; :func:`balancer_params` gives its paper defaults).
     """
 
     error_threshold: float = 0.10
@@ -154,8 +176,12 @@ class BalanceParams:
     max_no_improve: int = 100
     max_iterations: int = 1000
     candidates: int = 8
+    rule: str = "merkat"
 
     def __post_init__(self) -> None:
+        if self.rule not in BALANCERS:
+            raise MarketError("balance.rule", f"{self.rule!r} is not one of "
+                                              f"{', '.join(BALANCERS)}")
         if not (self.error_threshold >= 0 and np.isfinite(self.error_threshold)):
             raise MarketError("balance.error_threshold", "must be a finite number >= 0")
         for name in ("max_migrations", "tabu_size", "max_no_improve", "max_iterations"):

@@ -101,6 +101,7 @@ class RunOptions:
     policy_params: dict[str, Any] = field(default_factory=dict)  # passed to every controller
     market: str = "proportional-share"  # the market mechanism (merkat.market.mechanisms)
     admission: float | None = 10.0  # seconds between admission points (None: periods only)
+    balancer: str = "merkat"  # the market's load balancer: merkat | themis (market.balance)
 
 
 def cluster_for(opts: RunOptions, max_procs: int | None) -> Cluster:

@@ -117,6 +117,7 @@ class Market:
 
     def run(self, workload: Workload, cluster: Cluster, opts: RunOptions,
             progress: Callable[[int], None] | None) -> TraceOutcome:
+        from merkat.market.types import balancer_params
         from merkat.sim.batch.engine import Schedule
         from merkat.sim.market.trace import MarketConfig, simulate_market, summarize_market
 
@@ -126,11 +127,12 @@ class Market:
                          budget_base=opts.slo.budget_base, budget_renewal=opts.slo.budget_renewal,
                          economy=opts.economy, charging=opts.charging,
                          policy_params=dict(opts.policy_params), market=opts.market,
-                         admission=opts.admission),
+                         admission=opts.admission, balance=balancer_params(opts.balancer)),
             seed=opts.seed, progress=progress, workers=opts.workers)
         summary = summarize_market(workload, out, cluster)
         summary["policy"] = opts.policy
         summary["market"] = opts.market
+        summary["balancer"] = opts.balancer
         counts = Counter(out.outcomes)
         summary["outcomes"] = {o: counts.get(o, 0) for o in OUTCOMES}
         if opts.policy_params:
