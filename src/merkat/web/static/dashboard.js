@@ -175,10 +175,12 @@ function renderPlatforms(platforms, perPlatform, balances) {
     const d = state.details[p.name];
     const tr = el("tr");
     tr.dataset.platform = p.name;
-    tr.append(el("td", p.name), el("td", p.owner), el("td", p.state, `state-${p.state}`),
+    const stateCell = el("td", p.state, `state-${p.state}`);
+    if (p.outcome) stateCell.title = p.outcome; // met, missed by N s, running: on track...
+    tr.append(el("td", p.name), el("td", p.owner), stateCell,
       el("td", a.vms, "num"), el("td", fmt(a.bid.cpu), "num"), el("td", fmt(a.bid.memory), "num"),
       el("td", fmt(a.allocation.cpu), "num"), el("td", fmt(a.allocation.memory), "num"),
-      sloCell(d), el("td", balances[`app:${p.name}`] ?? "-", "num"),
+      sloCell(d), el("td", balances[p.account || `app:${p.name}`] ?? "-", "num"),
       el("td", d && d.spent !== undefined ? fmt(d.spent) : "-", "num"));
     body.appendChild(tr);
   }
