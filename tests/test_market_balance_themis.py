@@ -141,3 +141,21 @@ def test_cli_sim_run_market_with_the_themis_balancer(tmp_path: Path) -> None:
     batch = runner.invoke(app, ["sim", "run", "--trace", "HPC2N-2002-2.2-cln", "--scheduler",
                                 "easy", "--balancer", "themis", "--out", str(tmp_path / "e")])
     assert batch.exit_code == 2 and "--balancer: only with --scheduler market" in batch.stderr
+
+
+@pytest.mark.slow
+def test_experiment_themis_fig5_takes_the_balancer(tmp_path: Path) -> None:
+    from merkat.sim.experiments import run_experiment
+
+    doc = run_experiment("themis-fig5", tmp_path / "t", jobs=20, factors=(0.5,),
+                         balancer="themis")
+    assert doc["parameters"]["balancer"] == "themis"
+    market = [r for r in doc["runs"] if r["scheduler"] == "market"]
+    assert market and all(r["ledger_audit_ok"] for r in market)
+    default = run_experiment("themis-fig5", tmp_path / "m", jobs=20, factors=(0.5,))
+    assert "balancer" not in default["parameters"]  # the default's results.json is unchanged
+    with pytest.raises(ValueError, match="does not take --balancer"):
+        run_experiment("merkat-fig6", tmp_path / "x", balancer="themis")
+    r = CliRunner().invoke(app, ["sim", "experiment", "themis-fig5", "--out",
+                                 str(tmp_path / "y"), "--balancer", "tabu"])
+    assert r.exit_code == 2 and "--balancer" in r.stderr

@@ -48,6 +48,9 @@ def experiment(
     policy_param: list[str] = typer.Option(
         [], "--policy-param", help="KEY=VALUE, a parameter of the policy (repeatable), e.g. "
         "forecast=ar."),
+    balancer: str | None = typer.Option(
+        None, "--balancer", help="The market's load balancer (experiments that take a "
+        "policy): merkat (default) | themis (Themis Fig. 2)."),
     force: bool = typer.Option(
         False, "--force", help="Replace the results of a previous run in a non-empty --out."
     ),
@@ -78,6 +81,12 @@ def experiment(
         if chosen not in trace_policies():
             fail(f"--policy must be one of {', '.join(trace_policies())}, got {chosen!r}")
         params = parse_policy_params(policy_param, chosen)
+    if balancer is not None:
+        if not EXPERIMENTS[name].takes_policy:
+            fail(f"--balancer: experiment {name!r} does not take a balancer (its market is "
+                 "part of the setup)")
+        if balancer not in ("merkat", "themis"):
+            fail(f"--balancer must be merkat or themis, got {balancer!r}")
     from merkat.outputs import output_dir, prepare_out_dir
 
     final_out = prepare_out_dir(out, force=force)  # checked before the run, not after
@@ -109,6 +118,7 @@ def experiment(
                     progress=progress,
                     policy=policy,
                     policy_params=params,
+                    balancer=balancer,
                 )
         except FileNotFoundError as exc:
             fail(str(exc))

@@ -16,6 +16,7 @@ import numpy as np
 
 from merkat import seeds
 from merkat.control.utility import utility
+from merkat.market.types import balancer_params
 from merkat.sim.cluster import Cluster
 from merkat.sim.market.trace import MarketConfig, simulate_market, summarize_market
 from merkat.sim.run import schedule
@@ -50,6 +51,7 @@ class Run:
     # the market's simulated VM overheads (SLO paper §4.2: 30 s; Themis' model had none)
     boot_s: float = 30.0
     resume_s: float = 30.0
+    balancer: str = "merkat"  # the market's load balancer (merkat.market.types.BALANCERS)
 
 
 @lru_cache(maxsize=4)
@@ -102,7 +104,8 @@ def execute(run: Run) -> dict[str, Any]:
     if is_market(run.scheduler):
         out = simulate_market(
             w, cluster, MarketConfig(period=run.period, policy_params=dict(run.policy_params),
-                                     boot_s=run.boot_s, resume_s=run.resume_s),
+                                     boot_s=run.boot_s, resume_s=run.resume_s,
+                                     balance=balancer_params(run.balancer)),
             policies=names, seed=run.seed
         )
         s = summarize_market(w, out, cluster)

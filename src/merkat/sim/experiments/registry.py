@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from merkat.market.types import BALANCERS
 from merkat.sim.experiments.common import FACTORS, execute, markdown
 from merkat.sim.schedulers import is_market
 
@@ -71,11 +72,14 @@ def run_experiment(
     progress: Callable[[int, int], None] | None = None,
     policy: str | None = None,
     policy_params: Mapping[str, Any] | None = None,
+    balancer: str | None = None,
 ) -> dict[str, Any]:
     """Run experiment ``name`` and write its files in ``out``; return ``results.json``'s data.
 
     ``jobs`` shortens the trace window (for quick checks), ``factors`` the sweep. ``dask`` is
-    a Dask scheduler address: the runs go there instead of a local process pool.
+    a Dask scheduler address: the runs go there instead of a local process pool. ``balancer``
+    (``merkat`` | ``themis``, experiments that take a policy) is the market runs' load
+    balancer; given, ``results.json``'s parameters record it (absent: the default, merkat).
     """
     if name not in EXPERIMENTS:
         raise KeyError(f"unknown experiment {name!r}; known: {', '.join(sorted(EXPERIMENTS))}")
@@ -92,6 +96,16 @@ def run_experiment(
         chosen["policy"] = policy or exp.parameters.get("policy")
         if given:
             chosen["policy_params"] = dict(given)
+    if balancer is not None:
+        if not exp.takes_policy:
+            raise ValueError(f"experiment {name!r} does not take --balancer (its market is "
+                             "part of the setup)")
+        if balancer not in BALANCERS:
+            raise ValueError(f"--balancer must be one of {', '.join(BALANCERS)}, "
+                             f"got {balancer!r}")
+        runs = [replace(r, balancer=balancer) if is_market(getattr(r, "scheduler", "")) else r
+                for r in runs]
+        chosen["balancer"] = balancer
     rows = _execute_all(exp.execute, runs, workers, dask, progress)
     derived = exp.derive([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])
     params = {**exp.parameters, **chosen, "seeds": seeds}
