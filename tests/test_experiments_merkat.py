@@ -24,11 +24,13 @@ from merkat.sim.experiments.common import ScenarioRun
 from merkat.sim.experiments.merkat import (
     MERKAT6,
     MERKAT7,
-    SATISFACTION,
     merkat6_scenario,
     merkat7_scenario,
     merkat_fig6,
     merkat_fig7,
+)
+from merkat.sim.experiments.satisfaction import (
+    SATISFACTION,
     merkat_satisfaction_run,
     satisfaction_workload,
 )

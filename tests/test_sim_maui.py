@@ -105,7 +105,7 @@ def test_cli_unknown_scheduler_is_a_one_line_error(tmp_path: Path, bad: str) -> 
 
 def test_satisfaction_experiment_compares_with_maui() -> None:
     from merkat.sim.experiments.common import ScenarioRun
-    from merkat.sim.experiments.merkat import (
+    from merkat.sim.experiments.satisfaction import (
         _satisfaction_derive,
         _satisfaction_runs,
         merkat_satisfaction_run,
