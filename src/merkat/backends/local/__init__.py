@@ -4,13 +4,11 @@
 into logical *nodes* (a cpuset and a share of the memory each, :class:`Node`); the platform's
 host index ``h`` is ``nodes[h]``. For each operation of a :class:`~merkat.platform.backend.Plan`:
 
-- **create** — a cgroup ``merkat/<app>/<vm>`` pinned to the node's cpuset, with a
-  ``pids.max``, then the VM's command (``/bin/sh -c``) started through the sandbox
-  (:mod:`merkat.backends.local.sandbox`: a new session *inside* the group, as its owner's
-  identity, a clean environment), its output appended to ``<logs>/<app>/<vm>.log`` (opened by
-  the server); its environment names its platform, cluster, index and master
-  (``MERKAT_PLATFORM``, ``MERKAT_CLUSTER``, ``MERKAT_INDEX``, ``MERKAT_VM``, ``MERKAT_MASTER``)
-  plus what the launcher adds;
+- **create** — a cgroup ``merkat/<app>/<vm>`` (the node's cpuset, a ``pids.max``), then the
+  VM's command started through :mod:`.sandbox` (a new session inside the group, as its owner,
+  a clean environment naming its platform, cluster, index and master: ``MERKAT_PLATFORM``,
+  ``MERKAT_CLUSTER``, ``MERKAT_INDEX``, ``MERKAT_VM``, ``MERKAT_MASTER``, and what the launcher
+  adds), its output appended to ``<logs>/<app>/<vm>.log`` (opened by the server);
 - **allocations** — CPU cores as a CFS quota, memory MiB as a memory limit;
 - **suspend / resume** — the freezer (SIGSTOP/SIGCONT without one); a resumed VM moves to
   its new node's cpuset;
@@ -47,11 +45,13 @@ from merkat.backends.local.cgroups import CgroupTree, Limits, pid_alive
 from merkat.backends.local.metering import CpuMeter
 from merkat.backends.local.ownership import cap_tree, reap, remove_empty, with_identity
 from merkat.backends.local.procs import (
+    WRAPPER,
     _exit_status,
     _group,
     _killpg,
     _leader,
     _safe,
+    plugin_group,
     wait_for,
 )
 from merkat.backends.local.sandbox import Identity
@@ -228,17 +228,9 @@ class LocalBackend:
             return health.failed(self)
 
     def plugin_cgroups(self, app: str, pids: int | None = None) -> list[str]:
-        """The group ``<app>/plugins`` the template's plugin commands run in (made if missing:
-        at most ``pids`` processes, one core); [] when unenforced or it cannot be made."""
-        if not self.enforced:
-            return []
-        group = f"{_safe(app)}/plugins"
+        """The plugin commands' group of ``app`` (:func:`.procs.plugin_group`; [] unenforced)."""
         with self._lock:
-            if not self.tree.exists(group):
-                if self.tree.create(group) or self.tree.set_limits(group, Limits(cpu=1.0)):
-                    return []
-                self.tree.set_pids(group, pids)
-        return [str(d) for d in self.tree.dirs(group).values()]
+            return plugin_group(self.tree, app, pids) if self.enforced else []
 
     def vm(self, vm: str) -> VMProcess | None:
         return self.vms.get(vm)
@@ -406,8 +398,7 @@ class LocalBackend:
         env = sandbox.clean_env(p.launch.identity, merkat, p.launch.user_env)
         groups = list(self.tree.dirs(_group(p.id)).values()) if self.enforced else []
         try:
-            # the log and the exit status file are the server's (the user cannot open them):
-            # the wrapper gets the latter as its stdin (fd 0, written), the command /dev/null
+            # the server's log and exit file (not the user's): the latter is the wrapper's fd 0
             status = os.open(p.exit_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
                 with open(p.log, "ab") as out:
@@ -504,10 +495,5 @@ class LocalBackend:
         return self.nodes[host] if 0 <= host < len(self.nodes) else self.nodes[0]
 
 
-WRAPPER = '/bin/sh -c "$1" </dev/null; s=$?; echo "$s" >&0; exit "$s"'
-"""Each VM runs ``/bin/sh -c COMMAND`` under this shell (in a new session, the VM's
-cgroup), which writes the command's exit status to its fd 0 (the file ``<vm>.exit`` the server
-opened for writing; the command's stdin is ``/dev/null``): a VM re-adopted after a restart is
-not the new server's child, so its status is read from there (:meth:`LocalBackend.poll`)."""
 
 UNKNOWN_EXIT = health.UNKNOWN_EXIT

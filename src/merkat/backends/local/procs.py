@@ -9,6 +9,25 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from merkat.backends.local.cgroups import CgroupTree, Limits
+
+WRAPPER = '/bin/sh -c "$1" </dev/null; s=$?; echo "$s" >&0; exit "$s"'
+"""Each VM runs ``/bin/sh -c COMMAND`` under this shell (in a new session, the VM's
+cgroup), which writes the command's exit status to its fd 0 (the file ``<vm>.exit`` the server
+opened for writing; the command's stdin is ``/dev/null``): a VM re-adopted after a restart is
+not the new server's child, so its status is read from there (:meth:`LocalBackend.poll`)."""
+
+
+def plugin_group(tree: CgroupTree, app: str, pids: int | None) -> list[str]:
+    """The directories of the group ``<app>/plugins`` the template's plugin commands run in
+    (made if missing: one core, at most ``pids`` processes); [] when it cannot be made."""
+    group = f"{_safe(app)}/plugins"
+    if not tree.exists(group):
+        if tree.create(group) or tree.set_limits(group, Limits(cpu=1.0)):
+            return []
+        tree.set_pids(group, pids)
+    return [str(d) for d in tree.dirs(group).values()]
+
 
 def _exit_status(path: Path) -> int | None:
     try:
