@@ -343,3 +343,44 @@ def test_a_named_account_and_the_templates_own_environment(tmp_path: Path) -> No
         assert text.strip().splitlines()[-1] == str(ident.uid)
     finally:
         b.close()
+
+
+def test_the_cli_uploads_files_and_submit_sends_the_templates_own(
+        world: dict[str, Any], tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    svc = world["svc"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"),
+           "MERKAT_URL": world["alice"].url, "MERKAT_TOKEN": world["alice"].key}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "merkat", *args], capture_output=True,
+                              text=True, env=env, timeout=60, cwd=tmp_path)
+
+    (tmp_path / "notes.txt").write_text("hello\n")
+    r = cli("file", "put", "notes.txt")
+    assert (r.returncode, r.stdout) == (0, "file notes.txt uploaded (6 bytes)\n"), r.stderr
+    r = cli("file", "put", "notes.txt", "--name", "../x")
+    assert r.returncode == 2 and r.stderr.startswith("error: --name: '../x' is not a file name")
+    listed = json.loads(cli("file", "list", "-o", "json").stdout)["items"]
+    assert [(f["name"], f["size"]) for f in listed] == [("notes.txt", 6)]
+    (tmp_path / "input.txt").write_text("21\n")
+    (tmp_path / "calc.yaml").write_text("""\
+name: calc
+controller: {policy: best-effort}
+budget: 2
+clusters:
+  - name: main
+    command: echo $(( $(cat input.txt) * 2 )) > result.txt
+    files_in: [input.txt]
+    files_out: [result.txt]
+    cpu: 0.5
+    memory: 64
+""")
+    r = cli("submit", "calc.yaml")
+    assert r.returncode == 0 and "uploaded input.txt (3 bytes)" in r.stderr, r.stderr
+    ident = svc.manager.tenants.identity("alice")
+    out = ident.home / "out" / "calc" / "main-0" / "result.txt"
+    assert wait(lambda: out.exists() and out.read_text() == "42\n")
+    assert out.stat().st_uid == ident.uid

@@ -28,6 +28,7 @@ import contextlib
 import os
 import pwd
 import re
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,6 +60,10 @@ class Tenants:
         self.warning = None if self.switching else (
             f"the server is not root (uid {os.geteuid()}): users' commands run as the "
             "server's own user, not each as her own")
+        python = os.path.realpath(sys.executable)
+        if self.switching and not os.stat(python).st_mode & 0o001:
+            self.warning = (f"the server's interpreter {python} cannot be executed by other "
+                            "users: $MERKAT_PYTHON fails in their commands (Permission denied)")
 
     # --- identities -------------------------------------------------------------------------
 
