@@ -438,6 +438,8 @@ def test_a_command_monitor_runs_in_the_vms_cgroup_without_the_servers_environmen
         assert "hunter2" not in env and "MERKAT_TEST_SERVER_SECRET" not in env
     finally:
         m.close()
+    # nothing left under the prefix (the platform's plugins group included)
+    assert not any(d.exists() for d in m.backend.tree.dirs("").values())
 
 
 def test_a_starved_loop_notes_its_stalls_once_a_minute_with_the_count() -> None:

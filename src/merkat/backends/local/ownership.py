@@ -110,7 +110,8 @@ def reap(tree: CgroupTree, known: Collection[str], identity: str | None
 def remove_empty(tree: CgroupTree, apps: Collection[str]) -> None:
     """Remove the (empty) groups of ``apps`` and the prefix itself when empty: a group in
     use (another server's VM under a shared prefix) stays."""
-    for name in [*sorted(apps), ""]:
+    # (an application's plugins group first: :meth:`LocalBackend.plugin_cgroups`)
+    for name in [*(f"{a}/plugins" for a in sorted(apps)), *sorted(apps), ""]:
         for d in tree.dirs(name).values():
             with contextlib.suppress(OSError):
                 d.rmdir()
