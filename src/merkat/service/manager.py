@@ -58,7 +58,8 @@ from merkat.service.templates import Template, TemplateError
 from merkat.service.tenants import Tenants
 
 VM_EVENTS = {"create": "vm-start", "suspend": "vm-suspend", "resume": "vm-resume",
-             "migrate": "vm-migrate", "destroy": "vm-shutdown"}
+             "migrate": "vm-migrate", "destroy": "vm-shutdown",
+             "restart": "vm-restart", "resize-retry": "resize-retry"}  # kubernetes
 """Backend operations that become events (kind by operation); ``limit`` (every VM, every
 period) does not."""
 
@@ -349,6 +350,9 @@ class Manager:
             record = self._run_period(now)
             elapsed = time.perf_counter() - t_period
             self._report_events()
+            from merkat.service.applied import settle_applied
+
+            settle_applied(self, record.index)  # resizes refused: billed at what was applied
             fail_dead(self, refund_period=record.index)  # VMs that could not be created
             self._charges(record.index)
             self._budgets()

@@ -35,6 +35,7 @@ import numpy as np
 
 from merkat.backends.kubernetes.objects import (
     A_VM,
+    DEFERRED,
     DONE,
     L_INSTANCE,
     PROPOSED,
@@ -54,6 +55,7 @@ from merkat.backends.kubernetes.objects import (
     resize_state,
 )
 from merkat.backends.kubernetes.podexec import ExecResult, exec_in_pod
+from merkat.backends.kubernetes.refusals import restart_count, retry_due
 from merkat.control.types import Metrics
 from merkat.market import Hosts
 from merkat.platform.backend import ApplyReport as ApplyReport
@@ -74,6 +76,10 @@ class _Pod:
     state: str = DONE
     message: str = ""
     actual: Size | None = None  # what the kubelet applied (status), as last read
+    read: Size | None = None  # the spec as last read (``desired`` moves with this period's patches)
+    deferred: int = 0  # consecutive periods its resize was read Deferred (refusals.py)
+    restarts: int = 0  # the container's restartCount as last read
+    restarted: bool = False  # it grew at the last read (a RestartContainer resize)
 
 
 def _bind(client: Any, body: Any, name: str, namespace: str) -> None:
@@ -191,6 +197,10 @@ class KubernetesBackend:
             out.append(OpReport("lost", vm, False, "pod deleted outside merkat", node=p.node or ""))
         for vm, d in listed.items():
             p = self._track(vm, d)
+            if p.restarted:
+                out.append(OpReport("restart", vm, True, "the container restarted to apply a "
+                                    "resize (resizePolicy RestartContainer): its memory is lost",
+                                    node=p.node or ""))
             if p.node and p.node not in seen:
                 out.append(OpReport("lost", vm, False, f"node {p.node} is gone", node=p.node))
                 self._delete_quietly(p)
@@ -228,11 +238,14 @@ class KubernetesBackend:
             p = self.pods[vm] = _Pod(meta.get("namespace") or self.namespace or "default",
                                      meta["name"], app, None, None)
         p.node = (d.get("spec") or {}).get("nodeName")
-        p.desired = desired_size(d)
+        p.desired = p.read = desired_size(d)
         p.actual = actual_size(d)
         p.phase = str(status.get("phase") or "Pending")
         if p.state != "reported":
             p.state, p.message = resize_state(d) if actual_size(d) is not None else (DONE, "")
+        p.deferred = p.deferred + 1 if p.state == DEFERRED else 0
+        count = restart_count(d)
+        p.restarted, p.restarts = count > p.restarts, count
         return p
 
     # --- the period -------------------------------------------------------------------
@@ -288,6 +301,8 @@ class KubernetesBackend:
                 continue
             want = self._size(p.app, alloc, p.desired, vm)
             if want == p.desired:
+                if p.state == DEFERRED and retry_due(p.deferred):  # refusals.py's rule
+                    ops.append(self._resize(vm, p, want, "resize-retry"))
                 continue
             if p.desired is not None and want.cpu <= p.desired.cpu and (
                     want.memory or 0) <= (p.desired.memory or 0):
@@ -401,20 +416,20 @@ class KubernetesBackend:
             self._call(lambda: self.client.delete(Pod, p.name, namespace=p.namespace,
                                                   grace_period=0), retry=False)
 
-    def _resize(self, vm: str, p: _Pod, want: Size) -> OpReport:
+    def _resize(self, vm: str, p: _Pod, want: Size, op: str = "resize") -> OpReport:
         from lightkube.resources.core_v1 import Pod
         from lightkube.types import PatchType
 
-        body = resize_patch(want, p.desired)
+        body = resize_patch(want, None if op == "resize-retry" else p.desired)
         t0 = self.clock()
         try:
             self._call(lambda: self.client.patch(Pod.Resize, p.name, body,
                                                  namespace=p.namespace,
                                                  patch_type=PatchType.STRATEGIC))
         except _Failed as e:
-            return OpReport("resize", vm, False, e.reason, self.clock() - t0, node=p.node or "")
+            return OpReport(op, vm, False, e.reason, self.clock() - t0, node=p.node or "")
         p.desired = want
-        return OpReport("resize", vm, True, "", self.clock() - t0, PROPOSED, p.node or "")
+        return OpReport(op, vm, True, "", self.clock() - t0, PROPOSED, p.node or "")
 
     def _call(self, fn: Callable[[], Any], *, retry: bool = True) -> Any:
         """One API call (counted), retried on 409/429/5xx; errors come back as :class:`_Failed`

@@ -53,20 +53,15 @@ import httpx2
 
 from merkat.backends.kubernetes.emulator_exec import PROTOCOLS, ExecSession, accept
 from merkat.backends.kubernetes.emulator_http import serve as serve
+from merkat.backends.kubernetes.emulator_kubelet import Kubelet
 from merkat.backends.kubernetes.objects import (
-    CONTAINER,
-    DEFERRED,
-    INFEASIBLE,
     Json,
     Size,
     cpu_millis,
-    desired_size,
     fmt_cpu,
     fmt_memory,
     memory_bytes,
     parse_quantity,
-    resources_block,
-    size_of,
 )
 
 SERVER = "https://kubernetes.emulator"
@@ -108,7 +103,7 @@ class _Fault:
 
 
 @dataclass
-class KubeEmulator:
+class KubeEmulator(Kubelet):
     """The emulated API server; pass :meth:`transport` to ``lightkube.Client``."""
 
     linger: int = 0
@@ -129,6 +124,8 @@ class KubeEmulator:
     _rv: int = 0
     schema: bool = field(default_factory=lambda: os.environ.get("MERKAT_KUBE_SCHEMA") == "1")
     schema_errors: list[str] = field(default_factory=list)
+    resize_delay: int = 0  # requests a fitting resize stays InProgress (emulator_kubelet.py)
+    _in_progress: dict[tuple[str, str], int] = field(default_factory=dict)
 
     # --- setup and inspection (not API calls) -------------------------------------------
 
@@ -171,19 +168,6 @@ class KubeEmulator:
     def finish(self, namespace: str, name: str, code: int = 0) -> None:
         """The pod's container exits with ``code`` (phase Succeeded or Failed)."""
         self.pods[(namespace, name)]["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
-
-    def used(self, node: str) -> Size:
-        """What the kubelet of ``node`` has allocated to its running pods."""
-        cpu = mem = 0
-        for key in self._on_node.get(node, {}):
-            pod = self.pods[key]
-            if pod["status"].get("phase") in (
-                    "Running", "Pending"):
-                s = _allocated(pod)
-                if s is not None:
-                    cpu += s.cpu
-                    mem += s.memory or 0
-        return Size(cpu, mem)
 
     def transport(self) -> httpx2.MockTransport:
         return httpx2.MockTransport(self.handle)
@@ -237,6 +221,7 @@ class KubeEmulator:
                 del self._terminating[key]
                 self._forget(key)
                 self._kubelet(None)
+        self._tick_in_progress()
         for f in self._faults:
             if f.times > 0 and f.verb == verb and f.pattern.search(path):
                 f.times -= 1
@@ -455,74 +440,6 @@ class KubeEmulator:
                                     f"[0].resources.requests: Invalid value: \"{req[r]}\": must"
                                     f" be less than or equal to {r} limit of {lim[r]}")
 
-    # --- the kubelet ---------------------------------------------------------------------
-
-    def _admit(self, pod: Json) -> None:
-        node = pod["spec"]["nodeName"]
-        want = desired_size(pod) or Size(0, 0)
-        if node not in self.nodes:
-            pod["status"] = {"phase": "Pending", "reason": "NodeNotFound"}
-            return
-        free = self._free(node)
-        short = ("cpu" if want.cpu > free.cpu else
-                 "memory" if (want.memory or 0) > (free.memory or 0) else None)
-        if short:
-            pod["status"] = {"phase": "Failed", "reason": f"OutOf{short}",
-                             "message": f"Pod was rejected: Node didn't have enough resource: "
-                                        f"{short}"}
-            return
-        pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
-                         "containerStatuses": [{
-                             "name": CONTAINER, "ready": True, "restartCount": 0,
-                             "image": (_container(pod) or {}).get("image", ""), "imageID": "", "started": True,
-                             "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
-                             "resources": resources_block(want)}]}
-
-    def _free(self, node: str, exclude: Json | None = None) -> Size:
-        alloc = self.nodes[node]["status"]["allocatable"]
-        used = self.used(node)
-        mine = _allocated(exclude) if exclude is not None else None
-        return Size(cpu_millis(alloc["cpu"]) - used.cpu + (mine.cpu if mine else 0),
-                    memory_bytes(alloc["memory"]) - (used.memory or 0)
-                    + ((mine.memory or 0) if mine else 0))
-
-    def _kubelet(self, node: str | None) -> None:
-        """Actuate the pending resizes of ``node`` (all nodes: ``None``) that fit, oldest first,
-        and retry the deferred ones after each actuation (as the kubelet does)."""
-        while self._kubelet_pass(node):
-            pass
-
-    def _kubelet_pass(self, node: str | None) -> bool:
-        actuated = False
-        keys = list(self.pods) if node is None else list(self._on_node.get(node, {}))
-        for pod in [self.pods[k] for k in keys]:
-            where = pod["spec"].get("nodeName")
-            if not where or (node is not None and where != node) or where not in self.nodes:
-                continue
-            if pod["status"].get("phase") != "Running":
-                continue
-            want, have = desired_size(pod), _allocated(pod)
-            if want is None or want == have:
-                continue
-            alloc = self.nodes[where]["status"]["allocatable"]
-            free = self._free(where, exclude=pod)
-            conds = [c for c in pod["status"].get("conditions", [])
-                     if c["type"] not in ("PodResizePending", "PodResizeInProgress")]
-            if want.cpu > cpu_millis(alloc["cpu"]) or (want.memory or 0) > memory_bytes(
-                    alloc["memory"]):
-                conds.append({"type": "PodResizePending", "status": "True",
-                              "reason": INFEASIBLE, "message": "Node didn't have enough "
-                              f"capacity: cpu, requested: {want.cpu}, capacity: "
-                              f"{cpu_millis(alloc['cpu'])}"})
-            elif want.cpu > free.cpu or (want.memory or 0) > (free.memory or 0):
-                conds.append({"type": "PodResizePending", "status": "True",
-                              "reason": DEFERRED, "message": "Node didn't have enough resource"})
-            else:
-                pod["status"]["containerStatuses"][0]["resources"] = resources_block(want)
-                actuated = True
-            pod["status"]["conditions"] = conds
-        return actuated
-
     def _forget(self, key: tuple[str, str]) -> None:
         pod = self.pods.pop(key, None)
         if pod is not None:
@@ -571,12 +488,6 @@ def _selector(text: str) -> dict[str, str]:
 def _container(pod: Json) -> Json | None:
     cs = (pod.get("spec") or {}).get("containers") or []
     return cs[0] if cs else None
-
-
-def _allocated(pod: Json) -> Size | None:
-    for c in (pod.get("status") or {}).get("containerStatuses") or ():
-        return size_of(c.get("resources"))
-    return None
 
 
 def _qos(res: Json) -> str:

@@ -37,6 +37,7 @@ from typing import Any
 from merkat.backends.kubernetes.backend import KubernetesBackend, OpReport, _Failed
 from merkat.backends.kubernetes.objects import PodTemplate
 from merkat.backends.kubernetes.podexec import ExecResult
+from merkat.backends.kubernetes.refusals import shortfall
 from merkat.control.types import Metrics
 from merkat.platform.backend import Plan
 
@@ -127,8 +128,10 @@ class KubernetesLive:
 
     def apply(self, plan: Plan) -> None:
         report = self.kube.apply_report(plan)
-        self.report = [Result.of(r) for r in report.ops]
-        self._kept -= {r.vm for r in self.report if r.op not in ("resize", "resize-status")}
+        # A resize the kubelet has not applied is the service's resize-refused event
+        # (merkat.service.applied, through unapplied()), not a failure every period.
+        self.report = [Result.of(r) for r in report.ops if r.op != "resize-status"]
+        self._kept -= {r.vm for r in self.report if r.op not in ("resize", "resize-status", "resize-retry", "restart")}
 
     def metrics(self, app: str) -> Metrics:
         m = self.kube.metrics(app)
@@ -187,6 +190,18 @@ class KubernetesLive:
                 "note": "destructive: a suspension or a migration deletes the pod; the "
                         "application restarts from its command, its memory and local files "
                         "lost (docs/kubernetes.md)"}
+
+    def unapplied(self) -> dict[str, dict[str, Any]]:
+        """The running VMs whose pod holds less than its spec asked, as read by the last
+        period (:mod:`merkat.service.applied`): state, kubelet message, ``short``
+        ``{resource: (requested, applied)}``, and ``current`` (no other resize sent since)."""
+        out: dict[str, dict[str, Any]] = {}
+        for vm, p in self.kube.pods.items():
+            short = shortfall(p.read, p.actual) if p.phase == "Running" else {}
+            if short:
+                out[vm] = {"state": p.state, "message": p.message, "short": short,
+                           "current": p.desired == p.read}
+        return out
 
     @property
     def label(self) -> str:
