@@ -201,3 +201,31 @@ def test_nodes_memory_and_prices_watch_rows(server: Any) -> None:
     periods = [int(line.split()[0]) for line in lines[1:]]
     assert periods == sorted(set(periods))  # one row per new period, no table redrawn
     assert not any(c in "".join(lines) for c in "┏│└")
+
+
+@pytest.mark.parametrize("kind", ["memory", "sql"])
+def test_money_from_the_bank_budget_paid_refunded_returned(kind: str, tmp_path: Path) -> None:
+    """The figures ``platform list`` shows, from the ledger's transfers (one aggregate query
+    on SQL, the history in memory: the same numbers)."""
+    from merkat.bank.ledger import AccountKind
+    from merkat.bank.memory import MemoryLedger
+    from merkat.service.db import open_store
+    from merkat.service.status import Money, money_of
+
+    ledger: Any = MemoryLedger() if kind == "memory" else open_store(
+        f"sqlite:///{tmp_path / 'm.db'}").ledger
+    ledger.create_account("alice", AccountKind.user)
+    ledger.create_account("provider", AccountKind.provider)
+    ledger.create_account("app:x", AccountKind.application, owner="alice")
+    ledger.create_account("app:x:hold", AccountKind.sub, owner="app:x")
+    ledger.mint("alice", 20_000_000, "initial budget")
+    moves = [("alice", "app:x", 10_000_000), ("app:x", "app:x:hold", 3_000_000),
+             ("app:x:hold", "provider", 1_000_000), ("app:x:hold", "app:x", 2_000_000),
+             ("app:x", "provider", 500_000), ("provider", "app:x", 100_000),
+             ("app:x", "alice", 8_600_000)]
+    for a, b, amount in moves:
+        ledger.transfer(a, b, amount, "test")
+    assert ledger.balance("app:x") == 0
+    assert money_of(ledger, "app:x", "alice", "provider") == Money(
+        budget=10.0, paid=1.4, refunded=2.0, returned=8.6)
+    assert money_of(ledger, "app:none", "alice", "provider") == Money()

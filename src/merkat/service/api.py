@@ -32,7 +32,7 @@ from merkat.service.http import install_errors
 from merkat.service.limits import InputError, Slots, load_json
 from merkat.service.manager import Manager, NotFound
 from merkat.service.openapi import install as install_openapi
-from merkat.service.status import platform_status
+from merkat.service.status import platform_status, platforms_status
 from merkat.service.templates import METRIC_FIELDS, TemplateError, parse, validate
 
 PREFIX = "/api/v1"
@@ -156,9 +156,6 @@ def create_app(manager: Manager) -> FastAPI:
 
     r = APIRouter(prefix=PREFIX)
 
-    def _status(row: Any) -> dict[str, Any]:
-        return {**_platform(row), **platform_status(manager, row)}
-
     @r.get("/health", responses={503: {"description": "The period loop is failing (the "
                                                        "reason in `loop.reason`)"}})
     def health(response: Response) -> dict[str, Any]:
@@ -208,7 +205,8 @@ def create_app(manager: Manager) -> FastAPI:
         """Your platforms (an admin's: all), each with its outcome (``met``, ``missed by N
         s``, ``running: on track``...), deadline and money (docs/service.md, "Status")."""
         rows = store.platforms(None if me.admin else me.name)
-        return {"items": [_status(p) for p in rows]}
+        return {"items": [{**_platform(p), **st} for p, st in
+                          zip(rows, platforms_status(manager, rows), strict=True)]}
 
     @r.get("/platforms/{name}")
     def platform(name: str, me: Me) -> dict[str, Any]:
