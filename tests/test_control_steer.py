@@ -36,29 +36,47 @@ def test_the_bid_buys_the_share_against_the_others_bids() -> None:
     assert share_bid(o, 1.0, 1)["cpu"] == pytest.approx(0.003 * 0.9 / 0.1)  # at most 90 %
 
 
+def measured(s: ShareSteer, done: float, alloc: float = 0.25, rate: float = 3.2,
+             bid: float = 0.001) -> None:
+    """Feed ``s`` the period before (at 3 s) so that its speed is measured over it."""
+    s.observe(obs(rate, done - rate * 1.0, alloc=alloc, bid=bid, time=3.0))
+
+
 def test_the_share_follows_the_shortfall_in_one_step() -> None:
     s = ShareSteer(margin=0.25)
-    # 0.25 core gave 3.2 units/s (efficiency 0.8); 40 units left in 11 s less one period:
-    # 4 units/s needed, so 4 / (16 * 0.8) = 0.3125 of the VM, 0.39 with the margin
+    assert s.need(obs(None, 40.0)) == pytest.approx(4.0 / 16.0)  # before a measurement: the
+    # ideal rate. Then 0.25 core gave 3.2 units/s: a speed of 12.8 at the full VM (efficiency
+    # 0.8); 40 units left in 11 s less one period: 4 units/s, 4 / 12.8 = 0.3125 of the VM
+    measured(s, 40.0)
     d = s.reconfigure(obs(3.2, 40.0), cap=10.0)
-    assert s.efficiency == pytest.approx(0.8)
+    assert s.speed == pytest.approx(12.8) and s.efficiency == pytest.approx(0.8)
     assert s.needed == pytest.approx(0.3125)
     f = 0.3125 * 1.25
     assert d.bids["a/vm1"]["cpu"] == pytest.approx(0.003 * f / (1 - f))
     assert s.at_risk is None and d.action is Action.NONE
     # twice as far behind: twice the rate needed, a bid for twice the share (not a doubling
     # per period of the old bid)
-    s2 = ShareSteer(margin=0.25)
-    s2.reconfigure(obs(3.2, 0.0), cap=10.0)  # 80 units left, not 40
-    assert s2.needed == pytest.approx(2 * 0.3125)
-    # ahead of schedule: a lower bid than it has
     s3 = ShareSteer(margin=0.25)
-    d3 = s3.reconfigure(obs(12.0, 76.0, alloc=0.8, bid=0.012), cap=10.0)
-    assert d3.bids["a/vm1"]["cpu"] < 0.012
+    measured(s3, 40.0)
+    s3.observe(obs(3.2, 40.0))
+    assert s3.need(obs(3.2, 0.0, time=4.0)) == pytest.approx(2 * 0.3125)
+    # ahead of schedule: a lower bid than it has
+    s4 = ShareSteer(margin=0.25)
+    measured(s4, 76.0, alloc=0.8, rate=12.0, bid=0.012)
+    d4 = s4.reconfigure(obs(12.0, 76.0, alloc=0.8, bid=0.012), cap=10.0)
+    assert d4.bids["a/vm1"]["cpu"] < 0.012
+
+
+def test_the_speed_is_measured_over_a_window_not_one_reading() -> None:
+    s = ShareSteer()
+    for t, done, alloc in ((1.0, 0.0, 0.5), (2.0, 8.0, 0.5), (3.0, 8.0, 0.5), (4.0, 16.0, 0.5)):
+        s.observe(obs(None, done, alloc=alloc, time=t))  # readings every other period
+    assert s.speed == pytest.approx(16.0 / (3 * 0.5))  # not 0 or 16 units per period
 
 
 def test_what_the_budget_cannot_buy_is_reported() -> None:
     s = ShareSteer()
+    measured(s, 40.0)
     d = s.reconfigure(obs(3.2, 40.0), cap=0.0015)
     assert s.at_risk is not None and "its budget allows 0.0015" in s.at_risk
     assert sum(d.bids["a/vm1"].values()) <= 0.0015 + 1e-12

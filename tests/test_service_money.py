@@ -218,3 +218,20 @@ def test_a_platform_that_cannot_be_admitted_again_fails_and_is_refunded_once(
     back = [t for t in store.ledger.history("alice") if t.reason.startswith("returned")]
     assert [t.amount for t in back] == [held]
     assert store.ledger.audit().ok
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--economy", "tycoon", "economy: the live service runs the economies themis, closed"),
+    ("--charging", "rent", "charging: the live service charges by bid, use, not 'rent'"),
+    ("--redistribute-every", "0", "--redistribute-every"),
+])
+def test_the_server_refuses_a_bad_economy_or_charging_in_one_line(
+        tmp_path: Path, flag: str, value: str, message: str) -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "merkat", "server", "--data-dir",
+                        str(tmp_path / "d"), flag, value], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "d").exists()  # nothing created

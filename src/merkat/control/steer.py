@@ -9,12 +9,12 @@ its money unspent (issue 26, point 3).
 
 With ``steer="share"`` a deadline controller instead, every period, from the latest readings:
 
-1. measures its **efficiency**: the measured progress rate over the ideal rate at the
-   allocation it had (EWMA, in [0.1, 2]; 1 before a rate is measured, so it acts on the model
-   from the first reading);
+1. measures its **speed** (units of work per second at the full VM size): the work done over
+   its last :data:`WINDOW` observations over the VM-fractions × seconds it was allocated
+   meanwhile (within [0.1, 2] × the ideal rate when it has a performance model); until it is
+   measured, the ideal rate: it acts on the model from the first reading;
 2. computes the **share it needs**: the rate that finishes the work left one period before the
-   deadline (the end is seen at the next period), over the ideal rate times the efficiency —
-   or, without a performance model, its allocation times needed / measured rate;
+   deadline (the end is seen at the next period) over its speed;
 3. **bids for that share plus a safety margin** (``margin``, 25 % by default) at the current
    prices, against the other VMs' bids (the price times the capacity, less its own bid):
    x = others × A / (C − A) per resource (Merkat eq. 1 inverted), never under the reserve.
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from itertools import pairwise
 from typing import Any
 
 from merkat.control.formulas import alloc_fraction, app_alloc, current_bid, scale_to
@@ -93,32 +94,54 @@ def share_bid(obs: Observation, fraction: float, nvms: int) -> dict[str, float]:
     return out
 
 
-class ShareSteer:
-    """The share rule's state for one application (module doc): its efficiency estimate and
-    what it last reported (``at_risk``: None while the budget buys the share it needs)."""
+WINDOW = 4
+"""Observations (periods) over which the speed is measured (module doc, step 1)."""
 
-    def __init__(self, margin: float = 0.25, alpha: float = 0.5) -> None:
+
+class ShareSteer:
+    """The share rule's state for one application (module doc): the work done and allocation
+    of its last :data:`WINDOW` observations, its measured speed, and what it last reported
+    (``at_risk``: None while the budget buys the share it needs)."""
+
+    def __init__(self, margin: float = 0.25) -> None:
         self.margin = margin
-        self.alpha = alpha
-        self.efficiency: float | None = None
+        self.history: list[tuple[float, float, float]] = []  # (time, work done, VM fraction)
+        self.speed: float | None = None  # measured units/s at the full VM size
         self.at_risk: str | None = None
         self.needed: float | None = None  # the share it needs (fraction of the VM size)
 
+    @property
+    def efficiency(self) -> float | None:
+        """The measured speed over the ideal rate (None before a measurement)."""
+        return None if self.speed is None or self._ideal is None else self.speed / self._ideal
+
+    _ideal: float | None = None
+
     def observe(self, obs: Observation) -> None:
-        """Update the efficiency from the measured rate at the allocation it had."""
+        """Measure the speed: the work done over the last :data:`WINDOW` observations over
+        the VM-fractions × seconds it was allocated meanwhile (the allocation an observation
+        reports is the one of the period before it); within [0.1, 2] × the ideal rate."""
         m = obs.metrics
-        if m.progress_rate is None or not m.ideal_rate or not obs.vms:
+        self._ideal = m.ideal_rate or None
+        frac = alloc_fraction(app_alloc(obs), obs.vm_size) if obs.vms else 0.0
+        h = self.history
+        h.append((obs.time, m.work_done, frac))
+        del h[:-WINDOW]
+        if len(h) < 2:
             return
-        frac = alloc_fraction(app_alloc(obs), obs.vm_size)
-        if frac <= 0:
-            return
-        sample = min(2.0, max(0.1, m.progress_rate / (m.ideal_rate * frac)))
-        old = self.efficiency
-        self.efficiency = sample if old is None else self.alpha * sample + (1 - self.alpha) * old
+        work = h[-1][1] - h[0][1]
+        given = sum(f * (t - tp) for (tp, _, _), (t, _, f) in pairwise(h))
+        if work <= 0 or given <= 0:
+            return  # nothing measured yet (booting, or no reading): keep what it had
+        speed = work / given
+        if self._ideal:
+            speed = min(2.0 * self._ideal, max(0.1 * self._ideal, speed))
+        self.speed = speed
 
     def need(self, obs: Observation) -> float | None:
         """The fraction of the VM size that finishes the work left one period before the
-        deadline (module doc, step 2); None without work, deadline or rate; inf when late."""
+        deadline at the measured speed (else the ideal rate): module doc, step 2; None
+        without work, deadline or either speed; inf when late."""
         m, left = obs.metrics, obs.time_to_deadline
         work = m.work_left
         if work is None or left is None:
@@ -128,13 +151,10 @@ class ShareSteer:
         horizon = left - obs.period
         if horizon <= 0:
             return math.inf
-        rate = work / horizon
-        if m.ideal_rate:
-            return rate / (m.ideal_rate * (self.efficiency or 1.0))
-        frac = alloc_fraction(app_alloc(obs), obs.vm_size) if obs.vms else 0.0
-        if m.progress_rate and frac > 0:
-            return frac * rate / m.progress_rate
-        return None
+        speed = self.speed or m.ideal_rate
+        if not speed:
+            return None
+        return work / horizon / speed
 
     def bid(self, obs: Observation, cap: float, nvms: int,
             default: float) -> dict[str, float]:

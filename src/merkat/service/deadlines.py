@@ -59,5 +59,6 @@ def _ended(m: Manager, name: str, metrics: object, state: str, end: float | None
     what = f"{done:g} of {total:g} units done, {left:g} left" if left is not None else \
         f"{done:g} units done"
     more = f"; at its measured rate it needed {left / rate:.0f} s more" if left and rate else ""
-    m._event("deadline-missed", f"platform {name}: deadline missed: {what}{more} "
-             f"({state}: {reason})", name)
+    why = reason if reason.startswith(state) else f"{state}: {reason}" if reason else state
+    m._event("deadline-missed", f"platform {name}: deadline missed: {what}{more} ({why})",
+             name)

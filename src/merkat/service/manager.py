@@ -558,8 +558,9 @@ class Manager:
 
                 # the end and the budget's return in one transaction (budgets come home);
                 # if it fails nothing changed, and the next period tries again
-                end_platform(self, name, row.owner, values, state + (
-                    f" ({app.reason})" if app.reason and app.reason != state else ""))
+                end_platform(self, name, row.owner, values, app.reason if app.reason and (
+                    app.reason.startswith(state)) else state + (
+                    f" ({app.reason})" if app.reason else ""))
                 live.state = state
                 self.ended[name] = self.live.pop(name)  # its last readings (status)
                 usercmds.files_out(self, live.template, live.owner)
