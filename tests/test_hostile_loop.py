@@ -534,3 +534,19 @@ def test_a_period_stuck_on_a_locked_database_is_reported_while_it_waits(
         finally:
             release.set()
             loop.close()
+
+
+def test_a_cpu_only_template_does_not_fail_the_period_for_everyone(manager: Manager) -> None:
+    """A template trading only CPU (``trade: [cpu]``) while sizing memory made the market
+    refuse its VM's memory bid of 0 as under the reserve: every period failed, for every
+    user's platform (issue 26, found by the demo). Now it runs beside the others."""
+    manager.submit("alice", parse(SLEEPER))
+    manager.submit("alice", parse(SLEEPER.replace("name: s", "name: c")
+                                  .replace("budget: 50", "budget: 50\ntrade: [cpu]")))
+    manager.admit()
+    rec = manager.tick()
+    assert rec["vms"] == 2
+    apps = manager.platform.apps
+    assert [str(apps[n].status) for n in ("s", "c")] == ["running", "running"]
+    assert set(apps["c"].vms[0].bid) == {"cpu"}
+    assert not [e for e in manager.store.events(limit=100) if e["kind"] == "error"]
