@@ -384,3 +384,25 @@ clusters:
     out = ident.home / "out" / "calc" / "main-0" / "result.txt"
     assert wait(lambda: out.exists() and out.read_text() == "42\n")
     assert out.stat().st_uid == ident.uid
+
+
+def test_the_mount_plan_hides_closed_directories_but_the_paths_a_user_needs() -> None:
+    from merkat.backends.local.sandbox import Identity, mount_plan, reachable
+
+    base = Path(tempfile.mkdtemp(prefix="merkat-plan-"))
+    base.chmod(0o755)  # (pytest's own directory is closed too)
+    top = base / "closed"
+    (top / "py" / "lib").mkdir(parents=True)
+    (top / "secret").mkdir()
+    (top / "inner").mkdir()
+    (top / "inner" / "home").mkdir()
+    top.chmod(0o700)
+    (top / "inner").chmod(0o700)
+    ident = Identity("alice", 200999, 200999, top / "inner" / "home")
+    assert reachable(top / "py", ident.uid, ident.gid) == top
+    assert reachable(Path("/usr/bin"), ident.uid, ident.gid) is None
+    # one tmpfs on the topmost closed directory: the interpreter read-only, her area writable,
+    # a path inside another bound one not bound twice, the rest (secret/) hidden
+    plan = mount_plan(ident, [top / "py", top / "py" / "lib", Path("/usr")], [ident.home])
+    assert plan == [(str(top), [(str(top / "py"), True), (str(ident.home), False)])]
+    shutil.rmtree(base)

@@ -225,8 +225,9 @@ def _preexec(identity: Identity | None, procs: Sequence[str], cwd: str | None,
                 os.write(fd, b"0")
             finally:
                 os.close(fd)
-        if plan and switch:  # 3. the closed directories on the way, hidden but for our paths
-            _check(libc.unshare(_CLONE_NEWNS), "unshare")
+        # 3. the closed directories on the way, hidden but for our paths (no mount namespaces
+        # here, e.g. a container forbidding them: the paths stay as they are)
+        if plan and switch and libc.unshare(_CLONE_NEWNS) == 0:
             _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount private")
             os.umask(0o022)
             for top, binds in plan:
