@@ -53,7 +53,7 @@ def _facts(met: bool, received: float, enforced: bool = True) -> Facts:
     return Facts([urgent, thrifty], [0.009, 0.02, 0.008], 0.001, 1.5, "demo",
                  2_000_000_000, 1_999_750_000, True, 2_000_000_000, 2_000_000_000,
                  Path("/tmp/d/report.html"), "merkat report /tmp/d --out /tmp/d/report.html",
-                 load=9.5, enforced=enforced)
+                 load=9.5, vms=14, enforced=enforced)
 
 
 def test_the_report_ends_with_the_verdict_the_money_and_the_audit() -> None:
@@ -81,8 +81,8 @@ def test_a_missed_deadline_says_why_the_cpu_fell_short() -> None:
     assert not f.ok
     assert text.splitlines()[-3] == ("deadline urgent MISSED (stopped: the deadline has passed, "
                                      "69 % of its work done; deadline 68 s)")
-    assert "of 0.90 allocated (the machine was busy with other work: load average up to 9.5" \
-        in text
+    assert ("of 0.90 allocated (the machine was busy with other work: load average 9.5 on "
+            f"{os.cpu_count()} CPUs before the demo's 14 VMs started)") in text
     text = render(_facts(met=False, received=0.2, enforced=False))
     assert "(allocations not enforced: no writable cgroups; run as root)" in text
 

@@ -100,7 +100,8 @@ class Trace:
     capacity: float
     times: list[float] = field(default_factory=list)
     prices: list[float] = field(default_factory=list)
-    loads: list[float] = field(default_factory=list)  # the machine's 1-min load average
+    load_before: float | None = None  # the machine's 1-min load average before the VMs
+    vms: int = 0  # the demo's own VMs (each a CPU-bound process: the load they add)
     samples: dict[str, list[Sample | None]] = field(default_factory=dict)
 
 
@@ -207,13 +208,13 @@ def run(duration: float, period: float, port: int = 0, data_dir: Path | None = N
     reserve = float(cfg.reserve.get("cpu", 0.001))
     entries = scenario(duration, capacity, reserve)
     trace = Trace(start=time.time(), reserve=reserve, capacity=capacity,
-                  samples={e.name: [] for e in entries})
+                  samples={e.name: [] for e in entries}, load_before=os.getloadavg()[0],
+                  vms=sum(e.count for e in entries))
 
     def on_period(rec: dict[str, Any]) -> None:
         with svc.manager.lock:
             trace.times.append(rec["time"])
             trace.prices.append(float(rec["prices"].get("cpu", 0.0)))
-            trace.loads.append(os.getloadavg()[0])
             for e in entries:
                 trace.samples[e.name].append(sample(svc, e.name))
         if any(rows[-1] is not None for rows in trace.samples.values()):

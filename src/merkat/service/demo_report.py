@@ -87,7 +87,8 @@ class Facts:
     balances: int
     html: Path | None
     html_note: str
-    load: float | None = None  # the highest 1-min load average seen
+    load: float | None = None  # the 1-min load average before the demo's VMs started
+    vms: int = 0  # the demo's own VMs
     enforced: bool = True  # whether the backend enforced the allocations (cgroups)
 
     @property
@@ -199,7 +200,7 @@ def collect(svc: Any, entries: list[Any], trace: Any, data: Path, owner: str,
     audit = ledger.audit()
     return Facts(out, list(trace.prices), r, trace.capacity, owner, owner_start,
                  ledger.balance(owner), audit.ok, audit.minted, audit.sum_of_balances, None,
-                 "not written", max(trace.loads, default=None),
+                 "not written", trace.load_before, trace.vms,
                  bool(getattr(svc.backend, "enforced", True)))
 
 
@@ -241,8 +242,9 @@ def render(f: Facts) -> str:
                 busy = "" if p.cpu_received >= 0.7 * p.cpu_allocated else (
                     " (allocations not enforced: no writable cgroups; run as root)"
                     if not f.enforced else
-                    f" (the machine was busy with other work: load average up to "
-                    f"{f.load:.1f} on {os.cpu_count()} CPUs)" if f.load is not None else "")
+                    f" (the machine was busy with other work: load average {f.load:.1f} "
+                    f"on {os.cpu_count()} CPUs before the demo's {f.vms} VMs started)"
+                    if f.load is not None else "")
                 lines.append(f"  CPU received {p.cpu_received:.2f} cores on average, of "
                              f"{p.cpu_allocated:.2f} allocated{busy}")
         elif p.max_price is not None:
