@@ -1,4 +1,8 @@
-"""Reserved capacity: what of this machine the market may sell (Kubernetes' node allocatable).
+"""This machine, its logical nodes and what of it the market may sell (reserved capacity, as
+Kubernetes' node allocatable).
+
+:class:`Node` is a logical node (a cpuset and a share of the memory), :func:`split_machine`
+splits the machine into ``n`` of them.
 
 Kubernetes sells a node's *allocatable* capacity (capacity − kube-reserved − system-reserved)
 and caps the pods' cgroup tree (``kubepods``) at it, with a CPU weight of the allocatable

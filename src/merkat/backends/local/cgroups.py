@@ -268,8 +268,8 @@ class CgroupTree:
         return int(text) if text and text.isdigit() else None
 
     def set_weight(self, name: str, cores: float) -> str | None:
-        """Give the group the CPU weight of ``cores`` cores (the merkat prefix: the whole
-        machine, so that the market's VMs are not starved by processes outside it)."""
+        """Give the group the CPU weight of ``cores`` cores (1024 shares or ``cpu.weight`` 100
+        per core; the prefix's is set by the operator's ``backend.tree_weight``)."""
         d = self.dirs(name)
         if self.version is Version.v1 and "cpu" in d:
             return _write_if_exists(d["cpu"] / "cpu.shares",
