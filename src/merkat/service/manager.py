@@ -497,7 +497,8 @@ class Manager:
                           setup=lambda: files.prepare(ident, app, cluster.name, k,
                                                       cluster.files_in),
                           identity=ident, pids=self.tenants.pids(cluster.pids),
-                          user_env=dict(cluster.env))
+                          user_env=dict(cluster.env),
+                          state=cluster.state.model_dump() if cluster.state else None)
 
         return launch
 

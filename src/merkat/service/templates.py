@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from merkat.service.limits import DEFAULT as DEFAULT_LIMITS
 from merkat.service.limits import InputError, LimitsConfig, check_finite, clip, compose_yaml
+from merkat.service.template_state import State
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 METRIC_FIELDS = ("performance", "reference", "work_done", "work_total", "progress_rate",
@@ -138,6 +139,7 @@ class Cluster(_Strict):
     # template's poll; 0: never read; else at least MIN_POLL)
     pids: int | None = Field(None, ge=8, le=4_194_304)  # the VM's pids.max (server default)
     env: dict[str, str] = Field(default_factory=dict)  # added to the VM's clean environment
+    state: State | None = None  # kept across suspension/migration (kubernetes; template_state)
 
     _check_env = field_validator("env")(_env)
     _check_files_in = field_validator("files_in")(_relative)

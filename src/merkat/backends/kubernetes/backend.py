@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from merkat.backends.kubernetes import state as state_mod
 from merkat.backends.kubernetes.objects import (
     A_VM,
     DEFERRED,
@@ -129,6 +130,7 @@ class KubernetesBackend:
     _idle: dict[str, frozenset[str]] = field(default_factory=dict)
     _namespaces: set[str] = field(default_factory=set)
     _pending: list[OpReport] = field(default_factory=list)
+    claims: set[tuple[str, str]] = field(default_factory=set)  # PVCs known to exist (state.py)
     last_report: ApplyReport | None = None
 
     def __post_init__(self) -> None:
@@ -379,6 +381,8 @@ class KubernetesBackend:
                                     template=template, size=size,
                                     node=node if self.bind == "node-name" else None)
             name = manifest["metadata"]["name"]
+            if template.state is not None:  # its claim first, then the pod mounting it
+                manifest = state_mod.prepare(self, ns, manifest, template.state)
             self._call(lambda: self.client.create(Pod.from_dict(manifest)))
             self.pods[vm] = _Pod(ns, name, app, None, size)
             if self.bind == "binding":
@@ -396,13 +400,20 @@ class KubernetesBackend:
     def _remove(self, op: str, vm: str) -> OpReport:
         from lightkube.resources.core_v1 import Pod
 
+        kept = self.pods.get(vm)
+        st = self._template(kept.app, vm).state if kept is not None else None
+        if st is not None and op in ("suspend", "migrate"):
+            state_mod.checkpoint(self, vm, st)  # in the pod, before it goes (state.py)
         p = self.pods.pop(vm, None)
         if p is None:
             return OpReport(op, vm, True, "no pod (already gone)")
         t0 = self.clock()
+        grace = st.grace if st is not None else 0
+        if st is not None and op == "destroy":
+            state_mod.drop_claim(self, p.namespace, p.name)
         try:
             self._call(lambda: self.client.delete(Pod, p.name, namespace=p.namespace,
-                                                  grace_period=0))
+                                                  grace_period=grace))
         except _Failed as e:
             if e.code != 404:
                 self.pods[vm] = p

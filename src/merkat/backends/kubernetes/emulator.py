@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -54,6 +55,13 @@ import httpx2
 from merkat.backends.kubernetes.emulator_exec import PROTOCOLS, ExecSession, accept
 from merkat.backends.kubernetes.emulator_http import serve as serve
 from merkat.backends.kubernetes.emulator_kubelet import Kubelet
+from merkat.backends.kubernetes.emulator_volumes import (
+    claim_dir,
+    container_env,
+    pod_dir,
+    run_init,
+    wipe,
+)
 from merkat.backends.kubernetes.objects import (
     Json,
     Size,
@@ -68,6 +76,7 @@ SERVER = "https://kubernetes.emulator"
 TOKEN = "merkat-emulator-token"
 _POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)(?:/(binding|resize|log|status|exec))?$")
 _PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
+_CLAIMS = re.compile(r"^/api/v1/namespaces/([^/]+)/persistentvolumeclaims(?:/([^/]+))?$")
 
 
 @dataclass
@@ -124,6 +133,7 @@ class KubeEmulator(Kubelet):
     _rv: int = 0
     schema: bool = field(default_factory=lambda: os.environ.get("MERKAT_KUBE_SCHEMA") == "1")
     schema_errors: list[str] = field(default_factory=list)
+    claims: dict[tuple[str, str], Json] = field(default_factory=dict)
     resize_delay: int = 0  # requests a fitting resize stays InProgress (emulator_kubelet.py)
     _in_progress: dict[tuple[str, str], int] = field(default_factory=dict)
 
@@ -245,6 +255,8 @@ class KubeEmulator(Kubelet):
                 raise _ApiError(409, "AlreadyExists", f'namespaces "{name}" already exists')
             self.namespaces.add(name)
             return _ok({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}, 201)
+        if (m := _CLAIMS.match(path)):
+            return self._claims(verb, m.group(1), m.group(2), body)
         m = _PODS.match(path)
         if m:
             if verb == "GET":
@@ -306,12 +318,8 @@ class KubeEmulator(Kubelet):
             protocol, headers = accept(request, self.exec_protocols)
         except ValueError as e:
             raise _ApiError(400, "BadRequest", str(e)) from None
-        if self.exec_dir is None:
-            self.exec_dir = tempfile.mkdtemp(prefix="merkat-emulator-")
-        cwd = os.path.join(self.exec_dir, ns, name)
-        os.makedirs(cwd, exist_ok=True)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": cwd, "HOSTNAME": name,
-               **{e["name"]: str(e.get("value", "")) for e in c.get("env") or ()}}
+        cwd = pod_dir(self._dir(), pod)
+        env = container_env(pod, c, cwd, self._dir())
         rec = ExecRecord(ns, name, container, argv, protocol)
         self.execs.append(rec)
 
@@ -321,6 +329,44 @@ class KubeEmulator(Kubelet):
         session = ExecSession(argv, env=env, cwd=cwd, protocol=protocol, stdin=flags["stdin"],
                               limit_s=self.exec_limit_s, on_exit=ended)
         return httpx2.Response(101, headers=headers, extensions={"network_stream": session})
+
+    def _dir(self) -> str:
+        if self.exec_dir is None:
+            self.exec_dir = tempfile.mkdtemp(prefix="merkat-emulator-")
+        return self.exec_dir
+
+    def _start(self, pod: Json) -> str | None:
+        """The kubelet starts the pod: its claims must exist (else it stays Pending, as the
+        scheduler would keep it), then its init containers run here, for real."""
+        ns = pod["metadata"].get("namespace", "default")
+        for v in pod["spec"].get("volumes") or ():
+            claim = (v.get("persistentVolumeClaim") or {}).get("claimName")
+            if claim is not None and (ns, claim) not in self.claims:
+                return f'persistentvolumeclaim "{claim}" not found'
+        return run_init(pod, self._dir(), self.exec_limit_s)
+
+    def _claims(self, verb: str, ns: str, name: str | None, body: Any) -> httpx2.Response:
+        """``persistentvolumeclaims``: create (bound at once), get, delete (its data too)."""
+        if verb == "POST" and name is None:
+            if ns not in self.namespaces:
+                raise _ApiError(404, "NotFound", f'namespaces "{ns}" not found')
+            claim = body["metadata"]["name"]
+            if (ns, claim) in self.claims:
+                raise _ApiError(409, "AlreadyExists",
+                                f'persistentvolumeclaims "{claim}" already exists')
+            obj: Json = json.loads(json.dumps(body))
+            obj["metadata"].update(namespace=ns, uid=f"uid-{self._next_rv()}")
+            obj["status"] = {"phase": "Bound"}
+            self.claims[(ns, claim)] = obj
+            return _ok(obj, 201)
+        if name is None or (ns, name) not in self.claims:
+            raise _ApiError(404, "NotFound", f'persistentvolumeclaims "{name}" not found')
+        if verb == "GET":
+            return _ok(self.claims[(ns, name)])
+        if verb == "DELETE":
+            shutil.rmtree(claim_dir(self._dir(), ns, name), ignore_errors=True)
+            return _ok(self.claims.pop((ns, name)))
+        raise _ApiError(405, "MethodNotAllowed", f"{verb} is not allowed")
 
     def _list_pods(self, namespace: str | None, query: dict[str, str]) -> Json:
         want = _selector(query.get("labelSelector", ""))
@@ -441,6 +487,7 @@ class KubeEmulator(Kubelet):
                                     f" be less than or equal to {r} limit of {lim[r]}")
 
     def _forget(self, key: tuple[str, str]) -> None:
+        wipe(self.exec_dir, *key)  # the container's files go with it
         pod = self.pods.pop(key, None)
         if pod is not None:
             self._on_node.get(pod["spec"].get("nodeName") or "", {}).pop(key, None)

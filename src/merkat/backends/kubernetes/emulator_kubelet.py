@@ -70,6 +70,10 @@ class Kubelet:
                              "message": f"Pod was rejected: Node didn't have enough resource: "
                                         f"{short}"}
             return
+        why = self._start(pod)
+        if why is not None:
+            pod["status"] = {"phase": "Failed", "reason": "InitContainerFailed", "message": why}
+            return
         image = (_spec_container(pod) or {}).get("image", "")
         pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
                          "containerStatuses": [{
@@ -77,6 +81,10 @@ class Kubelet:
                              "image": image, "imageID": "", "started": True,
                              "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
                              "resources": resources_block(want)}]}
+
+    def _start(self, pod: Json) -> str | None:
+        """Start the pod's init containers; None when they succeeded (the emulator runs them)."""
+        return None
 
     def _free(self, node: str, exclude: Json | None = None) -> Size:
         alloc = self.nodes[node]["status"]["allocatable"]

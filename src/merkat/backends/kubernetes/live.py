@@ -38,6 +38,7 @@ from merkat.backends.kubernetes.backend import KubernetesBackend, OpReport, _Fai
 from merkat.backends.kubernetes.objects import PodTemplate
 from merkat.backends.kubernetes.podexec import ExecResult
 from merkat.backends.kubernetes.refusals import shortfall
+from merkat.backends.kubernetes.state import StateVolume
 from merkat.control.types import Metrics
 from merkat.platform.backend import Plan
 
@@ -122,7 +123,8 @@ class KubernetesLive:
                "MERKAT_CLUSTER": launch.cluster, **dict(launch.env)}
         return PodTemplate(image=self.image, command=("/bin/sh", "-c", launch.command),
                            env=env, memory_mib=float(launch.memory_floor),
-                           owner=self.owner_of.get(app, "users"), cluster=launch.cluster)
+                           owner=self.owner_of.get(app, "users"), cluster=launch.cluster,
+                           state=StateVolume.of(getattr(launch, "state", None)))
 
     # --- the Backend seam -------------------------------------------------------------
 
@@ -186,10 +188,18 @@ class KubernetesLive:
         """What a suspension or a migration does to a platform of ``template`` (the API's
         ``suspension`` of ``platform show``): without a ``state:`` section the pod is deleted
         and its memory and files are lost."""
+        clusters = [c for c in template.get("clusters") or () if isinstance(c, Mapping)]
+        kept = [c.get("name") for c in clusters if c.get("state")]
+        if clusters and len(kept) == len(clusters):
+            return {"keeps_state": True,
+                    "note": "a suspension or a migration runs the clusters' checkpoint, keeps "
+                            "each VM's volume and runs restore in its new pod; memory not "
+                            "checkpointed is lost"}
         return {"keeps_state": False,
                 "note": "destructive: a suspension or a migration deletes the pod; the "
                         "application restarts from its command, its memory and local files "
-                        "lost (docs/kubernetes.md)"}
+                        "lost" + (f" (only {', '.join(map(str, kept))} keep a state: volume)"
+                                  if kept else " (no state: section)")}
 
     def unapplied(self) -> dict[str, dict[str, Any]]:
         """The running VMs whose pod holds less than its spec asked, as read by the last

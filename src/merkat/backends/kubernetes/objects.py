@@ -190,6 +190,7 @@ class PodTemplate:
     owner: str = "users"
     cluster: str = "vms"
     memory_restart: bool = False  # memory resizePolicy RestartContainer (allows decreases)
+    state: Any = None  # a state.StateVolume: a claim per VM, checkpoint/restore (state.py)
 
 
 def pod_labels(instance: str, vm: str, cluster: str) -> dict[str, str]:

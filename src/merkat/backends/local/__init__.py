@@ -78,6 +78,7 @@ class Launch:
     identity: Identity | None = None  # whom it runs as (None: the server, env still clean)
     pids: int | None = None  # the group's pids.max (None: unlimited)
     user_env: Mapping[str, str] = field(default_factory=dict)  # the template's env:
+    state: Mapping[str, Any] | None = None  # the cluster's state: (the kubernetes backend's)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,78 @@
+"""The emulator's containers and volumes on this machine (:mod:`.emulator`).
+
+An emulated container is a working directory of its own, ``<exec_dir>/<namespace>/<pod>``:
+``pods/exec`` and init containers run there, in a subprocess, with the pod's environment. Its
+filesystem is lost with the pod (the directory is removed when the pod is deleted), as a real
+container's is. A PersistentVolumeClaim is a directory that outlives pods,
+``<exec_dir>/.claims/<namespace>/<claim>``; a container that mounts it at ``mountPath`` sees it
+as ``<its directory>/<mountPath>`` (a symbolic link), and an environment variable whose value is
+the ``mountPath`` (``MERKAT_STATE``) is given that local path: commands that use
+``$MERKAT_STATE`` run unchanged on a real cluster and here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from typing import Any
+
+Json = dict[str, Any]
+
+
+def claim_dir(exec_dir: str, namespace: str, claim: str) -> str:
+    return os.path.join(exec_dir, ".claims", namespace, claim)
+
+
+def container_env(pod: Json, container: Json, cwd: str, exec_dir: str) -> dict[str, str]:
+    """The environment of ``container`` of ``pod`` running in ``cwd``, its claims linked in."""
+    ns = pod["metadata"].get("namespace", "default")
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
+              for v in pod["spec"].get("volumes") or () if v.get("persistentVolumeClaim")}
+    local: dict[str, str] = {}
+    for m in container.get("volumeMounts") or ():
+        claim = claims.get(m["name"])
+        if claim is None:
+            continue
+        target = claim_dir(exec_dir, ns, claim)
+        os.makedirs(target, exist_ok=True)
+        link = os.path.join(cwd, m["mountPath"].strip("/"))
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        if not os.path.islink(link):
+            os.symlink(target, link)
+        local[m["mountPath"]] = link
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": cwd,
+           "HOSTNAME": pod["metadata"]["name"]}
+    for e in container.get("env") or ():
+        value = str(e.get("value", ""))
+        env[e["name"]] = local.get(value, value)
+    return env
+
+
+def run_init(pod: Json, exec_dir: str, limit_s: float) -> str | None:
+    """Run ``pod``'s init containers in order, for real; None when all exited 0, else why."""
+    cwd = pod_dir(exec_dir, pod)
+    for c in pod["spec"].get("initContainers") or ():
+        env = container_env(pod, c, cwd, exec_dir)
+        try:
+            r = subprocess.run(list(c.get("command") or ()) + list(c.get("args") or ()),
+                               cwd=cwd, env=env, capture_output=True, timeout=limit_s,
+                               check=False)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return f"init container {c['name']}: {e}"
+        if r.returncode != 0:
+            return f"init container {c['name']} exited {r.returncode}"
+    return None
+
+
+def pod_dir(exec_dir: str, pod: Json) -> str:
+    path = os.path.join(exec_dir, pod["metadata"].get("namespace", "default"),
+                        pod["metadata"]["name"])
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def wipe(exec_dir: str | None, namespace: str, name: str) -> None:
+    """The container's filesystem goes with its pod (claims stay)."""
+    if exec_dir:
+        shutil.rmtree(os.path.join(exec_dir, namespace, name), ignore_errors=True)

@@ -1,0 +1,131 @@
+"""State that survives suspension and migration (a cluster's ``state:`` section; Merkat §4.3's
+checkpoint/restore plugins; docs/kubernetes.md, "State across suspension and migration").
+
+- Each VM of a cluster with ``state:`` has a **PersistentVolumeClaim** of its own
+  (``<pod>-state``, the template's ``size`` and ``storage_class``), created by merkat before the
+  VM's first pod and kept while the VM exists (deleted with it when it is destroyed), mounted
+  at ``path`` in the container; ``MERKAT_STATE`` holds that path.
+- Before a pod is deleted for a **suspension** or a **migration**, merkat runs ``checkpoint``
+  in it (``pods/exec``, ``/bin/sh -c``, at most ``timeout`` s), then deletes it with the
+  template's grace period (``grace``: SIGTERM, then SIGKILL that many seconds later). A
+  checkpoint that fails or times out is reported (operation ``checkpoint``, a ``vm-error``
+  event) and the pod is deleted all the same: a suspended VM must free its node.
+- Every pod of the VM runs ``restore`` first, as an **init container** (same image, same
+  environment and mount) before its command — at the first start too, so ``restore`` must
+  accept an empty volume. A restore that fails fails the pod (``Init:Error``), reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from merkat.backends.kubernetes.objects import CONTAINER, Json, dns_label
+
+VOLUME = "merkat-state"
+ENV = "MERKAT_STATE"
+
+
+@dataclass(frozen=True)
+class StateVolume:
+    """A cluster's ``state:`` as the backend uses it (sizes as Kubernetes quantities)."""
+
+    path: str = "/merkat/state"
+    size: str = "1Gi"
+    storage_class: str | None = None
+    checkpoint: str | None = None
+    restore: str | None = None
+    timeout: float = 30.0
+    grace: int = 30
+
+    @classmethod
+    def of(cls, spec: Any) -> StateVolume | None:
+        """From the template's ``state:`` mapping (None: no section)."""
+        if not spec:
+            return None
+        return cls(**{k: v for k, v in dict(spec).items() if k in cls.__dataclass_fields__})
+
+
+def claim_name(pod: str) -> str:
+    return dns_label(f"{pod}-state")
+
+
+def claim_manifest(name: str, namespace: str, labels: dict[str, str], state: StateVolume) -> Json:
+    """The PersistentVolumeClaim of one VM (ReadWriteOnce: one pod at a time)."""
+    spec: Json = {"accessModes": ["ReadWriteOnce"],
+                  "resources": {"requests": {"storage": state.size}}}
+    if state.storage_class:
+        spec["storageClassName"] = state.storage_class
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+            "spec": spec}
+
+
+def with_state(manifest: Json, state: StateVolume) -> Json:
+    """``manifest`` (a pod) with the VM's claim mounted at ``state.path``, ``MERKAT_STATE``,
+    the grace period, and ``restore`` as an init container."""
+    spec = manifest["spec"]
+    claim = claim_name(manifest["metadata"]["name"])
+    spec["volumes"] = [{"name": VOLUME, "persistentVolumeClaim": {"claimName": claim}}]
+    spec["terminationGracePeriodSeconds"] = state.grace
+    mount = [{"name": VOLUME, "mountPath": state.path}]
+    (c,) = [c for c in spec["containers"] if c["name"] == CONTAINER]
+    env = [e for e in c.get("env") or () if e["name"] != ENV] + [{"name": ENV,
+                                                                  "value": state.path}]
+    c["env"], c["volumeMounts"] = env, mount
+    if state.restore:
+        init: Json = {"name": "restore", "image": c["image"], "env": env,
+                      "command": ["/bin/sh", "-c", state.restore], "volumeMounts": mount}
+        if c.get("resources"):  # within the pod's size (init containers count too)
+            init["resources"] = c["resources"]
+        spec["initContainers"] = [init]
+    return manifest
+
+
+def prepare(backend: Any, namespace: str, manifest: Json, state: StateVolume) -> Json:
+    """Create the VM's claim unless it exists (one ``POST persistentvolumeclaims`` the first
+    time; 409 AlreadyExists: a resumed or migrated VM's) and return the pod mounting it."""
+    from lightkube.resources.core_v1 import PersistentVolumeClaim
+
+    name = claim_name(manifest["metadata"]["name"])
+    from merkat.backends.kubernetes.backend import _Failed
+
+    if (namespace, name) not in backend.claims:
+        body = claim_manifest(name, namespace, manifest["metadata"].get("labels") or {}, state)
+        try:
+            backend._call(lambda: backend.client.create(PersistentVolumeClaim.from_dict(body)),
+                          retry=False)
+        except _Failed as e:  # 409: it exists (the VM's earlier pod made it)
+            if e.code != 409:
+                raise
+        backend.claims.add((namespace, name))
+    return with_state(manifest, state)
+
+
+def checkpoint(backend: Any, vm: str, state: StateVolume) -> None:
+    """Run ``state.checkpoint`` in ``vm``'s pod (at most ``state.timeout`` s); a failure is
+    reported with the next period's operations (``checkpoint``), never raised."""
+    from merkat.platform.backend import OpReport
+
+    if not state.checkpoint:
+        return
+    r = backend.exec(vm, ("/bin/sh", "-c", f"exec </dev/null; {state.checkpoint}"),
+                     state.timeout)
+    if not r.ok:
+        backend._pending.append(OpReport("checkpoint", vm, False,
+                                         f"checkpoint failed: {r.problem()}"))
+
+
+def drop_claim(backend: Any, namespace: str, pod: str) -> None:
+    """Delete a destroyed VM's claim (its state is not needed any more); errors ignored (the
+    claim carries the instance's labels: an administrator finds a leftover by label)."""
+    from lightkube.resources.core_v1 import PersistentVolumeClaim
+
+    from merkat.backends.kubernetes.backend import _Failed
+
+    name = claim_name(pod)
+    backend.claims.discard((namespace, name))
+    with contextlib.suppress(_Failed):
+        backend._call(lambda: backend.client.delete(PersistentVolumeClaim, name,
+                                                    namespace=namespace), retry=False)
