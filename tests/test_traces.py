@@ -89,12 +89,16 @@ def test_merkat_traces_is_an_override(tmp_path: Path, monkeypatch: pytest.Monkey
     code, out, _ = run("traces", "list", "-o", "json")
     assert code == 0
     first = json.loads(out)["items"][0]
+    sha = hashlib.sha256((own / "HPC2N-2002-2.2-cln.swf").read_bytes()).hexdigest()
     assert first == {
         "name": "HPC2N-2002-2.2-cln",
         "jobs": 40,
+        "span_s": first["span_s"],
+        "sha256": sha,
         "path": str(own / "HPC2N-2002-2.2-cln.swf"),
         "source": "MERKAT_TRACES",
     }
+    assert first["span_s"] > 0
 
 
 def test_traces_list_shows_the_bundled_trace_with_its_jobs() -> None:
@@ -133,7 +137,8 @@ def test_fetch_downloads_checks_and_caches(served: tuple[str, Path], tmp_path: P
     assert cached.read_bytes() == (www / "tiny.swf.gz").read_bytes()
     code, out, _ = run("traces", "list", "-o", "json")
     items = {i["name"]: i for i in json.loads(out)["items"]}
-    assert items["tiny"] == {"name": "tiny", "jobs": 60, "path": str(cached), "source": "cache"}
+    assert items["tiny"] == {"name": "tiny", "jobs": 60, "span_s": items["tiny"]["span_s"],
+                             "sha256": sha, "path": str(cached), "source": "cache"}
     # usable by name at once
     code, out, err = run("sim", "run", "--trace", "tiny", "--scheduler", "easy",
                          "--out", str(tmp_path / "run"), "-o", "json")  # fmt: skip
@@ -236,6 +241,8 @@ def test_a_clone_alone_runs_the_readme_trace_commands(tmp_path: Path) -> None:
         {
             "name": "HPC2N-2002-2.2-cln",
             "jobs": 202_871,
+            "span_s": 109_241_501,
+            "sha256": tr.ARCHIVE["HPC2N-2002-2.2-cln"].sha256,
             "path": str(clone / "src/merkat/data/traces/HPC2N-2002-2.2-cln.swf.gz"),
             "source": "bundled",
         }

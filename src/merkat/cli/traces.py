@@ -1,8 +1,10 @@
 """``merkat traces list|fetch``: the workload traces merkat can use by name.
 
-``list`` shows the bundled, cached and ``$MERKAT_TRACES`` traces with their job counts
-(``-o json``: ``{"items": [{"name", "jobs", "path", "source"}]}``); ``--archive`` adds the
-archive's traces that ``fetch`` can download (``path`` null until fetched). ``fetch NAME``
+``list`` shows the bundled, cached and ``$MERKAT_TRACES`` traces with their job counts, spans
+and checksums, from a small index rather than by reading every trace
+(:mod:`merkat.sim.workload.trace_index`; ``-o json``: ``{"items": [{"name", "jobs", "span_s",
+"sha256", "path", "source"}]}``); ``--archive`` adds the archive's traces that ``fetch`` can
+download (``path`` and ``span_s`` null until fetched). ``fetch NAME``
 downloads one into the user cache and checks its SHA-256 (:mod:`merkat.sim.workload.traces`).
 """
 
@@ -38,25 +40,39 @@ def list_cmd(
     output: OutputFormat = OutputOption,
 ) -> None:
     """Traces usable by name with --trace: bundled, cached, in $MERKAT_TRACES."""
+    from merkat.sim.workload.trace_index import Index
+
+    index = Index()
     items: list[dict[str, Any]] = []
     for t in tr.local_traces():
+        e: dict[str, Any] = {}
         try:
-            jobs: int | None = tr.count_jobs(t.path)
-        except (OSError, EOFError) as exc:  # a truncated download, an unreadable file
+            e = index.entry(t)
+        except (OSError, EOFError, ValueError) as exc:  # a truncated download, unreadable
             err_console().print(f"warning: {t.path}: cannot read: {exc}", markup=False)
-            jobs = None
-        items.append({"name": t.name, "jobs": jobs, "path": str(t.path), "source": t.source})
+        items.append({
+            "name": t.name, "jobs": e.get("jobs"), "span_s": e.get("span_s"),
+            "sha256": e.get("sha256"), "path": str(t.path), "source": t.source,
+        })
+    index.save()
     if archive:
         local = {i["name"] for i in items}
         for a in tr.ARCHIVE.values():
             if a.name not in local:
-                items.append({"name": a.name, "jobs": a.jobs, "path": None, "source": "archive"})
-    cols = ["name", "jobs", "source", "path"]
-    emit(
-        output,
-        {"items": items},
-        lambda: print_table(None, cols, [[i[c] for c in cols] for i in items]),
-    )
+                items.append({"name": a.name, "jobs": a.jobs, "span_s": None,
+                              "sha256": a.sha256, "path": None, "source": "archive"})
+    cols = ["name", "jobs", "span", "sha256", "source", "path"]
+    rows = [
+        [i["name"], i["jobs"], _days(i["span_s"]), (i["sha256"] or "")[:12], i["source"],
+         i["path"]]
+        for i in items
+    ]
+    emit(output, {"items": items}, lambda: print_table(None, cols, rows))
+
+
+def _days(span_s: float | None) -> str:
+    """A span in days for the table ("" if unknown)."""
+    return "" if span_s is None else f"{span_s / 86400:,.1f} d"
 
 
 @app.command("fetch")
