@@ -12,7 +12,7 @@ clusters:
       storage_class: standard  # default: the cluster's default class
       checkpoint: cp -r work "$MERKAT_STATE/"   # run in the VM before it is suspended/moved
       restore: cp -r "$MERKAT_STATE/work" . || true   # run before the command, every start
-      timeout: 30              # s, for checkpoint
+      timeout: 10              # s, for checkpoint (at most the server's limit, 10 s)
       grace: 30                # s between SIGTERM and SIGKILL when the pod is deleted
 ```
 
@@ -39,7 +39,7 @@ class State(BaseModel):
     storage_class: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
     checkpoint: str | None = Field(None, min_length=1, max_length=65536)
     restore: str | None = Field(None, min_length=1, max_length=65536)
-    timeout: float = Field(30.0, gt=0, le=3600)
+    timeout: float = Field(10.0, gt=0, le=60)
     grace: int = Field(30, ge=0, le=3600)
 
     @field_validator("path")

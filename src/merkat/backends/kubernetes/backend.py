@@ -131,6 +131,7 @@ class KubernetesBackend:
     _namespaces: set[str] = field(default_factory=set)
     _pending: list[OpReport] = field(default_factory=list)
     claims: set[tuple[str, str]] = field(default_factory=set)  # PVCs known to exist (state.py)
+    checkpoint_limit_s: float = 10.0  # a checkpoint's time at most, whatever its template says
     last_report: ApplyReport | None = None
 
     def __post_init__(self) -> None:
@@ -269,6 +270,7 @@ class KubernetesBackend:
             return report
         allocs = plan.allocations
         moving = {vm: (src, dst) for vm, src, dst in plan.migrate}
+        state_mod.checkpoint_all(self, [*plan.suspend, *moving])  # before the pods go
         for vm in plan.destroy:
             ops.append(self._remove("destroy", vm))
         for vm in plan.suspend:
@@ -402,8 +404,6 @@ class KubernetesBackend:
 
         kept = self.pods.get(vm)
         st = self._template(kept.app, vm).state if kept is not None else None
-        if st is not None and op in ("suspend", "migrate"):
-            state_mod.checkpoint(self, vm, st)  # in the pod, before it goes (state.py)
         p = self.pods.pop(vm, None)
         if p is None:
             return OpReport(op, vm, True, "no pod (already gone)")

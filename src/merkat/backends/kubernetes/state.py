@@ -18,6 +18,7 @@ checkpoint/restore plugins; docs/kubernetes.md, "State across suspension and mig
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +37,7 @@ class StateVolume:
     storage_class: str | None = None
     checkpoint: str | None = None
     restore: str | None = None
-    timeout: float = 30.0
+    timeout: float = 10.0
     grace: int = 30
 
     @classmethod
@@ -103,15 +104,36 @@ def prepare(backend: Any, namespace: str, manifest: Json, state: StateVolume) ->
     return with_state(manifest, state)
 
 
+def checkpoint_all(backend: Any, vms: Sequence[str]) -> None:
+    """Run the checkpoints of the VMs ``vms`` (suspended or moved this period) that have one,
+    **concurrently** (8 at a time), each for at most its ``timeout`` and the backend's
+    ``checkpoint_limit_s``: one user's slow checkpoint delays the period by that much at most,
+    not by the sum of everyone's."""
+    jobs = []
+    for vm in vms:
+        p = backend.pods.get(vm)
+        st = backend._template(p.app, vm).state if p is not None else None
+        if st is not None and st.checkpoint:
+            jobs.append((vm, st))
+    if not jobs:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(8, len(jobs))) as pool:
+        for _ in pool.map(lambda j: checkpoint(backend, j[0], j[1]), jobs):
+            pass
+
+
 def checkpoint(backend: Any, vm: str, state: StateVolume) -> None:
-    """Run ``state.checkpoint`` in ``vm``'s pod (at most ``state.timeout`` s); a failure is
-    reported with the next period's operations (``checkpoint``), never raised."""
+    """Run ``state.checkpoint`` in ``vm``'s pod (at most ``state.timeout`` s and the backend's
+    limit); a failure is reported with the next period's operations (``checkpoint``), never
+    raised."""
     from merkat.platform.backend import OpReport
 
     if not state.checkpoint:
         return
     r = backend.exec(vm, ("/bin/sh", "-c", f"exec </dev/null; {state.checkpoint}"),
-                     state.timeout)
+                     min(state.timeout, backend.checkpoint_limit_s))
     if not r.ok:
         backend._pending.append(OpReport("checkpoint", vm, False,
                                          f"checkpoint failed: {r.problem()}"))

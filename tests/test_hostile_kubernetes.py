@@ -1,0 +1,41 @@
+"""Hostile input on the Kubernetes backend: a user's ``state:`` checkpoint that never ends
+cannot hold the period (and so every other user's platform) for longer than the backend's
+limit, and the checkpoints of one period run side by side, not one after another."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from merkat.backends.kubernetes import KubernetesBackend
+from merkat.backends.kubernetes.emulator import KubeEmulator, emulated_client
+from merkat.backends.kubernetes.live import KubernetesLive
+from merkat.backends.local import Launch
+from merkat.platform.backend import Plan, VMPlacement
+
+pytestmark = pytest.mark.kubernetes
+
+
+def test_a_checkpoint_that_never_ends_is_cut_at_the_limit_side_by_side(tmp_path: Path) -> None:
+    emu = KubeEmulator(exec_dir=str(tmp_path / "containers"))
+    emu.namespaces.add("merkat")
+    emu.add_node("node-0", "4", "8Gi")
+    kube = KubernetesBackend(emulated_client(emu, "merkat"), namespace="merkat",
+                             sleep=lambda s: None, checkpoint_limit_s=1.0)
+    live = KubernetesLive(kube, logs=tmp_path / "logs")
+    state = {"checkpoint": "sleep 100", "timeout": 60}  # the template allows 60 s at most
+    apps = ("mallory", "mallet", "eve")
+    for app in apps:
+        live.register(app, lambda a, vm, i: Launch("sleep 1000", "main", i, state=state))
+    live.apply(Plan(0.0, 40.0, create=tuple(VMPlacement(f"{a}/vm1", a, 0) for a in apps),
+                    allocations={f"{a}/vm1": {"cpu": 0.5} for a in apps}))
+    t0 = time.monotonic()
+    live.apply(Plan(40.0, 40.0, suspend=tuple(f"{a}/vm1" for a in apps)))
+    took = time.monotonic() - t0
+    assert took < 2.5, took  # 1 s, not 3 x 1 s, nor 3 x 60 s
+    assert emu.pods == {}  # the suspensions happened all the same
+    live.apply(Plan(80.0, 40.0))
+    assert sorted((r.op, r.vm, r.error) for r in live.report) == [
+        ("checkpoint", f"{a}/vm1", "checkpoint failed: timed out after 1 s") for a in sorted(apps)]
