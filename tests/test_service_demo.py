@@ -93,12 +93,23 @@ def test_a_taken_port_is_one_line_and_exit_1(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         r = subprocess.run([sys.executable, "-m", "merkat", "demo", "--port", str(port),
-                            "--duration", "1", "--data-dir", str(tmp_path)],
+                            "--duration", "20", "--period", "2", "--data-dir", str(tmp_path)],
                            capture_output=True, text=True, timeout=120)
     assert r.returncode == 1, r.stderr
     assert "Traceback" not in r.stderr
     assert f"cannot start the demo's server: cannot listen on 127.0.0.1:{port}" in \
         r.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--duration", "5"], "--duration"),
+    (["--duration", "30", "--period", "5"], "--period: at most a tenth of --duration (3 s)"),
+])
+def test_a_demo_too_short_for_the_market_is_bad_input(args: list[str], message: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "merkat", "demo", *args], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr and "Traceback" not in r.stderr
 
 
 @pytest.mark.slow

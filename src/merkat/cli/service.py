@@ -146,8 +146,8 @@ def user_add(
 
 
 def demo(
-    duration: float = typer.Option(150.0, "--duration", min=1.0,
-                                   help="Seconds to run before the report."),
+    duration: float = typer.Option(150.0, "--duration", min=20.0,
+                                   help="Seconds to run before the report (at least 20)."),
     period: float = typer.Option(5.0, "--period", min=0.5, help="Scheduling period, s."),
     port: int = typer.Option(0, "--port", min=0, max=65535, help="API port (0: a free one)."),
     data_dir: Path | None = typer.Option(
@@ -162,6 +162,9 @@ def demo(
     from merkat.service.demo import run_demo
     from merkat.service.server import ServiceError
 
+    if period > duration / 10:
+        fail(f"--period: at most a tenth of --duration ({duration / 10:g} s): the demo needs "
+             f"periods to show what the market does, got {period:g}")
     try:
         code = run_demo(duration, period, port, data_dir)
     except KeyboardInterrupt:
