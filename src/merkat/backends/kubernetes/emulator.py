@@ -11,7 +11,7 @@ What it emulates (Kubernetes 1.33+ semantics):
 - ``GET /api/v1/nodes``; ``GET`` pods in a namespace or in all namespaces with an equality
   ``labelSelector``; ``POST``/``GET``/``DELETE`` a pod; ``POST .../pods/{name}/binding``;
   ``PATCH .../pods/{name}/resize`` (strategic merge on the container named in the body);
-  ``GET .../pods/{name}/log`` (``tailLines``); ``POST /api/v1/namespaces``; ``GET
+  ``GET .../pods/{name}/log`` (``tailLines``); ``POST /api/v1/namespaces``; claims; ``GET
   .../pods/{name}/exec``, a WebSocket whose command really runs in a subprocess here, with the
   pod's environment (:mod:`~merkat.backends.kubernetes.emulator_exec`; each recorded in
   :attr:`KubeEmulator.execs`).
@@ -19,12 +19,8 @@ What it emulates (Kubernetes 1.33+ semantics):
   pod of the same name still terminating) and 409 Conflict on binding an already bound pod,
   422 Invalid (limit below request, a QoS class change, a memory limit decrease when the
   memory ``resizePolicy`` is ``NotRequired``, a resize of a pod not bound to a node).
-- The kubelet: a bound pod is admitted when its requests fit the node's allocatable next to
-  the other pods' *allocated* resources (else phase Failed, reason ``OutOfcpu``/``OutOfmemory``);
-  a resize is actuated at once when it fits, ``Deferred`` when it would fit the node but not
-  now (retried whenever something on the node shrinks or leaves, as the kubelet does), and
-  ``Infeasible`` when it exceeds the node's allocatable. Status is reported through the
-  ``PodResizePending`` condition and ``status.containerStatuses[].resources``.
+- The kubelet (:mod:`.emulator_kubelet`: admission, resizes actuated, Deferred, Infeasible,
+  InProgress, RestartContainer) and containers and claims (:mod:`.emulator_volumes`).
 - Faults for tests: :meth:`KubeEmulator.fail` makes the next matching requests fail with a
   given status; ``linger`` keeps a deleted pod "terminating" for that many further requests;
   :meth:`remove_node` deletes a node (its pods stay until :meth:`gc`, like the pod GC).
@@ -43,8 +39,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,13 +49,15 @@ import httpx2
 from merkat.backends.kubernetes.emulator_exec import PROTOCOLS, ExecSession, accept
 from merkat.backends.kubernetes.emulator_http import serve as serve
 from merkat.backends.kubernetes.emulator_kubelet import Kubelet
-from merkat.backends.kubernetes.emulator_volumes import (
-    claim_dir,
-    container_env,
-    pod_dir,
-    run_init,
-    wipe,
+from merkat.backends.kubernetes.emulator_status import (
+    REASONS,
+    ApiError,
+    listing,
+    ok,
+    selector,
+    status,
 )
+from merkat.backends.kubernetes.emulator_volumes import Volumes, container_env, pod_dir, wipe
 from merkat.backends.kubernetes.objects import (
     Json,
     Size,
@@ -112,7 +108,7 @@ class _Fault:
 
 
 @dataclass
-class KubeEmulator(Kubelet):
+class KubeEmulator(Volumes, Kubelet):
     """The emulated API server; pass :meth:`transport` to ``lightkube.Client``."""
 
     linger: int = 0
@@ -170,7 +166,7 @@ class KubeEmulator(Kubelet):
         """The next ``times`` requests ``verb`` on a path matching ``path_regex`` answer
         ``status`` (409 Conflict, 500...) without any effect."""
         self._faults.append(_Fault(verb.upper(), re.compile(path_regex), status,
-                                   reason or _REASONS.get(status, "InternalError"), times))
+                                   reason or REASONS.get(status, "InternalError"), times))
 
     def pod(self, namespace: str, name: str) -> Json:
         return self.pods[(namespace, name)]
@@ -206,14 +202,14 @@ class KubeEmulator(Kubelet):
                                parse_qs(request.url.query.decode(), keep_blank_values=True), body)
         if errors:
             self.schema_errors += [f"request {where}: {e}" for e in errors]
-            return _status(422, "Invalid", f"strict decoding error: {'; '.join(errors)}")
+            return status(422, "Invalid", f"strict decoding error: {'; '.join(errors)}")
         response = self._handle(request)
         if response.status_code != 101 and response.headers.get(
                 "content-type", "").startswith("application/json"):
             errors = check_response(json.loads(response.content))
             if errors:
                 self.schema_errors += [f"response to {where}: {e}" for e in errors]
-                return _status(500, "InternalError", f"emulator answer off the schema: {errors}")
+                return status(500, "InternalError", f"emulator answer off the schema: {errors}")
         return response
 
     def _handle(self, request: httpx2.Request) -> httpx2.Response:
@@ -224,7 +220,7 @@ class KubeEmulator(Kubelet):
         if self.record:
             self.calls.append(Call(verb, path, query, body, ctype))
         if request.headers.get("authorization") != f"Bearer {TOKEN}":
-            return _status(401, "Unauthorized", "Unauthorized")
+            return status(401, "Unauthorized", "Unauthorized")
         for key in list(self._terminating):  # deleted pods go away after `linger` requests
             self._terminating[key] -= 1
             if self._terminating[key] < 0:
@@ -235,89 +231,89 @@ class KubeEmulator(Kubelet):
         for f in self._faults:
             if f.times > 0 and f.verb == verb and f.pattern.search(path):
                 f.times -= 1
-                return _status(f.status, f.reason, f"injected fault on {verb} {path}")
+                return status(f.status, f.reason, f"injected fault on {verb} {path}")
         try:
             if (m := _POD.match(path)) and m.group(3) == "exec":
                 return self._exec(request, m.group(1), m.group(2))
             return self._route(verb, path, query, body, ctype)
-        except _ApiError as e:
-            return _status(e.code, e.reason, e.message)
+        except ApiError as e:
+            return status(e.code, e.reason, e.message)
 
     def _route(self, verb: str, path: str, query: dict[str, str], body: Any,
                ctype: str) -> httpx2.Response:
         if path == "/api/v1/nodes" and verb == "GET":
-            return _ok(_list("NodeList", list(self.nodes.values()), self._rv))
+            return ok(listing("NodeList", list(self.nodes.values()), self._rv))
         if path == "/api/v1/pods" and verb == "GET":
-            return _ok(self._list_pods(None, query))
+            return ok(self._list_pods(None, query))
         if path == "/api/v1/namespaces" and verb == "POST":
             name = body["metadata"]["name"]
             if name in self.namespaces:
-                raise _ApiError(409, "AlreadyExists", f'namespaces "{name}" already exists')
+                raise ApiError(409, "AlreadyExists", f'namespaces "{name}" already exists')
             self.namespaces.add(name)
-            return _ok({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}, 201)
+            return ok({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}, 201)
         if (m := _CLAIMS.match(path)):
             return self._claims(verb, m.group(1), m.group(2), body)
         m = _PODS.match(path)
         if m:
             if verb == "GET":
-                return _ok(self._list_pods(m.group(1), query))
+                return ok(self._list_pods(m.group(1), query))
             if verb == "POST":
-                return _ok(self._create(m.group(1), body), 201)
+                return ok(self._create(m.group(1), body), 201)
         m = _POD.match(path)
         if m:
             ns, name, sub = m.group(1), m.group(2), m.group(3)
             pod = self.pods.get((ns, name))
             if pod is None or ((ns, name) in self._terminating and sub is not None):
-                raise _ApiError(404, "NotFound", f'pods "{name}" not found')
+                raise ApiError(404, "NotFound", f'pods "{name}" not found')
             if sub is None and verb == "GET":
-                return _ok(pod)
+                return ok(pod)
             if sub is None and verb == "DELETE":
-                return _ok(self._delete(ns, name, pod))
+                return ok(self._delete(ns, name, pod))
             if sub == "binding" and verb == "POST":
-                return _ok(self._bind(pod, body), 201)
+                return ok(self._bind(pod, body), 201)
             if sub == "resize" and verb == "PATCH":
-                return _ok(self._resize(pod, body, ctype))
+                return ok(self._resize(pod, body, ctype))
             if sub == "log" and verb == "GET":
                 text = self.logs.get((ns, name), "")
                 if query.get("tailLines", "").isdigit():
                     lines = text.splitlines(keepends=True)
                     text = "".join(lines[len(lines) - min(len(lines), int(query["tailLines"])):])
                 return httpx2.Response(200, text=text)
-        raise _ApiError(404, "NotFound", f"the server could not find the requested resource "
+        raise ApiError(404, "NotFound", f"the server could not find the requested resource "
                         f"({verb} {path})")
 
     def _exec(self, request: httpx2.Request, ns: str, name: str) -> httpx2.Response:
         """``pods/{name}/exec``: checked as the API server and kubelet do, then a WebSocket
         session (``101``) whose far end is the command running here."""
         if request.method not in ("GET", "POST"):
-            raise _ApiError(405, "MethodNotAllowed", f"{request.method} is not allowed")
+            raise ApiError(405, "MethodNotAllowed", f"{request.method} is not allowed")
         pod = self.pods.get((ns, name))
         if pod is None or (ns, name) in self._terminating:
-            raise _ApiError(404, "NotFound", f'pods "{name}" not found')
+            raise ApiError(404, "NotFound", f'pods "{name}" not found')
         params = parse_qs(request.url.query.decode())
         argv, c = params.get("command", []), _container(pod) or {}
         container = params.get("container", [c.get("name", "")])[-1]
         if container != c.get("name"):
-            raise _ApiError(400, "BadRequest", f"container {container} is not valid for pod {name}")
+            raise ApiError(400, "BadRequest", f"container {container} is not valid for pod {name}")
         if not argv:
-            raise _ApiError(400, "BadRequest", "you must specify at least 1 command")
+            raise ApiError(400, "BadRequest", "you must specify at least 1 command")
         flags = {s: params.get(s, ["false"])[-1] in ("true", "1") for s in ("stdin", "stdout", "stderr")}
         if not any(flags.values()):
-            raise _ApiError(400, "BadRequest", "you must specify at least one of stdin, "
+            raise ApiError(400, "BadRequest", "you must specify at least one of stdin, "
                             "stdout, stderr")
         phase = pod["status"].get("phase")
         if not pod["spec"].get("nodeName"):
-            raise _ApiError(400, "BadRequest", f"pod {name} does not have a host assigned")
+            raise ApiError(400, "BadRequest", f"pod {name} does not have a host assigned")
         if phase in ("Succeeded", "Failed"):
-            raise _ApiError(400, "BadRequest", "cannot exec into a container in a completed "
+            raise ApiError(400, "BadRequest", "cannot exec into a container in a completed "
                             f"pod; current phase is {phase}")
         if phase != "Running":
-            raise _ApiError(400, "BadRequest", f'container "{container}" in pod "{name}" is '
+            raise ApiError(400, "BadRequest", f'container "{container}" in pod "{name}" is '
                             "waiting to start: ContainerCreating")
         try:
             protocol, headers = accept(request, self.exec_protocols)
         except ValueError as e:
-            raise _ApiError(400, "BadRequest", str(e)) from None
+            raise ApiError(400, "BadRequest", str(e)) from None
         cwd = pod_dir(self._dir(), pod)
         env = container_env(pod, c, cwd, self._dir())
         rec = ExecRecord(ns, name, container, argv, protocol)
@@ -330,65 +326,27 @@ class KubeEmulator(Kubelet):
                               limit_s=self.exec_limit_s, on_exit=ended)
         return httpx2.Response(101, headers=headers, extensions={"network_stream": session})
 
-    def _dir(self) -> str:
-        if self.exec_dir is None:
-            self.exec_dir = tempfile.mkdtemp(prefix="merkat-emulator-")
-        return self.exec_dir
-
-    def _start(self, pod: Json) -> str | None:
-        """The kubelet starts the pod: its claims must exist (else it stays Pending, as the
-        scheduler would keep it), then its init containers run here, for real."""
-        ns = pod["metadata"].get("namespace", "default")
-        for v in pod["spec"].get("volumes") or ():
-            claim = (v.get("persistentVolumeClaim") or {}).get("claimName")
-            if claim is not None and (ns, claim) not in self.claims:
-                return f'persistentvolumeclaim "{claim}" not found'
-        return run_init(pod, self._dir(), self.exec_limit_s)
-
-    def _claims(self, verb: str, ns: str, name: str | None, body: Any) -> httpx2.Response:
-        """``persistentvolumeclaims``: create (bound at once), get, delete (its data too)."""
-        if verb == "POST" and name is None:
-            if ns not in self.namespaces:
-                raise _ApiError(404, "NotFound", f'namespaces "{ns}" not found')
-            claim = body["metadata"]["name"]
-            if (ns, claim) in self.claims:
-                raise _ApiError(409, "AlreadyExists",
-                                f'persistentvolumeclaims "{claim}" already exists')
-            obj: Json = json.loads(json.dumps(body))
-            obj["metadata"].update(namespace=ns, uid=f"uid-{self._next_rv()}")
-            obj["status"] = {"phase": "Bound"}
-            self.claims[(ns, claim)] = obj
-            return _ok(obj, 201)
-        if name is None or (ns, name) not in self.claims:
-            raise _ApiError(404, "NotFound", f'persistentvolumeclaims "{name}" not found')
-        if verb == "GET":
-            return _ok(self.claims[(ns, name)])
-        if verb == "DELETE":
-            shutil.rmtree(claim_dir(self._dir(), ns, name), ignore_errors=True)
-            return _ok(self.claims.pop((ns, name)))
-        raise _ApiError(405, "MethodNotAllowed", f"{verb} is not allowed")
-
     def _list_pods(self, namespace: str | None, query: dict[str, str]) -> Json:
-        want = _selector(query.get("labelSelector", ""))
+        want = selector(query.get("labelSelector", ""))
         items = [p for (ns, _), p in self.pods.items()
                  if (namespace is None or ns == namespace)
                  and all(p["metadata"].get("labels", {}).get(k) == v for k, v in want.items())]
-        return _list("PodList", items, self._rv)
+        return listing("PodList", items, self._rv)
 
     def _create(self, ns: str, body: Json) -> Json:
         if ns not in self.namespaces:
-            raise _ApiError(404, "NotFound", f'namespaces "{ns}" not found')
+            raise ApiError(404, "NotFound", f'namespaces "{ns}" not found')
         if body.get("kind") != "Pod":
-            raise _ApiError(400, "BadRequest", "expected a Pod")
+            raise ApiError(400, "BadRequest", "expected a Pod")
         meta = body.get("metadata") or {}
         name = meta.get("name") or ""
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name) or len(name) > 63:
-            raise _ApiError(422, "Invalid", f'Pod "{name}" is invalid: metadata.name')
+            raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: metadata.name')
         if (ns, name) in self.pods:
-            raise _ApiError(409, "AlreadyExists", f'pods "{name}" already exists')
+            raise ApiError(409, "AlreadyExists", f'pods "{name}" already exists')
         c = _container(body)
         if c is None:
-            raise _ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.containers')
+            raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.containers')
         self._check_resources(name, c.get("resources") or {})
         pod: Json = json.loads(json.dumps(body))
         pod["metadata"].update(namespace=ns, uid=f"uid-{self._next_rv()}",
@@ -416,12 +374,12 @@ class KubeEmulator(Kubelet):
     def _bind(self, pod: Json, body: Json) -> Json:
         name = pod["metadata"]["name"]
         if pod["spec"].get("nodeName"):
-            raise _ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding '
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding '
                             f'"{name}": pod {name} is already assigned to node '
                             f'"{pod["spec"]["nodeName"]}"')
         target = (body.get("target") or {}).get("name")
         if body.get("kind") != "Binding" or not target:
-            raise _ApiError(400, "BadRequest", "expected a Binding with a target node")
+            raise ApiError(400, "BadRequest", "expected a Binding with a target node")
         pod["spec"]["nodeName"] = target
         self._on_node.setdefault(target, {})[(pod["metadata"]["namespace"], name)] = None
         pod["metadata"]["resourceVersion"] = self._next_rv()
@@ -432,20 +390,20 @@ class KubeEmulator(Kubelet):
         name = pod["metadata"]["name"]
         if ctype.split(";")[0] not in ("application/strategic-merge-patch+json",
                                        "application/merge-patch+json"):
-            raise _ApiError(415, "UnsupportedMediaType", f"unsupported patch type {ctype!r}")
+            raise ApiError(415, "UnsupportedMediaType", f"unsupported patch type {ctype!r}")
         if not pod["spec"].get("nodeName"):
-            raise _ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec: Forbidden: '
+            raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec: Forbidden: '
                             "pod resize is only allowed on pods bound to a node")
         patch = [c for c in (body.get("spec") or {}).get("containers") or ()]
         if set(body) - {"spec"} or set(body.get("spec") or {}) - {"containers"} or any(
                 set(c) - {"name", "resources"} for c in patch):
-            raise _ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec: Forbidden: only '
+            raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec: Forbidden: only '
                             "cpu and memory resources are mutable")
         cur = _container(pod)
         assert cur is not None
         for c in patch:
             if c.get("name") != cur["name"]:
-                raise _ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.containers'
+                raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.containers'
                                 f'[name="{c.get("name")}"]: Not found')
         new = json.loads(json.dumps(cur.get("resources") or {}))
         for c in patch:
@@ -454,7 +412,7 @@ class KubeEmulator(Kubelet):
         self._check_resources(name, new)
         old = cur.get("resources") or {}
         if _qos(old) != _qos(new):
-            raise _ApiError(422, "Invalid", f'Pod "{name}" is invalid: metadata: Invalid value:'
+            raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: metadata: Invalid value:'
                             ' "Guaranteed": Pod QOS Class may not change as a result of resizing')
         policy = {p["resourceName"]: p["restartPolicy"] for p in cur.get("resizePolicy") or ()}
         old_mem = (old.get("limits") or {}).get("memory")
@@ -462,7 +420,7 @@ class KubeEmulator(Kubelet):
         if (old_mem is not None and new_mem is not None
                 and memory_bytes(new_mem) < memory_bytes(old_mem)
                 and policy.get("memory", "NotRequired") == "NotRequired"):
-            raise _ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.containers[0]'
+            raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.containers[0]'
                             '.resources.limits[memory]: Forbidden: memory limits cannot be '
                             "decreased unless resizePolicy is RestartContainer")
         cur["resources"] = new
@@ -477,12 +435,12 @@ class KubeEmulator(Kubelet):
             for r, q in list(req.items()) + list(lim.items()):
                 (cpu_millis if r == "cpu" else memory_bytes)(q)
         except ValueError as e:
-            raise _ApiError(422, "Invalid", f'Pod "{name}" is invalid: {e}') from None
+            raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: {e}') from None
         for r in ("cpu", "memory"):
             if r in req and r in lim:
                 conv = cpu_millis if r == "cpu" else memory_bytes
                 if conv(req[r]) > conv(lim[r]):
-                    raise _ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.containers'
+                    raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec.containers'
                                     f"[0].resources.requests: Invalid value: \"{req[r]}\": must"
                                     f" be less than or equal to {r} limit of {lim[r]}")
 
@@ -495,41 +453,6 @@ class KubeEmulator(Kubelet):
     def _next_rv(self) -> str:
         self._rv += 1
         return str(self._rv)
-
-
-class _ApiError(Exception):
-    def __init__(self, code: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message = code, reason, message
-
-
-_REASONS = {404: "NotFound", 409: "Conflict", 422: "Invalid", 500: "InternalError",
-            503: "ServiceUnavailable", 429: "TooManyRequests"}
-
-
-def _status(code: int, reason: str, message: str) -> httpx2.Response:
-    return httpx2.Response(code, json={"apiVersion": "v1", "kind": "Status", "metadata": {},
-                                       "status": "Failure", "message": message,
-                                       "reason": reason, "code": code})
-
-
-def _ok(obj: Json, code: int = 200) -> httpx2.Response:
-    return httpx2.Response(code, json=obj)
-
-
-def _list(kind: str, items: list[Json], rv: int) -> Json:
-    return {"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": str(rv)},
-            "items": items}
-
-
-def _selector(text: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for term in filter(None, text.split(",")):
-        k, sep, v = term.partition("=")
-        if not sep or k.endswith("!"):
-            raise _ApiError(400, "BadRequest", f"the emulator supports k=v selectors: {term!r}")
-        out[k] = v.lstrip("=")
-    return out
 
 
 def _container(pod: Json) -> Json | None:

@@ -12,10 +12,16 @@ the ``mountPath`` (``MERKAT_STATE``) is given that local path: commands that use
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import tempfile
 from typing import Any
+
+import httpx2
+
+from merkat.backends.kubernetes.emulator_status import ApiError, ok
 
 Json = dict[str, Any]
 
@@ -76,3 +82,53 @@ def wipe(exec_dir: str | None, namespace: str, name: str) -> None:
     """The container's filesystem goes with its pod (claims stay)."""
     if exec_dir:
         shutil.rmtree(os.path.join(exec_dir, namespace, name), ignore_errors=True)
+
+
+class Volumes:
+    """The emulator's claims and its containers' start (mixed into the emulator)."""
+
+    exec_dir: str | None
+    exec_limit_s: float
+    namespaces: set[str]
+    claims: dict[tuple[str, str], Json]
+
+    def _next_rv(self) -> str:
+        raise NotImplementedError
+
+    def _dir(self) -> str:
+        if self.exec_dir is None:
+            self.exec_dir = tempfile.mkdtemp(prefix="merkat-emulator-")
+        return self.exec_dir
+
+    def _start(self, pod: Json) -> str | None:
+        """The kubelet starts the pod: its claims must exist (else it stays Pending, as the
+        scheduler would keep it), then its init containers run here, for real."""
+        ns = pod["metadata"].get("namespace", "default")
+        for v in pod["spec"].get("volumes") or ():
+            claim = (v.get("persistentVolumeClaim") or {}).get("claimName")
+            if claim is not None and (ns, claim) not in self.claims:
+                return f'persistentvolumeclaim "{claim}" not found'
+        return run_init(pod, self._dir(), self.exec_limit_s)
+
+    def _claims(self, verb: str, ns: str, name: str | None, body: Any) -> httpx2.Response:
+        """``persistentvolumeclaims``: create (bound at once), get, delete (its data too)."""
+        if verb == "POST" and name is None:
+            if ns not in self.namespaces:
+                raise ApiError(404, "NotFound", f'namespaces "{ns}" not found')
+            claim = body["metadata"]["name"]
+            if (ns, claim) in self.claims:
+                raise ApiError(409, "AlreadyExists",
+                                f'persistentvolumeclaims "{claim}" already exists')
+            obj: Json = json.loads(json.dumps(body))
+            obj["metadata"].update(namespace=ns, uid=f"uid-{self._next_rv()}")
+            obj["status"] = {"phase": "Bound"}
+            self.claims[(ns, claim)] = obj
+            return ok(obj, 201)
+        if name is None or (ns, name) not in self.claims:
+            raise ApiError(404, "NotFound", f'persistentvolumeclaims "{name}" not found')
+        if verb == "GET":
+            return ok(self.claims[(ns, name)])
+        if verb == "DELETE":
+            shutil.rmtree(claim_dir(self._dir(), ns, name), ignore_errors=True)
+            return ok(self.claims.pop((ns, name)))
+        raise ApiError(405, "MethodNotAllowed", f"{verb} is not allowed")
