@@ -138,3 +138,54 @@ def test_the_state_section_is_validated_and_reaches_the_pod(tmp_path: Path) -> N
     assert emu.claims[("merkat", "s-main-1-state")]["spec"]["resources"]["requests"] == {
         "storage": "2Gi"}
     m.close()
+
+
+THRIFTY = """\
+name: {name}
+controller: {{policy: best-effort, params: {{max_price: {limit}}}}}
+budget: {budget}
+clusters:
+  - name: main
+    command: exec sleep 600
+    cpu: 1
+    memory: 64
+"""
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_the_service_suspends_and_resumes_a_platform_keeping_its_counter(
+        tmp_path: Path, keep: bool) -> None:
+    """Through the service: a best-effort platform with a price limit is suspended when
+    another platform raises the price and resumed when it leaves; its counter continues with
+    ``state:`` (4 after 3) and starts again without (1)."""
+    emu = KubeEmulator(exec_dir=str(tmp_path / "containers"))
+    emu.namespaces.add("merkat")
+    emu.add_node("node-0", "1", "4Gi")
+    m = manager(tmp_path, emu)
+    m.store.add_user("alice", budget=1_000_000_000)
+    state = ("    state: {checkpoint: 'cp n \"$MERKAT_STATE/n\"', "
+             "restore: 'cp \"$MERKAT_STATE/n\" . 2>/dev/null || true'}\n") if keep else ""
+    m.submit("alice", parse(THRIFTY.format(name="thrifty", limit=0.0015, budget=10) + state,
+                            "t.yaml"))
+    m.admit()
+    m.tick()
+    m.tick()
+
+    def tick_count() -> int:
+        r = m.backend.exec_in("thrifty/vm1", COUNT)  # type: ignore[attr-defined]
+        assert r.ok, r.problem()
+        return int(r.stdout.strip())
+
+    assert [tick_count() for _ in range(3)] == [1, 2, 3]
+    m.submit("alice", parse(THRIFTY.format(name="urgent", limit=1, budget=500), "u.yaml"))
+    m.admit()
+    m.tick()
+    m.tick()  # the price doubled: thrifty's controller suspends it
+    assert m.platform.apps["thrifty"].status.value == "suspended"
+    assert ("merkat", "thrifty-main-1") not in emu.pods
+    m.stop("urgent")
+    m.tick()
+    m.tick()  # the price fell back: resumed, its pod created again
+    assert m.platform.apps["thrifty"].status.value == "running"
+    assert tick_count() == (4 if keep else 1)
+    m.close()
