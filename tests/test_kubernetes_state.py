@@ -66,10 +66,15 @@ def test_a_counter_continues_across_suspension_and_migration_with_state(tmp_path
     emu, live = setup(tmp_path, STATE)
     pod = emu.pod("merkat", "app-main-1")
     (c,) = pod["spec"]["containers"]
-    assert c["volumeMounts"] == [{"name": "merkat-state", "mountPath": "/merkat/state"}]
+    assert c["volumeMounts"] == [{"name": "merkat-state", "mountPath": "/merkat/state"},
+                                 {"name": "merkat-notice", "mountPath": "/etc/merkat",
+                                  "readOnly": True}]
     assert {"name": "MERKAT_STATE", "value": "/merkat/state"} in c["env"]
-    assert pod["spec"]["volumes"] == [{"name": "merkat-state", "persistentVolumeClaim": {
-        "claimName": "app-main-1-state"}}]
+    assert {"name": "MERKAT_NOTICE", "value": "/etc/merkat"} in c["env"]
+    assert pod["spec"]["volumes"] == [
+        {"name": "merkat-state", "persistentVolumeClaim": {"claimName": "app-main-1-state"}},
+        {"name": "merkat-notice", "downwardAPI": {"items": [{
+            "path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]}}]
     assert pod["spec"]["initContainers"][0]["command"] == ["/bin/sh", "-c", STATE["restore"]]
     assert pod["spec"]["terminationGracePeriodSeconds"] == 2
     assert emu.claims[("merkat", "app-main-1-state")]["spec"]["resources"] == {
@@ -189,3 +194,23 @@ def test_the_service_suspends_and_resumes_a_platform_keeping_its_counter(
     assert m.platform.apps["thrifty"].status.value == "running"
     assert tick_count() == (4 if keep else 1)
     m.close()
+
+
+def test_the_pod_is_told_when_it_will_be_preempted(tmp_path: Path) -> None:
+    """``merkat.io/preempt-at`` is set on the pod (one PATCH) before its checkpoint runs, and
+    the application reads it through the downward API in ``$MERKAT_NOTICE/annotations``."""
+    import datetime
+
+    read = 'cat "$MERKAT_NOTICE/annotations" > "$MERKAT_STATE/notice"'
+    emu, live = setup(tmp_path, {**STATE, "checkpoint": read, "grace": 20, "timeout": 5})
+    before = datetime.datetime.now(datetime.UTC)
+    live.apply(Plan(40.0, 40.0, suspend=(VM,)))
+    (patch,) = [c for c in emu.calls if c.verb == "PATCH"]
+    assert patch.path == "/api/v1/namespaces/merkat/pods/app-main-1"
+    assert patch.content_type.startswith("application/merge-patch+json")
+    at = patch.body["metadata"]["annotations"]["merkat.io/preempt-at"]
+    when = datetime.datetime.strptime(at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    assert 24 <= (when - before).total_seconds() <= 26  # checkpoint time (5 s) + grace (20 s)
+    notice = (tmp_path / "containers" / ".claims" / "merkat" / "app-main-1-state" / "notice")
+    assert notice.read_text() == f'merkat.io/preempt-at="{at}"\nmerkat.io/vm="{VM}"\n'
+    assert emu.schema_errors == []

@@ -267,6 +267,8 @@ class KubeEmulator(Volumes, Kubelet):
                 raise ApiError(404, "NotFound", f'pods "{name}" not found')
             if sub is None and verb == "GET":
                 return ok(pod)
+            if sub is None and verb == "PATCH":  # metadata only (merkat: annotations)
+                return ok(self._annotate(pod, body))
             if sub is None and verb == "DELETE":
                 return ok(self._delete(ns, name, pod))
             if sub == "binding" and verb == "POST":

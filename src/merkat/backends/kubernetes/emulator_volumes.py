@@ -35,8 +35,12 @@ def container_env(pod: Json, container: Json, cwd: str, exec_dir: str) -> dict[s
     ns = pod["metadata"].get("namespace", "default")
     claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
               for v in pod["spec"].get("volumes") or () if v.get("persistentVolumeClaim")}
+    downward = {v["name"] for v in pod["spec"].get("volumes") or () if v.get("downwardAPI")}
     local: dict[str, str] = {}
     for m in container.get("volumeMounts") or ():
+        if m["name"] in downward:  # the pod's annotations, kept current (project_annotations)
+            local[m["mountPath"]] = os.path.join(cwd, m["mountPath"].strip("/"))
+            project_annotations(pod, cwd)
         claim = claims.get(m["name"])
         if claim is None:
             continue
@@ -53,6 +57,23 @@ def container_env(pod: Json, container: Json, cwd: str, exec_dir: str) -> dict[s
         value = str(e.get("value", ""))
         env[e["name"]] = local.get(value, value)
     return env
+
+
+def project_annotations(pod: Json, cwd: str) -> None:
+    """Write the pod's downward API files (``metadata.annotations`` items: ``key="value"``
+    lines, as the kubelet does) under ``cwd`` + the volume's mount path."""
+    volumes = {v["name"]: v["downwardAPI"] for v in pod["spec"].get("volumes") or ()
+               if v.get("downwardAPI")}
+    for c in pod["spec"].get("containers") or ():
+        for m in c.get("volumeMounts") or ():
+            for item in (volumes.get(m["name"]) or {}).get("items") or ():
+                if (item.get("fieldRef") or {}).get("fieldPath") != "metadata.annotations":
+                    continue
+                path = os.path.join(cwd, m["mountPath"].strip("/"), item["path"])
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                notes = pod["metadata"].get("annotations") or {}
+                with open(path, "w") as f:
+                    f.writelines(f"{k}={json.dumps(v)}\n" for k, v in sorted(notes.items()))
 
 
 def run_init(pod: Json, exec_dir: str, limit_s: float) -> str | None:
@@ -132,3 +153,16 @@ class Volumes:
             shutil.rmtree(claim_dir(self._dir(), ns, name), ignore_errors=True)
             return ok(self.claims.pop((ns, name)))
         raise ApiError(405, "MethodNotAllowed", f"{verb} is not allowed")
+
+    def _annotate(self, pod: Json, body: Json) -> Json:
+        if set(body) - {"metadata"} or set(body.get("metadata") or {}) - {"annotations"}:
+            raise ApiError(422, "Invalid", "the emulator patches metadata.annotations only")
+        notes = pod["metadata"].setdefault("annotations", {})
+        for k, v in (body["metadata"].get("annotations") or {}).items():
+            if v is None:
+                notes.pop(k, None)
+            else:
+                notes[k] = v
+        if self.exec_dir is not None and pod["spec"].get("nodeName"):
+            project_annotations(pod, pod_dir(self.exec_dir, pod))
+        return pod

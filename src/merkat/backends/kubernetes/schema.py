@@ -49,6 +49,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], str | None, dict[str, str]]] = [
     ("POST", re.compile(rf"^{_NS}/pods$"), _CORE + "Pod", _WRITE),
     ("POST", re.compile(rf"^{_NS}/pods/[^/]+/binding$"), _CORE + "Binding", _WRITE),
     ("PATCH", re.compile(rf"^{_NS}/pods/[^/]+/resize$"), _CORE + "Pod", _PATCH),
+    ("PATCH", re.compile(rf"^{_NS}/pods/[^/]+$"), _CORE + "Pod", _PATCH),
     ("POST", re.compile(r"^/api/v1/namespaces$"), _CORE + "Namespace", _WRITE),
     ("POST", re.compile(rf"^{_NS}/persistentvolumeclaims$"), _CORE + "PersistentVolumeClaim",
      _WRITE),

@@ -26,6 +26,8 @@ from merkat.backends.kubernetes.objects import CONTAINER, Json, dns_label
 
 VOLUME = "merkat-state"
 ENV = "MERKAT_STATE"
+NOTICE_VOLUME, NOTICE_DIR, NOTICE_ENV = "merkat-notice", "/etc/merkat", "MERKAT_NOTICE"
+PREEMPT_AT = "merkat.io/preempt-at"
 
 
 @dataclass(frozen=True)
@@ -68,13 +70,18 @@ def with_state(manifest: Json, state: StateVolume) -> Json:
     the grace period, and ``restore`` as an init container."""
     spec = manifest["spec"]
     claim = claim_name(manifest["metadata"]["name"])
-    spec["volumes"] = [{"name": VOLUME, "persistentVolumeClaim": {"claimName": claim}}]
+    spec["volumes"] = [{"name": VOLUME, "persistentVolumeClaim": {"claimName": claim}},
+                       {"name": NOTICE_VOLUME, "downwardAPI": {"items": [{
+                           "path": "annotations",
+                           "fieldRef": {"fieldPath": "metadata.annotations"}}]}}]
     spec["terminationGracePeriodSeconds"] = state.grace
     mount = [{"name": VOLUME, "mountPath": state.path}]
     (c,) = [c for c in spec["containers"] if c["name"] == CONTAINER]
-    env = [e for e in c.get("env") or () if e["name"] != ENV] + [{"name": ENV,
-                                                                  "value": state.path}]
-    c["env"], c["volumeMounts"] = env, mount
+    env = [e for e in c.get("env") or () if e["name"] not in (ENV, NOTICE_ENV)] + [
+        {"name": ENV, "value": state.path}, {"name": NOTICE_ENV, "value": NOTICE_DIR}]
+    c["env"] = env
+    c["volumeMounts"] = [*mount, {"name": NOTICE_VOLUME, "mountPath": NOTICE_DIR,
+                                  "readOnly": True}]
     if state.restore:
         init: Json = {"name": "restore", "image": c["image"], "env": env,
                       "command": ["/bin/sh", "-c", state.restore], "volumeMounts": mount}
@@ -113,15 +120,42 @@ def checkpoint_all(backend: Any, vms: Sequence[str]) -> None:
     for vm in vms:
         p = backend.pods.get(vm)
         st = backend._template(p.app, vm).state if p is not None else None
-        if st is not None and st.checkpoint:
+        if st is not None:
             jobs.append((vm, st))
     if not jobs:
         return
     from concurrent.futures import ThreadPoolExecutor
 
+    for vm, st in jobs:  # the notice first: when the pod will be killed
+        notice(backend, vm, st)
+
     with ThreadPoolExecutor(max_workers=min(8, len(jobs))) as pool:
         for _ in pool.map(lambda j: checkpoint(backend, j[0], j[1]), jobs):
             pass
+
+
+def notice(backend: Any, vm: str, state: StateVolume) -> None:
+    """Annotate ``vm``'s pod ``merkat.io/preempt-at: <RFC 3339 UTC>``, the time it will be
+    killed (now + its checkpoint's time + the grace period): one ``PATCH pods/{name}``; the
+    application reads it in ``$MERKAT_NOTICE/annotations`` (downward API). Errors reported."""
+    import datetime
+
+    from lightkube.resources.core_v1 import Pod
+    from lightkube.types import PatchType
+
+    from merkat.backends.kubernetes.backend import _Failed
+    from merkat.platform.backend import OpReport
+
+    p = backend.pods[vm]
+    at = datetime.datetime.now(datetime.UTC) + datetime.timedelta(
+        seconds=(min(state.timeout, backend.checkpoint_limit_s) if state.checkpoint else 0)
+        + state.grace)
+    body = {"metadata": {"annotations": {PREEMPT_AT: at.strftime("%Y-%m-%dT%H:%M:%SZ")}}}
+    try:
+        backend._call(lambda: backend.client.patch(Pod, p.name, body, namespace=p.namespace,
+                                                   patch_type=PatchType.MERGE), retry=False)
+    except _Failed as e:
+        backend._pending.append(OpReport("notice", vm, False, f"notice failed: {e.reason}"))
 
 
 def checkpoint(backend: Any, vm: str, state: StateVolume) -> None:
