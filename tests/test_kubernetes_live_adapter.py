@@ -120,9 +120,11 @@ def test_the_service_config_builds_it_with_one_namespace_or_one_per_user(tmp_pat
         for per_user, namespace in ((False, "team"), (True, "merkat-alice")):
             cfg = load_config(None, data_dir=tmp_path, backend={
                 "name": "kubernetes", "kubeconfig": str(config), "namespace": "team",
-                "namespace_per_user": per_user, "image": "busybox:1.36"})
+                "namespace_per_user": per_user, "image": "busybox:1.36",
+                "checkpoint_limit_s": 4, "resize_retry_periods": 5})
             live = make_backend(cfg)
             assert isinstance(live, KubernetesLive) and live.warning is None
+            assert (live.kube.checkpoint_limit_s, live.kube.resize_retry_periods) == (4.0, 5)
             live.owner_of["app"] = "alice"  # what the manager records at admission
             live.register("app", lambda app, vm, i: Launch("sleep 1000"))
             live.apply(Plan(0.0, 40.0, create=(VMPlacement("app/vm1", "app", 0),),

@@ -80,6 +80,8 @@ class BackendConfig(BaseModel):
     image: str = Field("python:3.12-slim", min_length=1)
     instance: str = Field("merkat", pattern=r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$",
                           max_length=63)
+    checkpoint_limit_s: float = Field(10.0, gt=0, le=600)  # a state: checkpoint's time at most
+    resize_retry_periods: int = Field(3, ge=1, le=1000)  # a Deferred resize is sent again after
 
     @field_validator("reserve_cpu", "reserve_memory")
     @classmethod

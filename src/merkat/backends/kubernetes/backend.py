@@ -56,7 +56,7 @@ from merkat.backends.kubernetes.objects import (
     resize_state,
 )
 from merkat.backends.kubernetes.podexec import ExecResult, exec_in_pod
-from merkat.backends.kubernetes.refusals import restart_count, retry_due
+from merkat.backends.kubernetes.refusals import RETRY_PERIODS, restart_count, retry_due
 from merkat.control.types import Metrics
 from merkat.market import Hosts
 from merkat.platform.backend import ApplyReport as ApplyReport
@@ -132,6 +132,7 @@ class KubernetesBackend:
     _pending: list[OpReport] = field(default_factory=list)
     claims: set[tuple[str, str]] = field(default_factory=set)  # PVCs known to exist (state.py)
     checkpoint_limit_s: float = 10.0  # a checkpoint's time at most, whatever its template says
+    resize_retry_periods: int = RETRY_PERIODS  # a resize Deferred that long is sent again
     last_report: ApplyReport | None = None
 
     def __post_init__(self) -> None:
@@ -305,7 +306,7 @@ class KubernetesBackend:
                 continue
             want = self._size(p.app, alloc, p.desired, vm)
             if want == p.desired:
-                if p.state == DEFERRED and retry_due(p.deferred):  # refusals.py's rule
+                if p.state == DEFERRED and retry_due(p.deferred, self.resize_retry_periods):
                     ops.append(self._resize(vm, p, want, "resize-retry"))
                 continue
             if p.desired is not None and want.cpu <= p.desired.cpu and (

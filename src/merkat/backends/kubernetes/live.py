@@ -342,4 +342,6 @@ def from_config(config: Any) -> KubernetesLive:
     kube = connect(str(b.kubeconfig) if b.kubeconfig else None,
                    namespace=None if b.namespace_per_user else b.namespace,
                    context=b.context, instance=b.instance)
+    kube.checkpoint_limit_s = b.checkpoint_limit_s
+    kube.resize_retry_periods = b.resize_retry_periods
     return KubernetesLive(kube, logs=Path(config.data_dir) / "logs", image=b.image)

@@ -50,6 +50,7 @@ def shortfall(requested: Size | None, applied: Size | None) -> dict[str, tuple[f
     return out
 
 
-def retry_due(deferred_periods: int) -> bool:
-    """Whether a resize Deferred for ``deferred_periods`` consecutive periods is sent again."""
-    return deferred_periods > 0 and deferred_periods % RETRY_PERIODS == 0
+def retry_due(deferred_periods: int, every: int = RETRY_PERIODS) -> bool:
+    """Whether a resize Deferred for ``deferred_periods`` consecutive periods is sent again
+    (every ``every`` periods: the server's ``backend.resize_retry_periods``)."""
+    return deferred_periods > 0 and deferred_periods % every == 0
