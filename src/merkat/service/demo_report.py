@@ -253,9 +253,9 @@ def render(f: Facts) -> str:
                          + (": " + ", ".join(p.changes) if p.changes else ""))
         else:
             lines.append(f"{head}: {p.state}" + (f" ({p.reason})" if p.reason else ""))
-    if f.prices:
-        top = max(f.prices)
-        lines.append(f"cpu price: lowest {min(f.prices):.4f}, highest {top:.4f} = "
+    if any(p > 0 for p in f.prices):
+        top, low = max(f.prices), min(p for p in f.prices if p > 0)
+        lines.append(f"cpu price: lowest {low:.4f}, highest {top:.4f} = "
                      f"{top / r:.0f}x the reserve price {r:g} (credits per core per period)")
         lines.append(f"  price {sparkline(f.prices)}  ({len(f.prices)} periods, log scale)")
     lines.append("money (credits):  platform   " + "".join(f"{k:>10s}" for k in MONEY))
