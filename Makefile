@@ -16,8 +16,9 @@ $(STAMP): $(BIN)/python pyproject.toml
 	touch $(STAMP)
 
 ## run: set up .venv, install, and run the main job on embedded defaults: the live service with
-## a small demo (two deadline-driven solvers and a best-effort one sharing this machine); it
-## prints each period and ends by itself with a report after ~2.5 min (Ctrl-C stops it sooner)
+## more demand than this machine can serve (a deadline solver raising its bid, best-effort ones
+## saturating it, a price-limited one suspended and resumed); it prints each period and ends by
+## itself after ~2.5 min with what the market did (docs/service.md, "The demo"; Ctrl-C stops it)
 run: $(STAMP)
 	$(BIN)/merkat demo --duration 150 --period 5
 
