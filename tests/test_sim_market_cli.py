@@ -71,6 +71,28 @@ def test_bench_period_prints_json_and_refuses_negative_job_counts(trace: str) ->
     assert bad.exit_code == 2 and "--jobs must be an integer in [0, " in bad.stderr
 
 
+def test_bench_period_reports_the_peak_resident_memory_of_its_process(trace: str) -> None:
+    """``peak_rss_mib`` is the process's own peak: what the kernel reports for it at exit
+    (wait4), give or take what printing the JSON adds."""
+    import os
+    import subprocess
+    import sys
+
+    p = subprocess.Popen(
+        [sys.executable, "-m", "merkat", "bench", "period", "--jobs", "40", "--trace", trace],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert p.stdout is not None
+    out = p.stdout.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = 0  # reaped here
+    assert os.waitstatus_to_exitcode(status) == 0
+    doc = json.loads(out)
+    at_exit = usage.ru_maxrss / 1024
+    assert 30 < doc["peak_rss_mib"] <= at_exit + 0.1
+    assert at_exit - doc["peak_rss_mib"] < 8
+
+
 def test_bench_sweep_times_the_experiment_and_digests_its_results(tmp_path: Path) -> None:
     """``merkat bench sweep``: the experiment's own files, a digest of results.json that
     does not depend on the run (two runs, the same digest) and the target's verdict."""

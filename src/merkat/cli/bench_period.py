@@ -4,15 +4,18 @@ One market simulation (deadline-strict controllers, in-memory bank, simulated ba
 first ``--jobs`` HPC2N jobs on 240 hosts × 1 core, 5-minute periods, at one inter-arrival
 factor: the run ``merkat sim experiment themis-fig5`` repeats for each factor. Prints one JSON
 object: ``{jobs, periods, wall_s, ms_per_period, met_deadlines, migrations, cpu_s, workers,
-admission_s, pieces}``
+admission_s, pieces, peak_rss_mib}``
 (``wall_s`` is the simulation only, not reading the trace; ``cpu_s`` is the CPU time of the
 process and of its ``--workers`` processes over the same span, which other work on the machine
-disturbs less; ``pieces``: how ``--workers`` cut the run, docs/simulator-market.md).
+disturbs less; ``pieces``: how ``--workers`` cut the run, docs/simulator-market.md;
+``peak_rss_mib``: the peak resident memory, MiB, of the process (reading the trace included) or,
+with ``--workers``, of the largest of it and its worker processes: ``getrusage`` ``ru_maxrss``).
 """
 
 from __future__ import annotations
 
 import json
+import resource
 import sys
 import time
 
@@ -88,5 +91,16 @@ def bench_period(
         "workers": workers,
         "admission_s": admission or None,
         "pieces": list(out.pieces),
+        "peak_rss_mib": peak_rss_mib(),
     }
     sys.stdout.write(json.dumps(doc) + "\n")
+
+
+def peak_rss_mib() -> float:
+    """The peak resident set, MiB, of this process or of its largest finished child (Linux
+    ``ru_maxrss`` is in KiB), to 0.1 MiB."""
+    kib = max(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+    )
+    return round(kib / 1024, 1)
