@@ -12,6 +12,11 @@ import pytest
 # a field the real API server would reject fails the test that sent it.
 os.environ.setdefault("MERKAT_KUBE_SCHEMA", "1")
 
+# pytest-xdist's workers run with COLUMNS=80 (the controller's terminal), which would make the
+# CLI's tables think they print to an 80-column terminal and cut cells; the CLI under test
+# (in process or as a subprocess) prints as it does into a pipe, whatever runs the tests.
+os.environ.pop("COLUMNS", None)
+
 
 @pytest.fixture
 def cpu_heavy() -> Iterator[int]:
