@@ -84,10 +84,15 @@ def test_cli_runs_maui_on_a_trace(tmp_path: Path) -> None:
 
 
 def test_cli_maui_models_estimates_on_a_lublin_trace(tmp_path: Path) -> None:
+    # a Lublin trace made here (a clone alone has no shared/traces): no requested times
+    from merkat.sim.workload.lublin import write as write_lublin
+
+    trace = tmp_path / "lublin.swf"
+    write_lublin(trace, 1000, seed=0, nodes=256)
     runner = CliRunner()
     docs = {}
     for s in ("easy", "maui"):
-        r = runner.invoke(app, ["sim", "run", "--trace", "lublin_256", "--jobs", "1000",
+        r = runner.invoke(app, ["sim", "run", "--trace", str(trace), "--jobs", "1000",
                                 "--scheduler", s, "--out", str(tmp_path / s), "-o", "json"])
         assert r.exit_code == 0, r.stderr
         docs[s] = json.loads(r.stdout)
@@ -98,7 +103,7 @@ def test_cli_maui_models_estimates_on_a_lublin_trace(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bad", ["mau", "MAUI"])
 def test_cli_unknown_scheduler_is_a_one_line_error(tmp_path: Path, bad: str) -> None:
-    r = CliRunner().invoke(app, ["sim", "run", "--trace", "lublin_256", "--scheduler", bad,
+    r = CliRunner().invoke(app, ["sim", "run", "--trace", "HPC2N-2002-2.2-cln", "--scheduler", bad,
                                  "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "--scheduler" in r.stderr and "maui" in r.stderr
 
