@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,3 +31,27 @@ def cpu_heavy() -> Iterator[int]:
     with open("/tmp/merkat-e2e-cpu.lock", "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
         yield sorted(os.sched_getaffinity(0))[0]
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[tuple[Any, Any, dict[str, str]]]:
+    """An in-process server (FastAPI TestClient over a Manager, no cgroups) with users alice
+    (100 credits), bob (10) and the admin root: ``(client, manager, {name: key})``."""
+    from fastapi.testclient import TestClient
+
+    from merkat.service.api import create_app
+    from merkat.service.backends import make_backend
+    from merkat.service.config import load_config
+    from merkat.service.db import open_store
+    from merkat.service.manager import Manager
+
+    cfg = load_config(None, data_dir=tmp_path, period=1.0, admission=0.5,
+                      backend={"cgroup_root": str(tmp_path / "no-cgroups")})
+    store = open_store(cfg.database)
+    keys = {"alice": store.add_user("alice", budget=100_000_000),
+            "bob": store.add_user("bob", budget=10_000_000),
+            "root": store.add_user("root", admin=True)}
+    m = Manager(cfg, store, make_backend(cfg))
+    with TestClient(create_app(m)) as c:
+        yield c, m, keys
+    m.close()

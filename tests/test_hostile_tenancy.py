@@ -17,6 +17,7 @@ from merkat.service.backends import make_backend
 from merkat.service.config import load_config
 from merkat.service.db import open_store
 from merkat.service.manager import Manager
+from test_service_api import h
 
 LONG = """\
 name: {name}
@@ -32,27 +33,6 @@ clusters:
 
 def template(name: str = "s", budget: str = "10") -> str:
     return LONG.format(name=name, budget=budget)
-
-
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[tuple[TestClient, Manager, dict[str, str]]]:
-    cfg = load_config(None, data_dir=tmp_path, period=1.0, admission=0.5,
-                      backend={"cgroup_root": str(tmp_path / "no-cgroups")})
-    store = open_store(cfg.database)
-    keys = {"alice": store.add_user("alice", budget=100_000_000),
-            "bob": store.add_user("bob", budget=10_000_000),
-            "root": store.add_user("root", admin=True)}
-    m = Manager(cfg, store, make_backend(cfg))
-    with TestClient(create_app(m)) as c:
-        yield c, m, keys
-    m.close()
-
-
-def h(key: str, ctype: str | None = None) -> dict[str, str]:
-    out = {"Authorization": f"Bearer {key}"}
-    if ctype:
-        out["content-type"] = ctype
-    return out
 
 
 def submit(c: TestClient, key: str, text: str) -> Any:

@@ -5,18 +5,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from merkat.service.api import create_app
-from merkat.service.backends import make_backend
 from merkat.service.config import load_config
-from merkat.service.db import open_store
-from merkat.service.manager import Manager
 
 SOLVER = """\
 name: solver
@@ -29,20 +24,6 @@ clusters:
     memory: 64
     monitor: {kind: log, regex: 'iteration (?P<work_done>\\\\d+)/(?P<work_total>\\\\d+)'}
 """
-
-
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[tuple[TestClient, Manager, dict[str, str]]]:
-    cfg = load_config(None, data_dir=tmp_path, period=1.0, admission=0.5,
-                      backend={"cgroup_root": str(tmp_path / "no-cgroups")})
-    store = open_store(cfg.database)
-    keys = {"alice": store.add_user("alice", budget=100_000_000),
-            "bob": store.add_user("bob", budget=10_000_000),
-            "root": store.add_user("root", admin=True)}
-    m = Manager(cfg, store, make_backend(cfg))
-    with TestClient(create_app(m)) as c:
-        yield c, m, keys
-    m.close()
 
 
 def h(key: str, ctype: str | None = None) -> dict[str, str]:
