@@ -152,3 +152,16 @@ def test_the_demo_shows_the_market_at_work(tmp_path: Path, cpu_heavy: int) -> No
     assert last[-2].startswith("money: budgets 140, paid ")
     assert facts.html is not None and facts.html.read_text().startswith("<!DOCTYPE html")
     assert (tmp_path / "logs" / "urgent" / "vm1.log").read_text().startswith("iteration 1/")
+
+
+def test_a_suspension_is_reported_at_the_price_its_controller_saw() -> None:
+    """The price sampled after a suspension lacks the application's own bid (9.5x below a
+    10x limit); the report gives the price of the clearing the controller decided on."""
+    from merkat.service.demo_report import state_changes
+
+    reserve = 0.01
+    prices = [0.05, 0.105, 0.095, 0.08, 0.07]
+    states = ["running", "running", "suspended", "suspended", "running"]
+    changes = state_changes([0.0, 5.0, 10.0, 15.0, 20.0], prices, states, reserve)
+    assert changes == ["suspended at 10 s (price seen 0.1050 = 10.5x)",
+                       "resumed at 20 s (price seen 0.0800 = 8.0x)"]

@@ -148,6 +148,29 @@ def html_report(data: Path) -> tuple[Path | None, str]:
     return path, cmd
 
 
+def state_changes(when: list[float], prices: list[float], states: list[str | None],
+                  reserve: float) -> list[str]:
+    """Each suspension and resume of a platform, with the CPU price its controller saw.
+
+    ``states[k]`` is the platform's state sampled at ``when[k]``, after a period whose
+    clearing gave ``prices[k]``. A controller decides on the price of the clearing before its
+    own period, so a change first seen at sample k was decided on ``prices[k - 1]``: the
+    price at sample k already lacks (or includes) the application's own bid, which is why a
+    limit-10x application could seem to suspend "at 9.5x" when the price it saw was above 10x.
+    """
+    out: list[str] = []
+    last: str | None = None
+    for k, (w, state) in enumerate(zip(when, states, strict=False)):
+        seen = prices[k - 1] if 0 < k <= len(prices) else None
+        at = "" if seen is None else f" (price seen {seen:.4f} = {seen / reserve:.1f}x)"
+        if last == "running" and state == "suspended":
+            out.append(f"suspended at {w:.0f} s{at}")
+        elif last == "suspended" and state == "running":
+            out.append(f"resumed at {w:.0f} s{at}")
+        last = state or last
+    return out
+
+
 def collect(svc: Any, entries: list[Any], trace: Any, data: Path, owner: str,
             owner_start: int) -> Facts:
     """The facts of a finished demo run (module doc), but for the HTML report
@@ -170,14 +193,8 @@ def collect(svc: Any, entries: list[Any], trace: Any, data: Path, owner: str,
         run = [s for s in rows if s is not None and s.state == "running"]
         p.bids, p.shares = [s.bid for s in run], [s.share for s in run]
         p.raises = sum(1 for a, b in itertools.pairwise(p.bids) if b > 1.01 * a)
-        last = None
-        for w, price, s in zip(when, trace.prices, rows, strict=False):
-            state = s.state if s is not None else None
-            if last == "running" and state == "suspended":
-                p.changes.append(f"suspended at {w:.0f} s (price {price:.4f} = {price / r:.1f}x)")
-            elif last == "suspended" and state == "running":
-                p.changes.append(f"resumed at {w:.0f} s (price {price:.4f} = {price / r:.1f}x)")
-            last = state or last
+        p.changes = state_changes(when, trace.prices,
+                                  [s.state if s is not None else None for s in rows], r)
         timed = [(w, s) for w, s in zip(when, rows, strict=False)
                  if s is not None and s.state == "running" and s.done is not None]
         if e.deadline_s is not None and len(timed) >= 2 and timed[-1][0] > timed[0][0]:
