@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from merkat.bank.db import default_url, parse_url, resolve_url
-from merkat.bank.errors import BadDatabaseURL, InvalidInput
+from merkat.bank.errors import BadDatabaseURL, InsufficientFunds, InvalidInput, credits
 from merkat.bank.money import MAX_AMOUNT, format_amount, parse_amount
 
 
@@ -69,6 +69,15 @@ def test_zero_allowed_when_asked() -> None:
 )
 def test_format_amount(micro: int, text: str) -> None:
     assert format_amount(micro) == text
+    assert credits(micro) == text
+
+
+@given(st.integers(min_value=-MAX_AMOUNT, max_value=MAX_AMOUNT))
+def test_errors_render_amounts_as_format_amount_does(micro: int) -> None:
+    # bank/errors imports nothing of merkat (no cycle with bank/money): its own rendering
+    assert credits(micro) == format_amount(micro)
+    assert str(InsufficientFunds("a", micro, 1_500_000)) == (
+        f"insufficient funds: 'a' has {format_amount(micro)}, needs 1.5")
 
 
 @given(st.integers(min_value=1, max_value=MAX_AMOUNT))

@@ -47,7 +47,6 @@ ALLOWED_CYCLES: dict[tuple[str, str], str] = {
     # live: recovery is given what it needs instead of the Manager
     ("merkat.service.manager", "merkat.service.recovery"): "live",
     # cycles: being removed by this session's cycles engineer
-    ("merkat.bank.errors", "merkat.bank.money"): "cycles",
     ("merkat.backends.kubernetes.state", "merkat.backends.kubernetes.backend"): "cycles",
     ("merkat.backends.kubernetes.emulator_http", "merkat.backends.kubernetes.emulator"): "cycles",
     ("merkat.backends.local.health", "merkat.backends.local"): "cycles",

@@ -2,9 +2,20 @@
 
 Callers (the CLI, the period loop) catch :class:`BankError`; the subclasses let them tell
 bad input (:class:`InvalidInput`, exit code 2) from refused operations.
+
+This module imports nothing of merkat (:mod:`merkat.bank.money` raises its errors): an
+amount in a message is rendered by :func:`credits`, the same text as
+:func:`merkat.bank.money.format_amount`.
 """
 
 from __future__ import annotations
+
+from decimal import Decimal
+
+
+def credits(micro: int) -> str:
+    """Micro-credits as the exact decimal text of credits (``12500000`` -> ``"12.5"``)."""
+    return format(Decimal(micro).scaleb(-6).normalize(), "f")
 
 
 class BankError(Exception):
@@ -40,11 +51,8 @@ class InsufficientFunds(BankError):
     """A movement would make ``account``'s balance negative; it is refused, never clipped."""
 
     def __init__(self, account: str, balance: int, needed: int) -> None:
-        from merkat.bank.money import format_amount
-
         super().__init__(
-            f"insufficient funds: {account!r} has {format_amount(balance)}, "
-            f"needs {format_amount(needed)}"
+            f"insufficient funds: {account!r} has {credits(balance)}, needs {credits(needed)}"
         )
         self.account = account
         self.balance = balance
