@@ -149,7 +149,7 @@ NOUNS: tuple[Noun, ...] = (
     Noun("bank", "bank:app", "The bank: accounts, transfers, audit, keys and transfer tokens."),
     Noun("sim", "sim:app",
          "Trace-driven simulator: batch baselines (FCFS, EDF, EASY) on SWF workloads.",
-         ("experiment",)),
+         ("sim_run", "experiment")),
     Noun("bench", "bench:app", "Benchmarks; each prints a JSON object on stdout.",
          ("bank", "market", "sim", "tycoon", "bench_period", "bench_kubernetes", "bench_service",
           "bench_gridcloud", "bench_web", "bench_sweep", "bench_contention", "startup")),

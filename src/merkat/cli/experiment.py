@@ -72,7 +72,7 @@ def experiment(
     params: dict[str, Any] = {}
     if policy is not None or policy_param:
         from merkat.cli.policy import trace_policies
-        from merkat.cli.sim import parse_policy_params
+        from merkat.cli.sim_run import parse_policy_params
 
         if not EXPERIMENTS[name].takes_policy:
             fail(f"--policy: experiment {name!r} does not take a policy (its applications' "
