@@ -133,7 +133,7 @@ def test_funding_and_ar6_contracts(tmp_path: Path) -> None:
 
 
 def test_ar6_scores_one_hour_ahead_on_hourly_means() -> None:
-    from merkat.sim.experiments.tycoon import _ar6_host
+    from merkat.sim.experiments.tycoon_ar6 import _ar6_host
 
     rng = np.random.default_rng(5)
     hourly = np.repeat(rng.uniform(0.5, 1.5, 10), 4)  # 40 h of prices held 4 h each

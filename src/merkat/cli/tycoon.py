@@ -92,7 +92,8 @@ def best_response_cmd(
 
 
 _CONFIG_KEYS = {"hosts": int, "cpus_per_host": float, "vm_cpus": float, "interval_s": float,
-                "reserve": float, "capped": bool, "beta": float, "seed": int}
+                "reserve": float, "capped": bool, "beta": float, "seed": int,
+                "sls_limit": int, "sls_refresh_s": float, "sls_ttl_s": float}
 
 
 def _field(obj: dict[str, Any], key: str, kind: type, where: str, default: Any = None) -> Any:
@@ -137,7 +138,9 @@ def load_scenario(path: Path) -> tuple[Any, list[Any], list[Any]]:
     cfg = {k: _field(cfg_in, k, t, f"{path}: config") for k, t in _CONFIG_KEYS.items()
            if k in cfg_in}
     checks = {"hosts": (1, 100_000), "cpus_per_host": (1e-9, 1e6), "vm_cpus": (1e-9, 1e6),
-              "interval_s": (1e-3, 86_400), "reserve": (1e-12, 1e9), "beta": (1e-9, 1)}
+              "interval_s": (1e-3, 86_400), "reserve": (1e-12, 1e9), "beta": (1e-9, 1),
+              "sls_limit": (1, 100_000), "sls_refresh_s": (0, 86_400),
+              "sls_ttl_s": (1e-3, 10 * 86_400)}
     for k, (lo, hi) in checks.items():
         if k in cfg and not lo <= cfg[k] <= hi:
             fail(f"{path}: config: {k} must be in [{lo:g}, {hi:g}], got {cfg[k]}")
@@ -169,7 +172,15 @@ def load_scenario(path: Path) -> tuple[Any, list[Any], list[Any]]:
         if boost.amount <= 0 or boost.time_s < 0:
             fail(f"{where}: amount must be > 0 and time_s >= 0")
         boosts.append(boost)
-    return TycoonConfig(**cfg, record_every=0), jobs, boosts
+    return _config(TycoonConfig, cfg, f"{path}: config"), jobs, boosts
+
+
+def _config(kind: Any, fields: dict[str, Any], where: str) -> Any:
+    """``kind(**fields)``; its own checks (the SLS's ttl against its refresh) fail in one line."""
+    try:
+        return kind(**fields, record_every=0)
+    except ValueError as exc:
+        fail(f"{where}: {exc}")
 
 
 @app.command("run")
@@ -186,10 +197,19 @@ def run_cmd(
     background_scale: float = typer.Option(
         1.0, "--background-scale",
         help="Multiply the recorded prices (live credits to the scenario's currency)."),
+    sls_limit: int | None = typer.Option(
+        None, "--sls-limit", min=1, max=100_000,
+        help="The most hosts the Service Location Service returns to an agent, best first by "
+             "Best Response's w/y (default: the scenario's config.sls_limit, else every host)."),
+    sls_refresh: float | None = typer.Option(
+        None, "--sls-refresh", min=0.0, max=86_400.0,
+        help="Seconds between the hosts' refreshes of their SLS records (0: before every "
+             "query, never stale; default: the scenario's config.sls_refresh_s, else 0)."),
     output: OutputFormat = OutputOption,
 ) -> None:
-    """Run a Tycoon market scenario in the simulator: jobs funded by transfer tokens, Best
-    Response agents, charging by use, refunds, boosts; print each job's outcome."""
+    """Run a Tycoon market scenario in the simulator: hosts registered in the Service Location
+    Service, jobs funded by transfer tokens, Best Response agents over the hosts it returns,
+    charging by use, refunds, boosts; print each job's outcome."""
     from dataclasses import replace
 
     from merkat.sim.background import PriceFileError, read_price_export
@@ -201,6 +221,11 @@ def run_cmd(
                                                and background_period > 0):
         fail(f"--background-period: must be a finite number > 0, got {background_period}")
     cfg, jobs, boosts = load_scenario(scenario)
+    over = {k: v for k, v in (("sls_limit", sls_limit), ("sls_refresh_s", sls_refresh))
+            if v is not None}
+    if over:
+        fields = {f: getattr(cfg, f) for f in cfg.__dataclass_fields__ if f != "record_every"}
+        cfg = _config(type(cfg), fields | over, "--sls-limit/--sls-refresh")
     series = None
     if background_prices is not None:
         try:
@@ -220,6 +245,7 @@ def run_cmd(
         "minted": res.minted,
         "provider_income": res.provider_income,
         "refunded": res.refunded,
+        "sls": {"limit": cfg.sls_limit, "refresh_s": cfg.sls_refresh_s, "ttl_s": cfg.sls_ttl},
     }
     if series is not None:
         doc["background"] = {"file": str(background_prices), "rows": int(series.times.size),

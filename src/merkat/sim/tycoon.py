@@ -4,10 +4,15 @@ by use with refunds, boosting, and jobs funded by transfer tokens (Tycoon §2.2,
 This is its own driver (a loop over 10-second intervals), not the Merkat period: Tycoon has no
 cluster-wide clearing, placement or controllers. Each interval:
 
+0. the hosts refresh their records in the Service Location Service
+   (:mod:`merkat.market.sls`: capacity and the sum of their bids) every ``sls_refresh_s``
+   seconds (the agents then see prices up to that old); with ``sls_refresh_s`` 0 (the default)
+   the SLS is never stale: the hosts' records are refreshed before every query;
 1. jobs due are launched: the user pays the broker, signs a transfer token
-   (:mod:`merkat.bank.tokens`) naming the job, the broker redeems it into a sub-account, Best
-   Response over all hosts picks the job's hosts (those it bids on, the highest ``subjobs``
-   bids; one VM per user per host) and the sub-account funds one host account per VM in
+   (:mod:`merkat.bank.tokens`) naming the job, the broker redeems it into a sub-account, the
+   agent asks the SLS for the best hosts (Best Response's w/y order; at most ``sls_limit``),
+   Best Response over them picks the job's hosts (those it funds, best first, at most
+   ``subjobs``; one VM per user per host) and the sub-account funds one host account per VM in
    proportion to the bids;
 2. boosts due move more money from the user into the job's sub-account;
 3. every running job's agent re-computes its bids by Best Response over its hosts against the
@@ -41,6 +46,7 @@ from merkat.bank import tokens
 from merkat.bank.ledger import AccountKind, Move
 from merkat.bank.memory import MemoryLedger
 from merkat.market.best_response import damped, solve
+from merkat.market.sls import ServiceLocationService
 from merkat.market.tycoon import charges_by_use, clear_hosts
 from merkat.sim.background import PriceSeries
 
@@ -85,6 +91,27 @@ class TycoonConfig:
     until_s: float = math.inf
     record_every: int = 1  # record the prices every k intervals (0: never)
     seed: int = 0  # its ``ties`` stream (merkat.seeds) breaks ties between equal bids
+    sls_limit: int | None = None  # the most hosts the SLS returns to an agent (None: all)
+    sls_refresh_s: float = 0.0  # hosts refresh their SLS record this often (0: on every change)
+    sls_ttl_s: float | None = None  # a record's life without refresh (None: 3 refreshes)
+
+    def __post_init__(self) -> None:
+        if self.sls_limit is not None and self.sls_limit < 1:
+            raise ValueError(f"sls_limit: must be >= 1, got {self.sls_limit}")
+        if not self.sls_refresh_s >= 0:
+            raise ValueError(f"sls_refresh_s: must be >= 0, got {self.sls_refresh_s}")
+        if self.sls_ttl_s is not None and not self.sls_ttl_s > self.sls_refresh_s:
+            raise ValueError(f"sls_ttl_s: must be > sls_refresh_s ({self.sls_refresh_s:g}: "
+                             f"else every record expires before its refresh), "
+                             f"got {self.sls_ttl_s}")
+
+    @property
+    def sls_ttl(self) -> float:
+        """A record's life: ``sls_ttl_s``, else three refreshes (three intervals when hosts
+        refresh on every change)."""
+        if self.sls_ttl_s is not None:
+            return self.sls_ttl_s
+        return 3 * max(self.sls_refresh_s, self.interval_s)
 
 
 @dataclass
@@ -148,6 +175,9 @@ class TycoonSim:
         self.keys: dict[str, Any] = {}
         self.refunded = 0
         self.rng = seeds.stream(config.seed, "ties")
+        self.sls = ServiceLocationService(config.sls_ttl)
+        self.host_ids = list(range(config.hosts))
+        self.refreshed_at = -math.inf
         self.ledger.create_account(PROVIDER, AccountKind.provider)
         self.ledger.create_account(BROKER, AccountKind.user)
         users = sorted({j.user for j in jobs} | {b.user for b in boosts})
@@ -215,14 +245,22 @@ class TycoonSim:
         rate = job.budget / job.deadline_s
         caps = np.full(self.cfg.hosts, self.cfg.vm_cpus) if self.cfg.capped else None
         y = np.maximum(total, self.cfg.reserve)
-        first = solve(rate, self.capacity, y, caps)
-        # The hosts Best Response funds, best value first (w/y: the order it fills them in),
-        # at most one VM per sub-job; equal hosts in a seeded random order.
-        order = np.lexsort((self.rng.permutation(y.size), -(self.capacity / y)))
-        order = order[first[order] > 0]
+        # The SLS offers the best hosts (w/y: the order Best Response fills them in; equal
+        # hosts in a seeded random order), at the bids of their last refresh; Best Response
+        # over them funds some, the job takes them best first, at most one VM per sub-job.
+        found = self.sls.query(now, self.cfg.sls_limit, reserve=self.cfg.reserve,
+                               tiebreak=self.rng.permutation(self.cfg.hosts))
+        bids_of = {int(h.host): h.bids for h in found}  # type: ignore[call-overload]
+        ranked = np.array(list(bids_of), dtype=np.int64)
+        offered = np.sort(ranked)
+        seen = np.maximum(np.array([bids_of[int(j)] for j in offered]), self.cfg.reserve)
+        first = np.zeros(self.cfg.hosts)
+        first[offered] = solve(rate, self.capacity[offered], seen,
+                               None if caps is None else caps[offered])
+        order = ranked[first[ranked] > 0]
         chosen = np.sort(order[: job.subjobs])
-        if chosen.size == 0:  # nothing worth bidding on: take the cheapest host
-            chosen = np.array([int(np.argmin(total))])
+        if chosen.size == 0:  # nothing worth bidding on: take the cheapest host offered
+            chosen = np.array([int(ranked[0]) if ranked.size else int(np.argmin(total))])
         accounts = [f"{sub}/h{j}" for j in chosen]
         for a in accounts:
             self.ledger.create_account(a, AccountKind.sub, owner=sub)
@@ -293,8 +331,13 @@ class TycoonSim:
             now = k * dt
             bg = self._background_bids(now)
             total = self._total_bids(bg)
+            if cfg.sls_refresh_s > 0 and now >= self.refreshed_at + cfg.sls_refresh_s:
+                self.refreshed_at = now
+                self.sls.register_many(self.host_ids, self.capacity, total, now)
             while pi < len(self.pending) and self.pending[pi][1].launch_s <= now:
                 idx, job = self.pending[pi]
+                if cfg.sls_refresh_s == 0:  # never stale: the hosts' bids as they are now
+                    self.sls.register_many(self.host_ids, self.capacity, total, now)
                 self._launch(idx, job, now, total)
                 pi += 1
             while bi < len(self.boosts) and self.boosts[bi].time_s <= now:

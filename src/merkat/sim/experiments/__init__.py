@@ -1,13 +1,23 @@
 """The papers' experiments, one module per paper (:mod:`.themis`, :mod:`.slo`, :mod:`.merkat`,
-:mod:`.tycoon`, :mod:`.gridcloud`),
+:mod:`.tycoon` with :mod:`.tycoon_ar6` and :mod:`.tycoon_risk`,
+:mod:`.gridcloud`),
 registered by name in :data:`EXPERIMENTS` (:mod:`.registry`); shared helpers in :mod:`.common`.
 
 ``merkat sim experiment NAME --out DIR [--seeds K] [--workers W]`` runs one.
 """
 
-from merkat.sim.experiments import gridcloud, merkat, slo, themis, tycoon
+from merkat.sim.experiments import (
+    gridcloud,
+    merkat,
+    slo,
+    themis,
+    tycoon,
+    tycoon_ar6,
+    tycoon_risk,
+)
 from merkat.sim.experiments.common import FACTORS, Run, baseline_work_at_deadline, execute
 from merkat.sim.experiments.registry import EXPERIMENTS, Experiment, register, run_experiment
 
 __all__ = ["EXPERIMENTS", "FACTORS", "Experiment", "Run", "baseline_work_at_deadline", "execute",
-           "gridcloud", "merkat", "register", "run_experiment", "slo", "themis", "tycoon"]
+           "gridcloud", "merkat", "register", "run_experiment", "slo", "themis", "tycoon",
+           "tycoon_ar6", "tycoon_risk"]
