@@ -52,8 +52,6 @@ ALLOWED_CYCLES: dict[tuple[str, str], str] = {
     ("merkat.backends.local.health", "merkat.backends.local"): "cycles",
     ("merkat.cli.files", "merkat.cli.client"): "cycles",
     ("merkat.service.templates", "merkat.service.monitors"): "cycles",
-    ("merkat.sim.parallel", "merkat.sim.market.trace"): "cycles",
-    ("merkat.sim.schedulers", "merkat.sim.run"): "cycles",
     ("merkat.service.probes", "merkat.service.clusters"): "cycles",
     ("merkat.service.applied", "merkat.service.manager"): "cycles",
     ("merkat.service.clusters", "merkat.service.manager"): "cycles",

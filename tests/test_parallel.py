@@ -87,7 +87,7 @@ def test_workers_on_a_trace_sized_run_cut_automatically(monkeypatch: pytest.Monk
     monkeypatch.setattr(segments, "MIN_JOBS_PER_PIECE", 10)
     steps: list[int] = []
     one = simulate_market(w, CLUSTER, seed=1)
-    par = simulate_market(w, CLUSTER, seed=1, workers=3, progress=steps.append)
+    par = simulate_parallel(w, CLUSTER, seed=1, workers=3, progress=steps.append)
     same(one, par)
     assert sum(steps) == len(w)  # the progress of every piece, each job once
 
@@ -119,7 +119,7 @@ def test_bad_cuts_and_workers_are_refused(
         with pytest.raises(ValueError, match="cuts must be increasing"):
             simulate_parallel(w, CLUSTER, MarketConfig(), names, 0, None, 2, cuts)
     with pytest.raises(ValueError, match="workers must be >= 1"):
-        simulate_market(w, CLUSTER, policies=names, workers=0)
+        simulate_parallel(w, CLUSTER, policies=names, workers=0)
 
 
 def test_a_failing_piece_is_reported_not_waited_for(

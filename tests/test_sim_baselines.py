@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from merkat.sim.batch.baselines import schedule
 from merkat.sim.cluster import Cluster
-from merkat.sim.run import schedule
 from merkat.sim.workload.jobs import Workload
 
 

@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from merkat.sim.batch.baselines import schedule
 from merkat.sim.cluster import Cluster
-from merkat.sim.run import schedule
 from merkat.sim.workload.jobs import Workload
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from merkat.sim.batch.baselines import schedule
 from merkat.sim.cluster import Cluster
 from merkat.sim.metrics import summarize
-from merkat.sim.run import schedule
 from merkat.sim.workload.jobs import Workload, build_workload
 from merkat.sim.workload.swf import read_swf
 

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from merkat import seeds
 from merkat.cli import app
+from merkat.sim.batch.baselines import schedule
 from merkat.sim.batch.maui import ESTIMATES, POPULAR, maui_workload, tsafrir_estimates
 from merkat.sim.cluster import Cluster
-from merkat.sim.run import schedule
 from merkat.sim.workload.jobs import Workload
 
 

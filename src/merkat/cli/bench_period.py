@@ -50,7 +50,8 @@ def bench_period(
     """Time one market run of the themis-fig5 sweep (JSON on stdout)."""
     from merkat.cli.validate import check_float, check_int
     from merkat.sim.cluster import Cluster
-    from merkat.sim.market.trace import MarketConfig, simulate_market, summarize_market
+    from merkat.sim.market.trace import MarketConfig, summarize_market
+    from merkat.sim.parallel import simulate_parallel
     from merkat.sim.workload.jobs import build_workload
     from merkat.sim.workload.swf import SwfError, read_swf
     from merkat.sim.workload.traces import find_trace
@@ -73,8 +74,8 @@ def bench_period(
     bar = LazyProgress(len(w), "market", time.perf_counter())  # on stderr, after 1 s
     cpu = cpu_seconds()
     try:
-        out = simulate_market(w, cluster, MarketConfig(admission=admission or None), seed=seed,
-                              progress=bar, workers=workers)
+        out = simulate_parallel(w, cluster, MarketConfig(admission=admission or None),
+                                seed=seed, progress=bar, workers=workers)
     finally:
         bar.close()
     cpu = cpu_seconds() - cpu

@@ -214,9 +214,9 @@ def bench_sim(
     ),
 ) -> None:
     """Simulator throughput on a trace as one pool of cores (JSON on stdout)."""
+    from merkat.sim.batch.baselines import schedule
     from merkat.sim.cluster import Cluster
     from merkat.sim.metrics import summarize
-    from merkat.sim.run import schedule
     from merkat.sim.workload.jobs import build_workload
     from merkat.sim.workload.swf import SwfError, read_swf
 

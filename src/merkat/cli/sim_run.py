@@ -139,7 +139,8 @@ def run_cmd(
 
     Without --hosts/--cores-per-host the machine is the trace header's MaxProcs as one pool.
     """
-    from merkat.sim.run import RunOptions, run_trace
+    from merkat.sim.options import RunOptions
+    from merkat.sim.run import run_trace
     from merkat.sim.workload.jobs import SloConfig
     from merkat.sim.workload.swf import SwfError
 

@@ -58,6 +58,7 @@ from merkat.sim.market.trace import (
     Segment,
     max_cpu,
     paused_gc,
+    policy_names,
     run_segment,
     simulate_market,
 )
@@ -230,15 +231,24 @@ def reads_history(names: Sequence[str], params: Mapping[str, Any] | None = None)
 def simulate_parallel(
     workload: Workload,
     cluster: Cluster,
-    cfg: MarketConfig,
-    names: tuple[str, ...],
-    seed: int,
-    progress: Callable[[int], None] | None,
-    workers: int,
+    cfg: MarketConfig | None = None,
+    policies: Sequence[str] | None = None,
+    seed: int = 0,
+    progress: Callable[[int], None] | None = None,
+    workers: int = 1,
     cuts: Sequence[int] | None = None,
 ) -> MarketOutcome:
-    """:func:`~merkat.sim.market.simulate_market` on ``workers`` processes (see the module
-    docstring); ``cuts`` overrides :func:`choose_cuts` (increasing job indices, > 0)."""
+    """:func:`~merkat.sim.market.simulate_market` on ``workers``
+    processes (see the module docstring): the caller of a market run chooses this for
+    ``--workers`` > 1; one worker and no ``cuts`` is exactly ``simulate_market``. ``cuts``
+    overrides :func:`choose_cuts` (increasing job indices, > 0)."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    cfg = cfg or MarketConfig()
+    names = policy_names(workload, cfg, policies)
+    if workers == 1 and cuts is None:
+        return simulate_market(workload, cluster, cfg, policies=names, seed=seed,
+                               progress=progress)
     t_wall = time.perf_counter()
     n = len(workload)
     if cuts is None:

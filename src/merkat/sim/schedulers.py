@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from merkat.sim.batch.engine import Schedule
     from merkat.sim.cluster import Cluster
-    from merkat.sim.run import RunOptions
+    from merkat.sim.options import RunOptions
     from merkat.sim.workload.jobs import Workload
 
 OUTCOMES = ("finished", "late", "stopped-deadline", "stopped-budget", "never-started")
@@ -83,7 +83,7 @@ def get(name: str) -> TraceScheduler:
 @dataclass(frozen=True)
 class Batch:
     """A batch baseline of :mod:`merkat.sim.batch` (the fast single-pool loop when it
-    applies: :func:`merkat.sim.run.schedule`)."""
+    applies: :func:`merkat.sim.batch.baselines.schedule`)."""
 
     name: str
     summary: str
@@ -91,8 +91,8 @@ class Batch:
 
     def run(self, workload: Workload, cluster: Cluster, opts: RunOptions,
             progress: Callable[[int], None] | None) -> TraceOutcome:
+        from merkat.sim.batch.baselines import schedule
         from merkat.sim.metrics import summarize
-        from merkat.sim.run import schedule
 
         sched = schedule(workload, cluster, self.name, progress, seed=opts.seed)
         summary = summarize(workload, sched, cluster)
@@ -119,9 +119,10 @@ class Market:
             progress: Callable[[int], None] | None) -> TraceOutcome:
         from merkat.market.types import balancer_params
         from merkat.sim.batch.engine import Schedule
-        from merkat.sim.market.trace import MarketConfig, simulate_market, summarize_market
+        from merkat.sim.market.trace import MarketConfig, summarize_market
+        from merkat.sim.parallel import simulate_parallel
 
-        out = simulate_market(
+        out = simulate_parallel(
             workload, cluster,
             MarketConfig(policy=opts.policy, period=opts.period,
                          budget_base=opts.slo.budget_base, budget_renewal=opts.slo.budget_renewal,

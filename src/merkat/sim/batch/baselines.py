@@ -1,7 +1,8 @@
 """Batch scheduling baselines for the general engine: FCFS, EDF, EASY and conservative
 backfilling, and Maui (EASY on the users' inexact estimates, :mod:`merkat.sim.batch.maui`).
 
-Each is a :class:`merkat.sim.batch.engine.Scheduler`; :data:`SCHEDULERS` maps a name to a factory.
+Each is a :class:`merkat.sim.batch.engine.Scheduler`; :data:`SCHEDULERS` maps a name to a factory;
+:func:`schedule` runs one by name on a workload (the fast single-pool loop when it applies).
 The rules (``docs/simulator.md``):
 
 - **fcfs**: queue order (submit, job id); start heads while they fit; a head that does not fit
@@ -26,7 +27,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from merkat.sim.batch.engine import Context, Scheduler
+import numpy as np
+
+from merkat.sim.batch import fast
+from merkat.sim.batch.engine import Context, Schedule, Scheduler, simulate
+from merkat.sim.cluster import Cluster
 from merkat.sim.workload.jobs import Workload
 
 
@@ -158,7 +163,7 @@ def _reserve(times: list[float], free: list[int], k: int, p: int, end: float) ->
 
 class Maui(Easy):
     """Maui's defaults: FCFS by queue time, EASY backfilling; run through
-    :func:`merkat.sim.run.schedule`, which first gives the jobs their users' inexact estimates
+    :func:`schedule`, which first gives the jobs their users' inexact estimates
     (:mod:`merkat.sim.batch.maui`). On its own it is EASY on the workload's estimates."""
 
     name = "maui"
@@ -172,3 +177,54 @@ SCHEDULERS: dict[str, Callable[[], Scheduler]] = {
     "maui": Maui,
 }
 """Scheduler factories by name (the ``--scheduler`` choices)."""
+
+FAST_SCHEDULERS = ("fcfs", "edf", "easy")
+
+
+def schedule(
+    workload: Workload,
+    cluster: Cluster,
+    scheduler: str,
+    progress: Callable[[int], None] | None = None,
+    use_fast: bool | None = None,
+    seed: int = 0,
+) -> Schedule:
+    """Simulate ``workload`` on ``cluster`` under the scheduler named ``scheduler`` (a key of
+    :data:`merkat.sim.batch.baselines.SCHEDULERS`).
+
+    ``maui`` is EASY backfilling on the users' inexact estimates: the jobs without a requested
+    time get one from the estimate model of :mod:`merkat.sim.batch.maui`, drawn from ``seed``'s
+    ``estimates`` stream (the other schedulers ignore ``seed``).
+
+    ``use_fast=None`` uses :mod:`merkat.sim.batch.fast` when the cluster is a single pool and the
+    scheduler has a fast loop; ``False`` forces the general engine (same result, slower);
+    ``True`` requires the fast loop (ValueError if it does not apply).
+    """
+    if scheduler not in SCHEDULERS:
+        raise ValueError(f"unknown scheduler {scheduler!r}; choose from {', '.join(SCHEDULERS)}")
+    if scheduler == "maui":
+        from merkat.sim.batch.maui import maui_workload
+
+        workload = maui_workload(workload, seed)
+        scheduler = "easy"
+    can_fast = cluster.is_single_pool and scheduler in FAST_SCHEDULERS
+    if use_fast and not can_fast:
+        raise ValueError(f"no fast loop for {scheduler!r} on {cluster}")
+    if use_fast is None:
+        use_fast = can_fast
+    if not use_fast:
+        return simulate(workload, cluster, SCHEDULERS[scheduler](), progress)
+    if len(workload) and int(workload.procs.max()) > cluster.total_cores:
+        raise ValueError("a job needs more cores than the cluster has")
+    submit = workload.submit.tolist()
+    run = workload.run.tolist()
+    procs = workload.procs.tolist()
+    cap = cluster.total_cores
+    if scheduler == "fcfs":
+        start = fast.fcfs_pool(submit, run, procs, cap, progress)
+    elif scheduler == "edf":
+        start = fast.edf_pool(submit, run, procs, workload.deadline.tolist(), cap, progress)
+    else:
+        start = fast.easy_pool(submit, run, workload.estimate.tolist(), procs, cap, progress)
+    s = np.array(start, dtype=np.float64)
+    return Schedule(start=s, end=s + workload.run)

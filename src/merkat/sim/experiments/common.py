@@ -17,9 +17,9 @@ import numpy as np
 from merkat import seeds
 from merkat.control.utility import utility
 from merkat.market.types import balancer_params
+from merkat.sim.batch.baselines import schedule
 from merkat.sim.cluster import Cluster
 from merkat.sim.market.trace import MarketConfig, simulate_market, summarize_market
-from merkat.sim.run import schedule
 from merkat.sim.schedulers import is_market
 from merkat.sim.workload.jobs import Workload, build_workload
 from merkat.sim.workload.swf import SwfTrace, read_swf

@@ -15,7 +15,7 @@
 Every parameter is a module constant written into ``results.json``; the decisions where the
 papers are silent are in ``docs/experiments.md`` ("Issue 6"). Each run is one seeded
 simulation (:mod:`merkat.sim.market.scenarios`, or :func:`merkat.sim.market.simulate_market` and
-:func:`merkat.sim.run.schedule` for the satisfaction comparison); the same seed gives the same
+:func:`merkat.sim.batch.baselines.schedule` for the satisfaction comparison); the same seed gives the same
 ``results.json`` bytes.
 """
 

@@ -16,11 +16,11 @@ import numpy as np
 
 from merkat import seeds
 from merkat.control.utility import efficiency, merkat_satisfaction
+from merkat.sim.batch.baselines import schedule
 from merkat.sim.cluster import Cluster
 from merkat.sim.experiments.common import ScenarioRun, fmt, mean, pyplot
 from merkat.sim.experiments.registry import Experiment
 from merkat.sim.market.trace import MarketConfig, simulate_market
-from merkat.sim.run import schedule
 from merkat.sim.schedulers import is_market
 from merkat.sim.workload import lublin
 from merkat.sim.workload.jobs import Workload

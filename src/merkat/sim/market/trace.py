@@ -113,7 +113,6 @@ def simulate_market(
     policies: Sequence[str] | None = None,
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
-    workers: int = 1,
 ) -> MarketOutcome:
     """Run ``workload`` on ``cluster`` under the market; ``policies`` gives one policy name per
     job (default: ``config.policy`` for all). ``seed`` is the run's: each controller draws
@@ -122,23 +121,25 @@ def simulate_market(
     :func:`~merkat.sim.workload.build_workload`, come from the same seed's ``workload``
     stream).
 
-    ``workers`` > 1 cuts the trace where the cluster is empty and runs the pieces on that many
-    processes (:mod:`merkat.sim.parallel`): the same outcome, byte for byte, sooner."""
+    One process; the caller chooses a run on several
+    (:func:`merkat.sim.parallel.simulate_parallel`: the same outcome, byte for byte, sooner)."""
     cfg = config or MarketConfig()
-    n = len(workload)
-    names = tuple(policies) if policies is not None else (cfg.policy,) * n
-    if len(names) != n:
-        raise ValueError(f"{len(names)} policies for {n} jobs")
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
-    if workers > 1:
-        from merkat.sim.parallel import simulate_parallel
-
-        return simulate_parallel(workload, cluster, cfg, names, seed, progress, workers)
+    names = policy_names(workload, cfg, policies)
     t_wall = time.perf_counter()
     with paused_gc():
         seg = run_segment(workload, cluster, cfg, names, 0, progress, seed=seed)
     return seg.outcome(workload, names, time.perf_counter() - t_wall)
+
+
+def policy_names(workload: Workload, cfg: MarketConfig,
+                 policies: Sequence[str] | None) -> tuple[str, ...]:
+    """One policy name per job: ``policies``, or ``cfg.policy`` for every job (ValueError when
+    ``policies`` does not have one per job)."""
+    n = len(workload)
+    names = tuple(policies) if policies is not None else (cfg.policy,) * n
+    if len(names) != n:
+        raise ValueError(f"{len(names)} policies for {n} jobs")
+    return names
 
 
 @contextmanager
