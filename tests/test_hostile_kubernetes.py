@@ -1,6 +1,7 @@
 """Hostile input on the Kubernetes backend: a user's ``state:`` checkpoint that never ends
 cannot hold the period (and so every other user's platform) for longer than the backend's
-limit, and the checkpoints of one period run side by side, not one after another."""
+limit, and the checkpoints of one period run side by side, not one after another; a notice
+(``notice_s``) cannot keep a suspended VM's pod on its node beyond the server's limit."""
 
 from __future__ import annotations
 
@@ -31,11 +32,35 @@ def test_a_checkpoint_that_never_ends_is_cut_at_the_limit_side_by_side(tmp_path:
         live.register(app, lambda a, vm, i: Launch("sleep 1000", "main", i, state=state))
     live.apply(Plan(0.0, 40.0, create=tuple(VMPlacement(f"{a}/vm1", a, 0) for a in apps),
                     allocations={f"{a}/vm1": {"cpu": 0.5} for a in apps}))
+    live.apply(Plan(40.0, 40.0, suspend=tuple(f"{a}/vm1" for a in apps)))  # noticed
     t0 = time.monotonic()
-    live.apply(Plan(40.0, 40.0, suspend=tuple(f"{a}/vm1" for a in apps)))
+    live.apply(Plan(80.0, 40.0))  # the notice's time: checkpoints, then the deletions
     took = time.monotonic() - t0
     assert took < 2.5, took  # 1 s, not 3 x 1 s, nor 3 x 60 s
     assert emu.pods == {}  # the suspensions happened all the same
-    live.apply(Plan(80.0, 40.0))
+    live.apply(Plan(120.0, 40.0))
     assert sorted((r.op, r.vm, r.error) for r in live.report) == [
         ("checkpoint", f"{a}/vm1", "checkpoint failed: timed out after 1 s") for a in sorted(apps)]
+
+
+def test_a_notice_of_an_hour_holds_the_node_no_longer_than_the_servers_limit(
+        tmp_path: Path) -> None:
+    """A template asking ``notice_s: 3600`` would keep its suspended pod (and the node's room
+    the market gave to others) for an hour: the backend cuts it at ``notice_limit_s``."""
+    emu = KubeEmulator(exec_dir=str(tmp_path / "containers"))
+    emu.namespaces.add("merkat")
+    emu.add_node("node-0", "4", "8Gi")
+    kube = KubernetesBackend(emulated_client(emu, "merkat"), namespace="merkat",
+                             sleep=lambda s: None, notice_limit_s=60.0)
+    live = KubernetesLive(kube, logs=tmp_path / "logs")
+    live.register("mallory", lambda a, vm, i: Launch("sleep 1000", "main", i,
+                                                     state={"notice_s": 3600}))
+    vm = "mallory/vm1"
+    live.apply(Plan(0.0, 40.0, create=(VMPlacement(vm, "mallory", 0),),
+                    allocations={vm: {"cpu": 0.5}}))
+    live.apply(Plan(40.0, 40.0, suspend=(vm,)))
+    assert live.describe(vm)["preempt_at"] == "1970-01-01T00:01:40Z"  # 40 + 60, not 40 + 3600
+    live.apply(Plan(80.0, 40.0))
+    assert ("merkat", "mallory-main-1") in emu.pods
+    live.apply(Plan(120.0, 40.0))
+    assert emu.pods == {}

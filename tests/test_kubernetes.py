@@ -394,7 +394,7 @@ def test_quantities_and_names() -> None:
 def test_connect_reads_a_kubeconfig_and_reports_bad_ones_in_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import yaml
 
-    from merkat.backends.kubernetes.backend import KubeConfigError, connect
+    from merkat.backends.kubernetes.connect import KubeConfigError, connect
     from merkat.backends.kubernetes.emulator import kubeconfig
 
     with pytest.raises(KubeConfigError, match="not found"):

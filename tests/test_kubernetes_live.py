@@ -10,7 +10,7 @@ import time
 import pytest
 
 from merkat.backends.kubernetes import PodTemplate
-from merkat.backends.kubernetes.backend import KubeConfigError, connect
+from merkat.backends.kubernetes.connect import KubeConfigError, connect
 from merkat.backends.kubernetes.objects import actual_size, desired_size, pod_name
 from merkat.platform.backend import Plan, VMPlacement
 

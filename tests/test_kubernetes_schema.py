@@ -10,6 +10,7 @@ from merkat.backends.kubernetes import KubernetesBackend, PodTemplate
 from merkat.backends.kubernetes.emulator import KubeEmulator, emulated_client
 from merkat.backends.kubernetes.objects import Size, binding, pod_manifest, resize_patch
 from merkat.backends.kubernetes.schema import VERSION, check, check_request, check_response
+from merkat.backends.kubernetes.state import StateVolume
 from merkat.platform.backend import Plan, VMPlacement
 
 pytestmark = pytest.mark.kubernetes
@@ -32,6 +33,8 @@ def plan(t: float = 0.0, **kw: object) -> Plan:
 
 def route(verb: str, path: str) -> str:
     parts = path.split("/")
+    if len(parts) > 5 and parts[5] == "persistentvolumeclaims":
+        return f"{verb} persistentvolumeclaims" + ("" if len(parts) == 6 else "/name")
     if len(parts) > 6 and parts[5] == "pods":  # /api/v1/namespaces/NS/pods/NAME[/sub]
         return f"{verb} pods/{parts[7]}" if len(parts) > 7 else f"{verb} pod"
     if path.endswith("/pods"):
@@ -41,12 +44,16 @@ def route(verb: str, path: str) -> str:
 
 def exercise(emu: KubeEmulator, namespace: str | None, **kw: object) -> KubernetesBackend:
     """Every kind of call: list nodes and pods, create (+ a namespace), bind, resize CPU and
-    memory (both resize policies), a 409 retried, migrate, suspend, destroy, exec, log."""
+    memory (both resize policies), a 409 retried, migrate, suspend, destroy, exec, log; and
+    with ``state:`` a claim created and deleted, the notice set and withdrawn (a merge patch
+    of the pod), a checkpoint (exec)."""
     b = KubernetesBackend(emulated_client(emu, NS), namespace=namespace, sleep=lambda s: None,
                           **kw)  # type: ignore[arg-type]
     b.add_app("a", PodTemplate(owner="alice", image="python:3.12", command=("sleep", "9"),
                                env={"X": "1"}, memory_mib=256))
     b.add_app("m", PodTemplate(owner="bob", memory_restart=True))
+    b.add_app("s", PodTemplate(owner="carol", state=StateVolume(
+        checkpoint="true", restore="true", grace=5, storage_class="standard")))
     b.refresh()
     create = (VMPlacement("a/vm1", "a", 0), VMPlacement("a/vm2", "a", 1),
               VMPlacement("m/vm1", "m", 2))
@@ -59,7 +66,18 @@ def exercise(emu: KubeEmulator, namespace: str | None, **kw: object) -> Kubernet
     p = b.pods["a/vm2"]
     assert list(b.client.log(p.name, namespace=p.namespace, container="vm", tail_lines=10)) == []
     assert b.apply_report(plan(120, suspend=("a/vm1",), destroy=("m/vm1",),
-                               allocations={"a/vm2": {"cpu": 2}})).failed == ()
+                               create=(VMPlacement("s/vm1", "s", 0),),
+                               allocations={"a/vm2": {"cpu": 2}, "s/vm1": {"cpu": 1}})
+                          ).failed == ()
+    one = {"a/vm2": {"cpu": 2}}
+    steps = [plan(180, suspend=("s/vm1",), allocations=one),  # the notice
+             plan(200, resume=(VMPlacement("s/vm1", "s", 0),),  # withdrawn (null)
+                  allocations={**one, "s/vm1": {"cpu": 1}}),
+             plan(240, migrate=(("s/vm1", 0, 1),), allocations={**one, "s/vm1": {"cpu": 1}}),
+             plan(300, allocations={**one, "s/vm1": {"cpu": 1}}),  # checkpoint, delete, create
+             plan(360, destroy=("s/vm1",), allocations=one)]  # the pod and its claim deleted
+    for step in steps:
+        assert b.apply_report(step).failed == ()
     return b
 
 
@@ -75,7 +93,11 @@ def test_every_request_the_backend_sends_is_valid_against_the_pinned_api_schema(
         seen |= {route(c.verb, c.path) for c in emu.calls}
     assert seen >= {"GET nodes", "GET pods", "GET pods (all namespaces)", "POST pods",
                     "POST pods/binding", "PATCH pods/resize", "DELETE pod", "GET pods/exec",
-                    "GET pods/log", "POST namespaces"}
+                    "GET pods/log", "POST namespaces", "PATCH pod",
+                    "POST persistentvolumeclaims", "DELETE persistentvolumeclaims/name"}
+    patches = [c.body for c in emu.calls if route(c.verb, c.path) == "PATCH pod"]
+    assert [p["metadata"]["annotations"]["merkat.io/preempt-at"] is None for p in patches] == [
+        False, True, False]  # set, withdrawn, set
     assert VERSION.startswith("1.35")
 
 

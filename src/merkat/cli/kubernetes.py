@@ -31,7 +31,8 @@ def nodes(kubeconfig: Path | None = KubeconfigOption, namespace: str = Namespace
                                        "(label merkat.io/instance)."),
           output: OutputFormat = OutputOption) -> None:
     """The cluster's nodes as merkat's market sees them, and merkat's pods on each."""
-    from merkat.backends.kubernetes.backend import KubeConfigError, _Failed, connect
+    from merkat.backends.kubernetes.backend import _Failed
+    from merkat.backends.kubernetes.connect import KubeConfigError, connect
 
     try:
         b = connect(str(kubeconfig) if kubeconfig else None, namespace=namespace,

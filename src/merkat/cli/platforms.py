@@ -112,6 +112,9 @@ def print_show(p: dict[str, Any]) -> None:
             for v in p["vms"]])
         if (p.get("suspension") or {}).get("note"):
             print(f"  suspension: {p['suspension']['note']}")
+        for v in p["vms"]:  # under notice (merkat.io/preempt-at): its pod still runs
+            if v.get("preempt_at"):
+                print(f"  notice: {v['id']}'s pod stops at {v['preempt_at']} (merkat.io/preempt-at)")
         return
     print_table(None, ["VM", "NODE", "STATE", "BID CPU", "BID MEM", "CPU", "MEM MiB",
                        "CGROUP", "PID"], [

@@ -262,7 +262,8 @@ class Manager:
                     "pid": d.get("pid"), "adopted": d.get("adopted", False),
                     "restarts": d.get("restarts", 0),
                     "limits": d.get("limits"),
-                    **{k: d[k] for k in ("pod", "requested", "applied", "resize") if k in d},
+                    **{k: d[k] for k in ("pod", "requested", "applied", "resize", "preempt_at")
+                       if k in d},
                 })
             return out
 

@@ -14,6 +14,7 @@ clusters:
       restore: cp -r "$MERKAT_STATE/work" . || true   # run before the command, every start
       timeout: 10              # s, for checkpoint (at most the server's limit, 10 s)
       grace: 30                # s between SIGTERM and SIGKILL when the pod is deleted
+      notice_s: 40             # s between merkat.io/preempt-at and the stop (default: a period)
 ```
 
 Only the kubernetes backend uses it; the local backend suspends with SIGSTOP (memory kept) and
@@ -41,6 +42,7 @@ class State(BaseModel):
     restore: str | None = Field(None, min_length=1, max_length=65536)
     timeout: float = Field(10.0, gt=0, le=60)
     grace: int = Field(30, ge=0, le=3600)
+    notice_s: float | None = Field(None, ge=0, le=3600)
 
     @field_validator("path")
     @classmethod

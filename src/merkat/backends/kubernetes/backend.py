@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from merkat.backends.kubernetes import notice as notice_mod
 from merkat.backends.kubernetes import state as state_mod
 from merkat.backends.kubernetes.objects import (
     A_VM,
@@ -133,6 +134,8 @@ class KubernetesBackend:
     claims: set[tuple[str, str]] = field(default_factory=set)  # PVCs known to exist (state.py)
     checkpoint_limit_s: float = 10.0  # a checkpoint's time at most, whatever its template says
     resize_retry_periods: int = RETRY_PERIODS  # a resize Deferred that long is sent again
+    notice_limit_s: float = notice_mod.NOTICE_LIMIT_S  # a template's notice_s at most (>1 period)
+    held: dict[str, notice_mod.Held] = field(default_factory=dict)  # pods under notice (notice.py)
     last_report: ApplyReport | None = None
 
     def __post_init__(self) -> None:
@@ -193,7 +196,7 @@ class KubernetesBackend:
         for pod in self._call(lambda: list(self.client.list(Pod, namespace=ns, labels=labels))):
             d = pod.to_dict()
             vm = (d["metadata"].get("annotations") or {}).get(A_VM)
-            if vm and not d["metadata"].get("deletionTimestamp"):
+            if vm and not d["metadata"].get("deletionTimestamp") and vm not in self.held:
                 listed[vm] = d
         out: list[OpReport] = []
         for vm in [v for v in self.pods if v not in listed]:
@@ -222,7 +225,7 @@ class KubernetesBackend:
     def exec(self, vm: str, argv: Sequence[str], timeout: float = 5.0) -> ExecResult:
         """Run ``argv`` in ``vm``'s pod (``pods/{name}/exec``: one API call, not retried);
         failures and timeouts come back in the result (:mod:`.podexec`), never raised."""
-        p = self.pods.get(vm)
+        p = self.pods.get(vm) or (h.pod if (h := self.held.get(vm)) else None)  # noticed too
         if p is None:
             return ExecResult(error=f"no pod for {vm}")
         self.api_calls += 1
@@ -269,6 +272,8 @@ class KubernetesBackend:
             report = ApplyReport(plan.time, tuple(ops), self.api_calls - calls0)
             self.last_report = report
             return report
+        plan, notified = notice_mod.intercept(self, plan)  # notices: stopped a period later
+        ops += notified
         allocs = plan.allocations
         moving = {vm: (src, dst) for vm, src, dst in plan.migrate}
         state_mod.checkpoint_all(self, [*plan.suspend, *moving])  # before the pods go
@@ -377,6 +382,8 @@ class KubernetesBackend:
         node = self.node_ids[host]
         template = self._template(app, vm)
         size = self._size(app, alloc, None, vm)
+        if (full := notice_mod.room(self, node, size)) is not None:  # a held pod is there
+            return OpReport(op, vm, False, full, prior, node=node)
         t0 = self.clock()
         try:
             ns = self._ns(app, vm)
@@ -466,34 +473,3 @@ class KubernetesBackend:
                     continue
                 raise _Failed(0, f"{type(e).__name__}: {e}") from None
         raise AssertionError("unreachable")
-
-
-class KubeConfigError(ValueError):
-    """No usable Kubernetes credentials (one line, naming the file or the source)."""
-
-
-def connect(kubeconfig: str | None = None, *, namespace: str | None = "merkat",
-            context: str | None = None, instance: str = "merkat",
-            **options: Any) -> KubernetesBackend:
-    """A backend on the cluster of ``kubeconfig`` (a file), else the in-cluster service account,
-    else ``$KUBECONFIG``, else ``~/.kube/config`` (lightkube's order); nodes read at once.
-    Raises :class:`KubeConfigError` for missing or unreadable credentials; an unreachable API
-    server is reported by the first period, not raised."""
-    import yaml
-    from lightkube import Client, KubeConfig
-    from lightkube.core.exceptions import ConfigError
-
-    try:
-        config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
-        single = config.get(context_name=context)
-    except ConfigError as e:
-        raise KubeConfigError(f"kubeconfig: {e}") from None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError) as e:
-        where = kubeconfig or "(from the environment)"
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise KubeConfigError(f"kubeconfig {where}: {type(e).__name__}: {first}") from None
-    if single is None:
-        raise KubeConfigError(f"kubeconfig: no context {context!r}" if context
-                              else "kubeconfig: no current context")
-    client = Client(config=single, namespace=namespace)
-    return KubernetesBackend(client, namespace=namespace, instance=instance, **options)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from merkat.backends.kubernetes.backend import KubernetesBackend, OpReport, _Failed
+from merkat.backends.kubernetes.notice import rfc3339
 from merkat.backends.kubernetes.objects import PodTemplate
 from merkat.backends.kubernetes.podexec import ExecResult
 from merkat.backends.kubernetes.refusals import shortfall
@@ -171,7 +172,8 @@ class KubernetesLive:
         return out
 
     def describe(self, vm: str) -> dict[str, Any] | None:
-        p = self.kube.pods.get(vm)
+        h = self.kube.held.get(vm)  # under notice (notice.py): its pod still runs until then
+        p = self.kube.pods.get(vm) or (h.pod if h is not None else None)
         if p is None:
             return None
         size = p.desired.as_market() if p.desired else {}
@@ -182,7 +184,8 @@ class KubernetesLive:
                 "adopted": vm in self._kept,
                 "limits": {"cpu": size.get("cpu"), "memory": size.get("memory")},
                 "requested": {"cpu": size.get("cpu"), "memory": size.get("memory")},
-                "applied": {"cpu": held.get("cpu"), "memory": held.get("memory")}}
+                "applied": {"cpu": held.get("cpu"), "memory": held.get("memory")},
+                "preempt_at": rfc3339(h.at) if h is not None else None}
 
     def suspension(self, template: Mapping[str, Any]) -> dict[str, Any]:
         """What a suspension or a migration does to a platform of ``template`` (the API's
@@ -309,6 +312,9 @@ class KubernetesLive:
 
     def close(self) -> None:
         """Delete this server's pods (a graceful stop), then close the client."""
+        for vm, h in self.kube.held.items():  # pods under notice go too
+            self.kube.pods[vm] = h.pod
+        self.kube.held.clear()
         self._delete_all()
         with contextlib.suppress(Exception):
             self.kube.client.close()
@@ -334,9 +340,9 @@ class KubernetesLive:
 def from_config(config: Any) -> KubernetesLive:
     """The live service's factory (``backend.name: kubernetes``): ``config.backend``'s
     kubeconfig, context, namespace, image and instance; logs under ``data_dir/logs``. Unusable
-    credentials raise :class:`~merkat.backends.kubernetes.backend.KubeConfigError` (a
+    credentials raise :class:`~merkat.backends.kubernetes.connect.KubeConfigError` (a
     ``ValueError``); an API server that does not answer is the backend's ``warning``."""
-    from merkat.backends.kubernetes.backend import connect
+    from merkat.backends.kubernetes.connect import connect
 
     b = config.backend
     kube = connect(str(b.kubeconfig) if b.kubeconfig else None,
@@ -344,4 +350,5 @@ def from_config(config: Any) -> KubernetesLive:
                    context=b.context, instance=b.instance)
     kube.checkpoint_limit_s = b.checkpoint_limit_s
     kube.resize_retry_periods = b.resize_retry_periods
+    kube.notice_limit_s = b.notice_limit_s
     return KubernetesLive(kube, logs=Path(config.data_dir) / "logs", image=b.image)

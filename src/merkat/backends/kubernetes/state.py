@@ -27,7 +27,6 @@ from merkat.backends.kubernetes.objects import CONTAINER, Json, dns_label
 VOLUME = "merkat-state"
 ENV = "MERKAT_STATE"
 NOTICE_VOLUME, NOTICE_DIR, NOTICE_ENV = "merkat-notice", "/etc/merkat", "MERKAT_NOTICE"
-PREEMPT_AT = "merkat.io/preempt-at"
 
 
 @dataclass(frozen=True)
@@ -41,6 +40,7 @@ class StateVolume:
     restore: str | None = None
     timeout: float = 10.0
     grace: int = 30
+    notice_s: float | None = None  # s of notice before a suspension/migration (None: a period)
 
     @classmethod
     def of(cls, spec: Any) -> StateVolume | None:
@@ -126,36 +126,9 @@ def checkpoint_all(backend: Any, vms: Sequence[str]) -> None:
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    for vm, st in jobs:  # the notice first: when the pod will be killed
-        notice(backend, vm, st)
-
     with ThreadPoolExecutor(max_workers=min(8, len(jobs))) as pool:
         for _ in pool.map(lambda j: checkpoint(backend, j[0], j[1]), jobs):
             pass
-
-
-def notice(backend: Any, vm: str, state: StateVolume) -> None:
-    """Annotate ``vm``'s pod ``merkat.io/preempt-at: <RFC 3339 UTC>``, the time it will be
-    killed (now + its checkpoint's time + the grace period): one ``PATCH pods/{name}``; the
-    application reads it in ``$MERKAT_NOTICE/annotations`` (downward API). Errors reported."""
-    import datetime
-
-    from lightkube.resources.core_v1 import Pod
-    from lightkube.types import PatchType
-
-    from merkat.backends.kubernetes.backend import _Failed
-    from merkat.platform.backend import OpReport
-
-    p = backend.pods[vm]
-    at = datetime.datetime.now(datetime.UTC) + datetime.timedelta(
-        seconds=(min(state.timeout, backend.checkpoint_limit_s) if state.checkpoint else 0)
-        + state.grace)
-    body = {"metadata": {"annotations": {PREEMPT_AT: at.strftime("%Y-%m-%dT%H:%M:%SZ")}}}
-    try:
-        backend._call(lambda: backend.client.patch(Pod, p.name, body, namespace=p.namespace,
-                                                   patch_type=PatchType.MERGE), retry=False)
-    except _Failed as e:
-        backend._pending.append(OpReport("notice", vm, False, f"notice failed: {e.reason}"))
 
 
 def checkpoint(backend: Any, vm: str, state: StateVolume) -> None:

@@ -1,0 +1,125 @@
+"""The notice before preemption on the emulator (notice.py; docs/kubernetes.md, "A notice before
+preemption"): ``merkat.io/preempt-at`` is on the pod, readable through its downward API file, at
+least ``notice_s`` (one period by default) before the pod is stopped; a resumption before that
+time withdraws it and keeps the pod; a migration waits for it, and a pod placed where the held
+one still is waits for the room."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from merkat.backends.kubernetes.emulator import KubeEmulator
+from merkat.backends.kubernetes.live import KubernetesLive
+from merkat.backends.local import Launch
+from merkat.platform.backend import Plan, VMPlacement
+from test_kubernetes_state import STATE, VM, count, setup
+
+pytestmark = pytest.mark.kubernetes
+
+T = 1_790_000_000.0  # the period's time, as the live service's (time.time) plan carries it
+P = 40.0
+ONE = {VM: {"cpu": 1.0}}
+
+
+def notice_file(live: KubernetesLive) -> str:
+    r = live.exec_in(VM, 'cat "$MERKAT_NOTICE/annotations"')
+    assert r.ok, r.problem()
+    return r.stdout
+
+
+def pod_calls(emu: KubeEmulator, verb: str) -> list[Any]:
+    return [c for c in emu.calls if c.verb == verb and c.path.endswith("/pods/app-main-1")]
+
+
+def test_the_notice_is_readable_in_the_pod_a_period_before_it_is_deleted(tmp_path: Path) -> None:
+    emu, live = setup(tmp_path, STATE)
+    uid = emu.pod("merkat", "app-main-1")["metadata"]["uid"]
+    assert count(live) == 1
+    live.apply(Plan(T, P, suspend=(VM,)))
+    assert [(r.op, r.error) for r in live.report] == [("suspend", None)]
+    (patch,) = pod_calls(emu, "PATCH")
+    assert patch.content_type.startswith("application/merge-patch+json")
+    assert patch.body == {"metadata": {"annotations": {
+        "merkat.io/preempt-at": "2026-09-21T14:14:00Z"}}}  # T + 40 s
+    assert notice_file(live) == ('merkat.io/preempt-at="2026-09-21T14:14:00Z"\n'
+                                 f'merkat.io/vm="{VM}"\n')
+    assert live.describe(VM)["preempt_at"] == "2026-09-21T14:14:00Z"
+    live.apply(Plan(T + P / 2, P))  # an admission half a period later: not yet
+    assert emu.pod("merkat", "app-main-1")["metadata"]["uid"] == uid
+    assert pod_calls(emu, "DELETE") == [] and count(live) == 2  # it still runs
+    checkpoints_before = len(emu.execs)
+    live.apply(Plan(T + P, P))  # the time has come: checkpoint, then SIGTERM with grace
+    assert ("merkat", "app-main-1") not in emu.pods
+    (delete,) = pod_calls(emu, "DELETE")
+    assert delete.query["gracePeriodSeconds"] == "2"
+    assert emu.calls.index(delete) > emu.calls.index(patch)
+    assert STATE["checkpoint"] in emu.execs[checkpoints_before].argv[-1]
+    live.apply(Plan(T + 2 * P, P, resume=(VMPlacement(VM, "app", 0),), allocations=ONE))
+    assert count(live) == 3  # the checkpoint taken at the deadline was restored
+    assert "preempt-at" not in notice_file(live)  # a new pod: no notice
+    assert emu.schema_errors == []
+
+
+def test_a_resume_before_the_deadline_withdraws_the_notice_and_keeps_the_pod(
+        tmp_path: Path) -> None:
+    emu, live = setup(tmp_path, STATE)
+    uid = emu.pod("merkat", "app-main-1")["metadata"]["uid"]
+    live.apply(Plan(T, P, suspend=(VM,)))
+    assert "preempt-at" in notice_file(live)
+    live.apply(Plan(T + P / 2, P, resume=(VMPlacement(VM, "app", 0),), allocations=ONE))
+    assert all(r.error is None for r in live.report), live.report
+    assert ("notice", VM) in [(r.op, r.vm) for r in live.report]
+    withdraw = pod_calls(emu, "PATCH")[-1]
+    assert withdraw.body == {"metadata": {"annotations": {"merkat.io/preempt-at": None}}}
+    assert "preempt-at" not in notice_file(live)
+    live.apply(Plan(T + 2 * P, P, allocations=ONE))
+    assert emu.pod("merkat", "app-main-1")["metadata"]["uid"] == uid  # never stopped
+    assert pod_calls(emu, "DELETE") == [] and count(live) == 1
+    assert emu.schema_errors == []
+
+
+def test_the_templates_notice_s_sets_the_delay_within_the_servers_limit(tmp_path: Path) -> None:
+    emu, live = setup(tmp_path, {**STATE, "notice_s": 100})
+    live.apply(Plan(T, P, suspend=(VM,)))
+    assert pod_calls(emu, "PATCH")[0].body["metadata"]["annotations"][
+        "merkat.io/preempt-at"] == "2026-09-21T14:15:00Z"  # T + 100 s
+    for t in (T + P, T + 2 * P):
+        live.apply(Plan(t, P))
+        assert ("merkat", "app-main-1") in emu.pods
+    live.apply(Plan(T + 3 * P, P))  # 120 s >= 100 s
+    assert ("merkat", "app-main-1") not in emu.pods
+
+
+def test_a_migration_waits_for_its_notice_and_a_pod_placed_on_the_held_node_waits_for_room(
+        tmp_path: Path) -> None:
+    emu, live = setup(tmp_path, STATE)
+    live.register("big", lambda app, vm, i: Launch("sleep 1000", "main", i))
+    three = {VM: {"cpu": 3.0}}
+    live.apply(Plan(T, P, allocations=three))
+    assert count(live) == 1
+    live.apply(Plan(T + P, P, migrate=((VM, 0, 1),),
+                    create=(VMPlacement("big/vm1", "big", 0),),
+                    allocations={**three, "big/vm1": {"cpu": 3.0}}))
+    ops = {(r.op, r.vm): r.error for r in live.report}
+    assert ops[("migrate", VM)] is None
+    assert "node node-0 is still held by app/vm1's pod until its notice ends" in str(
+        ops[("create", "big/vm1")])
+    assert emu.pod("merkat", "app-main-1")["spec"]["nodeName"] == "node-0"
+    assert emu.pod("merkat", "app-main-1")["status"]["phase"] == "Running"
+    assert ("merkat", "big-main-1") not in emu.pods  # no pod rejected by the kubelet
+    live.apply(Plan(T + 2 * P, P, create=(VMPlacement("big/vm1", "big", 0),),
+                    allocations={**three, "big/vm1": {"cpu": 3.0}}))
+    assert all(r.error is None for r in live.report), live.report
+    assert emu.pod("merkat", "app-main-1")["spec"]["nodeName"] == "node-1"
+    assert emu.pod("merkat", "big-main-1")["status"]["phase"] == "Running"
+    assert count(live) == 2  # checkpointed at the deadline, restored on node-1
+    assert emu.schema_errors == []
+
+
+def test_without_state_a_suspension_deletes_the_pod_at_once(tmp_path: Path) -> None:
+    emu, live = setup(tmp_path, None)
+    live.apply(Plan(T, P, suspend=(VM,)))
+    assert emu.pods == {} and pod_calls(emu, "PATCH") == []
