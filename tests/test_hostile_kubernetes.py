@@ -19,13 +19,18 @@ from merkat.platform.backend import Plan, VMPlacement
 pytestmark = pytest.mark.kubernetes
 
 
-def test_a_checkpoint_that_never_ends_is_cut_at_the_limit_side_by_side(tmp_path: Path) -> None:
+def cluster(tmp_path: Path, **limits: float) -> tuple[KubeEmulator, KubernetesLive]:
+    """One 4-core node; the backend with the server's ``limits``."""
     emu = KubeEmulator(exec_dir=str(tmp_path / "containers"))
     emu.namespaces.add("merkat")
     emu.add_node("node-0", "4", "8Gi")
     kube = KubernetesBackend(emulated_client(emu, "merkat"), namespace="merkat",
-                             sleep=lambda s: None, checkpoint_limit_s=1.0)
-    live = KubernetesLive(kube, logs=tmp_path / "logs")
+                             sleep=lambda s: None, **limits)  # type: ignore[arg-type]
+    return emu, KubernetesLive(kube, logs=tmp_path / "logs")
+
+
+def test_a_checkpoint_that_never_ends_is_cut_at_the_limit_side_by_side(tmp_path: Path) -> None:
+    emu, live = cluster(tmp_path, checkpoint_limit_s=1.0)
     state = {"checkpoint": "sleep 100", "timeout": 60}  # the template allows 60 s at most
     apps = ("mallory", "mallet", "eve")
     for app in apps:
@@ -47,12 +52,7 @@ def test_a_notice_of_an_hour_holds_the_node_no_longer_than_the_servers_limit(
         tmp_path: Path) -> None:
     """A template asking ``notice_s: 3600`` would keep its suspended pod (and the node's room
     the market gave to others) for an hour: the backend cuts it at ``notice_limit_s``."""
-    emu = KubeEmulator(exec_dir=str(tmp_path / "containers"))
-    emu.namespaces.add("merkat")
-    emu.add_node("node-0", "4", "8Gi")
-    kube = KubernetesBackend(emulated_client(emu, "merkat"), namespace="merkat",
-                             sleep=lambda s: None, notice_limit_s=60.0)
-    live = KubernetesLive(kube, logs=tmp_path / "logs")
+    emu, live = cluster(tmp_path, notice_limit_s=60.0)
     live.register("mallory", lambda a, vm, i: Launch("sleep 1000", "main", i,
                                                      state={"notice_s": 3600}))
     vm = "mallory/vm1"
