@@ -20,6 +20,10 @@ just ran (its pod list), about the allocation the *previous* period asked for. A
    not every period (the ledger has every refund);
 4. remembers what each running VM pays this period, for the next period's refund.
 
+Before that, :func:`follow_moves` puts on its new node each VM the backend moved because its
+resize stayed Deferred (operation ``move``, :mod:`merkat.backends.kubernetes.moves`), so the
+market clears it there from the next period.
+
 A backend without ``unapplied`` (the local backend: cgroups apply at once) is left alone.
 """
 
@@ -51,6 +55,7 @@ def settle_applied(m: Manager, period: int) -> int:
     unapplied = getattr(m.backend, "unapplied", None)
     if unapplied is None:
         return 0
+    follow_moves(m)
     state = _STATE.setdefault(m, _Billing())
     economy = m.driver.economy
     short: dict[str, dict[str, Any]] = unapplied()
@@ -111,3 +116,16 @@ def _bills(m: Manager, charging: str) -> dict[str, dict[str, int]]:
 def _sizes(short: dict[str, tuple[float, float]], k: int) -> str:
     units = {"cpu": "cores", "memory": "MiB"}
     return ", ".join(f"{v[k]:g} {units.get(r, r)}" for r, v in sorted(short.items()))
+
+
+def follow_moves(m: Manager) -> None:
+    """The VMs the backend moved this period (``move`` operations, their new ``node``) get
+    that node as their host in the platform's records."""
+    ids = list(m.platform.hosts.ids)
+    for r in getattr(m.backend, "report", []):
+        if r.op != "move" or r.error is not None or r.node not in ids:
+            continue
+        app = m.platform.apps.get(r.vm.split("/", 1)[0])
+        for vm in app.vms if app is not None else ():
+            if vm.id == r.vm and vm.host != NO_HOST:
+                vm.host = ids.index(r.node)

@@ -82,6 +82,7 @@ class BackendConfig(BaseModel):
                           max_length=63)
     checkpoint_limit_s: float = Field(10.0, gt=0, le=600)  # a state: checkpoint's time at most
     resize_retry_periods: int = Field(3, ge=1, le=1000)  # a Deferred resize is sent again after
+    resize_move_periods: int = Field(6, ge=1, le=1000)  # ... and its VM (state:) moved after
     notice_limit_s: float = Field(120.0, ge=0, le=3600)  # a template's notice_s at most (> period)
 
     @field_validator("reserve_cpu", "reserve_memory")

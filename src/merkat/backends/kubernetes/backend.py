@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from merkat.backends.kubernetes import moves as moves_mod
 from merkat.backends.kubernetes import notice as notice_mod
 from merkat.backends.kubernetes import state as state_mod
 from merkat.backends.kubernetes.objects import (
@@ -134,6 +135,7 @@ class KubernetesBackend:
     claims: set[tuple[str, str]] = field(default_factory=set)  # PVCs known to exist (state.py)
     checkpoint_limit_s: float = 10.0  # a checkpoint's time at most, whatever its template says
     resize_retry_periods: int = RETRY_PERIODS  # a resize Deferred that long is sent again
+    resize_move_periods: int = moves_mod.MOVE_PERIODS  # ... that long: moved (state:, moves.py)
     notice_limit_s: float = notice_mod.NOTICE_LIMIT_S  # a template's notice_s at most (>1 period)
     held: dict[str, notice_mod.Held] = field(default_factory=dict)  # pods under notice (notice.py)
     last_report: ApplyReport | None = None
@@ -272,8 +274,9 @@ class KubernetesBackend:
             report = ApplyReport(plan.time, tuple(ops), self.api_calls - calls0)
             self.last_report = report
             return report
+        plan, moved = moves_mod.moves(self, plan)  # resizes Deferred too long: to a node with room
         plan, notified = notice_mod.intercept(self, plan)  # notices: stopped a period later
-        ops += notified
+        ops += moved + notified
         allocs = plan.allocations
         moving = {vm: (src, dst) for vm, src, dst in plan.migrate}
         state_mod.checkpoint_all(self, [*plan.suspend, *moving])  # before the pods go

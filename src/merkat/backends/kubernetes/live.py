@@ -351,4 +351,5 @@ def from_config(config: Any) -> KubernetesLive:
     kube.checkpoint_limit_s = b.checkpoint_limit_s
     kube.resize_retry_periods = b.resize_retry_periods
     kube.notice_limit_s = b.notice_limit_s
+    kube.resize_move_periods = b.resize_move_periods
     return KubernetesLive(kube, logs=Path(config.data_dir) / "logs", image=b.image)
