@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from merkat.control.types import Metrics
 
@@ -69,6 +69,16 @@ class OpReport:
     state: str = ""
     node: str = ""
 
+    @classmethod
+    def of(cls, op: str, vm: str, error: str | None = None, **details: Any) -> OpReport:
+        """The outcome of ``op`` on ``vm``: done when ``error`` is None, else failed with it."""
+        return cls(op, vm, error is None, error or "", **details)
+
+    @property
+    def error(self) -> str | None:
+        """Why it failed, or None when it was done."""
+        return None if self.ok else self.reason
+
 
 @dataclass(frozen=True)
 class ApplyReport:
@@ -95,11 +105,11 @@ class ApplyReport:
 class Backend(Protocol):
     """What the platform needs from the world: act on a plan, report application metrics."""
 
-    def apply(self, plan: Plan) -> ApplyReport | None:
+    def apply(self, plan: Plan) -> ApplyReport:
         """Carry out ``plan`` (create, destroy, migrate, suspend, resume, set allocations) and
         report each operation: done, or failed with a reason. Never raises for a failed
-        operation: errors from the world come back as data. ``None``: every operation done
-        (the live backends keep their per-operation results in their own ``report``)."""
+        operation: errors from the world come back as data, and the platform retries a failed
+        create, resume, migrate, destroy or suspend in the next period."""
         ...
 
     def metrics(self, app: str) -> Metrics:
@@ -115,3 +125,14 @@ class Backend(Protocol):
         horizontal policy releases first. Empty when every VM is busy or the notion does not
         apply (rigid applications)."""
         ...
+
+
+@runtime_checkable
+class Metered(Protocol):
+    """A backend that measures what each application used (charging by use:
+    :mod:`merkat.runtime.metering`)."""
+
+    def cpu_used(self, app: str) -> float | None:
+        """CPU core-seconds ``app``'s VMs used since the last call; None when not measured."""
+        ...
+

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from merkat.control.base import Controller
-from merkat.platform.backend import ApplyReport, Backend
+from merkat.platform.backend import ApplyReport, Backend, Metered
 from merkat.platform.model import App, AppSpec, Charged, Observed, PeriodRecord
 from merkat.platform.period import Platform
 from merkat.runtime.arrivals import Arrival, Arrivals, ListArrivals
@@ -113,6 +113,7 @@ class Driver:
     skip_idle: bool = True
     admission: float | None = None  # seconds between admission points (None: periods only)
     arrivals_now: list[Arrival] = field(default_factory=list, repr=False)
+    report: ApplyReport | None = field(default=None, repr=False)  # the last plan's
 
     @property
     def period(self) -> float:
@@ -165,15 +166,15 @@ class Driver:
             )
         measured = None
         if economy.metered:  # charging by measured use: the CPU used since the last period
-            meter = getattr(backend, "cpu_used", None)
-            measured = {a.spec.id: meter(a.spec.id) if meter else None for a in active}
+            meter = backend if isinstance(backend, Metered) else None
+            measured = {a.spec.id: meter.cpu_used(a.spec.id) if meter else None for a in active}
         decision = platform.decide(t, balances, observed)
         accounts = {a: platform.apps[a].account for a, _ in decision.bills}
         charged = economy.charge(decision, accounts) if measured is None \
             else economy.charge(decision, accounts, measured)
         if charged.unpaid:
             decision = platform.withhold(decision, charged.unpaid)
-        report = backend.apply(decision.plan) or ApplyReport(t)  # None: a backend of old
+        report = self.report = backend.apply(decision.plan)
         given = economy.redistribute(platform.index)
         if minted or given:
             charged = Charged(charged.paid, charged.unpaid, charged.total, minted, given)
@@ -244,7 +245,7 @@ class Driver:
             decision = platform.withhold(decision, charged.unpaid)
         if before_apply is not None:
             before_apply(a)
-        report = backend.apply(decision.plan) or ApplyReport(a)
+        report = self.report = backend.apply(decision.plan)
         platform.settle(decision, report, charged)
         return report
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from merkat.market import NO_HOST
 from merkat.platform.model import MICRO
+from merkat.service.backends import Refusing
 
 if TYPE_CHECKING:
     from merkat.service.manager import Manager
@@ -52,13 +53,12 @@ _STATE: weakref.WeakKeyDictionary[Any, _Billing] = weakref.WeakKeyDictionary()
 def settle_applied(m: Manager, period: int) -> int:
     """Steps 1-4 of the module doc after period ``period``; returns the micro-credits
     refunded. Call under the manager's lock, after the period's backend report."""
-    unapplied = getattr(m.backend, "unapplied", None)
-    if unapplied is None:
+    if not isinstance(m.backend, Refusing):
         return 0
     follow_moves(m)
     state = _STATE.setdefault(m, _Billing())
     economy = m.driver.economy
-    short: dict[str, dict[str, Any]] = unapplied()
+    short: dict[str, dict[str, Any]] = m.backend.unapplied()
     total = 0
     bills = _bills(m, economy.charging)  # this period's, before any record changes below
     for vm_id, s in sorted(short.items()):

@@ -9,13 +9,14 @@ nodes). Register a new one with :func:`register` or the ``merkat.backends`` entr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from merkat.control.types import Metrics
-from merkat.platform.backend import Backend
+from merkat.platform.backend import Backend, OpReport
 
 if TYPE_CHECKING:
+    from merkat.market import Hosts
     from merkat.service.config import ServiceConfig
 
 ENTRY_POINTS = "merkat.backends"
@@ -39,6 +40,7 @@ class LiveBackend(Backend, Protocol):
 
     enforced: bool
     warning: str | None
+    monitored: dict[str, str]  # per application, the VM whose end is its end
 
     def register(self, app: str, launcher: Callable[[str, str, int], Any]) -> None: ...
     def set_metrics(self, app: str, metrics: Metrics) -> None: ...
@@ -47,6 +49,61 @@ class LiveBackend(Backend, Protocol):
     def node_list(self) -> Sequence[NodeInfo]: ...
     def log_path(self, vm: str) -> str | None: ...
     def close(self) -> None: ...
+
+
+# What some live backends can do beyond :class:`LiveBackend`; the manager, recovery and the
+# failure and billing rules ask ``isinstance(backend, Adopting)``... (never ``getattr``).
+
+
+@runtime_checkable
+class Adopting(Protocol):
+    """Takes its VMs back after the server restarted (:mod:`merkat.service.recovery`)."""
+
+    foreign: list[str]  # another server's VM groups found under our prefix (left alone)
+
+    def adopt(self, vm: str, app: str, host: int, index: int,
+              alloc: Mapping[str, float] | None = None) -> OpReport:
+        """Know ``vm`` again (op ``adopt``, ``adopt-frozen``, ``adopt-exited``) or start it
+        again (op ``restart``); errors are data."""
+        ...
+
+    def reap_orphans(self) -> list[str]:
+        """Destroy the VMs of a previous run that no platform claimed; their ids."""
+        ...
+
+
+@runtime_checkable
+class Failing(Protocol):
+    """Says which VMs are gone for good (:mod:`merkat.service.failures`)."""
+
+    def failed(self) -> dict[str, str]:
+        """The VMs that cannot run any more, each with the reason."""
+        ...
+
+
+@runtime_checkable
+class Refusing(Protocol):
+    """Can hold less than the allocation asked (:mod:`merkat.service.applied`)."""
+
+    def unapplied(self) -> dict[str, dict[str, Any]]:
+        """Per VM: the resize's state, message and what is short (requested, applied)."""
+        ...
+
+
+@runtime_checkable
+class Elastic(Protocol):
+    """A cluster whose nodes come and go (Kubernetes): the market sells what is there now."""
+
+    def hosts(self) -> Hosts:
+        """The schedulable nodes as last read."""
+        ...
+
+
+@runtime_checkable
+class Namespaced(Protocol):
+    """Places each user's VMs apart (Kubernetes namespaces): told each platform's owner."""
+
+    owner_of: dict[str, str]
 
 
 Factory = Callable[["ServiceConfig"], LiveBackend]

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from merkat.control.types import AppStatus
 from merkat.platform.backend import Plan
 from merkat.platform.lifecycle import app_failure
+from merkat.service.backends import Failing
 
 if TYPE_CHECKING:
     from merkat.service.manager import Manager
@@ -34,8 +35,7 @@ def fail_dead(m: Manager, refund_period: int | None = None) -> list[str]:
     (module doc); ``refund_period``: the period whose charge the failed platforms get back
     (their VMs failed at its start: after it was charged). Returns the platforms failed.
     Call under the manager's lock."""
-    failed = getattr(m.backend, "failed", None)
-    dead: dict[str, str] = failed() if failed is not None else {}
+    dead = m.backend.failed() if isinstance(m.backend, Failing) else {}
     ended: list[str] = []
     stray: list[str] = []
     for vm, reason in sorted(dead.items()):

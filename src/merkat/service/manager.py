@@ -40,6 +40,7 @@ from merkat.bank.money import format_amount
 from merkat.control.base import Controller
 from merkat.control.registry import PolicyError, make_policy
 from merkat.market import NO_HOST, Hosts
+from merkat.platform.backend import ApplyReport
 from merkat.platform.period import (
     ENDED,
     App,
@@ -50,10 +51,12 @@ from merkat.platform.period import (
     to_micro,
 )
 from merkat.service import files, quotas, tenancy, usercmds
+from merkat.service.backends import Elastic, LiveBackend, Namespaced
 from merkat.service.config import ServiceConfig
 from merkat.service.db import PlatformRow, Store
 from merkat.service.logtail import LogCap, platform_logs
 from merkat.service.monitors import MetricsTracker
+from merkat.service.starts import refund_failed_starts
 from merkat.service.templates import Template, TemplateError
 from merkat.service.tenants import Tenants
 
@@ -122,7 +125,7 @@ class Live:
 class Manager:
     """The applications manager and the period loop of the live service (module doc)."""
 
-    def __init__(self, config: ServiceConfig, store: Store, backend: Any,
+    def __init__(self, config: ServiceConfig, store: Store, backend: LiveBackend,
                  clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.store = store
@@ -248,9 +251,9 @@ class Manager:
             app = self.platform.apps.get(name)
             if app is None:
                 return []
-            out = []
+            out: list[dict[str, Any]] = []
             for vm in app.vms:
-                d = self.backend.describe(vm.id) or {}
+                d: dict[str, Any] = self.backend.describe(vm.id) or {}
                 process = d.get("process")
                 out.append({  # a VM whose process has ended never shows as running
                     "id": vm.id, "state": process if process in ("dead", "exited", "failed")
@@ -334,9 +337,8 @@ class Manager:
     def _tick(self) -> dict[str, Any]:
         with self.lock:
             now = self.clock()
-            nodes = getattr(self.backend, "hosts", None)
-            if nodes is not None:  # a cluster's nodes come and go (kubernetes backend)
-                self.platform.hosts = nodes()
+            if isinstance(self.backend, Elastic):  # nodes come and go (kubernetes backend)
+                self.platform.hosts = self.backend.hosts()
             for r in self.backend.poll():
                 app = r.vm.split("/", 1)[0]
                 self._event("vm-" + r.op, f"{r.vm}: {r.op}" + (f" ({r.error})" if r.error else ""),
@@ -351,11 +353,12 @@ class Manager:
             t_period = time.perf_counter()
             record = self._run_period(now)
             elapsed = time.perf_counter() - t_period
-            self._report_events()
+            self._report_events(self.driver.report)
             from merkat.service.applied import settle_applied
 
             settle_applied(self, record.index)  # resizes refused: billed at what was applied
             fail_dead(self, refund_period=record.index)  # VMs that could not be created
+            refund_failed_starts(self, self.driver.report, record.index)  # retried next period
             self._charges(record.index)
             self._budgets()
             from merkat.service.deadlines import report
@@ -390,12 +393,15 @@ class Manager:
                 now = self.clock()
                 # the next period's time (a loop not running: one period from now)
                 until = self.next_period if self.next_period > now else now + self.config.period
-                if self.driver.admission_point(now, until) is None:
+                report = self.driver.admission_point(now, until)
+                if report is None:
                     return []
-                self._report_events()
+                self._report_events(report)
                 from merkat.service.failures import fail_dead
 
                 fail_dead(self, refund_period=self.platform.index)
+                refund_failed_starts(self, report, self.platform.index,
+                                     max(0.0, min(1.0, (until - now) / self.platform.period)))
                 self._charges(self.platform.index)
                 self._sync(now)
                 return sorted(a for a in queued
@@ -404,10 +410,10 @@ class Manager:
                 batch, self._batch = self._batch, None
                 self.store.add_events(batch)
 
-    def _report_events(self) -> None:
+    def _report_events(self, report: ApplyReport | None) -> None:
         """Events for the backend's report of the plan it just applied: failures, and the
         starts, suspends, resumes, migrations and shutdowns (:data:`VM_EVENTS`)."""
-        for r in getattr(self.backend, "report", []):
+        for r in report.ops if report is not None else ():
             app = r.vm.split("/", 1)[0]
             if r.error:
                 self._event("vm-error", f"{r.vm}: {r.op} failed: {r.error}", app)
@@ -450,9 +456,8 @@ class Manager:
             deadline=start + t.controller.reference if t.controller.reference else None,
             vm_min={"cpu": c.min_cpu, "memory": c.min_memory}, owner=row.owner,
             trade=tuple(t.trade))
-        owners = getattr(self.backend, "owner_of", None)
-        if owners is not None:  # backends placing each user's VMs apart (kubernetes namespaces)
-            owners[t.name] = row.owner
+        if isinstance(self.backend, Namespaced):  # each user's VMs apart (kubernetes)
+            self.backend.owner_of[t.name] = row.owner
         self.backend.register(t.name, self._launcher(t, row.owner))
         from merkat.service.records import budget_key, new_account
 

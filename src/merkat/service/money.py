@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import update
 
 from merkat.bank.ledger import Ledger
+from merkat.platform.backend import Metered
 from merkat.runtime.economy import Economy
 from merkat.service import schema as s
 
@@ -63,8 +64,8 @@ def end_platform(m: Manager, name: str, owner: str, values: Mapping[str, Any],
         m.store.set_platform(name, **values)
         return 0
     if economy.metered:  # an open deposit of charging by use: pay what was used first
-        meter = getattr(m.backend, "cpu_used", None)
-        paid = economy.settle_ended({name: meter(name) if meter else None}, m.platform.index)
+        used = m.backend.cpu_used(name) if isinstance(m.backend, Metered) else None
+        paid = economy.settle_ended({name: used}, m.platform.index)
         app = m.platform.apps.get(name)
         if app is not None and paid.get(name):
             app.spent += paid[name]

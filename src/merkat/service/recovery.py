@@ -26,6 +26,7 @@ from merkat.control.types import AppStatus, VMState
 from merkat.market import NO_HOST
 from merkat.platform.backend import Plan, VMPlacement
 from merkat.platform.model import VMRecord
+from merkat.service.backends import Adopting
 from merkat.service.db import PlatformRow, VmRow, vm_number
 from merkat.service.templates import TemplateError
 
@@ -99,12 +100,14 @@ def recover(m: Manager) -> None:
         how = readopt(m, row)
         m.store.add_event("recovery", f"platform {row.name} resumed after a server "
                           f"restart (it was {row.state}): {how}", row.name, row.owner)
-    reap = getattr(m.backend, "reap_orphans", None)
-    orphans = reap() if reap else []
+    backend = m.backend
+    if not isinstance(backend, Adopting):
+        return
+    orphans = backend.reap_orphans()
     if orphans:
         m.store.add_event("recovery", f"destroyed {len(orphans)} VM(s) no platform claims: "
                           f"{', '.join(orphans[:10])}")
-    foreign = getattr(m.backend, "foreign", [])
+    foreign = backend.foreign
     if foreign:  # another server's VMs under our prefix: never ours to destroy
         m.store.add_event("recovery", f"left {len(foreign)} VM group(s) of another server "
                           f"alone: {', '.join(foreign[:10])}")
@@ -116,8 +119,8 @@ def readopt(m: Manager, row: PlatformRow) -> str:
     its controller starts it again (its VMs are started anew)."""
     app = m.platform.apps[row.name]
     stored = m.store.vms(row.name)
-    adopt: Any = getattr(m.backend, "adopt", None)
-    if adopt is None or not stored or row.state == "waiting":
+    backend = m.backend
+    if not isinstance(backend, Adopting) or not stored or row.state == "waiting":
         return "its VMs are started again"
     hosts = {h: k for k, h in enumerate(m.platform.hosts.ids)}
     suspended = row.state == "suspended"
@@ -135,7 +138,7 @@ def readopt(m: Manager, row: PlatformRow) -> str:
         if state is VMState.BOOTING and host == NO_HOST:
             continue  # never started: the next period places it
         frozen = suspended or state in (VMState.SUSPENDED, VMState.RESUMING)
-        r = adopt(v.id, app.spec.id, max(host, 0), v.index, None if frozen else v.alloc)
+        r = backend.adopt(v.id, app.spec.id, max(host, 0), v.index, None if frozen else v.alloc)
         counts[r.op] += 1
         if r.op == "adopt-exited":  # finished while the server was down: not started again
             continue
@@ -145,7 +148,7 @@ def readopt(m: Manager, row: PlatformRow) -> str:
             if m.backend.describe(v.id) is None:  # not running anywhere: placed again
                 rec.state, rec.host, rec.new, rec.alloc = VMState.BOOTING, NO_HOST, True, {}
                 continue
-        where = getattr(r, "node", "")  # a backend that says where the VM is (kubernetes)
+        where = r.node  # a backend that says where the VM is (kubernetes)
         if where in hosts and not frozen:
             rec.host, rec.new, rec.alloc = hosts[where], False, rec.alloc or dict(v.alloc)
         if state is VMState.MIGRATING:  # the move was written (cpuset) or not: it runs

@@ -40,10 +40,11 @@ class _Timed:
     apply_s: float = 0.0
     report: ApplyReport | None = None
 
-    def apply(self, plan: Plan) -> None:
+    def apply(self, plan: Plan) -> ApplyReport:
         t0 = time.perf_counter()
-        self.report = self.kube.apply_report(plan)
+        report = self.report = self.kube.apply_report(plan)
         self.apply_s = time.perf_counter() - t0
+        return report
 
     def metrics(self, app: str) -> Metrics:
         return Metrics()

@@ -7,7 +7,7 @@ the command, environment, virtual cluster and memory floor — run by ``/bin/sh 
 configured ``image``), ``set_metrics``, ``poll`` (pods that exited since the last call),
 ``describe``, ``node_list``, ``log_path`` (the pod's log fetched through the API into a file,
 for ``merkat platform logs``), ``report`` (the last period's operations, each with
-``op``, ``vm``, ``error``), ``reap_orphans`` and ``close``.
+``op``, ``vm``, ``error``; ``apply`` returns them as an ``ApplyReport``), ``reap_orphans`` and ``close``.
 
 Restarts (docs/kubernetes.md, "Restart"): the backend finds the previous server's pods by
 label at start (:attr:`adopted`: ``merkat.io/instance``, each pod's VM in its annotation
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from merkat.backends.kubernetes.podexec import ExecResult
 from merkat.backends.kubernetes.refusals import shortfall
 from merkat.backends.kubernetes.state import StateVolume
 from merkat.control.types import Metrics
-from merkat.platform.backend import Plan
+from merkat.platform.backend import ApplyReport, Plan
 
 DEFAULT_IMAGE = "python:3.12-slim"
 
@@ -57,26 +57,6 @@ class KubeNode:
     schedulable: bool = True
 
 
-@dataclass(frozen=True)
-class Result:
-    """One operation as the applications manager reads it: ``error`` None on success."""
-
-    op: str
-    vm: str
-    error: str | None = None
-    seconds: float = 0.0
-    state: str = ""
-    node: str = ""  # where the VM's pod is (an adoption keeps the pod's node)
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @classmethod
-    def of(cls, r: OpReport) -> Result:
-        return cls(r.op, r.vm, None if r.ok else r.reason, r.seconds, r.state, r.node)
-
-
 class KubernetesLive:
     """Pods for the live service (module doc). ``logs``: where pod logs are copied."""
 
@@ -88,9 +68,10 @@ class KubernetesLive:
         self.owner_of = owner_of if owner_of is not None else {}
         self.launchers: dict[str, Any] = {}
         self.monitored: dict[str, str] = {}
-        self.report: list[Result] = []
+        self.report: list[OpReport] = []
         self.enforced = True
         self.warning: str | None = None
+        self.foreign: list[str] = []  # (the instance label keeps other servers' pods apart)
         self._exited: set[str] = set()
         self._claimed: set[str] = set()  # VMs a restart took back (adopt): not orphans
         self._kept: set[str] = set()  # ... of which the pod was kept as it was
@@ -129,12 +110,13 @@ class KubernetesLive:
 
     # --- the Backend seam -------------------------------------------------------------
 
-    def apply(self, plan: Plan) -> None:
+    def apply(self, plan: Plan) -> ApplyReport:
         report = self.kube.apply_report(plan)
         # A resize the kubelet has not applied is the service's resize-refused event
         # (merkat.service.applied, through unapplied()), not a failure every period.
-        self.report = [Result.of(r) for r in report.ops if r.op != "resize-status"]
+        self.report = [r for r in report.ops if r.op != "resize-status"]
         self._kept -= {r.vm for r in self.report if r.op not in ("resize", "resize-status", "resize-retry", "restart")}
+        return replace(report, ops=tuple(self.report))
 
     def metrics(self, app: str) -> Metrics:
         m = self.kube.metrics(app)
@@ -160,14 +142,14 @@ class KubernetesLive:
 
     # --- health, description -----------------------------------------------------------
 
-    def poll(self) -> list[Result]:
+    def poll(self) -> list[OpReport]:
         """Pods whose container exited since the last call (0: ``exit``; else an error)."""
-        out: list[Result] = []
+        out: list[OpReport] = []
         for vm, p in self.kube.pods.items():
             if vm in self._exited or p.phase not in ("Succeeded", "Failed"):
                 continue
             self._exited.add(vm)
-            out.append(Result("exit", vm, None if p.phase == "Succeeded" else
+            out.append(OpReport.of("exit", vm, None if p.phase == "Succeeded" else
                               "the pod failed (kubectl describe pod for the reason)"))
         return out
 
@@ -265,7 +247,7 @@ class KubernetesLive:
         return str(path)
 
     def adopt(self, vm: str, app: str, host: int, index: int,
-              alloc: Mapping[str, float] | None = None) -> Result:
+              alloc: Mapping[str, float] | None = None) -> OpReport:
         """Take ``vm`` back after the server restarted (the local backend's contract; the
         module doc): its pod, found by label at start, still Running (or Pending and bound) on
         a Ready node → op ``adopt``, the same pod on its node (``node``), resized only if its
@@ -275,20 +257,20 @@ class KubernetesLive:
         ``host``'s node (an error when that node is gone: the next period places the VM).
         ``index`` is the VM's index in its platform. Errors are data."""
         if vm in self._claimed:
-            return Result("adopt", vm, "already known")
+            return OpReport.of("adopt", vm, "already known")
         launcher = self.launchers.get(app)
         if launcher is None:
-            return Result("adopt", vm, f"no launcher registered for application {app!r}")
+            return OpReport.of("adopt", vm, f"no launcher registered for application {app!r}")
         try:
             launcher(app, vm, index)  # the manager learns the monitored VM, as at a start
         except Exception as exc:  # a bad template reaches us as data
-            return Result("adopt", vm, f"cannot prepare VM: {exc}")
+            return OpReport.of("adopt", vm, f"cannot prepare VM: {exc}")
         self._claimed.add(vm)
         kube = self.kube
         p = kube.pods.get(vm)
         if alloc is None:  # suspended: a suspended VM holds no pod (suspend deletes it)
             r = kube._remove("suspend", vm)
-            return Result("adopt-frozen", vm, None if r.ok else r.reason)
+            return OpReport.of("adopt-frozen", vm, None if r.ok else r.reason)
         if p is not None and p.node is not None and kube.capacity.get(p.node) is not None \
                 and p.phase in ("Running", "Pending"):
             error = None
@@ -298,12 +280,12 @@ class KubernetesLive:
                     r = kube._resize(vm, p, want)
                     error = None if r.ok else r.reason
             self._kept.add(vm)
-            return Result("adopt", vm, error, node=p.node)
+            return OpReport.of("adopt", vm, error, node=p.node)
         if p is not None:
             r = kube._remove("restart", vm)
             if not r.ok:
-                return Result.of(r)
-        return Result.of(kube._create("restart", vm, app, host, alloc or {}, 0.0))
+                return r
+        return (kube._create("restart", vm, app, host, alloc or {}, 0.0))
 
     def reap_orphans(self) -> list[str]:
         """Delete the pods a previous server left (found by label at start) that no stored VM

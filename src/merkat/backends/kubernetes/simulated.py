@@ -35,8 +35,9 @@ class PodsBackend:
     seen: list[dict[str, tuple[dict[str, float], dict[str, float]]]] = field(
         default_factory=list)
 
-    def apply(self, plan: Plan) -> None:
-        self.reports.append(self.kube.apply_report(plan))
+    def apply(self, plan: Plan) -> ApplyReport:
+        report = self.kube.apply_report(plan)
+        self.reports.append(report)
         pods: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
         held: dict[str, dict[str, float]] = {}
         for pod in self.emulator.pods.values():
@@ -53,6 +54,7 @@ class PodsBackend:
         allocations = {vm: held.get(vm, dict.fromkeys(a, 0.0))
                        for vm, a in plan.allocations.items()}
         self.sim.apply(replace(plan, allocations=allocations))
+        return report
 
     def metrics(self, app: str) -> Metrics:
         return self.sim.metrics(app)  # type: ignore[no-any-return]

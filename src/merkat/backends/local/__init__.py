@@ -22,9 +22,13 @@ the file the VM's wrapper shell writes) or starts the VM again when the group is
 gone, and :meth:`LocalBackend.reap_orphans` destroys the groups no platform claims.
 
 Without a writable cgroup hierarchy the processes still run, unenforced (:attr:`enforced` is
-False and :attr:`warning` says why). Errors never raise: each operation's outcome is an
-:class:`OpResult` in :attr:`LocalBackend.report` (the last plan's) — errors from the world are
-data.
+False and :attr:`warning` says why). Errors never raise: :meth:`LocalBackend.apply` returns an
+:class:`~merkat.platform.backend.ApplyReport` (each operation done, or failed with the reason;
+also kept in :attr:`LocalBackend.report`) — errors from the world are data, and the platform
+places a VM whose create or resume failed again in the next period. A create that fails because
+of the template (its launcher or its ``files_in``) is gone for good at once; one that fails in
+the world (its cgroup, its process) is retried, and gone for good after ``max_restarts``
+failed attempts in a row (:meth:`LocalBackend.failed`; the manager then fails its platform).
 """
 
 from __future__ import annotations
@@ -56,9 +60,9 @@ from merkat.backends.local.procs import (
 )
 from merkat.backends.local.sandbox import Identity
 from merkat.control.types import Metrics
-from merkat.platform.backend import Plan
+from merkat.platform.backend import ApplyReport, OpReport, Plan
 
-__all__ = ["Launch", "LocalBackend", "Node", "OpResult", "VMProcess", "pid_alive", "split_machine",
+__all__ = ["Launch", "LocalBackend", "Node", "OpReport", "VMProcess", "pid_alive", "split_machine",
            "wait_for"]
 
 
@@ -79,19 +83,6 @@ class Launch:
     pids: int | None = None  # the group's pids.max (None: unlimited)
     user_env: Mapping[str, str] = field(default_factory=dict)  # the template's env:
     state: Mapping[str, Any] | None = None  # the cluster's state: (the kubernetes backend's)
-
-
-@dataclass(frozen=True)
-class OpResult:
-    """The outcome of one operation of a plan: ``error`` is None on success."""
-
-    op: str
-    vm: str
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
 
 @dataclass
@@ -139,7 +130,8 @@ class LocalBackend:
         self.launchers: dict[str, Launcher] = {}
         self.monitored: dict[str, str] = {}  # app -> the VM whose process ends the app
         self.metrics_of: dict[str, Metrics] = {}
-        self.report: list[OpResult] = []
+        self.report: list[OpReport] = []
+        self.attempts: dict[str, int] = {}  # failed creates or resumes in a row, per VM
         self.failures: dict[str, str] = {}  # VMs gone for good, and why (:meth:`failed`)
         self.foreign: list[str] = []  # VM groups of another server under our prefix (left alone)
         self._lock = threading.RLock()
@@ -165,25 +157,38 @@ class LocalBackend:
 
     # --- Backend ---------------------------------------------------------------------------
 
-    def apply(self, plan: Plan) -> None:
-        """Carry out ``plan``; each operation's outcome lands in :attr:`report`."""
+    def apply(self, plan: Plan) -> ApplyReport:
+        """Carry out ``plan``; report each operation (also kept in :attr:`report`)."""
         with self._lock:
-            report: list[OpResult] = []
+            report: list[OpReport] = []
             for vm in plan.destroy:
-                report.append(OpResult("destroy", vm, self._destroy(vm)))
+                report.append(OpReport.of("destroy", vm, self._destroy(vm)))
             for vm in plan.suspend:
-                report.append(OpResult("suspend", vm, self._suspend(vm)))
+                report.append(OpReport.of("suspend", vm, self._suspend(vm)))
             for p in plan.create:
-                report.append(OpResult("create", p.vm, self._create(p.vm, p.app, p.host)))
+                report.append(self._tried("create", p.vm, self._create(p.vm, p.app, p.host)))
             for p in plan.resume:
-                report.append(OpResult("resume", p.vm, self._resume(p.vm, p.host)))
+                report.append(self._tried("resume", p.vm, self._resume(p.vm, p.host)))
             for vm, _src, dst in plan.migrate:
-                report.append(OpResult("migrate", vm, self._move(vm, dst)))
+                report.append(OpReport.of("migrate", vm, self._move(vm, dst)))
             for vm, alloc in plan.allocations.items():
                 err = self._limit(vm, alloc)
                 if err:
-                    report.append(OpResult("limit", vm, err))
+                    report.append(OpReport.of("limit", vm, err))
             self.report = report
+            return ApplyReport(plan.time, tuple(report))
+
+    def _tried(self, op: str, vm: str, err: str | None) -> OpReport:
+        """A create's or resume's outcome, counting the failures in a row: after
+        ``max_restarts`` more the VM is gone for good (:meth:`failed`)."""
+        if err is None:
+            self.attempts.pop(vm, None)
+        elif vm not in self.failures:
+            n = self.attempts[vm] = self.attempts.get(vm, 0) + 1
+            if n > self.max_restarts:
+                done = "created" if op == "create" else "resumed"
+                self.failures[vm] = f"could not be {done} ({n} attempts): {err}"
+        return OpReport.of(op, vm, err)
 
     def metrics(self, app: str) -> Metrics:
         with self._lock:
@@ -211,12 +216,12 @@ class LocalBackend:
 
     # --- health ----------------------------------------------------------------------------
 
-    def poll(self) -> list[OpResult]:
+    def poll(self) -> list[OpReport]:
         """Reap exited processes; restart a failed one (non-zero exit) up to ``max_restarts``
         times (Merkat §4.2.2's health check: :func:`.health.health_check`). Returns what
         happened."""
         with self._lock:
-            out = [OpResult("escape", vm, why) for vm, why in escapes.check(self)]
+            out = [OpReport.of("escape", vm, why) for vm, why in escapes.check(self)]
             return out + health.health_check(self)
 
     def _fail(self, p: VMProcess, reason: str) -> None:
@@ -242,7 +247,7 @@ class LocalBackend:
         return self.tree.limits(_group(vm)) if p and self.enforced else Limits()
 
     def adopt(self, vm: str, app: str, host: int, index: int,
-              alloc: Mapping[str, float] | None = None) -> OpResult:
+              alloc: Mapping[str, float] | None = None) -> OpReport:
         """Take ``vm`` back after the server restarted: its cgroup (this backend's naming,
         ``<prefix>/<app>/<vm>``) still holds live processes → the VM is known again as
         ``running`` on node ``host`` (``suspended`` when its group is frozen; op
@@ -251,10 +256,10 @@ class LocalBackend:
         ``index`` is its index in its platform (its launcher's). Errors are data."""
         with self._lock:
             if vm in self.vms:
-                return OpResult("adopt", vm, "already known")
+                return OpReport.of("adopt", vm, "already known")
             launcher = self.launchers.get(app)
             if launcher is None:
-                return OpResult("adopt", vm, f"no launcher registered for application {app!r}")
+                return OpReport.of("adopt", vm, f"no launcher registered for application {app!r}")
             group = _group(vm)
             live = [pid for pid in self.tree.pids(group) if pid_alive(pid)] \
                 if self.enforced else []
@@ -267,11 +272,11 @@ class LocalBackend:
                 err = self._create(vm, app, host, index, setup=False)
                 if err is None and alloc:
                     err = self._limit(vm, alloc)
-                return OpResult("restart", vm, err)
+                return OpReport.of("restart", vm, err)
             try:
                 launch = launcher(app, vm, index)
             except Exception as exc:  # a bad template reaches us as data
-                return OpResult("adopt", vm, f"cannot prepare VM: {exc}")
+                return OpReport.of("adopt", vm, f"cannot prepare VM: {exc}")
             p = VMProcess(vm, app, host, launch, self.tree.path(group), self._log(app, vm),
                           pid=_leader(live), adopted=True)
             frozen = self.tree.frozen(group)
@@ -281,7 +286,7 @@ class LocalBackend:
             err = self.tree.set_limits(group, Limits(cpus=self._node(host).cpus))
             if alloc:
                 err = self._limit(vm, alloc) or err
-            return OpResult("adopt-frozen" if frozen else "adopt", vm, err)
+            return OpReport.of("adopt-frozen" if frozen else "adopt", vm, err)
 
     def monitor_context(self, vm: str) -> dict[str, Any] | None:
         """What a command monitor of ``vm`` runs with (:func:`.health.monitor_context`)."""
@@ -295,16 +300,16 @@ class LocalBackend:
         return health.kill(self, vm)
 
     def _adopt_exited(self, vm: str, app: str, host: int, index: int, launcher: Launcher,
-                      log: Path) -> OpResult:
+                      log: Path) -> OpReport:
         """Know ``vm`` again as ended with status 0 (its wrapper wrote it while the server was
         down): not started again; the platform finishes when it is the monitored VM."""
         try:
             launch = launcher(app, vm, index)
         except Exception as exc:  # a bad template reaches us as data
-            return OpResult("adopt", vm, f"cannot prepare VM: {exc}")
+            return OpReport.of("adopt", vm, f"cannot prepare VM: {exc}")
         self.vms[vm] = VMProcess(vm, app, host, launch, self.tree.path(_group(vm)), log,
                                  state="exited", exit_code=0, adopted=True)
-        return OpResult("adopt-exited", vm)
+        return OpReport.of("adopt-exited", vm)
 
     def _alive(self, p: VMProcess) -> bool:
         """Whether an adopted VM still runs: a live process in its group (or its pid)."""
@@ -377,18 +382,16 @@ class LocalBackend:
             self.failures[vm] = f"could not be created: cannot prepare VM: {exc}"
             return f"cannot prepare VM: {exc}"
         p = VMProcess(vm, app, host, launch, self.tree.path(_group(vm)), self._log(app, vm))
+        err = self.tree.create(_group(vm)) or self.tree.set_limits(
+            _group(vm), Limits(cpus=self._node(host).cpus)) or self.tree.set_pids(
+            _group(vm), launch.pids) if self.enforced else None
+        err = err or self._spawn(p)
+        if err:  # nothing of it is left: the platform creates it again (module doc)
+            if self.enforced:
+                self.tree.remove(_group(vm))
+            return err
         self.vms[vm] = p
-        if self.enforced:
-            err = self.tree.create(_group(vm)) or self.tree.set_limits(
-                _group(vm), Limits(cpus=self._node(host).cpus)) or self.tree.set_pids(
-                _group(vm), launch.pids)
-            if err:
-                self._fail(p, f"could not be created: {err}")
-                return err
-        err = self._spawn(p)
-        if err:
-            self._fail(p, f"could not be created: {err}")
-        return err
+        return None
 
     def _spawn(self, p: VMProcess) -> str | None:
         p.log.parent.mkdir(parents=True, exist_ok=True)

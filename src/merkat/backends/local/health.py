@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from merkat.backends.local.cgroups import pid_alive
 from merkat.backends.local.procs import _exit_status, _group, _killpg
+from merkat.platform.backend import OpReport
 
 if TYPE_CHECKING:
     from merkat.backends.local import LocalBackend, VMProcess
@@ -31,9 +32,7 @@ UNKNOWN_EXIT = -1
 def health_check(b: LocalBackend) -> list[Any]:
     """Reap ended processes: status 0 → ``exited``; otherwise restarted while it has restarts
     left, and gone for good (``failed``, with the reason) when its restart fails or its
-    restarts are used up. Returns what happened (:class:`~merkat.backends.local.OpResult`)."""
-    from merkat.backends.local import OpResult
-
+    restarts are used up. Returns what happened (:class:`~merkat.platform.backend.OpReport`)."""
     out: list[Any] = []
     for vm in list(b.vms.values()):
         if vm.state != "running":
@@ -52,16 +51,16 @@ def health_check(b: LocalBackend) -> list[Any]:
         vm.exit_code = code
         if code == 0:
             vm.state = "exited"
-            out.append(OpResult("exit", vm.id))
+            out.append(OpReport.of("exit", vm.id))
         elif vm.restarts < b.max_restarts:
             vm.restarts += 1
             err = b._spawn(vm)
             if err:  # gone for good (the manager fails its platform)
                 b._fail(vm, f"exited with code {code}; restart failed: {err}")
-            out.append(OpResult("restart", vm.id, err and f"restart failed: {err}"))
+            out.append(OpReport.of("restart", vm.id, err and f"restart failed: {err}"))
         else:
             b._fail(vm, f"exited with code {code} after {vm.restarts} restarts")
-            out.append(OpResult("exit", vm.id, f"exited with code {code} "
+            out.append(OpReport.of("exit", vm.id, f"exited with code {code} "
                                 f"after {vm.restarts} restarts"))
     return out
 
