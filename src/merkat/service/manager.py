@@ -358,7 +358,8 @@ class Manager:
 
             settle_applied(self, record.index)  # resizes refused: billed at what was applied
             fail_dead(self, refund_period=record.index)  # VMs that could not be created
-            refund_failed_starts(self, self.driver.report, record.index)  # retried next period
+            refund_failed_starts(self.driver, self.driver.report, record.index, self.paid,
+                                 self._event)  # retried in the next period
             self._charges(record.index)
             self._budgets()
             from merkat.service.deadlines import report
@@ -400,8 +401,9 @@ class Manager:
                 from merkat.service.failures import fail_dead
 
                 fail_dead(self, refund_period=self.platform.index)
-                refund_failed_starts(self, report, self.platform.index,
-                                     max(0.0, min(1.0, (until - now) / self.platform.period)))
+                refund_failed_starts(self.driver, report, self.platform.index, self.paid,
+                                     self._event, max(0.0, min(1.0, (until - now)
+                                                                / self.platform.period)))
                 self._charges(self.platform.index)
                 self._sync(now)
                 return sorted(a for a in queued

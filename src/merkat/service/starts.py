@@ -16,33 +16,34 @@ backend reports gone for good (``failed()``) is the platform's failure instead
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
 from merkat.platform.backend import ApplyReport
 from merkat.platform.model import MICRO
+from merkat.runtime.driver import Driver
 from merkat.service.backends import Failing
-
-if TYPE_CHECKING:
-    from merkat.service.manager import Manager
 
 STARTS = ("create", "resume")
 
 
-def refund_failed_starts(m: Manager, report: ApplyReport | None, period: int,
+def refund_failed_starts(driver: Driver, report: ApplyReport | None, period: int,
+                         paid: Mapping[str, int], event: Callable[[str, str, str], None],
                          fraction: float = 1.0) -> int:
     """Refund what the VMs of ``report`` that did not start paid in ``period`` (module doc);
+    ``paid``: what each platform had paid when its ``charge`` event was last written (so
+    ``spent - paid`` is this period's charge); ``event(kind, message, platform)``;
     ``fraction``: the part of the period the charge covered. Returns the micro-credits
     refunded. Call under the manager's lock, before its ``charge`` events."""
-    economy = m.driver.economy
+    economy, platform, backend = driver.economy, driver.platform, driver.backend
     if report is None or economy.charging != "bid":
         return 0
-    gone = m.backend.failed() if isinstance(m.backend, Failing) else {}
+    gone = backend.failed() if isinstance(backend, Failing) else {}
     owed: dict[str, list[int]] = {}
     for op in report.failed:
         if op.op not in STARTS or op.vm in gone:
             continue
         name = op.vm.split("/", 1)[0]
-        app = m.platform.apps.get(name)
+        app = platform.apps.get(name)
         if app is None or not app.active:
             continue
         for vm in app.vms:
@@ -51,16 +52,16 @@ def refund_failed_starts(m: Manager, report: ApplyReport | None, period: int,
                     round(round(sum(vm.bid.values()) * MICRO) * fraction))
     total = 0
     for name, bills in sorted(owed.items()):
-        app = m.platform.apps[name]
-        amount = min(sum(bills), app.spent - m.paid.get(name, 0))  # never more than it paid
+        app = platform.apps[name]
+        amount = min(sum(bills), app.spent - paid.get(name, 0))  # never more than it paid
         if amount <= 0:
             continue
-        m.store.ledger.transfer(economy.provider, app.account, amount,
+        economy.ledger.transfer(economy.provider, app.account, amount,
                                 f"refund: platform {name}: {len(bills)} VM(s) did not start",
                                 period, idempotency_key=f"failed-start/{name}/{period}/"
                                 f"{report.time:.6f}")
         app.spent -= amount
         total += amount
-        m._event("refund", f"platform {name}: {len(bills)} VM(s) did not start; "
+        event("refund", f"platform {name}: {len(bills)} VM(s) did not start; "
                  f"{amount / MICRO:g} refunded, started again in the next period", name)
     return total
