@@ -17,7 +17,8 @@ import httpx2
 import pytest
 
 from merkat.backends.kubernetes import KubernetesBackend, PodTemplate
-from merkat.backends.kubernetes.emulator import KubeEmulator, emulated_client, kubeconfig, serve
+from merkat.backends.kubernetes.emulator import KubeEmulator, emulated_client, kubeconfig
+from merkat.backends.kubernetes.emulator_http import serve
 from merkat.backends.kubernetes.live import KubernetesLive
 from merkat.control.slo import BestEffort
 from merkat.control.types import Demand, Metrics, Observation
@@ -133,7 +134,7 @@ def test_exec_over_a_real_socket(tmp_path: Path) -> None:
     from lightkube import Client, KubeConfig
 
     emu, b, _ = running(tmp_path)
-    server = serve(emu)
+    server = serve(emu.handle)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         b.client = Client(KubeConfig.from_dict(kubeconfig(NS, server.url)), trust_env=False)

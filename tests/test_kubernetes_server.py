@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from merkat.backends.kubernetes.emulator import KubeEmulator, kubeconfig, serve
+from merkat.backends.kubernetes.emulator import KubeEmulator, kubeconfig
+from merkat.backends.kubernetes.emulator_http import serve
 from merkat.backends.kubernetes.objects import cores_to_millis, cpu_millis
 from test_service_e2e import ENV, ROOT, cli, free_port  # the service's end-to-end helpers
 from test_service_e2e import wait as _wait
@@ -48,7 +49,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[KubeEmulator, Any, Path]]:
     emu.namespaces.add("team")
     emu.add_node("node-0", "2", "4Gi")
     emu.add_node("node-1", "2", "4Gi")
-    server = serve(emu)
+    server = serve(emu.handle)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     config = tmp_path / "kubeconfig"
     config.write_text(yaml.safe_dump(kubeconfig("default", server.url)))

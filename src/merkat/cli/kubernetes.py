@@ -31,8 +31,8 @@ def nodes(kubeconfig: Path | None = KubeconfigOption, namespace: str = Namespace
                                        "(label merkat.io/instance)."),
           output: OutputFormat = OutputOption) -> None:
     """The cluster's nodes as merkat's market sees them, and merkat's pods on each."""
-    from merkat.backends.kubernetes.backend import _Failed
     from merkat.backends.kubernetes.connect import KubeConfigError, connect
+    from merkat.backends.kubernetes.objects import ApiFailure
 
     try:
         b = connect(str(kubeconfig) if kubeconfig else None, namespace=namespace,
@@ -40,7 +40,7 @@ def nodes(kubeconfig: Path | None = KubeconfigOption, namespace: str = Namespace
         b.refresh()
     except KubeConfigError as e:
         fail(str(e))
-    except _Failed as e:
+    except ApiFailure as e:
         fail(f"Kubernetes API: {e.reason}", 1)
     per_node: dict[str, int] = {}
     for p in b.pods.values():

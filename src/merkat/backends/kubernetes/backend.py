@@ -42,6 +42,7 @@ from merkat.backends.kubernetes.objects import (
     DONE,
     L_INSTANCE,
     PROPOSED,
+    ApiFailure,
     Json,
     PodTemplate,
     Size,
@@ -94,12 +95,6 @@ def _bind(client: Any, body: Any, name: str, namespace: str) -> None:
     except ValueError as e:  # msgspec.ValidationError: the Status body of a 201
         if "target" not in str(e):
             raise
-
-
-class _Failed(Exception):
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason)
-        self.code, self.reason = code, reason
 
 
 @dataclass
@@ -269,7 +264,7 @@ class KubernetesBackend:
         self._pending.clear()
         try:
             ops += self.refresh()
-        except _Failed as e:  # the API is unreachable: nothing can be done this period
+        except ApiFailure as e:  # the API is unreachable: nothing can be done this period
             ops.append(OpReport("refresh", "", False, e.reason))
             report = ApplyReport(plan.time, tuple(ops), self.api_calls - calls0)
             self.last_report = report
@@ -369,7 +364,7 @@ class KubernetesBackend:
                                         "metadata": {"name": ns}})
             try:
                 self._call(lambda: self.client.create(body), retry=False)
-            except _Failed as e:
+            except ApiFailure as e:
                 if e.code != 409:  # 409: it exists already
                     raise
             self._namespaces.add(ns)
@@ -402,7 +397,7 @@ class KubernetesBackend:
                 body = Pod.Binding.from_dict(binding(name, node))
                 self._call(lambda: _bind(self.client, body, name, ns))
             self.pods[vm].node = node
-        except _Failed as e:
+        except ApiFailure as e:
             p = self.pods.get(vm)
             if p is not None and p.node is None:  # created but not bound: no half-made VM
                 self._delete_quietly(p)
@@ -425,7 +420,7 @@ class KubernetesBackend:
         try:
             self._call(lambda: self.client.delete(Pod, p.name, namespace=p.namespace,
                                                   grace_period=grace))
-        except _Failed as e:
+        except ApiFailure as e:
             if e.code != 404:
                 self.pods[vm] = p
                 return OpReport(op, vm, False, e.reason, self.clock() - t0, node=p.node or "")
@@ -434,7 +429,7 @@ class KubernetesBackend:
     def _delete_quietly(self, p: _Pod) -> None:
         from lightkube.resources.core_v1 import Pod
 
-        with contextlib.suppress(_Failed):  # the pod GC removes pods of deleted nodes anyway
+        with contextlib.suppress(ApiFailure):  # the pod GC removes pods of deleted nodes anyway
             self._call(lambda: self.client.delete(Pod, p.name, namespace=p.namespace,
                                                   grace_period=0), retry=False)
 
@@ -448,13 +443,13 @@ class KubernetesBackend:
             self._call(lambda: self.client.patch(Pod.Resize, p.name, body,
                                                  namespace=p.namespace,
                                                  patch_type=PatchType.STRATEGIC))
-        except _Failed as e:
+        except ApiFailure as e:
             return OpReport(op, vm, False, e.reason, self.clock() - t0, node=p.node or "")
         p.desired = want
         return OpReport(op, vm, True, "", self.clock() - t0, PROPOSED, p.node or "")
 
     def _call(self, fn: Callable[[], Any], *, retry: bool = True) -> Any:
-        """One API call (counted), retried on 409/429/5xx; errors come back as :class:`_Failed`
+        """One API call (counted), retried on 409/429/5xx; errors come back as :class:`ApiFailure`
         with the API server's message."""
         import httpx2
         from lightkube import ApiError
@@ -469,10 +464,10 @@ class KubernetesBackend:
                 if code in RETRYABLE and k + 1 < attempts:
                     self.sleep(self.backoff_s * 2**k)
                     continue
-                raise _Failed(code, f"{code} {e.status.reason}: {e.status.message}") from None
+                raise ApiFailure(code, f"{code} {e.status.reason}: {e.status.message}") from None
             except httpx2.TransportError as e:  # connection refused, TLS, timeouts
                 if k + 1 < attempts and retry:
                     self.sleep(self.backoff_s * 2**k)
                     continue
-                raise _Failed(0, f"{type(e).__name__}: {e}") from None
+                raise ApiFailure(0, f"{type(e).__name__}: {e}") from None
         raise AssertionError("unreachable")

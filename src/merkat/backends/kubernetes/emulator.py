@@ -47,7 +47,6 @@ from urllib.parse import parse_qs
 import httpx2
 
 from merkat.backends.kubernetes.emulator_exec import PROTOCOLS, ExecSession, accept
-from merkat.backends.kubernetes.emulator_http import serve as serve
 from merkat.backends.kubernetes.emulator_kubelet import Kubelet
 from merkat.backends.kubernetes.emulator_status import (
     REASONS,

@@ -1,7 +1,9 @@
 """The API emulator served over plain HTTP on a real socket (``merkat kubernetes emulator``, and
 the tests that run ``merkat server --backend kubernetes`` in its own process).
 
-Every request goes through :meth:`KubeEmulator.handle` under one lock; an exec request that it
+Every request goes through the handler it is handed (the emulator's
+:meth:`~merkat.backends.kubernetes.emulator.KubeEmulator.handle`; this layer knows nothing
+else of the emulator) under one lock; an exec request that it
 answers ``101 Switching Protocols`` is then relayed between the socket and the session
 (:class:`~merkat.backends.kubernetes.emulator_exec.ExecSession`) outside the lock, so the
 client's real WebSocket stack (``httpx2`` over TCP) talks to the command's subprocess.
@@ -12,17 +14,16 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx2
 
-if TYPE_CHECKING:
-    from merkat.backends.kubernetes.emulator import KubeEmulator
 
-
-def serve(emulator: KubeEmulator, host: str = "127.0.0.1", port: int = 0) -> Any:
-    """Serve ``emulator`` over plain HTTP (a ``ThreadingHTTPServer``, not yet started: call
+def serve(handle: Callable[[httpx2.Request], httpx2.Response], host: str = "127.0.0.1",
+          port: int = 0) -> Any:
+    """Serve ``handle`` (an emulator's ``handle``) over plain HTTP (a ``ThreadingHTTPServer``, not yet started: call
     ``serve_forever``); its kubeconfig is :func:`~merkat.backends.kubernetes.emulator.kubeconfig`
     with ``server`` the returned server's ``url`` attribute. For trying ``merkat server --backend
     kubernetes`` without a cluster (``merkat kubernetes emulator``)."""
@@ -38,7 +39,7 @@ def serve(emulator: KubeEmulator, host: str = "127.0.0.1", port: int = 0) -> Any
             req = httpx2.Request(self.command, url, headers=dict(self.headers.items()),
                                  content=body)
             with lock:
-                resp = emulator.handle(req)
+                resp = handle(req)
             if resp.status_code == 101:
                 self._relay(resp)
                 return

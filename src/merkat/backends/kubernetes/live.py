@@ -34,9 +34,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from merkat.backends.kubernetes.backend import KubernetesBackend, OpReport, _Failed
+from merkat.backends.kubernetes.backend import KubernetesBackend, OpReport
 from merkat.backends.kubernetes.notice import rfc3339
-from merkat.backends.kubernetes.objects import PodTemplate
+from merkat.backends.kubernetes.objects import ApiFailure, PodTemplate
 from merkat.backends.kubernetes.podexec import ExecResult
 from merkat.backends.kubernetes.refusals import shortfall
 from merkat.backends.kubernetes.state import StateVolume
@@ -78,7 +78,7 @@ class KubernetesLive:
         kube.template_of = self._template
         try:
             adopted = kube.adopt()
-        except _Failed as e:
+        except ApiFailure as e:
             self.warning = f"Kubernetes API not reachable: {e.reason}"
             adopted = {}
         self.adopted = adopted
@@ -227,7 +227,7 @@ class KubernetesLive:
             lines = self.kube._call(lambda: list(self.kube.client.log(
                 p.name, namespace=p.namespace, container="vm", tail_lines=tail_lines)),
                 retry=False)
-        except _Failed as e:
+        except ApiFailure as e:
             return "", e.reason
         return "".join(lines), None
 
@@ -311,7 +311,7 @@ class KubernetesLive:
             try:
                 self.kube._call(lambda p=p: self.kube.client.delete(  # type: ignore[misc]
                     Pod, p.name, namespace=p.namespace, grace_period=0))
-            except _Failed as e:
+            except ApiFailure as e:
                 if e.code != 404:
                     continue
             del self.kube.pods[vm]

@@ -74,13 +74,13 @@ def _annotate(backend: KubernetesBackend, p: _Pod, value: str | None) -> str | N
     from lightkube.resources.core_v1 import Pod
     from lightkube.types import PatchType
 
-    from merkat.backends.kubernetes.backend import _Failed
+    from merkat.backends.kubernetes.objects import ApiFailure
 
     body = {"metadata": {"annotations": {PREEMPT_AT: value}}}
     try:
         backend._call(lambda: backend.client.patch(Pod, p.name, body, namespace=p.namespace,
                                                    patch_type=PatchType.MERGE), retry=False)
-    except _Failed as e:
+    except ApiFailure as e:
         return e.reason
     return None
 

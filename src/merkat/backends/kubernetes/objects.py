@@ -28,6 +28,17 @@ from typing import Any
 
 Json = dict[str, Any]
 
+
+class ApiFailure(Exception):
+    """An API call that failed for good (after the backend's retries): ``code`` the HTTP status
+    (0: the server was not reached), ``reason`` the API server's message. Raised by the
+    backend's calls, caught by whatever made the call (the backend, the state volumes, the
+    CLI)."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code, self.reason = code, reason
+
 GROUP = "merkat.io"
 L_INSTANCE, L_PLATFORM = f"{GROUP}/instance", f"{GROUP}/platform"
 L_CLUSTER, L_INDEX = f"{GROUP}/cluster", f"{GROUP}/index"

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from merkat.backends.kubernetes.objects import CONTAINER, Json, dns_label
+from merkat.backends.kubernetes.objects import CONTAINER, ApiFailure, Json, dns_label
 
 VOLUME = "merkat-state"
 ENV = "MERKAT_STATE"
@@ -97,14 +97,13 @@ def prepare(backend: Any, namespace: str, manifest: Json, state: StateVolume) ->
     from lightkube.resources.core_v1 import PersistentVolumeClaim
 
     name = claim_name(manifest["metadata"]["name"])
-    from merkat.backends.kubernetes.backend import _Failed
 
     if (namespace, name) not in backend.claims:
         body = claim_manifest(name, namespace, manifest["metadata"].get("labels") or {}, state)
         try:
             backend._call(lambda: backend.client.create(PersistentVolumeClaim.from_dict(body)),
                           retry=False)
-        except _Failed as e:  # 409: it exists (the VM's earlier pod made it)
+        except ApiFailure as e:  # 409: it exists (the VM's earlier pod made it)
             if e.code != 409:
                 raise
         backend.claims.add((namespace, name))
@@ -151,10 +150,9 @@ def drop_claim(backend: Any, namespace: str, pod: str) -> None:
     claim carries the instance's labels: an administrator finds a leftover by label)."""
     from lightkube.resources.core_v1 import PersistentVolumeClaim
 
-    from merkat.backends.kubernetes.backend import _Failed
 
     name = claim_name(pod)
     backend.claims.discard((namespace, name))
-    with contextlib.suppress(_Failed):
+    with contextlib.suppress(ApiFailure):
         backend._call(lambda: backend.client.delete(PersistentVolumeClaim, name,
                                                     namespace=namespace), retry=False)
