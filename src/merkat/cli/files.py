@@ -14,7 +14,7 @@ from typing import Any
 import typer
 
 from merkat.cli._common import OutputFormat, OutputOption, emit, fail, print_table
-from merkat.cli.client import Client, TokenOption, UrlOption, _q
+from merkat.cli.api import Client, TokenOption, UrlOption, _q
 
 app = typer.Typer(help="Your files on the server (the sources of a template's files_in).",
                   no_args_is_help=True)

@@ -17,7 +17,8 @@ from typing import Any
 import typer
 
 from merkat.cli._common import OutputFormat, OutputOption, emit, fail, print_json, print_table
-from merkat.cli.client import Client, TokenOption, UrlOption, _q, platform_app
+from merkat.cli.api import Client, TokenOption, UrlOption, _q
+from merkat.cli.client import platform_app
 
 
 def clock(t: float | None) -> str | None:

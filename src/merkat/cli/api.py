@@ -1,0 +1,83 @@
+"""The server's REST API as the client commands reach it: :class:`Client` (``/api/v1``, the
+API key as a bearer token, JSON in and out) and the ``--url`` / ``--token`` options.
+
+``MERKAT_URL`` (default ``http://127.0.0.1:8080``) says where, ``MERKAT_TOKEN`` who. Every
+failure exits with a one-line error: 2 on a 4xx (the server's reason), 1 when the server
+cannot be reached or fails. Only the standard library is imported (``urllib``): the commands
+start fast. The commands themselves are in :mod:`merkat.cli.client` (platforms, prices, nodes,
+accounts), :mod:`merkat.cli.platforms` and :mod:`merkat.cli.files`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.parse
+from typing import Any
+
+import typer
+
+from merkat.cli._common import EXIT_BAD_INPUT, EXIT_FAILURE, fail
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+UrlOption = typer.Option(None, "--url", help="Server URL (default: $MERKAT_URL, else "
+                         f"{DEFAULT_URL}).")
+TokenOption = typer.Option(None, "--token", help="API key (default: $MERKAT_TOKEN).")
+
+
+class Client:
+    """A minimal JSON client of the API; every failure exits with a one-line error."""
+
+    def __init__(self, url: str | None, token: str | None) -> None:
+        self.url = (url or os.environ.get("MERKAT_URL") or DEFAULT_URL).rstrip("/")
+        self.token = token or os.environ.get("MERKAT_TOKEN")
+        if not self.url.startswith(("http://", "https://")):
+            fail(f"--url: expected http://HOST:PORT, got {self.url!r}")
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                ctype: str = "application/json", raw: bool = False,
+                timeout: float = 30.0) -> Any:
+        import urllib.error
+        import urllib.request
+
+        if not self.token:
+            fail("no API key: set MERKAT_TOKEN (printed by `merkat user add`) or pass --token")
+        req = urllib.request.Request(f"{self.url}/api/v1{path}", data=body, method=method)
+        req.add_header("Authorization", f"Bearer {self.token}")
+        if body is not None:
+            req.add_header("Content-Type", ctype)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                data = resp.read()
+        except urllib.error.HTTPError as exc:
+            detail = _detail(exc)
+            fail(detail, EXIT_FAILURE if exc.code >= 500 else EXIT_BAD_INPUT)
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            fail(f"cannot reach the merkat server at {self.url} ({reason}); is `merkat server` "
+                 "running? (MERKAT_URL)", EXIT_FAILURE)
+        return data.decode(errors="replace") if raw else json.loads(data or b"null")
+
+    def get(self, path: str, **params: Any) -> Any:
+        q = {k: v for k, v in params.items() if v is not None}
+        return self.request("GET", path + (f"?{urllib.parse.urlencode(q)}" if q else ""))
+
+    def post(self, path: str, data: Any = None) -> Any:
+        return self.request("POST", path, json.dumps(data or {}).encode())
+
+
+def _detail(exc: Any) -> str:
+    """The one-line reason of an HTTP error (the API's ``detail``)."""
+    try:
+        body = json.loads(exc.read() or b"{}")
+        detail = body.get("detail") if isinstance(body, dict) else None
+    except (ValueError, OSError):
+        detail = None
+    if exc.code == 401:
+        return f"the server refused the API key ({detail or 'unauthorized'}): check MERKAT_TOKEN"
+    return str(detail or f"HTTP {exc.code} {exc.reason}")
+
+
+def _q(name: str) -> str:
+    return urllib.parse.quote(name, safe="")
