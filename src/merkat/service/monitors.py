@@ -8,7 +8,7 @@ rate (work units per second between two readings whose work differs).
 Regexes run in RE2 (``google-re2``), whose matching time is linear in the text whatever the
 pattern: ``(a+)+$`` over a log of ``aaaa...!`` lines costs what a plain pattern does. A
 pattern RE2 does not support (backreferences, lookaround) is refused at submit
-(:func:`compile_regex`). Log files are read from their last 64 KiB, regular files only (a FIFO
+(:func:`merkat.service.patterns.compile_regex`). Log files are read from their last 64 KiB, regular files only (a FIFO
 or a device never blocks a reader). Commands run with a time limit, their process group
 killed after it, their output read up to 64 KiB (:func:`run_bounded`).
 
@@ -22,7 +22,6 @@ is a :class:`Reading` with an ``error``, never an exception.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import selectors
@@ -34,13 +33,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from merkat.control.types import Metrics
+from merkat.service.patterns import RegexError, compile_regex
 from merkat.service.templates import METRIC_FIELDS, Monitor
-
-if TYPE_CHECKING:
-    pass
 
 TAIL_BYTES = 65_536
 INT_FIELDS = ("tasks_left",)
@@ -79,27 +76,6 @@ def read_in_vm(backend: Any, vm: str | None, monitor: Monitor,
     out = r.stdout if r.error is None else ""
     values = parse_output(out) if monitor.kind == "command" else match_log(out, monitor.regex or "")
     return Reading(values, r.problem())
-
-
-class RegexError(ValueError):
-    """A pattern the linear-time engine cannot run (or not a pattern at all)."""
-
-
-@functools.lru_cache(maxsize=256)
-def compile_regex(pattern: str) -> Any:
-    """``pattern`` compiled by RE2 (linear-time matching); :class:`RegexError` when RE2 does
-    not support it (backreferences, lookaround...) or it is not a regular expression."""
-    import re2
-
-    options = re2.Options()
-    options.log_errors = False  # (else RE2 prints every refused pattern on stderr)
-    try:
-        return re2.compile(pattern, options=options)
-    except re2.error as exc:
-        why = exc.args[0].decode(errors="replace") if exc.args and isinstance(
-            exc.args[0], bytes) else str(exc)
-        raise RegexError("not a regular expression the linear-time engine (RE2) runs: "
-                         f"{why}") from None
 
 
 def read_tail(path: Path, size: int = TAIL_BYTES) -> str:

@@ -60,7 +60,7 @@ class Monitor(_Strict):
     @classmethod
     def _regex(cls, v: str | None) -> str | None:
         if v is not None:
-            from merkat.service.monitors import RegexError, compile_regex
+            from merkat.service.patterns import RegexError, compile_regex
 
             try:  # RE2: linear time in the text, whatever the pattern (docs/service.md)
                 rx = compile_regex(v)
