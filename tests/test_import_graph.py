@@ -47,11 +47,7 @@ ALLOWED_CYCLES: dict[tuple[str, str], str] = {
     # live: recovery is given what it needs instead of the Manager
     ("merkat.service.manager", "merkat.service.recovery"): "live",
     # cycles: being removed by this session's cycles engineer
-    ("merkat.backends.kubernetes.state", "merkat.backends.kubernetes.backend"): "cycles",
-    ("merkat.backends.kubernetes.emulator_http", "merkat.backends.kubernetes.emulator"): "cycles",
     ("merkat.backends.local.health", "merkat.backends.local"): "cycles",
-    ("merkat.cli.files", "merkat.cli.client"): "cycles",
-    ("merkat.service.templates", "merkat.service.monitors"): "cycles",
     ("merkat.service.probes", "merkat.service.clusters"): "cycles",
     ("merkat.service.applied", "merkat.service.manager"): "cycles",
     ("merkat.service.clusters", "merkat.service.manager"): "cycles",
