@@ -105,14 +105,15 @@ def test_the_service_config_builds_it_with_one_namespace_or_one_per_user(tmp_pat
 
     import yaml
 
-    from merkat.backends.kubernetes.emulator import kubeconfig, serve
+    from merkat.backends.kubernetes.emulator import kubeconfig
+    from merkat.backends.kubernetes.emulator_http import serve
     from merkat.service.backends import make_backend
     from merkat.service.config import load_config
 
     emu = KubeEmulator(record=False)
     emu.namespaces.add("team")
     emu.add_node("node-a", "4", "8Gi")
-    server = serve(emu)
+    server = serve(emu.handle)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     config = tmp_path / "kubeconfig"
     config.write_text(yaml.safe_dump(kubeconfig("default", server.url)))

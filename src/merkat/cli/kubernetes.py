@@ -70,8 +70,9 @@ def emulator(
     """Serve the Kubernetes API emulator over HTTP until interrupted; write its kubeconfig."""
     import yaml
 
-    from merkat.backends.kubernetes.emulator import KubeEmulator, serve
+    from merkat.backends.kubernetes.emulator import KubeEmulator
     from merkat.backends.kubernetes.emulator import kubeconfig as config
+    from merkat.backends.kubernetes.emulator_http import serve
     from merkat.backends.kubernetes.objects import QuantityError, memory_bytes
 
     if not 1 <= nodes <= 100_000:
@@ -90,7 +91,7 @@ def emulator(
     for k in range(nodes):
         emu.add_node(f"node-{k}", f"{cores:g}", memory)
     try:
-        server = serve(emu, host, port)
+        server = serve(emu.handle, host, port)
     except OSError as e:
         fail(f"--port: cannot listen on {host}:{port}: {e.strerror or e}", 1)
     try:

@@ -44,6 +44,7 @@ from merkat.backends.kubernetes.objects import (
     PROPOSED,
     ApiFailure,
     Json,
+    PodRecord,
     PodTemplate,
     Size,
     actual_size,
@@ -67,23 +68,6 @@ from merkat.platform.backend import OpReport as OpReport
 from merkat.platform.backend import Plan
 
 RETRYABLE = frozenset({409, 429, 500, 502, 503, 504})
-
-
-@dataclass
-class _Pod:
-    namespace: str
-    name: str
-    app: str
-    node: str | None
-    desired: Size | None
-    phase: str = "Pending"
-    state: str = DONE
-    message: str = ""
-    actual: Size | None = None  # what the kubelet applied (status), as last read
-    read: Size | None = None  # the spec as last read (``desired`` moves with this period's patches)
-    deferred: int = 0  # consecutive periods its resize was read Deferred (refusals.py)
-    restarts: int = 0  # the container's restartCount as last read
-    restarted: bool = False  # it grew at the last read (a RestartContainer resize)
 
 
 def _bind(client: Any, body: Any, name: str, namespace: str) -> None:
@@ -121,7 +105,7 @@ class KubernetesBackend:
     api_calls: int = 0
     node_ids: list[str] = field(default_factory=list)
     capacity: dict[str, tuple[float, float] | None] = field(default_factory=dict)
-    pods: dict[str, _Pod] = field(default_factory=dict)
+    pods: dict[str, PodRecord] = field(default_factory=dict)
     _metrics: dict[str, Metrics] = field(default_factory=dict)
     _finished: set[str] = field(default_factory=set)
     _idle: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -234,12 +218,12 @@ class KubernetesBackend:
         self._pending.extend(self.refresh())
         return {vm: p.node or "" for vm, p in self.pods.items()}
 
-    def _track(self, vm: str, d: Json) -> _Pod:
+    def _track(self, vm: str, d: Json) -> PodRecord:
         meta, status = d["metadata"], d.get("status") or {}
         app = vm.rpartition("/")[0] or vm
         p = self.pods.get(vm)
         if p is None or p.name != meta["name"]:
-            p = self.pods[vm] = _Pod(meta.get("namespace") or self.namespace or "default",
+            p = self.pods[vm] = PodRecord(meta.get("namespace") or self.namespace or "default",
                                      meta["name"], app, None, None)
         p.node = (d.get("spec") or {}).get("nodeName")
         p.desired = p.read = desired_size(d)
@@ -392,7 +376,7 @@ class KubernetesBackend:
             if template.state is not None:  # its claim first, then the pod mounting it
                 manifest = state_mod.prepare(self, ns, manifest, template.state)
             self._call(lambda: self.client.create(Pod.from_dict(manifest)))
-            self.pods[vm] = _Pod(ns, name, app, None, size)
+            self.pods[vm] = PodRecord(ns, name, app, None, size)
             if self.bind == "binding":
                 body = Pod.Binding.from_dict(binding(name, node))
                 self._call(lambda: _bind(self.client, body, name, ns))
@@ -426,14 +410,14 @@ class KubernetesBackend:
                 return OpReport(op, vm, False, e.reason, self.clock() - t0, node=p.node or "")
         return OpReport(op, vm, True, "", self.clock() - t0, node=p.node or "")
 
-    def _delete_quietly(self, p: _Pod) -> None:
+    def _delete_quietly(self, p: PodRecord) -> None:
         from lightkube.resources.core_v1 import Pod
 
         with contextlib.suppress(ApiFailure):  # the pod GC removes pods of deleted nodes anyway
             self._call(lambda: self.client.delete(Pod, p.name, namespace=p.namespace,
                                                   grace_period=0), retry=False)
 
-    def _resize(self, vm: str, p: _Pod, want: Size, op: str = "resize") -> OpReport:
+    def _resize(self, vm: str, p: PodRecord, want: Size, op: str = "resize") -> OpReport:
         from lightkube.resources.core_v1 import Pod
         from lightkube.types import PatchType
 

@@ -31,14 +31,12 @@ Contract, applied by :func:`intercept` to each plan before the backend carries i
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from merkat.backends.kubernetes.objects import Size
+from merkat.backends.kubernetes.objects import ApiFailure, PodRecord, PodTemplate, Size
 from merkat.platform.backend import OpReport, Plan, VMPlacement
-
-if TYPE_CHECKING:
-    from merkat.backends.kubernetes.backend import KubernetesBackend, _Pod
 
 PREEMPT_AT = "merkat.io/preempt-at"
 NOTICE_LIMIT_S = 120.0  # the server's bound on a template's notice_s (beyond one period)
@@ -49,9 +47,37 @@ class Held:
     """A pod kept until ``at`` (the plan's time base); ``host``: where the VM goes next
     (``None``: suspended)."""
 
-    pod: _Pod
+    pod: PodRecord
     at: float
     host: int | None
+
+
+class Noticing(Protocol):
+    """What a notice needs of the backend (:class:`~merkat.backends.kubernetes.backend.
+    KubernetesBackend`, which hands itself over): its pods, the held ones, its nodes, the
+    templates' ``state:`` and one API call."""
+
+    @property
+    def client(self) -> Any: ...
+
+    @property
+    def pods(self) -> dict[str, PodRecord]: ...
+
+    @property
+    def held(self) -> dict[str, Held]: ...
+
+    @property
+    def node_ids(self) -> list[str]: ...
+
+    @property
+    def capacity(self) -> dict[str, tuple[float, float] | None]: ...
+
+    @property
+    def notice_limit_s(self) -> float: ...
+
+    def _template(self, app: str, vm: str | None = None) -> PodTemplate: ...
+
+    def _call(self, fn: Callable[[], Any], *, retry: bool = True) -> Any: ...
 
 
 def rfc3339(t: float) -> str:
@@ -59,7 +85,7 @@ def rfc3339(t: float) -> str:
     return datetime.datetime.fromtimestamp(int(t), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def notice_of(backend: KubernetesBackend, vm: str, period: float) -> float:
+def notice_of(backend: Noticing, vm: str, period: float) -> float:
     """The notice (s) ``vm``'s pod gets before a suspension or migration; 0: none."""
     p = backend.pods.get(vm)
     st = backend._template(p.app, vm).state if p is not None else None
@@ -69,12 +95,11 @@ def notice_of(backend: KubernetesBackend, vm: str, period: float) -> float:
     return max(0.0, min(want, max(period, backend.notice_limit_s)))
 
 
-def _annotate(backend: KubernetesBackend, p: _Pod, value: str | None) -> str | None:
+def _annotate(backend: Noticing, p: PodRecord, value: str | None) -> str | None:
     """Set (or remove: ``None``) the pod's ``preempt-at``; the API's refusal, or None."""
     from lightkube.resources.core_v1 import Pod
     from lightkube.types import PatchType
 
-    from merkat.backends.kubernetes.objects import ApiFailure
 
     body = {"metadata": {"annotations": {PREEMPT_AT: value}}}
     try:
@@ -85,7 +110,7 @@ def _annotate(backend: KubernetesBackend, p: _Pod, value: str | None) -> str | N
     return None
 
 
-def intercept(backend: KubernetesBackend, plan: Plan) -> tuple[Plan, list[OpReport]]:
+def intercept(backend: Noticing, plan: Plan) -> tuple[Plan, list[OpReport]]:
     """The part of ``plan`` to carry out now (module doc) and the operations answered here."""
     held = backend.held
     if not held and not plan.suspend and not plan.migrate:
@@ -162,7 +187,7 @@ def intercept(backend: KubernetesBackend, plan: Plan) -> tuple[Plan, list[OpRepo
     return new, ops
 
 
-def room(backend: KubernetesBackend, node: str, size: Size) -> str | None:
+def room(backend: Noticing, node: str, size: Size) -> str | None:
     """Why a pod of ``size`` cannot start on ``node`` while held pods still occupy it (by the
     requests of merkat's pods there), or None."""
     waiting = [(vm, h) for vm, h in backend.held.items() if h.pod.node == node]

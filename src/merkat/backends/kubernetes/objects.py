@@ -186,6 +186,25 @@ def pod_name(vm: str, cluster: str = "vms") -> str:
 # --- templates and manifests ----------------------------------------------------------
 
 
+@dataclass
+class PodRecord:
+    """A merkat pod as the backend last read and changed it (one per VM)."""
+
+    namespace: str
+    name: str
+    app: str
+    node: str | None
+    desired: Size | None
+    phase: str = "Pending"
+    state: str = DONE
+    message: str = ""
+    actual: Size | None = None  # what the kubelet applied (status), as last read
+    read: Size | None = None  # the spec as last read (``desired`` moves with this period's patches)
+    deferred: int = 0  # consecutive periods its resize was read Deferred (refusals.py)
+    restarts: int = 0  # the container's restartCount as last read
+    restarted: bool = False  # it grew at the last read (a RestartContainer resize)
+
+
 @dataclass(frozen=True)
 class PodTemplate:
     """How the VMs of one application run: the container ``image`` and ``command`` (the
