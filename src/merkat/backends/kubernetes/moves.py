@@ -21,18 +21,43 @@ with room: it stays, billed at the allocation applied, and is retried.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
-from merkat.backends.kubernetes.objects import DEFERRED, Size
+from merkat.backends.kubernetes.notice import Held
+from merkat.backends.kubernetes.objects import DEFERRED, PodRecord, PodTemplate, Size
 from merkat.platform.backend import OpReport, Plan
-
-if TYPE_CHECKING:
-    from merkat.backends.kubernetes.backend import KubernetesBackend
 
 MOVE_PERIODS = 6  # a resize Deferred this many periods in a row moves its VM (with state:)
 
 
-def _planned(backend: KubernetesBackend, plan: Plan) -> dict[str, Size]:
+class Moving(Protocol):
+    """What the rule needs of the backend (:class:`~merkat.backends.kubernetes.backend.
+    KubernetesBackend`, which hands itself over): its pods, the held ones, its nodes, the
+    templates and the pod size of an allocation."""
+
+    @property
+    def pods(self) -> dict[str, PodRecord]: ...
+
+    @property
+    def held(self) -> dict[str, Held]: ...
+
+    @property
+    def node_ids(self) -> list[str]: ...
+
+    @property
+    def capacity(self) -> dict[str, tuple[float, float] | None]: ...
+
+    @property
+    def resize_move_periods(self) -> int: ...
+
+    def _template(self, app: str, vm: str | None = None) -> PodTemplate: ...
+
+    def _size(self, app: str, alloc: Mapping[str, float], current: Size | None,
+              vm: str | None = None) -> Size: ...
+
+
+def _planned(backend: Moving, plan: Plan) -> dict[str, Size]:
     """What each node will hold for merkat's pods after ``plan`` (requests), by node name."""
     used: dict[str, list[int]] = {}
 
@@ -62,7 +87,7 @@ def _planned(backend: KubernetesBackend, plan: Plan) -> dict[str, Size]:
     return {n: Size(u[0], u[1]) for n, u in used.items()}
 
 
-def moves(backend: KubernetesBackend, plan: Plan) -> tuple[Plan, list[OpReport]]:
+def moves(backend: Moving, plan: Plan) -> tuple[Plan, list[OpReport]]:
     """``plan`` with the moves of the VMs whose resize stays Deferred (module doc) added to
     its migrations, and one ``move`` operation each."""
     stuck = [vm for vm, p in backend.pods.items()
