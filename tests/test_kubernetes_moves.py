@@ -100,7 +100,8 @@ def test_through_the_service_the_moved_vm_is_recorded_on_its_new_node(tmp_path: 
         if any(e["kind"] == "vm-move" for e in m.store.events(platform="a")):
             break
     (ev,) = [e for e in m.store.events(platform="a") if e["kind"] == "vm-move"]
-    assert ev["message"] == "a/vm1: move to node node-1"
+    assert ev["message"] == ("a/vm1: move (resize Deferred 6 periods on node node-0: moved to "
+                             "node node-1)")
     (vm,) = m.platform.apps["a"].vms
     assert m.platform.hosts.ids[vm.host] == "node-1"  # the market clears it there now
     time.sleep(0.5)  # its notice: one period

@@ -39,7 +39,8 @@ def test_the_notice_is_readable_in_the_pod_a_period_before_it_is_deleted(tmp_pat
     uid = emu.pod("merkat", "app-main-1")["metadata"]["uid"]
     assert count(live) == 1
     live.apply(Plan(T, P, suspend=(VM,)))
-    assert [(r.op, r.error) for r in live.report] == [("suspend", None)]
+    assert [(r.op, r.error, r.reason) for r in live.report] == [
+        ("notice", None, "the pod stops at 2026-09-21T14:14:00Z, suspended")]
     (patch,) = pod_calls(emu, "PATCH")
     assert patch.content_type.startswith("application/merge-patch+json")
     assert patch.body == {"metadata": {"annotations": {
@@ -104,7 +105,7 @@ def test_a_migration_waits_for_its_notice_and_a_pod_placed_on_the_held_node_wait
                     create=(VMPlacement("big/vm1", "big", 0),),
                     allocations={**three, "big/vm1": {"cpu": 3.0}}))
     ops = {(r.op, r.vm): r.error for r in live.report}
-    assert ops[("migrate", VM)] is None
+    assert ops[("notice", VM)] is None
     assert "node node-0 is still held by app/vm1's pod until its notice ends" in str(
         ops[("create", "big/vm1")])
     assert emu.pod("merkat", "app-main-1")["spec"]["nodeName"] == "node-0"

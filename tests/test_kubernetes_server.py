@@ -129,7 +129,7 @@ def test_merkat_server_on_the_emulated_cluster(cluster: Any, tmp_path: Path) -> 
                      .returncode == 0 and json.loads(r.stdout))
         assert shown["state"] == "running" and shown["vms"][0]["adopted"] is True
         assert {vm: p["metadata"]["uid"] for vm, p in pods().items()} == uids
-        r = cli("events", "-o", "json", env=env)
+        r = cli("events", "-n", "1000", "-o", "json", env=env)  # 3 charges a period after it
         assert "1 VM(s) re-adopted (0 frozen), 0 started again" in r.stdout
         wait(consistent)
     finally:

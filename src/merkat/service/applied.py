@@ -122,8 +122,9 @@ def follow_moves(m: Manager) -> None:
     """The VMs the backend moved this period (``move`` operations, their new ``node``) get
     that node as their host in the platform's records."""
     ids = list(m.platform.hosts.ids)
-    for r in getattr(m.backend, "report", []):
-        if r.op != "move" or r.error is not None or r.node not in ids:
+    report = m.driver.report
+    for r in report.ops if report is not None else ():
+        if r.op != "move" or not r.ok or r.node not in ids:
             continue
         app = m.platform.apps.get(r.vm.split("/", 1)[0])
         for vm in app.vms if app is not None else ():

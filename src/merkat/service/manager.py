@@ -63,7 +63,7 @@ from merkat.service.tenants import Tenants
 VM_EVENTS = {"create": "vm-start", "suspend": "vm-suspend", "resume": "vm-resume",
              "migrate": "vm-migrate", "destroy": "vm-shutdown",
              "restart": "vm-restart", "resize-retry": "resize-retry",
-             "move": "vm-move"}  # kubernetes
+             "move": "vm-move", "notice": "vm-notice"}  # kubernetes
 """Backend operations that become events (kind by operation); ``limit`` (every VM, every
 period) does not."""
 
@@ -420,8 +420,9 @@ class Manager:
             if r.error:
                 self._event("vm-error", f"{r.vm}: {r.op} failed: {r.error}", app)
             elif r.op in VM_EVENTS:
-                self._event(VM_EVENTS[r.op], f"{r.vm}: {r.op}"
-                            + (f" to node {r.node}" if r.op == "move" else ""), app)
+                note = r.reason  # what a done operation says (kubernetes: a notice, a move)
+                self._event(VM_EVENTS[r.op], f"{r.vm}: {r.op}" + (f" ({note})" if note else ""),
+                            app)
 
     def run(self, stop: threading.Event, on_period: Callable[[dict[str, Any]], None] | None = None
             ) -> None:

@@ -14,8 +14,8 @@ Contract, applied by :func:`intercept` to each plan before the backend carries i
   checkpoint runs in the pod, then the pod is deleted with the template's grace period (SIGTERM,
   SIGKILL ``grace`` s later); a migration's (or a resumption's elsewhere) pod is then created on
   its new node. So the pod is never stopped before the time it was told.
-- The platform takes the operation as done in the period it planned it (the report says
-  ``notice given: the pod stops at ...``): the market has given the VM's share away, a
+- The platform takes the operation as done in the period it planned it (the report has the
+  operation ``notice``: ``the pod stops at ..., suspended``, and no failure): the market has given the VM's share away, a
   suspended VM is not billed while it waits, a moved one is billed at its new allocation.
   Meanwhile the held pod still occupies its node: a creation there that would not fit next to
   it (by the pods' requests) waits (it fails with the reason, and the next period places it
@@ -145,9 +145,9 @@ def intercept(backend: Noticing, plan: Plan) -> tuple[Plan, list[OpReport]]:
             h.host = host
             if to is not None:
                 del resume[vm]
-                ops.append(OpReport("resume", vm, True, f"after the notice: the pod stops at "
+                ops.append(OpReport("notice", vm, True, f"resumed elsewhere: the pod stops at "
                                     f"{rfc3339(h.at)}, then starts on node {nodes[host]}",
-                                    node=nodes[host] if 0 <= host < len(nodes) else ""))
+                                    node=here or ""))
             else:
                 migrate.remove(move)  # type: ignore[arg-type]
         if vm in suspend:
@@ -175,8 +175,8 @@ def intercept(backend: Noticing, plan: Plan) -> tuple[Plan, list[OpReport]]:
             ops.append(OpReport("notice", vm, False, f"notice failed: {why}", node=p.node or ""))
             continue
         held[vm] = Held(backend.pods.pop(vm), at, host)
-        op = "suspend" if host is None else "migrate"
-        ops.append(OpReport(op, vm, True, f"notice given: the pod stops at {rfc3339(at)}",
+        then = "suspended" if host is None else f"then starts on node {nodes[host]}"
+        ops.append(OpReport("notice", vm, True, f"the pod stops at {rfc3339(at)}, {then}",
                             node=p.node or ""))
     suspend = [v for v in suspend if v not in held]
     migrate = [m for m in migrate if m[0] not in held]
