@@ -18,13 +18,13 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
 
-from merkat.service.api import create_app
 from merkat.service.backends import make_backend
 from merkat.service.config import load_config
 from merkat.service.db import open_store
 from merkat.service.loop import first_period, next_boundary
 from merkat.service.manager import Manager
 from merkat.service.templates import parse
+from merkat.web.app import create_app
 
 SLEEPER = """\
 name: s

@@ -116,10 +116,11 @@ def test_a_demo_too_short_for_the_market_is_bad_input(args: list[str], message: 
 @pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="the demo's VMs need cgroups (root)")
 def test_the_demo_shows_the_market_at_work(tmp_path: Path, cpu_heavy: int) -> None:
+    from merkat.report.live import write_html
     from merkat.service.demo import run
 
     out = io.StringIO()
-    facts = run(duration=30.0, period=1.5, data_dir=tmp_path, out=out)
+    facts = run(duration=30.0, period=1.5, data_dir=tmp_path, out=out, html_report=write_html)
     text = render(facts)
     urgent, _, thrifty = facts.platforms
     periods = out.getvalue().splitlines()

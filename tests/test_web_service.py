@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from merkat.service.api import create_app
 from merkat.service.backends import make_backend
 from merkat.service.config import load_config
 from merkat.service.db import open_store
 from merkat.service.manager import Manager
+from merkat.web.app import create_app
 from merkat.web.metrics import MIB
 from test_web_metrics import scrape, value
 

@@ -57,13 +57,14 @@ def bench_service(
     from merkat.service.config import load_config
     from merkat.service.server import Service
     from merkat.service.templates import parse
+    from merkat.web.app import create_app
 
     data = Path(tempfile.mkdtemp(prefix="merkat-bench-"))
     cfg = load_config(None, data_dir=data, port=0, period=3600.0, admission=3600.0,
                       backend={"cgroup_prefix": f"merkat-bench-{int(time.time())}"},
                       quotas={"platforms": platforms, "vms": platforms * vms,  # one user: all
                               "vms_per_platform": vms})
-    svc = Service(cfg, on_period=lambda rec: None)
+    svc = Service(cfg, on_period=lambda rec: None, app=create_app)
     key = svc.store.add_user("bench", budget=platforms * 100 * 1_000_000)
     try:
         m = svc.manager

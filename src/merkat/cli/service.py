@@ -64,6 +64,7 @@ def server(
     it and destroys its VMs: processes, or pods with --backend kubernetes). An ended
     platform's unspent budget goes back to its owner."""
     from merkat.service.server import Service
+    from merkat.web.app import create_app
 
     cfg = _config(config, host=host, port=port, data_dir=data_dir, period=period,
                   admission=admission, economy=economy, charging=charging,
@@ -84,7 +85,7 @@ def server(
     from merkat.service.server import ServiceError
 
     try:
-        svc = Service(cfg)  # type: ignore[arg-type]
+        svc = Service(cfg, app=create_app)  # type: ignore[arg-type]
     except ServiceError as exc:  # the port is taken, another server holds the data dir
         fail(str(exc), EXIT_FAILURE)
     except ValueError as exc:  # an unknown backend, unusable credentials: bad input
@@ -159,6 +160,7 @@ def demo(
     suspended when the price climbs and resumed when it falls. Prints each period, then a
     report of what the market did (deadlines, bids and price, money, bank audit, HTML report);
     exit 0 when the deadline was met."""
+    from merkat.report.live import write_html
     from merkat.service.demo import run_demo
     from merkat.service.server import ServiceError
 
@@ -166,7 +168,7 @@ def demo(
         fail(f"--period: at most a tenth of --duration ({duration / 10:g} s): the demo needs "
              f"periods to show what the market does, got {period:g}")
     try:
-        code = run_demo(duration, period, port, data_dir)
+        code = run_demo(duration, period, port, data_dir, html_report=write_html)
     except KeyboardInterrupt:
         code = 130
     except ServiceError as exc:  # the port is taken, another server holds the data dir...

@@ -242,3 +242,21 @@ def _bin(edges: list[float], t: float) -> int:
     import bisect
 
     return max(0, bisect.bisect_right(edges, t) - 1)
+
+
+def write_html(data: Path) -> tuple[Path | None, str]:
+    """Write the HTML report of the server whose state is in ``data`` (its ``merkat.db``) as
+    ``data/report.html``, as ``merkat report DATA --out FILE`` does; returns its path (None
+    when it could not be written) and the command or the reason. Never raises (the demo hands
+    it to :func:`merkat.service.demo.run`: its verdict does not depend on the page)."""
+    from merkat.outputs import write_atomic
+    from merkat.report.html import render as render_html
+
+    path = data / "report.html"
+    cmd = f"merkat report {data} --out {path}"
+    try:
+        write_atomic(path, render_html(live_history(
+            f"sqlite:///{(data / 'merkat.db').resolve()}")))
+    except Exception as exc:  # a bonus: the demo's verdict does not depend on it
+        return None, f"{cmd} failed: {type(exc).__name__}: {exc}"
+    return path, cmd

@@ -448,18 +448,7 @@ def create_app(manager: Manager) -> FastAPI:
     from merkat.service.files_api import file_routes
 
     app.include_router(file_routes(manager, current_user, PREFIX))  # PUT/GET /files
-    # The dashboard at / and Prometheus /metrics (merkat.web), fed after each period.
-    from merkat.web.metrics import MarketMetrics
-    from merkat.web.routes import install
-
-    prometheus = MarketMetrics()
-    manager.observers.append(prometheus.observe_platform)
-    app.state.metrics = prometheus
-    from merkat.service.loop import LoopCollector
-
-    prometheus.registry.register(LoopCollector(manager))
-    install(app, prometheus)
-    return app
+    return app  # the dashboard and /metrics are mounted by the caller (merkat.web.app)
 
 
 def node_capacity(n: Any) -> dict[str, Any]:

@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -192,10 +193,14 @@ def line(trace: Trace, entries: list[Entry]) -> str:
 
 
 def run(duration: float, period: float, port: int = 0, data_dir: Path | None = None,
-        out: Any = None) -> Facts:
-    """Run the demo (module doc), printing each period to ``out``; returns its facts."""
+        out: Any = None,
+        html_report: Callable[[Path], tuple[Path | None, str]] | None = None) -> Facts:
+    """Run the demo (module doc), printing each period to ``out``; returns its facts.
+    ``html_report(data_dir)`` writes the run's HTML report once the server has stopped and
+    returns its path (or None) and the command or the reason (``merkat demo`` hands over
+    :func:`merkat.report.live.write_html`; the service does not import the reports)."""
     from merkat.service.config import load_config
-    from merkat.service.demo_report import collect, html_report
+    from merkat.service.demo_report import collect
     from merkat.service.server import Service, log
 
     out = out or sys.stdout
@@ -248,18 +253,20 @@ def run(duration: float, period: float, port: int = 0, data_dir: Path | None = N
     finally:
         svc.shutdown()
         log(f"demo: server stopped, VMs destroyed; state kept in {data}")
-    facts.html, facts.html_note = html_report(data)
+    facts.html, facts.html_note = (html_report(data) if html_report is not None
+                                   else (None, "not written (no report writer given)"))
     return facts
 
 
 def run_demo(duration: float, period: float, port: int = 0, data_dir: Path | None = None,
-             out: Any = None) -> int:
-    """Run the demo and print its report; 0 when every deadline was met and the audit is
-    OK, else 1."""
+             out: Any = None,
+             html_report: Callable[[Path], tuple[Path | None, str]] | None = None) -> int:
+    """Run the demo (:func:`run`) and print its report; 0 when every deadline was met and
+    the audit is OK, else 1."""
     from merkat.service.demo_report import render
 
     out = out or sys.stdout
-    facts = run(duration, period, port, data_dir, out)
+    facts = run(duration, period, port, data_dir, out, html_report)
     print(render(facts), file=out, flush=True)
     return 0 if facts.ok else 1
 

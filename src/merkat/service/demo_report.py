@@ -131,23 +131,6 @@ def money(ledger: Any, account: str, owner: str, provider: str) -> dict[str, int
     return out
 
 
-def html_report(data: Path) -> tuple[Path | None, str]:
-    """Write the run's HTML report into ``data``, as ``merkat report DATA --out FILE`` does;
-    returns its path (None when it could not be written) and the command or the reason."""
-    from merkat.cli.report import write_atomic
-    from merkat.report.html import render as render_html
-    from merkat.report.live import live_history
-
-    path = data / "report.html"
-    cmd = f"merkat report {data} --out {path}"
-    try:
-        write_atomic(path, render_html(live_history(
-            f"sqlite:///{(data / 'merkat.db').resolve()}")))
-    except Exception as exc:  # a bonus: the demo's verdict does not depend on it
-        return None, f"{cmd} failed: {type(exc).__name__}: {exc}"
-    return path, cmd
-
-
 def state_changes(when: list[float], prices: list[float], states: list[str | None],
                   reserve: float) -> list[str]:
     """Each suspension and resume of a platform, with the CPU price its controller saw.
@@ -173,8 +156,9 @@ def state_changes(when: list[float], prices: list[float], states: list[str | Non
 
 def collect(svc: Any, entries: list[Any], trace: Any, data: Path, owner: str,
             owner_start: int) -> Facts:
-    """The facts of a finished demo run (module doc), but for the HTML report
-    (:func:`html_report`, written once the server has stopped)."""
+    """The facts of a finished demo run (module doc), but for the HTML report (written
+    once the server has stopped, by the writer the caller hands to
+    :func:`merkat.service.demo.run`)."""
     with svc.manager.lock:
         apps = dict(svc.manager.platform.apps)
     ledger, r = svc.store.ledger, trace.reserve

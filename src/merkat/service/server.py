@@ -37,7 +37,11 @@ class Service:
     """The live service of one config (module doc)."""
 
     def __init__(self, config: ServiceConfig,
-                 on_period: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_period: Callable[[dict[str, Any]], None] | None = None,
+                 app: Callable[[Any], Any] | None = None) -> None:
+        """``app(manager)`` makes the ASGI app served (default: the REST API alone,
+        :func:`merkat.service.api.create_app`; ``merkat server`` hands over
+        :func:`merkat.web.app.create_app`, the API with the dashboard and ``/metrics``)."""
         from merkat.service.api import create_app
         from merkat.service.backends import make_backend
         from merkat.service.db import StoreError, open_store, private_dir
@@ -74,7 +78,7 @@ class Service:
 
                 shutil.rmtree(config.data_dir, ignore_errors=True)
             raise
-        self.app = create_app(self.manager)
+        self.app = (app or create_app)(self.manager)
         self.on_period = on_period or (lambda rec: log(describe_period(rec)))
         self.stop_event = threading.Event()
         self.loop: threading.Thread | None = None

@@ -86,11 +86,11 @@ def running_server(
     on exit. The same pieces as ``merkat server``, in threads of this process."""
     import uvicorn
 
-    from merkat.service.api import create_app
     from merkat.service.backends import make_backend
     from merkat.service.config import load_config
     from merkat.service.db import open_store
     from merkat.service.manager import Manager
+    from merkat.web.app import create_app
 
     cfg = load_config(
         None,

@@ -1,5 +1,5 @@
 """The web pieces as FastAPI routes: ``GET /metrics`` and the dashboard (``GET /`` and its
-assets under ``/static``). :func:`install` is the one call the service's app makes.
+assets under ``/static``). :func:`install` is the one call :func:`merkat.web.app.create_app` makes on the service's app.
 
 ``/metrics`` needs no API key (Prometheus scrapes without one) and shows no user or platform
 id; the dashboard's page is public too, but everything it shows comes from the API with the
