@@ -69,12 +69,6 @@ ALLOWED_CROSSINGS: dict[tuple[str, str], str] = {
     ("merkat.platform.period", "merkat.runtime.economy"): "live",
     ("merkat.platform.period", "merkat.runtime.driver"): "live",
     # cycles: being removed by this session's cycles engineer
-    ("merkat", "merkat.platform.period"): "cycles",
-    ("merkat.service.api", "merkat.web.metrics"): "cycles",
-    ("merkat.service.api", "merkat.web.routes"): "cycles",
-    ("merkat.service.demo_report", "merkat.cli.report"): "cycles",
-    ("merkat.service.demo_report", "merkat.report.html"): "cycles",
-    ("merkat.service.demo_report", "merkat.report.live"): "cycles",
 }
 
 

@@ -35,10 +35,13 @@ def _check_compiled() -> None:
 
 
 def compiled() -> bool:
-    """Whether the simulation core runs compiled (``make compiled``)."""
-    from merkat.platform import period
+    """Whether the simulation core runs compiled (``make compiled``): where the import system
+    finds ``merkat.platform.period`` (an extension module, or its source), without running it
+    (this root module imports nothing of merkat: docs/architecture.md, "Layers")."""
+    import importlib.util
 
-    return not (period.__file__ or "").endswith(".py")
+    spec = importlib.util.find_spec("merkat.platform.period")
+    return spec is not None and not (spec.origin or "").endswith(".py")
 
 
 _check_compiled()
