@@ -47,7 +47,6 @@ ALLOWED_CYCLES: dict[tuple[str, str], str] = {
     # live: recovery is given what it needs instead of the Manager
     ("merkat.service.manager", "merkat.service.recovery"): "live",
     # cycles: being removed by this session's cycles engineer
-    ("merkat.backends.local.health", "merkat.backends.local"): "cycles",
     ("merkat.service.probes", "merkat.service.clusters"): "cycles",
     ("merkat.service.applied", "merkat.service.manager"): "cycles",
     ("merkat.service.clusters", "merkat.service.manager"): "cycles",

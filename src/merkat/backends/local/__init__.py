@@ -39,7 +39,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +49,8 @@ from merkat.backends.local.metering import CpuMeter
 from merkat.backends.local.ownership import cap_tree, reap, remove_empty, with_identity
 from merkat.backends.local.procs import (
     WRAPPER,
+    Launch,
+    VMProcess,
     _exit_status,
     _group,
     _killpg,
@@ -58,55 +59,11 @@ from merkat.backends.local.procs import (
     plugin_group,
     wait_for,
 )
-from merkat.backends.local.sandbox import Identity
 from merkat.control.types import Metrics
 from merkat.platform.backend import ApplyReport, OpReport, Plan
 
 __all__ = ["Launch", "LocalBackend", "Node", "OpReport", "VMProcess", "pid_alive", "split_machine",
            "wait_for"]
-
-
-@dataclass(frozen=True)
-class Launch:
-    """How to start one VM: its command, extra environment, working directory, cluster."""
-
-    command: str
-    cluster: str = "default"
-    index: int = 0
-    env: Mapping[str, str] = field(default_factory=dict)
-    cwd: str | None = None
-    memory_floor: float = 0.0  # MiB: the memory limit never goes under this (the VM's minimum)
-    # Prepares the VM's first start (copies its input files): run once by a create, never by
-    # an adoption (the files of a re-adopted VM are where it left them).
-    setup: Callable[[], Any] | None = field(default=None, compare=False)
-    identity: Identity | None = None  # whom it runs as (None: the server, env still clean)
-    pids: int | None = None  # the group's pids.max (None: unlimited)
-    user_env: Mapping[str, str] = field(default_factory=dict)  # the template's env:
-    state: Mapping[str, Any] | None = None  # the cluster's state: (the kubernetes backend's)
-
-
-@dataclass
-class VMProcess:
-    """One VM as the backend runs it."""
-
-    id: str
-    app: str
-    node: int
-    launch: Launch
-    cgroup: str
-    log: Path
-    proc: subprocess.Popen[bytes] | None = None
-    state: str = "running"  # running | suspended | exited | failed
-    restarts: int = 0
-    exit_code: int | None = None
-    limits: Limits | None = None  # the CPU/memory limits last written
-    pid: int | None = None  # the VM's process (its session leader): our child's, or adopted
-    adopted: bool = False  # found in its cgroup after a restart: not our child (polled)
-
-    @property
-    def exit_file(self) -> Path:
-        """Where the VM's wrapper shell writes its command's exit status."""
-        return self.log.with_suffix(".exit")
 
 
 Launcher = Callable[[str, str, int], Launch]

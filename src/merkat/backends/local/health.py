@@ -3,8 +3,9 @@ restarted up to ``max_restarts`` times), the VMs gone for good (the manager fail
 platforms: :mod:`merkat.service.failures`), liveness, signals to a whole VM, the parallel
 shutdown, and what a command monitor of a VM runs with.
 
-Each function takes the backend (:class:`~merkat.backends.local.LocalBackend`, its lock held
-by the caller) and, where it applies, a VM (:class:`~merkat.backends.local.VMProcess`).
+Each function takes the backend (:class:`Supervised`: what it needs of
+:class:`~merkat.backends.local.LocalBackend`, its lock held by the caller) and, where it
+applies, a VM (:class:`~merkat.backends.local.procs.VMProcess`).
 """
 
 from __future__ import annotations
@@ -13,23 +14,43 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from merkat.backends.local.cgroups import pid_alive
-from merkat.backends.local.procs import _exit_status, _group, _killpg
+from merkat.backends.local.capacity import Node
+from merkat.backends.local.cgroups import CgroupTree, pid_alive
+from merkat.backends.local.procs import VMProcess, _exit_status, _group, _killpg
 from merkat.platform.backend import OpReport
 
-if TYPE_CHECKING:
-    from merkat.backends.local import LocalBackend, VMProcess
+
+class Supervised(Protocol):
+    """What the health check needs of the backend (:class:`~merkat.backends.local.
+    LocalBackend`, which hands itself over): its VMs, its cgroup tree, its restart rule, and
+    how it spawns, fails and finds a VM."""
+
+    vms: dict[str, VMProcess]
+    failures: dict[str, str]
+    tree: CgroupTree
+    enforced: bool
+    max_restarts: int
+    _lock: threading.RLock
+
+    def _alive(self, p: VMProcess) -> bool: ...
+
+    def _fail(self, p: VMProcess, reason: str) -> None: ...
+
+    def _spawn(self, p: VMProcess) -> str | None: ...
+
+    def _node(self, host: int) -> Node: ...
 
 
 UNKNOWN_EXIT = -1
 """The exit code of an adopted VM that ended without writing its status (killed): a failure."""
 
 
-def health_check(b: LocalBackend) -> list[Any]:
+def health_check(b: Supervised) -> list[Any]:
     """Reap ended processes: status 0 → ``exited``; otherwise restarted while it has restarts
     left, and gone for good (``failed``, with the reason) when its restart fails or its
     restarts are used up. Returns what happened (:class:`~merkat.platform.backend.OpReport`)."""
@@ -65,7 +86,7 @@ def health_check(b: LocalBackend) -> list[Any]:
     return out
 
 
-def failed(b: LocalBackend) -> dict[str, str]:
+def failed(b: Supervised) -> dict[str, str]:
     """The VMs gone for good, each with the reason: a process whose restart failed or whose
     restarts are used up, a VM that could not be created (its files, its command, its cgroup),
     or any VM whose state is ``failed``. A destroyed VM leaves the list."""
@@ -77,7 +98,7 @@ def failed(b: LocalBackend) -> dict[str, str]:
     return out
 
 
-def running(b: LocalBackend, p: VMProcess) -> bool:
+def running(b: Supervised, p: VMProcess) -> bool:
     """Whether any process of VM ``p`` is alive (its child shell, its group's processes, an
     adopted VM's leader); reaps the backend's child when it has ended."""
     if p.proc is not None and p.proc.poll() is None:
@@ -87,7 +108,7 @@ def running(b: LocalBackend, p: VMProcess) -> bool:
     return p.proc is None and p.pid is not None and pid_alive(p.pid)
 
 
-def send(b: LocalBackend, p: VMProcess, sig: int) -> None:
+def send(b: Supervised, p: VMProcess, sig: int) -> None:
     """Send ``sig`` to every process of VM ``p``: its group's (thawed first: a frozen process
     acts on no signal) and its process group's."""
     if b.enforced:
@@ -100,7 +121,7 @@ def send(b: LocalBackend, p: VMProcess, sig: int) -> None:
         _killpg(p.pid, sig)
 
 
-def kill(b: LocalBackend, vm: str) -> str | None:
+def kill(b: Supervised, vm: str) -> str | None:
     """Kill VM ``vm``'s processes and keep it (the heartbeat's restart of a stalled VM,
     ``service/clusters.py``): the next health check finds it ended with a non-zero status and
     restarts it like a failed one, up to ``max_restarts``. An error, or None."""
@@ -112,7 +133,7 @@ def kill(b: LocalBackend, vm: str) -> str | None:
         return None
 
 
-def stop_all(b: LocalBackend, vms: Sequence[VMProcess], grace: float) -> None:
+def stop_all(b: Supervised, vms: Sequence[VMProcess], grace: float) -> None:
     """End the processes of ``vms`` all at once: SIGTERM to every VM, one wait of at most
     ``grace`` seconds for all of them, SIGKILL to those left (and one more wait); then
     SIGKILL to what a VM's shell left in its process group. Seconds for any number of VMs,
@@ -132,7 +153,7 @@ def stop_all(b: LocalBackend, vms: Sequence[VMProcess], grace: float) -> None:
             _killpg(p.pid, signal.SIGKILL)
 
 
-def monitor_context(b: LocalBackend, vm: str) -> dict[str, Any] | None:
+def monitor_context(b: Supervised, vm: str) -> dict[str, Any] | None:
     """What a command monitor of ``vm`` runs with (:mod:`merkat.service.probes`): the VM's
     working directory, its ``MERKAT_*`` environment (the template's own ``env`` included),
     and the ``cgroup.procs`` files of its groups except the freezer's (a monitor is never

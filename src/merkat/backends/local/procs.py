@@ -1,21 +1,69 @@
-"""Small helpers of the local backend: VM group names, process groups, exit statuses."""
+"""The local backend's VMs as processes: how one starts (:class:`Launch`), its record
+(:class:`VMProcess`), and small helpers: VM group names, process groups, exit statuses."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import re
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from merkat.backends.local.cgroups import CgroupTree, Limits
+from merkat.backends.local.sandbox import Identity
 
 WRAPPER = '/bin/sh -c "$1" </dev/null; s=$?; echo "$s" >&0; exit "$s"'
 """Each VM runs ``/bin/sh -c COMMAND`` under this shell (in a new session, the VM's
 cgroup), which writes the command's exit status to its fd 0 (the file ``<vm>.exit`` the server
 opened for writing; the command's stdin is ``/dev/null``): a VM re-adopted after a restart is
 not the new server's child, so its status is read from there (:meth:`LocalBackend.poll`)."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start one VM: its command, extra environment, working directory, cluster."""
+
+    command: str
+    cluster: str = "default"
+    index: int = 0
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    memory_floor: float = 0.0  # MiB: the memory limit never goes under this (the VM's minimum)
+    # Prepares the VM's first start (copies its input files): run once by a create, never by
+    # an adoption (the files of a re-adopted VM are where it left them).
+    setup: Callable[[], Any] | None = field(default=None, compare=False)
+    identity: Identity | None = None  # whom it runs as (None: the server, env still clean)
+    pids: int | None = None  # the group's pids.max (None: unlimited)
+    user_env: Mapping[str, str] = field(default_factory=dict)  # the template's env:
+    state: Mapping[str, Any] | None = None  # the cluster's state: (the kubernetes backend's)
+
+
+@dataclass
+class VMProcess:
+    """One VM as the backend runs it."""
+
+    id: str
+    app: str
+    node: int
+    launch: Launch
+    cgroup: str
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+    state: str = "running"  # running | suspended | exited | failed
+    restarts: int = 0
+    exit_code: int | None = None
+    limits: Limits | None = None  # the CPU/memory limits last written
+    pid: int | None = None  # the VM's process (its session leader): our child's, or adopted
+    adopted: bool = False  # found in its cgroup after a restart: not our child (polled)
+
+    @property
+    def exit_file(self) -> Path:
+        """Where the VM's wrapper shell writes its command's exit status."""
+        return self.log.with_suffix(".exit")
 
 
 def plugin_group(tree: CgroupTree, app: str, pids: int | None) -> list[str]:
