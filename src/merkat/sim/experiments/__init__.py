@@ -1,5 +1,6 @@
 """The papers' experiments, one module per paper (:mod:`.themis`, :mod:`.slo`, :mod:`.merkat`,
-:mod:`.tycoon` with :mod:`.tycoon_ar6` and :mod:`.tycoon_risk`,
+:mod:`.tycoon` with :mod:`.tycoon_ar6`, :mod:`.tycoon_ablation` and
+:mod:`.tycoon_risk`,
 :mod:`.gridcloud`),
 registered by name in :data:`EXPERIMENTS` (:mod:`.registry`); shared helpers in :mod:`.common`.
 
@@ -12,6 +13,7 @@ from merkat.sim.experiments import (
     slo,
     themis,
     tycoon,
+    tycoon_ablation,
     tycoon_ar6,
     tycoon_risk,
 )
@@ -20,4 +22,4 @@ from merkat.sim.experiments.registry import EXPERIMENTS, Experiment, register, r
 
 __all__ = ["EXPERIMENTS", "FACTORS", "Experiment", "Run", "baseline_work_at_deadline", "execute",
            "gridcloud", "merkat", "register", "run_experiment", "slo", "themis", "tycoon",
-           "tycoon_ar6", "tycoon_risk"]
+           "tycoon_ablation", "tycoon_ar6", "tycoon_risk"]
