@@ -24,34 +24,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from merkat.backends.kubernetes.notice import Held
-from merkat.backends.kubernetes.objects import DEFERRED, PodRecord, PodTemplate, Size
+from merkat.backends.kubernetes.notice import Pods
+from merkat.backends.kubernetes.objects import DEFERRED, Size
 from merkat.platform.backend import OpReport, Plan
 
 MOVE_PERIODS = 6  # a resize Deferred this many periods in a row moves its VM (with state:)
 
 
-class Moving(Protocol):
-    """What the rule needs of the backend (:class:`~merkat.backends.kubernetes.backend.
-    KubernetesBackend`, which hands itself over): its pods, the held ones, its nodes, the
-    templates and the pod size of an allocation."""
-
-    @property
-    def pods(self) -> dict[str, PodRecord]: ...
-
-    @property
-    def held(self) -> dict[str, Held]: ...
-
-    @property
-    def node_ids(self) -> list[str]: ...
-
-    @property
-    def capacity(self) -> dict[str, tuple[float, float] | None]: ...
+class Moving(Pods, Protocol):
+    """What the rule needs of the backend besides its pods (:class:`.notice.Pods`): its
+    patience and the pod size of an allocation."""
 
     @property
     def resize_move_periods(self) -> int: ...
-
-    def _template(self, app: str, vm: str | None = None) -> PodTemplate: ...
 
     def _size(self, app: str, alloc: Mapping[str, float], current: Size | None,
               vm: str | None = None) -> Size: ...

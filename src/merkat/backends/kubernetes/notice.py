@@ -52,13 +52,10 @@ class Held:
     host: int | None
 
 
-class Noticing(Protocol):
-    """What a notice needs of the backend (:class:`~merkat.backends.kubernetes.backend.
-    KubernetesBackend`, which hands itself over): its pods, the held ones, its nodes, the
-    templates' ``state:`` and one API call."""
-
-    @property
-    def client(self) -> Any: ...
+class Pods(Protocol):
+    """The backend's pods as the rules on them (the notice, :mod:`.moves`) read them
+    (:class:`~merkat.backends.kubernetes.backend.KubernetesBackend`, which hands itself over):
+    its pods, the held ones, its nodes and their room, the templates."""
 
     @property
     def pods(self) -> dict[str, PodRecord]: ...
@@ -72,10 +69,17 @@ class Noticing(Protocol):
     @property
     def capacity(self) -> dict[str, tuple[float, float] | None]: ...
 
+    def _template(self, app: str, vm: str | None = None) -> PodTemplate: ...
+
+
+class Noticing(Pods, Protocol):
+    """What a notice needs of the backend besides its pods: the API and the notice's bound."""
+
+    @property
+    def client(self) -> Any: ...
+
     @property
     def notice_limit_s(self) -> float: ...
-
-    def _template(self, app: str, vm: str | None = None) -> PodTemplate: ...
 
     def _call(self, fn: Callable[[], Any], *, retry: bool = True) -> Any: ...
 
