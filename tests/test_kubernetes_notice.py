@@ -62,6 +62,16 @@ def test_the_notice_is_readable_in_the_pod_a_period_before_it_is_deleted(tmp_pat
     assert count(live) == 3  # the checkpoint taken at the deadline was restored
     assert "preempt-at" not in notice_file(live)  # a new pod: no notice
     assert emu.schema_errors == []
+    import yaml
+
+    from test_kubernetes import _rbac_verb
+
+    deploy = Path(__file__).parent.parent / "deploy" / "kubernetes"
+    for f in ("rbac.yaml", "rbac-per-user.yaml"):  # the shipped roles grant the notice's PATCH
+        granted = {(r, v) for doc in yaml.safe_load_all((deploy / f).read_text())
+                   if doc["kind"] in ("Role", "ClusterRole") for rule in doc["rules"]
+                   for r in rule["resources"] for v in rule["verbs"]}
+        assert {_rbac_verb(c.verb, c.path)[:2] for c in emu.calls if "/pods" in c.path} <= granted
 
 
 def test_a_resume_before_the_deadline_withdraws_the_notice_and_keeps_the_pod(

@@ -156,3 +156,39 @@ def test_restart_container_policy_applies_memory_decreases_with_a_restart(tmp_pa
     live.apply(Plan(120.0, 40.0, allocations={"a/vm1": {"cpu": 1.5, "memory": 256.0}}))
     assert live.report == []  # a CPU change (NotRequired) did not restart it
     assert status["restartCount"] == 1
+
+
+def test_an_infeasible_resize_leaves_the_vm_billed_at_its_applied_allocation(
+        tmp_path: Path) -> None:
+    """The node shrinks (allocatable 2 -> 1.5 cores) while the market, which sees it a period
+    later, gives a 2 cores: the kubelet declares the grow Infeasible; a is refunded the half it
+    did not get, one event says so, and the next clearing fits the node again."""
+    emu = cluster("2")
+    m = manager(tmp_path, emu)
+    m.store.add_user("alice", budget=100_000_000)
+    for name in ("a", "b"):
+        m.submit("alice", parse(TWO_CORES.format(name=name), "x.yaml"))
+    m.admit()
+    m.tick()
+    m.tick()
+    m.stop("b")
+    emu.nodes["node-0"]["status"]["allocatable"]["cpu"] = "1500m"
+    m.tick()                          # the market still sees 2 cores: a asks 2, Infeasible
+    (vm,) = m.platform.apps["a"].vms
+    bid_cpu, period = round(vm.bid["cpu"] * MICRO), m.platform.index - 1
+    assert vm.alloc["cpu"] == 2.0
+    m.tick()                          # read: Infeasible, 1 core applied
+    refunds = [t for t in m.store.ledger.history("app:a")
+               if t.idempotency_key == f"unapplied/a/vm1/{period}"]
+    assert [(t.payer, t.amount) for t in refunds] == [(m.config.provider, round(bid_cpu / 2))]
+    assert refunds[0].reason == ("refund: a/vm1 held 1 cores of the 2 cores billed "
+                                 "(resize Infeasible)")
+    (ev,) = [e for e in m.store.events(platform="a") if e["kind"] == "resize-refused"]
+    assert ev["message"].startswith("a/vm1: resize to 2 cores Infeasible (Node didn't have "
+                                    "enough capacity")
+    m.tick()
+    m.tick()                          # the market sees 1.5 cores: a fits, applied in full
+    (v,) = m.vms("a")
+    assert (v["resize"], v["applied"]["cpu"], v["allocation"]["cpu"]) == ("Done", 1.5, 1.5)
+    assert m.store.ledger.audit().ok
+    m.close()
