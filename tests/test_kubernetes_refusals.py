@@ -17,6 +17,7 @@ from merkat.backends.kubernetes.live import KubernetesLive
 from merkat.backends.kubernetes.refusals import RETRY_PERIODS
 from merkat.platform.backend import Plan, VMPlacement
 from merkat.platform.model import MICRO
+from merkat.service.manager import Manager
 from merkat.service.templates import parse
 from test_kubernetes_recovery import manager
 
@@ -60,8 +61,8 @@ def resize_calls(emu: KubeEmulator, pod: str) -> list[dict[str, object]]:
             if c.verb == "PATCH" and c.path.endswith(f"/pods/{pod}/resize")]
 
 
-def test_a_deferred_resize_leaves_the_vm_billed_at_its_applied_allocation(tmp_path: Path) -> None:
-    emu = cluster("2")
+def sharing(tmp_path: Path, emu: KubeEmulator) -> Manager:
+    """Two 2-core best-effort platforms, a and b, running on node-0 (2 cores): 1 core each."""
     m = manager(tmp_path, emu)
     m.store.add_user("alice", budget=100_000_000)
     for name in ("a", "b"):
@@ -69,6 +70,12 @@ def test_a_deferred_resize_leaves_the_vm_billed_at_its_applied_allocation(tmp_pa
     m.admit()
     m.tick()
     m.tick()
+    return m
+
+
+def test_a_deferred_resize_leaves_the_vm_billed_at_its_applied_allocation(tmp_path: Path) -> None:
+    emu = cluster("2")
+    m = sharing(tmp_path, emu)
     assert [v["applied"]["cpu"] for v in m.vms("a") + m.vms("b")] == [1.0, 1.0]
     m.stop("b")                       # b's pod goes: a would have the node's 2 cores...
     foreign_pod(emu, "node-0", "500m")  # ...but another tenant's pod takes half a core
@@ -164,13 +171,7 @@ def test_an_infeasible_resize_leaves_the_vm_billed_at_its_applied_allocation(
     later, gives a 2 cores: the kubelet declares the grow Infeasible; a is refunded the half it
     did not get, one event says so, and the next clearing fits the node again."""
     emu = cluster("2")
-    m = manager(tmp_path, emu)
-    m.store.add_user("alice", budget=100_000_000)
-    for name in ("a", "b"):
-        m.submit("alice", parse(TWO_CORES.format(name=name), "x.yaml"))
-    m.admit()
-    m.tick()
-    m.tick()
+    m = sharing(tmp_path, emu)
     m.stop("b")
     emu.nodes["node-0"]["status"]["allocatable"]["cpu"] = "1500m"
     m.tick()                          # the market still sees 2 cores: a asks 2, Infeasible
