@@ -134,3 +134,23 @@ def test_without_state_a_suspension_deletes_the_pod_at_once(tmp_path: Path) -> N
     emu, live = setup(tmp_path, None)
     live.apply(Plan(T, P, suspend=(VM,)))
     assert emu.pods == {} and pod_calls(emu, "PATCH") == []
+
+
+def test_a_server_restarted_during_a_notice_checkpoints_the_suspended_vm_before_deleting_it(
+        tmp_path: Path) -> None:
+    """The notices live in the server's memory: the recovery of a suspended VM whose pod is
+    still there (under notice) runs its checkpoint, then deletes it; the counter survives."""
+    from merkat.backends.kubernetes import KubernetesBackend
+    from merkat.backends.kubernetes.emulator import emulated_client
+
+    emu, live = setup(tmp_path, STATE)
+    assert [count(live) for _ in range(2)] == [1, 2]
+    live.apply(Plan(T, P, suspend=(VM,)))  # noticed; then the server is killed
+    kube = KubernetesBackend(emulated_client(emu, "merkat"), namespace="merkat",
+                             sleep=lambda s: None)
+    again = KubernetesLive(kube, logs=tmp_path / "logs")
+    again.register("app", lambda app, vm, i: Launch("sleep 1000", "main", i, state=STATE))
+    assert again.adopt(VM, "app", 0, 0, None).op == "adopt-frozen"
+    assert emu.pods == {}
+    again.apply(Plan(T + P, P, resume=(VMPlacement(VM, "app", 1),), allocations=ONE))
+    assert count(again) == 3

@@ -39,7 +39,7 @@ from merkat.backends.kubernetes.notice import rfc3339
 from merkat.backends.kubernetes.objects import ApiFailure, PodTemplate
 from merkat.backends.kubernetes.podexec import ExecResult
 from merkat.backends.kubernetes.refusals import shortfall
-from merkat.backends.kubernetes.state import StateVolume
+from merkat.backends.kubernetes.state import StateVolume, checkpoint_all
 from merkat.control.types import Metrics
 from merkat.platform.backend import ApplyReport, Plan
 
@@ -269,6 +269,8 @@ class KubernetesLive:
         kube = self.kube
         p = kube.pods.get(vm)
         if alloc is None:  # suspended: a suspended VM holds no pod (suspend deletes it)
+            if p is not None:  # left under notice by the previous server: saved, then gone
+                checkpoint_all(kube, [vm])
             r = kube._remove("suspend", vm)
             return OpReport.of("adopt-frozen", vm, None if r.ok else r.reason)
         if p is not None and p.node is not None and kube.capacity.get(p.node) is not None \
