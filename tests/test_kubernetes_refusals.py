@@ -193,3 +193,25 @@ def test_an_infeasible_resize_leaves_the_vm_billed_at_its_applied_allocation(
     assert (v["resize"], v["applied"]["cpu"], v["allocation"]["cpu"]) == ("Done", 1.5, 1.5)
     assert m.store.ledger.audit().ok
     m.close()
+
+
+def test_a_template_asks_for_resize_policy_restart_container_with_memory_resize(
+        tmp_path: Path) -> None:
+    """``memory_resize: restart`` in a cluster reaches the pod as the memory resizePolicy
+    RestartContainer (decreases applied by a restart); a wrong value names its field."""
+    from merkat.service.templates import TemplateError
+
+    with pytest.raises(TemplateError, match=r"clusters\.0\.memory_resize"):
+        parse(TWO_CORES.format(name="x") + "    memory_resize: later\n", "x.yaml")
+    emu = cluster("4")
+    m = manager(tmp_path, emu)
+    m.store.add_user("alice", budget=100_000_000)
+    for name, extra in (("r", "    memory_resize: restart\n"), ("k", "")):
+        m.submit("alice", parse(TWO_CORES.format(name=name) + extra, "x.yaml"))
+    m.admit()
+    m.tick()
+    policies = {name: {p["resourceName"]: p["restartPolicy"] for p in emu.pod(
+        "merkat", f"{name}-main-1")["spec"]["containers"][0]["resizePolicy"]} for name in "rk"}
+    assert policies == {"r": {"cpu": "NotRequired", "memory": "RestartContainer"},
+                        "k": {"cpu": "NotRequired", "memory": "NotRequired"}}
+    m.close()

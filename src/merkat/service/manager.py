@@ -509,7 +509,8 @@ class Manager:
                                                       cluster.files_in),
                           identity=ident, pids=self.tenants.pids(cluster.pids),
                           user_env=dict(cluster.env),
-                          state=cluster.state.model_dump() if cluster.state else None)
+                          state=cluster.state.model_dump() if cluster.state else None,
+                          memory_restart=cluster.memory_resize == "restart")
 
         return launch
 

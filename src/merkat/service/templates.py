@@ -140,6 +140,9 @@ class Cluster(_Strict):
     pids: int | None = Field(None, ge=8, le=4_194_304)  # the VM's pids.max (server default)
     env: dict[str, str] = Field(default_factory=dict)  # added to the VM's clean environment
     state: State | None = None  # kept across suspension/migration (kubernetes; template_state)
+    # kubernetes: a memory decrease restarts the container (resizePolicy RestartContainer) or
+    # is not applied (in-place: NotRequired memory cannot shrink; docs/kubernetes.md)
+    memory_resize: Literal["in-place", "restart"] = "in-place"
 
     _check_env = field_validator("env")(_env)
     _check_files_in = field_validator("files_in")(_relative)

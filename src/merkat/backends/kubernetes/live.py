@@ -106,7 +106,8 @@ class KubernetesLive:
         return PodTemplate(image=self.image, command=("/bin/sh", "-c", launch.command),
                            env=env, memory_mib=float(launch.memory_floor),
                            owner=self.owner_of.get(app, "users"), cluster=launch.cluster,
-                           state=StateVolume.of(getattr(launch, "state", None)))
+                           state=StateVolume.of(getattr(launch, "state", None)),
+                           memory_restart=bool(getattr(launch, "memory_restart", False)))
 
     # --- the Backend seam -------------------------------------------------------------
 

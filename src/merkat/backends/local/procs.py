@@ -40,6 +40,7 @@ class Launch:
     pids: int | None = None  # the group's pids.max (None: unlimited)
     user_env: Mapping[str, str] = field(default_factory=dict)  # the template's env:
     state: Mapping[str, Any] | None = None  # the cluster's state: (the kubernetes backend's)
+    memory_restart: bool = False  # memory_resize: restart (the kubernetes backend's)
 
 
 @dataclass
