@@ -89,3 +89,27 @@ def test_the_server_banner_says_kubernetes_not_cgroups(tmp_path: Path) -> None:
     text = srv.banner()
     assert "kubernetes, 2 nodes" in text and "cgroups" not in text.split(";")[0]
     m.close()
+
+
+def test_platform_show_gives_the_time_a_vm_under_notice_is_stopped(world) -> None:  # type: ignore[no-untyped-def]
+    """A VM whose suspension was planned keeps its pod until its notice ends: the API's
+    ``preempt_at`` and a ``notice:`` line under the table say until when."""
+    from merkat.backends.kubernetes.notice import rfc3339
+    from merkat.cli.platforms import print_show
+    from merkat.platform.backend import Plan
+
+    emu, m, c, auth = world
+    m.submit("alice", parse(SLEEP.format(name="s") + "    state: {grace: 1}\n", "x.yaml"))
+    m.admit()
+    m.tick()
+    t = m.clock()
+    m.backend.apply(Plan(t, m.platform.period, suspend=("s/vm1",)))  # as the market would
+    p = c.get("/api/v1/platforms/s", headers=auth).json()
+    (v,) = p["vms"]
+    assert v["preempt_at"] == rfc3339(t + m.platform.period)
+    assert v["node"] == emu.pod("merkat", "s-main-1")["spec"]["nodeName"]  # still there
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        print_show(p)
+    assert (f"notice: s/vm1's pod stops at {v['preempt_at']} (merkat.io/preempt-at)"
+            in out.getvalue())
