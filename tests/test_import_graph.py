@@ -42,10 +42,6 @@ HEADING = "## Layers: who may import whom"
 ALLOWED_CYCLES: dict[tuple[str, str], str] = {
     # decide: admission belongs to the decision (platform/period ⇄ platform/admission)
     ("merkat.platform.period", "merkat.platform.admission"): "decide",
-    # live: Platform.run_period, the compatibility path (platform/period ⇄ runtime/driver)
-    ("merkat.platform.period", "merkat.runtime.driver"): "live",
-    # live: recovery is given what it needs instead of the Manager
-    ("merkat.service.manager", "merkat.service.recovery"): "live",
     # cycles: being removed by this session's cycles engineer
     ("merkat.service.probes", "merkat.service.clusters"): "cycles",
     ("merkat.service.applied", "merkat.service.manager"): "cycles",
@@ -63,10 +59,6 @@ ALLOWED_CYCLES: dict[tuple[str, str], str] = {
 
 # Imports (importer, imported) across the layer rules, tolerated until their owner removes them.
 ALLOWED_CROSSINGS: dict[tuple[str, str], str] = {
-    # live: Platform(ledger=, backend=), the compatibility path (platform -> bank, runtime)
-    ("merkat.platform.period", "merkat.bank.ledger"): "live",
-    ("merkat.platform.period", "merkat.runtime.economy"): "live",
-    ("merkat.platform.period", "merkat.runtime.driver"): "live",
     # cycles: being removed by this session's cycles engineer
 }
 

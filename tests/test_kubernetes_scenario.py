@@ -33,7 +33,7 @@ def test_deadline_solver_and_best_effort_solvers_share_a_node_of_the_cluster() -
         kube.add_app(app, PodTemplate(image="zephyr:latest", command=("zephyr", app),
                                       memory_mib=900))
     pods = PodsBackend(kube, emu, sc.backend)
-    sc.platform.backend = pods
+    sc.world = pods
     res = sc.run(deadline * MIN + MERKAT6["period_s"])
 
     # The deadline solver met its deadline while the best-effort solvers shared its node.
@@ -79,6 +79,8 @@ def test_deadline_solver_and_best_effort_solvers_share_a_node_of_the_cluster() -
 def test_the_vms_of_a_node_that_disappears_are_recreated_where_the_market_moves_them() -> None:
     from merkat.bank.memory import MemoryLedger
     from merkat.platform.period import AppSpec, Platform
+    from merkat.runtime.driver import Driver
+    from merkat.runtime.economy import Economy
 
     emu = KubeEmulator()
     emu.namespaces.add("merkat")
@@ -87,16 +89,17 @@ def test_the_vms_of_a_node_that_disappears_are_recreated_where_the_market_moves_
     kube = KubernetesBackend(emulated_client(emu, "merkat"), namespace="merkat",
                              sleep=lambda s: None)
     kube.refresh()
-    platform = Platform(kube.hosts(), MemoryLedger(), kube, period=60.0, reserve={"cpu": 0.01})
+    platform = Platform(kube.hosts(), period=60.0, reserve={"cpu": 0.01})
+    driver = Driver(platform, kube, Economy(MemoryLedger()), admit=lambda b, a: None)
     for i in range(6):
-        platform.submit(AppSpec(id=f"a{i}", policy="best-effort", size=1, vm_size={"cpu": 2.0},
+        driver.submit(AppSpec(id=f"a{i}", policy="best-effort", size=1, vm_size={"cpu": 2.0},
                                 submit_time=0.0, budget=100.0, renewal=100.0, trade=("cpu",)))
     counts = []
     for t in range(5):
         if t == 2:
             emu.remove_node("node-1")
         platform.hosts = kube.hosts()  # the nodes as last read (the service does this)
-        platform.run_period(60.0 * t)
+        driver.step(60.0 * t)
         assert kube.last_report is not None
         counts.append(kube.last_report.counts())
     assert counts[0] == {"create": 6} and counts[1] == {}

@@ -36,6 +36,8 @@ from merkat.control.types import (
 )
 from merkat.market import Hosts
 from merkat.platform.period import AppSpec, NonFiniteBid, Platform
+from merkat.runtime.driver import Driver
+from merkat.runtime.economy import Economy
 
 runner = CliRunner()
 GENERIC = ("scale-one-vm", "merkat-vertical")
@@ -124,25 +126,26 @@ class _NaNPolicy(Controller):
 
 def test_a_non_finite_bid_is_caught_naming_the_policy_and_the_application() -> None:
     b = SimBackend()
-    p = Platform(one_host(), MemoryLedger(), b, period=60.0)
-    b.add_app("job-7", RigidApp(vms=1, work_total=600.0))
-    p.submit(AppSpec(id="job-7", policy="best-effort", size=1, vm_size={"cpu": 1.0},
-                     submit_time=0.0, budget=100.0), controller=_NaNPolicy())  # fmt: skip
-    p.run_period(0.0)  # starts
+    p = Platform(one_host(), period=60.0)
+    d = Driver(p, b, Economy(MemoryLedger()))
+    d.submit(AppSpec(id="job-7", policy="best-effort", size=1, vm_size={"cpu": 1.0},
+                     submit_time=0.0, budget=100.0), RigidApp(vms=1, work_total=600.0),
+             controller=_NaNPolicy())  # fmt: skip
+    d.step(0.0)  # starts
     b.advance(0.0, 60.0)
     with pytest.raises(NonFiniteBid, match=r"policy 'nan-policy' bid .* of application 'job-7'"):
-        p.run_period(60.0)
+        d.step(60.0)
 
 
 @pytest.mark.parametrize("policy", TRACE_POLICIES)
 def test_a_cpu_only_application_runs_under_the_default_reserves(policy: str) -> None:
     b = SimBackend()
-    p = Platform(one_host(), MemoryLedger(), b, period=60.0)  # reserve on cpu and memory
-    b.add_app("a", RigidApp(vms=1, work_total=120.0, cpu=1.0))
-    p.submit(AppSpec(id="a", policy=policy, size=1, vm_size={"cpu": 1.0}, submit_time=0.0,
-                     budget=100.0, deadline=6000.0))  # fmt: skip
+    p = Platform(one_host(), period=60.0)  # reserve on cpu and memory
+    d = Driver(p, b, Economy(MemoryLedger()))
+    d.submit(AppSpec(id="a", policy=policy, size=1, vm_size={"cpu": 1.0}, submit_time=0.0,
+                     budget=100.0, deadline=6000.0), RigidApp(vms=1, work_total=120.0, cpu=1.0))  # fmt: skip
     for k in range(6):
-        p.run_period(60.0 * k)
+        d.step(60.0 * k)
         b.advance(60.0 * k, 60.0 * (k + 1))
     a = p.apps["a"]
     assert a.spec.trade == ("cpu",)

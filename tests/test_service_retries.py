@@ -15,7 +15,7 @@ import pytest
 from merkat.backends.local import Launch, LocalBackend, Node, sandbox
 from merkat.control.types import Action, Demand, Observation
 from merkat.platform.backend import ApplyReport, OpReport, Plan, VMPlacement
-from merkat.service import manager as manager_mod
+from merkat.service import admit
 from merkat.service.backends import make_backend
 from merkat.service.config import load_config
 from merkat.service.db import open_store
@@ -153,7 +153,7 @@ class _SuspendThenResume:
 
 def test_a_resume_that_fails_once_resumes_in_the_next_period(
         m: Manager, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(manager_mod, "make_controller",
+    monkeypatch.setattr(admit, "make_controller",
                         lambda p, q: _SuspendThenResume(make_controller(p, q)))
     b: Any = m.backend
     real, left = b._resume, [1]

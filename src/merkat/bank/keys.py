@@ -14,7 +14,7 @@ never passes a key a user sent as it is:
   them), so no request can write one: the period's charges (``charge-by-bid/<provider>/<p>``,
   ``charge-by-use/...``), renewals (``renewal/<p>/...``), the Virtual Bank's and the idle
   tax's per-period keys, a platform's budget (``budget:NAME``, ``budget:NAME@G`` for the
-  G-th platform of that name: :func:`merkat.service.records.budget_key`, one per account),
+  G-th platform of that name: :func:`budget_key`, one per account),
   and a user's initial budget (``user-budget:<name>@<created>``).
 
 A key longer than fits the ledger's 200 characters is replaced by its SHA-256 (``~`` and 43
@@ -27,6 +27,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
+
+
+def budget_key(account: str) -> str:
+    """The idempotency key of the budget an owner moves into application ``account`` at its
+    admission (``budget:NAME``, ``budget:NAME@2``; :class:`merkat.runtime.economy.Economy`
+    with ``owner_funds``)."""
+    return f"budget:{account.removeprefix('app:')}"
+
 
 USER_PREFIX = "u:"
 """Every user-sent key, and only those, starts with this."""

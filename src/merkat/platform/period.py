@@ -28,12 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 from mypy_extensions import mypyc_attr
 
-from merkat.bank.ledger import Ledger
 from merkat.control.base import Controller
 from merkat.control.forecast import HISTORY
 from merkat.control.registry import make_policy
@@ -51,7 +49,7 @@ from merkat.control.types import (
 )
 from merkat.market import NO_HOST, RESOURCES, BalanceParams, Clearing, Hosts, VMs
 from merkat.market.mechanisms import make_mechanism
-from merkat.platform.backend import ApplyReport, Backend
+from merkat.platform.backend import ApplyReport
 from merkat.platform.bids import set_bids, within_budget
 from merkat.platform.lifecycle import ENDED, app_transition, vm_transition
 from merkat.platform.market_input import bidding as bidding_vms
@@ -83,12 +81,6 @@ class Platform:
     applications, their VMs and controllers, the last prices. The decision holds no ledger and
     no backend: the driver (:class:`~merkat.runtime.driver.Driver`) owns them.
 
-    Compatibility for callers not yet moved onto the driver (the live service): with
-    ``ledger`` and ``backend`` given, :meth:`submit` opens and funds the application's account
-    through a ``themis``/``bid`` :class:`~merkat.runtime.economy.Economy` and
-    :meth:`run_period` is one :meth:`Driver.step <merkat.runtime.driver.Driver.step>` of a
-    driver on them (the same decision and effects; only the loop is the caller's).
-
     ``hosts`` is the cluster; ``period`` the scheduling period in seconds; ``reserve`` the
     minimum bid per VM and resource; ``balance`` the load-balancing parameters;
     ``keep_alive`` how many periods an application may fail to afford the reserve price of
@@ -96,8 +88,6 @@ class Platform:
     """
 
     hosts: Hosts
-    ledger: Ledger | None = None
-    backend: Backend | None = None
     period: float = 300.0
     reserve: Mapping[str, float] = field(default_factory=lambda: {r: 0.001 for r in RESOURCES})
     balance: BalanceParams = field(default_factory=BalanceParams)
@@ -133,25 +123,6 @@ class Platform:
             tuple[dict[str, float], dict[str, float], tuple[dict[str, float], ...]],
         ] = {}
         self._retry = Ops()  # destroy/suspend operations the backend failed: re-issued
-        self._economy: Any = None
-        if self.ledger is not None:
-            from merkat.runtime.economy import Economy  # the runtime imports this module
-
-            self._economy = Economy(self.ledger, provider=self.provider)
-
-    @property
-    def allowances(self) -> Mapping[str, Any]:
-        """The renewals by account (compatibility: the economy holds them)."""
-        return self._economy.allowances if self._economy is not None else {}
-
-    def run_period(self, now: float) -> PeriodRecord:
-        """Compatibility: one driver step on this platform's ``ledger`` and ``backend``."""
-        if self._economy is None or self.backend is None:
-            raise ValueError("run_period needs a platform made with a ledger and a backend; "
-                             "use merkat.runtime.driver.Driver")
-        from merkat.runtime.driver import Driver
-
-        return Driver(self, self.backend, self._economy).step(now)
 
     # --- submission -------------------------------------------------------------------
 
@@ -185,8 +156,6 @@ class Platform:
         if ctl.reads_price_history:  # keep the prices it reads (at least history_size)
             self.history_size = max(self.history_size, ctl.price_history_periods)
         app = App(spec, ctl, account or f"app:{spec.id}")
-        if self._economy is not None:  # compatibility (see the class docstring)
-            self._economy.open(app, self.index)
         self.apps[spec.id] = app
         self.active[spec.id] = app
         self.queue.append(spec.id)
@@ -280,6 +249,30 @@ class Platform:
         app.end_time = now if app.end_time is None else app.end_time
         app.reason = reason
         app.outcome = "finished" if finished else (outcome or "stopped")
+
+    def stop(self, app_id: str, now: float, reason: str) -> tuple[str, ...]:
+        """End application ``app_id`` now at its owner's request, through the lifecycle
+        table (its STOP; ``ValueError`` when refused) and the end rule of a period's STOP;
+        returns its VMs, for the driver to destroy."""
+        app = self.apps[app_id]
+        nxt = app_transition(app.status, Action.STOP)
+        if not isinstance(nxt, AppStatus):
+            raise ValueError(f"application {app_id!r}: {nxt}")
+        ops = Ops()
+        self._end(app, now, reason, False, ops)
+        self.active.pop(app_id, None)
+        if app_id in self.queue:
+            self.queue.remove(app_id)
+        return tuple(ops.destroy)
+
+    def reissue(self, report: ApplyReport) -> None:
+        """The destroys and suspends ``report`` says failed are re-issued by the next
+        period (a plan applied outside a period: an end, an admission)."""
+        for o in report.failed:
+            if o.op == "destroy":
+                self._retry.destroy.append(o.vm)
+            elif o.op == "suspend":
+                self._retry.suspend.append(o.vm)
 
     def withhold(self, decision: Decision, unpaid: Collection[str]) -> Decision:
         """``decision`` without the VMs of the ``unpaid`` applications (ids): an application

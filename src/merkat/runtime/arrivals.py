@@ -31,6 +31,7 @@ class Arrival:
     controller: Controller | None = None
     event: Callable[[Any], None] | None = None
     index: int = -1
+    account: str | None = None  # its bank account (default ``app:ID``)
 
 
 class Arrivals(Protocol):

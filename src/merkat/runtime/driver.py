@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from merkat.control.base import Controller
-from merkat.platform.backend import ApplyReport, Backend, Metered
+from merkat.platform.backend import ApplyReport, Backend, Metered, Plan
 from merkat.platform.model import App, AppSpec, Charged, Observed, PeriodRecord
 from merkat.platform.period import Platform
 from merkat.runtime.arrivals import Arrival, Arrivals, ListArrivals
@@ -128,16 +128,18 @@ class Driver:
                 hooks.admitted(self, arrival, None)
                 continue
             assert arrival.spec is not None
-            app = platform.submit(arrival.spec, arrival.controller)  # checks the spec first
+            app = platform.submit(arrival.spec, arrival.controller,  # checks the spec first
+                                  account=arrival.account)
             self.admit(self.backend, arrival)
             economy.open(app, platform.index)
             hooks.admitted(self, arrival, app)
 
-    def submit(self, spec: AppSpec, model: Any = None,
-               controller: Controller | None = None) -> App:
-        """Admit one application now (its account opened and funded); it takes part in the
-        next period."""
-        self.arrivals_now.append(Arrival(spec.submit_time, spec, model, controller))
+    def submit(self, spec: AppSpec, model: Any = None, controller: Controller | None = None,
+               account: str | None = None) -> App:
+        """Admit one application now (its account, ``account`` or ``app:ID``, opened and
+        funded); it takes part in the next period."""
+        self.arrivals_now.append(Arrival(spec.submit_time, spec, model, controller,
+                                         account=account))
         arrivals, self.arrivals = self.arrivals, _Now(self.arrivals_now)
         try:
             self.admit_due(math.inf)
@@ -185,6 +187,21 @@ class Driver:
                 economy.close(ended, record.index)
         self.hooks.after_period(self, t, record)
         return record
+
+    def stop(self, app_id: str, reason: str) -> ApplyReport:
+        """End application ``app_id`` now, at its owner's request: the platform's end rule
+        (:meth:`Platform.stop <merkat.platform.period.Platform.stop>`, the lifecycle table's
+        STOP), its VMs destroyed at once (a destroy that fails is re-issued by the next
+        period), its money home with ``economy.return_budgets``. Returns the backend's
+        report."""
+        now = self.clock.now()
+        app = self.platform.apps[app_id]
+        destroy = self.platform.stop(app_id, now, reason)
+        report = self.report = self.backend.apply(Plan(now, self.period, destroy=destroy))
+        self.platform.reissue(report)
+        if self.economy.return_budgets:
+            self.economy.close([app.account], self.platform.index)
+        return report
 
     @property
     def admits_between(self) -> bool:

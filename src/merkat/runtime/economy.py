@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from merkat.bank.keys import budget_key
 from merkat.bank.ledger import AccountKind, Ledger, Move
 from merkat.bank.policies import (
     VIRTUAL_BANK,
@@ -202,6 +203,7 @@ class Economy:
     provider: str = "provider"
     return_budgets: bool = False
     metered: bool = False  # charging "use" on measured CPU (merkat.runtime.metering)
+    owner_funds: bool = False  # budgets moved from what owners hold, not minted (live)
     initial_budgets: int = 0
     returned: int = 0  # micro-credits given back to owners by ended applications
     redistributed: int = 0
@@ -239,7 +241,10 @@ class Economy:
             ledger.create_account(app.account, AccountKind.application, owner=owner)
         self.owners[app.account] = owner
         initial = to_micro(spec.budget)
-        if initial > 0:
+        if initial > 0 and self.owner_funds:  # the owner pays it from what she holds
+            ledger.transfer(owner, app.account, initial, f"budget of {spec.id}",
+                            idempotency_key=budget_key(app.account))
+        elif initial > 0:
             ledger.mint(owner, initial, "initial budget", period,
                         idempotency_key=f"initial-budget/{app.account}")
             ledger.transfer(owner, app.account, initial, "credit manager: initial budget",

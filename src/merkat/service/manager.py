@@ -1,23 +1,25 @@
 """The applications manager (Merkat §4.1.1, §4.2): queue, admission, monitors, shutdown —
 around the market scheduler's period, on the wall clock.
 
-:class:`Manager` owns one :class:`~merkat.platform.period.Platform` (market, controllers,
-bank) and a live backend. Its life:
+:class:`Manager` is the live service's configuration of the runtime driver
+(:class:`~merkat.runtime.driver.Driver`: a :class:`~merkat.platform.period.Platform`, the live
+backend, the config's :class:`~merkat.runtime.economy.Economy` on the store's ledger, the wall
+clock), built as the simulator builds its own (docs/service.md). Its life:
 
 - :meth:`submit` (the API) validates a template against the owner's balance and puts the
   platform in the queue (state ``queued``);
-- :meth:`admit`, every admission interval (10 s), moves queued platforms into the platform
-  loop: an account ``app:<name>`` funded by a transfer of the template's budget from the
-  owner's account, a controller (a policy by name, or a ``merkat.controllers`` entry point),
-  and a launcher telling the backend how to start each VM (its cluster's command, the
-  environment of §4.2.2). The controller's start condition then decides when it starts: at
-  once between periods (:meth:`start_queued`), else each period (``waiting`` until then:
-  "put back in the queue");
+- :meth:`admit`, every admission interval (10 s), hands queued platforms to the driver
+  (:func:`merkat.service.admit.admit_row`: ``Driver.submit``, its account opened and funded
+  from the owner's by the economy, its controller, its launcher given to the backend). The
+  controller's start condition then decides when it starts: at once between periods
+  (:meth:`start_queued`: ``Driver.admission_point``), else each period (``waiting`` until
+  then: "put back in the queue");
 - :meth:`tick`, every period (40 s), reaps and restarts failed processes (health check),
-  reads the monitors, runs the period (:meth:`_run_period`: one step of the runtime driver),
-  applies user stops and budget exhaustion, and records prices, states and events in the
-  store;
-- :meth:`stop` shuts a platform down at the user's request.
+  reads the monitors, runs the period (:meth:`_run_period`: ``Driver.step``), refunds the VMs
+  that did not start (:mod:`merkat.service.starts`) and records prices, states and events in
+  the store;
+- :meth:`stop` ends a platform at the user's request (``Driver.stop``: the platform's end
+  rule, the lifecycle table's STOP).
 
 Every public method takes the manager's lock: the API thread and the loop thread never see a
 half-done period.
@@ -26,36 +28,29 @@ half-done period.
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from merkat.bank.errors import BankError
 from merkat.bank.ledger import AccountKind
 from merkat.bank.money import format_amount
-from merkat.control.base import Controller
-from merkat.control.registry import PolicyError, make_policy
 from merkat.market import NO_HOST, Hosts
 from merkat.platform.backend import ApplyReport
 from merkat.platform.period import (
     ENDED,
-    App,
-    AppSpec,
     AppStatus,
     PeriodRecord,
     Platform,
-    to_micro,
 )
-from merkat.service import files, quotas, tenancy, usercmds
-from merkat.service.backends import Elastic, LiveBackend, Namespaced
+from merkat.service import quotas, tenancy, usercmds
+from merkat.service.admit import Live, admit_row, make_controller, register_launcher
+from merkat.service.backends import Elastic, LiveBackend
 from merkat.service.config import ServiceConfig
 from merkat.service.db import PlatformRow, Store
 from merkat.service.logtail import LogCap, platform_logs
-from merkat.service.monitors import MetricsTracker
 from merkat.service.starts import refund_failed_starts
 from merkat.service.templates import Template, TemplateError
 from merkat.service.tenants import Tenants
@@ -67,59 +62,8 @@ VM_EVENTS = {"create": "vm-start", "suspend": "vm-suspend", "resume": "vm-resume
 """Backend operations that become events (kind by operation); ``limit`` (every VM, every
 period) does not."""
 
-CONTROLLERS = "merkat.controllers"
-"""Entry-point group of custom controllers: ``name = "pkg.module:ControllerClass"``."""
-
-
 class NotFound(LookupError):
     """No such object (or not the caller's)."""
-
-
-def make_controller(policy: str, params: dict[str, Any]) -> Controller:
-    """A controller by registry name, else by a ``merkat.controllers`` entry point."""
-    from merkat.control.steer import live_params
-
-    try:  # live, the deadline policies steer by the share they need (merkat.control.steer)
-        return make_policy(policy, **live_params(policy, params))
-    except PolicyError as exc:
-        if not str(exc).startswith("unknown policy"):
-            raise TemplateError(f"controller.params: {exc}") from None
-        from importlib.metadata import entry_points
-
-        for ep in entry_points(group=CONTROLLERS):
-            if ep.name == policy:
-                cls = ep.load()
-                try:
-                    ctl: Controller = cls(**params)
-                except (TypeError, ValueError) as e:
-                    raise TemplateError(f"controller.params: {e}") from None
-                return ctl
-        raise TemplateError(f"controller.policy: {exc}") from None
-
-
-@dataclass
-class Live:
-    """What the manager keeps per admitted platform."""
-
-    template: Template
-    owner: str
-    tracker: MetricsTracker
-    last_poll: float = -math.inf
-    state: str = "waiting"  # as last written to the store
-    monitor_error: str | None = None  # the last failed reading's (an event when it changes)
-    # the other clusters' monitors (Merkat §4.2.1) and the heartbeat: service/clusters.py
-    others: dict[str, MetricsTracker] = field(default_factory=dict)
-    polled: dict[str, float] = field(default_factory=dict)  # when each was last read
-    beats: dict[str, tuple[float, Any]] = field(default_factory=dict)
-    errors: dict[str, str | None] = field(default_factory=dict)  # the other clusters' monitors'
-    at_risk: str | None = None  # its deadline, as last reported (merkat.service.deadlines)
-
-    def metrics(self) -> Any:
-        """What the controller sees: every cluster's reading, aggregated
-        (:func:`merkat.service.clusters.aggregate`)."""
-        from merkat.service.clusters import platform_metrics
-
-        return platform_metrics(self)
 
 
 class Manager:
@@ -136,9 +80,8 @@ class Manager:
         hosts = Hosts(tuple(n.name for n in nodes),  # the market sells the allocatable
                       _capacity([(getattr(n, "allocatable_cores", n.cores),
                                   getattr(n, "allocatable_memory", n.memory)) for n in nodes]))
-        self.platform = Platform(hosts=hosts, ledger=store.ledger, backend=backend,
-                                 period=config.period, reserve=dict(config.reserve),
-                                 provider=config.provider)
+        self.platform = Platform(hosts=hosts, period=config.period,
+                                 reserve=dict(config.reserve), provider=config.provider)
         from merkat.service.loop import LoopHealth, first_period
 
         # the period counter continues after the last period the prices or the bank saw
@@ -147,17 +90,15 @@ class Manager:
         from merkat.service.probes import MonitorRunner
 
         self.monitors = MonitorRunner(backend, clock)  # monitors run outside the lock
-        from merkat.service.money import make_economy
-
-        self.platform._economy = make_economy(config, store.ledger)  # economy, charging
-        # The period and the admissions between periods: the runtime driver on this wall
-        # clock (the service's loop, :meth:`run`, owns the waiting and the queue).
+        # The period, the admissions and the ends: the runtime driver on this wall clock (the
+        # service's loop, :meth:`run`, owns the waiting and the queue), as the simulator's.
         from merkat.runtime.clock import FunctionClock
         from merkat.runtime.driver import Driver
+        from merkat.service.money import make_economy
 
-        self.driver = Driver(self.platform, backend, self.platform._economy,
-                             clock=FunctionClock(clock), skip_idle=False,
-                             admission=config.admission)
+        self.driver = Driver(self.platform, backend, make_economy(config, store.ledger),
+                             clock=FunctionClock(clock), admit=register_launcher,
+                             skip_idle=False, admission=config.admission)
         self.next_period = clock()  # when the loop runs the next period
         self.live: dict[str, Live] = {}
         self.ended: dict[str, Live] = {}  # the ended platforms' (their last readings)
@@ -177,7 +118,8 @@ class Manager:
             store.add_event("warning", self.tenants.warning)
         from merkat.service.recovery import recover
 
-        recover(self)
+        recover(self, lambda row: admit_row(self, row, Template.model_validate(row.template),
+                                            resumed=True))
 
     # --- the API's side ----------------------------------------------------------------------
 
@@ -208,7 +150,8 @@ class Manager:
             app = self.platform.apps.get(name)
             if app is None or not app.active:
                 return
-            self._shutdown(app, reason)
+            # the platform's end rule (the lifecycle table's STOP), its VMs destroyed now
+            self._report_events(self.driver.stop(name, reason))
             # stored now, so the caller reads the new state (if the store fails, the next
             # period writes it)
             with contextlib.suppress(Exception):
@@ -311,7 +254,9 @@ class Manager:
         with self.lock:
             for row in self.store.platforms(states=("queued",)):
                 try:
-                    self._admit(row)
+                    t = Template.model_validate(row.template)
+                    tenancy.check_admission(self, row, t)
+                    admit_row(self, row, t)
                 except (TemplateError, ValueError, BankError) as exc:
                     tenancy.forget(self, row.name)  # no half-admitted platform stays
                     self._end_row(row.name, row.owner, "failed", f"cannot admit: {exc}")
@@ -361,7 +306,6 @@ class Manager:
             refund_failed_starts(self.driver, self.driver.report, record.index, self.paid,
                                  self._event)  # retried in the next period
             self._charges(record.index)
-            self._budgets()
             from merkat.service.deadlines import report
 
             report(self)  # deadline at risk, met, missed
@@ -440,80 +384,6 @@ class Manager:
 
     # --- internals --------------------------------------------------------------------------
 
-    def _admit(self, row: PlatformRow, resumed: bool = False) -> None:
-        """Admit ``row`` into the platform (``resumed``: again, after a restart: its account
-        and money exist, its deadline counts from its submission)."""
-        t = Template.model_validate(row.template)
-        from merkat.service.idle import with_keep_idle
-
-        ctl = with_keep_idle(t, make_controller)  # the template's keep_idle (service/idle.py)
-        if not resumed:
-            tenancy.check_admission(self, row, t)
-        c = t.controlled
-        now = self.clock()
-        start = row.submitted if resumed else now
-        spec = AppSpec(
-            id=t.name, policy=t.controller.policy, size=t.size,
-            vm_size={"cpu": c.cpu, "memory": c.memory}, submit_time=start, budget=0.0,
-            renewal=t.renewal, budget_cap=t.budget if t.renewal > 0 else None,
-            deadline=start + t.controller.reference if t.controller.reference else None,
-            vm_min={"cpu": c.min_cpu, "memory": c.min_memory}, owner=row.owner,
-            trade=tuple(t.trade))
-        if isinstance(self.backend, Namespaced):  # each user's VMs apart (kubernetes)
-            self.backend.owner_of[t.name] = row.owner
-        self.backend.register(t.name, self._launcher(t, row.owner))
-        from merkat.service.records import budget_key, new_account
-
-        # its own account: a name used again after a delete gets app:NAME@2 (records.py)
-        account = (row.account or f"app:{t.name}") if resumed else new_account(
-            self.store.ledger, t.name)
-        app = self.platform.submit(spec, ctl, account=account)
-        budget = to_micro(t.budget)
-        if budget > 0 and not resumed:
-            self.store.ledger.transfer(row.owner, app.account, budget, f"budget of {t.name}",
-                                       idempotency_key=budget_key(account))
-        if resumed:  # what it paid before the restart is in the books, not in memory
-            from merkat.service.recovery import paid_before
-
-            app.spent = self.paid[t.name] = paid_before(self.store.ledger, app.account,
-                                                        self.config.provider)
-        self.live[t.name] = Live(t, row.owner, MetricsTracker(t.monitored.monitor))
-        self.store.set_platform(t.name, state="waiting", deadline=spec.deadline,
-                                account=account)
-        if not resumed:
-            self._event("admitted", f"platform {t.name} admitted: budget {t.budget:g}, "
-                        f"controller {t.controller.policy}", t.name)
-
-    def _launcher(self, t: Template, owner: str) -> Callable[[str, str, int], Any]:
-        from merkat.backends.local import Launch
-        from merkat.service import tenants
-
-        monitored = t.monitored
-
-        def launch(app: str, vm: str, index: int) -> Launch:
-            cluster, k = t.cluster_of(index)
-            if cluster.name == monitored.name and k == 0:
-                self.backend.monitored[app] = vm
-            self.vm_index[vm] = index
-            master = t.clusters[[c.name for c in t.clusters].index(cluster.depends)] \
-                if cluster.depends else cluster
-            ident = self.tenants.identity(owner)  # its error is the VM's, as data
-            cwd = tenants.work_dir(ident, app, cluster.name, k)
-            env = {"MERKAT_MASTER": f"{app}/{master.name}-0", "MERKAT_MASTER_HOST": "127.0.0.1",
-                   "MERKAT_CLUSTER_INDEX": str(k),
-                   "MERKAT_SHARED": str(tenants.shared_dir(ident, app))}
-            return Launch(cluster.command, cluster.name, index, env, str(cwd),
-                          memory_floor=max(cluster.min_memory, 16.0),
-                          # an error here is the VM's, as data; a re-adopted VM skips it
-                          setup=lambda: files.prepare(ident, app, cluster.name, k,
-                                                      cluster.files_in),
-                          identity=ident, pids=self.tenants.pids(cluster.pids),
-                          user_env=dict(cluster.env),
-                          state=cluster.state.model_dump() if cluster.state else None,
-                          memory_restart=cluster.memory_resize == "restart")
-
-        return launch
-
     def _charges(self, period: int) -> None:
         """One ``charge`` event per platform that paid for its VMs this period."""
         for name in list(self.live):
@@ -525,31 +395,6 @@ class Manager:
                 self.paid[name] = app.spent
                 self._event("charge", f"platform {name} paid {delta / 1e6:g} for "
                             f"{len(app.vms)} VM(s) in period {period}", name)
-
-    def _budgets(self) -> None:
-        """Shut down running platforms that can no longer pay (Merkat §4.2.4 case iii)."""
-        active = [a for a in self.platform.active.values() if a.status is AppStatus.RUNNING]
-        if not active:
-            return
-        balances = self.store.ledger.balances([a.account for a in active])
-        for a in active:
-            if a.account in self.platform.allowances:
-                continue
-            floor = sum(to_micro(sum(self.platform.reserve.values())) for _ in a.vms)
-            if balances[a.account] < max(floor, 1):
-                self._shutdown(a, "budget exhausted")
-
-    def _shutdown(self, app: App, reason: str) -> None:
-        from merkat.platform.backend import Plan
-
-        ids = tuple(vm.id for vm in app.vms)
-        if ids:
-            self.backend.apply(Plan(time=self.clock(), period=self.platform.period, destroy=ids))
-        app.vms = []
-        app.status = AppStatus.STOPPED
-        app.reason = reason
-        app.end_time = self.clock()
-        self.platform.active.pop(app.spec.id, None)
 
     def _sync(self, now: float) -> None:
         """Write each admitted platform's state to the store, with an event on each change."""
@@ -592,6 +437,13 @@ class Manager:
     def _plugin(self, live: Live, name: str, old: str, new: str) -> None:
         """Run the template's command for this transition as its owner (Merkat §4.3)."""
         usercmds.plugin(self, live.template, live.owner, name, old, new)
+
+    def end_failed(self, name: str, owner: str, values: Mapping[str, Any]) -> None:
+        """End platform ``name`` as failed with ``values`` and give its money back to
+        ``owner`` in one transaction (recovery's: :func:`merkat.service.money.end_platform`)."""
+        from merkat.service.money import end_platform
+
+        end_platform(self, name, owner, values, "failed")
 
     def _end_row(self, name: str, owner: str, state: str, reason: str) -> None:
         self.store.set_platform(name, state=state, ended=self.clock(), outcome=reason)

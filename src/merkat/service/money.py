@@ -32,11 +32,12 @@ if TYPE_CHECKING:
 
 def make_economy(config: ServiceConfig, ledger: Ledger) -> Economy:
     """The server's economy: its config's ``economy``, ``charging``, ``redistribute_every``
-    and ``provider``. Budgets are returned by :func:`end_platform` (with the store's end
-    state), not by the driver."""
+    and ``provider``. A platform's budget is moved from what its owner holds at admission
+    (``owner_funds``: nothing is minted); budgets are returned by :func:`end_platform` (with
+    the store's end state, in one transaction), not by the driver."""
     return Economy(ledger, kind=config.economy, charging=config.charging,
                    redistribute_every=config.redistribute_every, provider=config.provider,
-                   metered=config.charging == "use")
+                   metered=config.charging == "use", owner_funds=True)
 
 
 def write_row(name: str, values: Mapping[str, Any]) -> Callable[[Any], None]:
@@ -52,7 +53,7 @@ def end_platform(m: Manager, name: str, owner: str, values: Mapping[str, Any],
                  why: str) -> int:
     """Write platform ``name``'s end (``values``: state, ended, outcome) and give its money
     back to ``owner`` in one transaction; an event ``returned`` when anything moved. ``why``:
-    the end in words (``finished``, ``stopped (budget exhausted)``). Returns the micro-credits
+    the end in words (``finished``, ``stopped (stopped by the user)``). Returns the micro-credits
     returned."""
     economy: Economy = m.driver.economy
     app = m.platform.apps.get(name)

@@ -39,12 +39,6 @@ def new_account(ledger: Any, name: str) -> str:
     return f"{account}@{g}"
 
 
-def budget_key(account: str) -> str:
-    """The idempotency key of the budget moved into ``account`` at admission
-    (``budget:NAME``, ``budget:NAME@2``)."""
-    return f"budget:{account.removeprefix('app:')}"
-
-
 def delete_platform(m: Manager, name: str) -> dict[str, Any]:
     """Remove ended platform ``name``'s record (module doc). Raises
     :class:`~merkat.service.manager.NotFound` or :class:`StillActive`; returns what was

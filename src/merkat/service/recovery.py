@@ -20,23 +20,44 @@ there. The cgroups or pods no active platform claims are destroyed (``reap_orpha
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from merkat.control.types import AppStatus, VMState
 from merkat.market import NO_HOST
 from merkat.platform.backend import Plan, VMPlacement
 from merkat.platform.model import VMRecord
-from merkat.service.backends import Adopting
-from merkat.service.db import PlatformRow, VmRow, vm_number
+from merkat.platform.period import Platform
+from merkat.service.backends import Adopting, LiveBackend
+from merkat.service.db import PlatformRow, Store, VmRow, vm_number
 from merkat.service.templates import TemplateError
-
-if TYPE_CHECKING:
-    from merkat.service.manager import Manager
 
 ACTIVE = ("waiting", "running", "suspended")
 
 
-def save_vms(m: Manager) -> None:
+class Kept(Protocol):
+    """What recovery reads and writes of the applications manager (not the manager itself):
+    the store, the platform, the backend, the wall clock, each VM's index in its platform,
+    the VMs last written to the store, and the admitted platforms' store states
+    (``live[name].state``)."""
+
+    store: Store
+    platform: Platform
+    backend: LiveBackend
+    clock: Callable[[], float]
+    vm_index: dict[str, int]
+    saved_vms: dict[str, tuple[VmRow, ...]]
+
+    @property
+    def live(self) -> Mapping[str, Any]: ...
+
+    def end_failed(self, name: str, owner: str, values: Mapping[str, Any]) -> None:
+        """End platform ``name`` as failed with ``values`` and give its money back to
+        ``owner``, in one transaction (:func:`merkat.service.money.end_platform`)."""
+        ...
+
+
+def save_vms(m: Kept) -> None:
     """Write the VMs of the platforms whose VMs changed since the last write (one
     transaction; an ended platform's VMs are forgotten)."""
     ids = m.platform.hosts.ids
@@ -73,27 +94,26 @@ def paid_before(ledger: Any, account: str, provider: str) -> int:
     return paid
 
 
-def recover(m: Manager) -> None:
+def recover(m: Kept, readmit: Callable[[PlatformRow], None]) -> None:
     """Admit again the platforms the previous server left active, re-adopt their VMs, and
     destroy the cgroups or pods no platform claims (module doc). A platform that cannot be admitted
     again ends as ``failed`` and its account's balance goes back to its owner (idempotent).
-    Platforms still queued stay queued."""
+    Platforms still queued stay queued. ``readmit(row)`` admits ``row`` again (its account,
+    money and deadline kept: :func:`merkat.service.admit.admit_row`)."""
     ledger = m.store.ledger
     for row in m.store.platforms(states=ACTIVE):
         account = row.account or f"app:{row.name}"
         try:
-            m._admit(row, resumed=True)
+            readmit(row)
         except (TemplateError, ValueError) as exc:
-            from merkat.service.money import end_platform
-
             left = ledger.balance(account) if ledger.has_account(account) else 0
             m.store.save_vms({row.name: ()})
             reason = (f"server restarted while {row.state} and the platform could not "
                       f"be admitted again ({exc}); {left / 1e6:g} credits refunded")
             # its end and its money's return in one transaction: a second restart finds it
             # ended (and its account empty), so nothing is refunded twice
-            end_platform(m, row.name, row.owner, {"state": "failed", "ended": m.clock(),
-                                                  "outcome": reason}, "failed")
+            m.end_failed(row.name, row.owner, {"state": "failed", "ended": m.clock(),
+                                               "outcome": reason})
             m.store.add_event("state", f"platform {row.name}: failed ({reason})", row.name,
                               row.owner)
             continue
@@ -113,7 +133,7 @@ def recover(m: Manager) -> None:
                           f"alone: {', '.join(foreign[:10])}")
 
 
-def readopt(m: Manager, row: PlatformRow) -> str:
+def readopt(m: Kept, row: PlatformRow) -> str:
     """Give the re-admitted platform ``row`` its stored VMs back (module doc); returns what
     happened, in words. Without stored VMs or a backend that adopts, the platform waits and
     its controller starts it again (its VMs are started anew)."""

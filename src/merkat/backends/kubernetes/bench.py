@@ -71,6 +71,8 @@ def bench_size(nodes: int, pods_per_node: int, *, cores: float = 16.0,
     """One cluster size: the three measured periods (see the module docstring)."""
     from merkat.bank.memory import MemoryLedger
     from merkat.platform.period import AppSpec, Platform
+    from merkat.runtime.driver import Driver
+    from merkat.runtime.economy import Economy
 
     emu = KubeEmulator(schema=False)  # timings without the tests' schema checks
     emu.namespaces.add(NS)
@@ -79,11 +81,12 @@ def bench_size(nodes: int, pods_per_node: int, *, cores: float = 16.0,
     kube = KubernetesBackend(emulated_client(emu, NS), namespace=NS, sleep=lambda s: None)
     kube.refresh()
     timed = _Timed(kube)
-    platform = Platform(kube.hosts(), MemoryLedger(journal=False), timed, period=60.0,
-                        reserve={"cpu": 0.01})
+    platform = Platform(kube.hosts(), period=60.0, reserve={"cpu": 0.01})
+    driver = Driver(platform, timed, Economy(MemoryLedger(journal=False)),
+                    admit=lambda b, a: None)
 
     def submit(i: int) -> None:
-        platform.submit(AppSpec(id=f"app{i:06d}", policy="best-effort", size=1,
+        driver.submit(AppSpec(id=f"app{i:06d}", policy="best-effort", size=1,
                                 vm_size={"cpu": vm_cores}, submit_time=0.0, budget=100.0,
                                 renewal=100.0, trade=("cpu",)))
 
@@ -96,7 +99,7 @@ def bench_size(nodes: int, pods_per_node: int, *, cores: float = 16.0,
             submit(pods)
         n0, busy0 = len(emu.calls), emu.busy_s
         t0 = time.perf_counter()
-        platform.run_period(60.0 * k)
+        driver.step(60.0 * k)
         wall = time.perf_counter() - t0
         report = timed.report
         assert report is not None

@@ -59,6 +59,7 @@ from merkat.bank.memory import MemoryLedger
 from merkat.control.base import Controller
 from merkat.control.types import Metrics, Sense, VMState
 from merkat.market import RESOURCES, BalanceParams, Hosts
+from merkat.platform.backend import Backend
 from merkat.platform.period import ENDED, App, AppSpec, PeriodRecord, Platform
 from merkat.runtime.arrivals import Arrival, ListArrivals
 from merkat.runtime.driver import Driver, Hooks, admit_sim
@@ -288,6 +289,9 @@ class Scenario:
         self.trade = tuple(trade)
         self.ledger = MemoryLedger(journal=False)
         self.backend = SimBackend(trade_memory="memory" in trade)
+        # a backend standing in front of the simulated one (e.g. pods of an emulated
+        # Kubernetes cluster mirroring it); the simulated world still advances
+        self.world: Backend | None = None
         self.platform = Platform(
             Hosts(tuple(f"h{i}" for i in range(hosts)), cap),
             period=period, reserve={r: reserve for r in trade},
@@ -325,9 +329,7 @@ class Scenario:
         arrivals = ListArrivals(sorted(self._events, key=lambda a: a.time) + apps)
         self._pending, self._events = [], []
         sampler = _Sampler(self)
-        # a backend set on the platform stands in front of the simulated one (e.g. pods of an
-        # emulated Kubernetes cluster mirroring it); the simulated world still advances
-        world = platform.backend if platform.backend is not None else backend
+        world = self.world if self.world is not None else backend
         driver = Driver(platform, world, self.economy, arrivals, hooks=sampler, skip_idle=False,
                         admit=lambda _world, a: admit_sim(backend, a))
         if world is not backend:
