@@ -197,8 +197,10 @@ class Driver:
         now = self.clock.now()
         app = self.platform.apps[app_id]
         destroy = self.platform.stop(app_id, now, reason)
-        report = self.report = self.backend.apply(Plan(now, self.period, destroy=destroy))
-        self.platform.reissue(report)
+        report = ApplyReport(now)  # (nothing to destroy: the backend is not called)
+        if destroy:
+            report = self.report = self.backend.apply(Plan(now, self.period, destroy=destroy))
+            self.platform.reissue(report)
         if self.economy.return_budgets:
             self.economy.close([app.account], self.platform.index)
         return report
