@@ -79,6 +79,26 @@ def test_slo_fig2_and_fig3_run(tmp_path: Path) -> None:
     assert all("migrations_per_hour" in r for r in doc["rows"])
 
 
+def test_slo_fig2_market_drf_compares_with_the_two_markets_and_drf(tmp_path: Path) -> None:
+    code, out, err = run("slo-fig2", "--market", "drf", "--reading", "edf=kill",
+                         "--out", str(tmp_path / "d"), "--jobs", "20", "--factors", "1.0")
+    assert code == 0, err
+    doc = json.loads((tmp_path / "d" / "results.json").read_text())
+    assert doc["parameters"]["market"] == "drf"
+    assert doc["parameters"]["readings"] == {"edf": "kill"}
+    by = {r["scheduler"]: r for r in doc["rows"]}
+    assert set(by) == {"two markets (CPU, memory)", "drf market (bundles)", "fcfs (2 GB/node)",
+                       "edf (2 GB/node)"}
+    for label in ("two markets (CPU, memory)", "drf market (bundles)"):
+        assert by[label]["ledger_audit_ok"] is True
+        assert by[label]["drf_gap"] >= 0 and by[label]["drf_periods"] > 0
+    assert by["drf market (bundles)"]["migrations"] == 0
+    (row,) = doc["drf"]
+    assert row["drf_vs_two_markets"] == pytest.approx(
+        by["drf market (bundles)"]["total_value"] / by["two markets (CPU, memory)"]["total_value"])
+    assert "distance to DRF" in out and (tmp_path / "d" / "slo-fig2.png").stat().st_size > 10_000
+
+
 def test_bad_experiment_input(tmp_path: Path) -> None:
     code, _, err = run("no-such", "--out", str(tmp_path))
     assert code == 2 and "unknown experiment 'no-such'" in err

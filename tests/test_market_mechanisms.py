@@ -28,8 +28,8 @@ def vms(bids: list[float], hosts: list[int], cap: float = INF) -> VMs:
 
 
 def test_the_registry_names_every_mechanism_and_refuses_others() -> None:
-    assert sorted(MECHANISMS) == ["posted", "proportional-share", "tycoon"]
-    with pytest.raises(MechanismError, match="known: posted, proportional-share, tycoon"):
+    assert sorted(MECHANISMS) == ["drf", "posted", "proportional-share", "tycoon"]
+    with pytest.raises(MechanismError, match="known: drf, posted, proportional-share, tycoon"):
         make_mechanism("vickrey")
 
 
@@ -103,7 +103,7 @@ def test_sim_run_refuses_an_unknown_market_in_one_line(tmp_path: Path) -> None:
     base = ["sim", "run", "--trace", "HPC2N-2002-2.2-cln", "--jobs", "10",
             "--out", str(tmp_path / "o")]
     r = runner.invoke(app, [*base, "--scheduler", "market", "--market", "vickrey"])
-    assert r.exit_code == 2 and "--market must be one of posted, proportional-share, tycoon" \
+    assert r.exit_code == 2 and "--market must be one of drf, posted, proportional-share, tycoon" \
         in r.stderr
     r = runner.invoke(app, [*base, "--scheduler", "edf", "--market", "tycoon"])
     assert r.exit_code == 2 and "only with --scheduler market" in r.stderr

@@ -51,6 +51,13 @@ def experiment(
     balancer: str | None = typer.Option(
         None, "--balancer", help="The market's load balancer (experiments that take a "
         "policy): merkat (default) | themis (Themis Fig. 2)."),
+    reading: list[str] = typer.Option(
+        [], "--reading", help="KEY=VALUE, a reading of the paper (repeatable; slo-fig2, "
+        "slo-fig3): edf=run|kill, value=job|tasks, overheads=paper|none, "
+        "suspend=eager|damped (docs/experiments.md)."),
+    market: str | None = typer.Option(
+        None, "--market", help="Another market mechanism to compare (slo-fig2: drf, the "
+        "DRF-aware bundle market, docs/market.md)."),
     force: bool = typer.Option(
         False, "--force", help="Replace the results of a previous run in a non-empty --out."
     ),
@@ -68,7 +75,7 @@ def experiment(
 
     if name not in EXPERIMENTS:
         fail(f"unknown experiment {name!r}; known: {', '.join(sorted(EXPERIMENTS))}")
-    fs = _factors(factors, FACTORS)
+    fs = _factors(factors, EXPERIMENTS[name].default_factors or FACTORS)
     params: dict[str, Any] = {}
     if policy is not None or policy_param:
         from merkat.cli.policy import trace_policies
@@ -87,6 +94,19 @@ def experiment(
                  "part of the setup)")
         if balancer not in ("merkat", "themis"):
             fail(f"--balancer must be merkat or themis, got {balancer!r}")
+    readings: dict[str, str] = {}
+    if reading:
+        from merkat.sim.experiments.readings import parse_readings
+
+        if not EXPERIMENTS[name].takes_readings:
+            fail(f"--reading: experiment {name!r} takes no readings (slo-fig2 and slo-fig3 do)")
+        try:
+            readings = parse_readings(reading)
+        except ValueError as exc:
+            fail(str(exc))
+    if market is not None and market not in EXPERIMENTS[name].markets:
+        fail(f"--market: experiment {name!r} takes "
+             f"{', '.join(EXPERIMENTS[name].markets) or 'no other market'}, got {market!r}")
     from merkat.outputs import output_dir, prepare_out_dir
 
     final_out = prepare_out_dir(out, force=force)  # checked before the run, not after
@@ -119,6 +139,8 @@ def experiment(
                     policy=policy,
                     policy_params=params,
                     balancer=balancer,
+                    readings=readings,
+                    market=market,
                 )
         except FileNotFoundError as exc:
             fail(str(exc))

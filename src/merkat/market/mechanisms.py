@@ -20,6 +20,12 @@ adds one (a class with a ``name``), :func:`make_mechanism` builds one.
   cluster's capacity, between the reserve price and 10¹² times it; a resource without a finite
   capacity stays at the reserve. Stateful (the price carries over): never memoised.
   Charge it by use (``--charging use``): a VM then pays the posted price of what it got.
+- ``drf`` (beyond the papers; docs/market.md, "The DRF-aware market"): each VM's bids are one
+  bid for its bundle (its size: CPU and memory in its VM's proportions), which it gets a
+  fraction of, the same on every resource, at one price per unit of dominant share
+  (:func:`merkat.market.drf.bundle_share`), cluster-wide for the ideal and per node for the
+  enforceable allocation; new VMs placed by worst fit, no load balancing (no migrations). The
+  price of resource r reported is the dominant-share price over the cluster's capacity of r.
 
 Pure: no I/O, no clock (timings are ``perf_counter`` deltas as in :func:`clear`).
 """
@@ -33,6 +39,7 @@ import numpy as np
 
 from merkat.market.balance import BalanceResult, enforceable, vm_errors
 from merkat.market.clear import Clearing, Migration, check_reserve, clear, ideal_allocation
+from merkat.market.drf import bundle_share
 from merkat.market.placement import worst_fit_decreasing
 from merkat.market.posted import PostedPrices as Posted
 from merkat.market.types import NO_HOST, RESOURCES, BalanceParams, FloatArray, Hosts, VMs
@@ -171,3 +178,36 @@ class PostedPrices(Mechanism):
         error = np.where(host >= 0, vm_errors(allocation, ideal), np.nan) if n else np.zeros(0)
         return Clearing(price.copy(), ideal, allocation, host, error, node_price,
                         tuple[Migration, ...](), BalanceResult(host, 0, 0.0, 0.0, False))
+
+
+@register
+class DRFBundles(Mechanism):
+    name = "drf"
+    summary = "DRF-aware: one bid per VM for its bundle (CPU and memory in its VM's " \
+              "proportions), priced per unit of dominant share"
+
+    def clear(self, hosts: Hosts, vms: VMs, *, reserve_price: FloatArray,
+              params: BalanceParams) -> Clearing:
+        _check_hosts(hosts, vms)
+        check_reserve(vms, reserve_price)
+        n, n_res = vms.bid.shape if len(vms) else (0, len(RESOURCES))
+        bid = vms.bid.sum(axis=1) if n else np.zeros(0)
+        total = hosts.capacity.sum(axis=0) if len(hosts) else np.zeros(n_res)
+        x, p = bundle_share(bid, vms.cap, total)
+        ideal = x[:, None] * np.minimum(vms.cap, total[None, :]) if n else np.zeros((0, n_res))
+        host = worst_fit_decreasing(hosts, vms) if n else np.zeros(0, dtype=np.int64)
+        allocation = np.zeros((n, n_res))
+        node_price = np.zeros((len(hosts), n_res))
+        for h in np.unique(host[host >= 0]).tolist():
+            on = np.flatnonzero(host == h)
+            cap_h = hosts.capacity[h]
+            xh, ph = bundle_share(bid[on], vms.cap[on], cap_h)
+            allocation[on] = xh[:, None] * np.minimum(vms.cap[on], cap_h[None, :])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                node_price[h] = np.where(cap_h > 0, ph / cap_h, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            price = np.where(total > 0, p / total, 0.0)
+        error = np.where(host >= 0, vm_errors(allocation, ideal), np.nan) if n else np.zeros(0)
+        rms = float(np.sqrt(np.nanmean(error ** 2))) if np.isfinite(error).any() else 0.0
+        return Clearing(np.asarray(price, dtype=np.float64), ideal, allocation, host, error,
+                        node_price, (), BalanceResult(host, 0, rms, rms, False))

@@ -84,6 +84,10 @@ class Context:
         heapq.heappush(self._events, (self.now + self.run[j], COMPLETION, j))
         return True
 
+    def drop(self, j: int) -> None:
+        """Take waiting job ``j`` out of the queue for good: it never starts (start NaN)."""
+        self._keys.remove(next(kj for kj in self._keys if kj[1] == j))
+
 
 class Scheduler(Protocol):
     """A batch scheduling policy: a queue order and a scheduling pass."""

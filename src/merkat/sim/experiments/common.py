@@ -5,6 +5,7 @@ matplotlib (Agg) and the markdown/number formatting of ``results.md``.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ from merkat import seeds
 from merkat.control.utility import utility
 from merkat.market.types import balancer_params
 from merkat.sim.batch.baselines import schedule
+from merkat.sim.batch.engine import Schedule, simulate
 from merkat.sim.cluster import Cluster
 from merkat.sim.market.trace import MarketConfig, simulate_market, summarize_market
 from merkat.sim.schedulers import is_market
@@ -52,6 +54,12 @@ class Run:
     boot_s: float = 30.0
     resume_s: float = 30.0
     balancer: str = "merkat"  # the market's load balancer (merkat.market.types.BALANCERS)
+    # readings (merkat.sim.experiments.readings): EDF runs hopeless jobs late ("run") or
+    # discards them ("kill"); a job's utility is B ("job") or B x tasks ("tasks")
+    late: str = "run"
+    value_unit: str = "job"
+    market: str = "proportional-share"  # the market mechanism (merkat.market.mechanisms)
+    fairness: bool = False  # market runs: measure the distance to DRF (sim.market.fairness)
 
 
 @lru_cache(maxsize=4)
@@ -86,7 +94,23 @@ def baseline_work_at_deadline(w: Workload, start: np.ndarray) -> np.ndarray:
     ``start``): what the partial utilities (SLO paper Table 1) value for a late job."""
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = np.where(w.run > 0, (w.deadline - start) / w.run, 1.0)
-    return np.clip(frac, 0.0, 1.0)
+    out: np.ndarray = np.clip(np.nan_to_num(frac, nan=0.0), 0.0, 1.0)
+    return out
+
+
+def baseline_schedule(w: Workload, cluster: Cluster, run: Run) -> Schedule:
+    """The batch baseline's schedule; ``late="kill"`` EDF discards hopeless jobs
+    (:class:`~merkat.sim.experiments.readings.EdfKill`)."""
+    if run.late == "kill" and run.scheduler == "edf":
+        from merkat.sim.experiments.readings import EdfKill
+
+        return simulate(w, cluster, EdfKill())
+    return schedule(w, cluster, run.scheduler)
+
+
+def _t_exec(t: float) -> float:
+    """Submission to end; a job that never ran (NaN) never finished."""
+    return math.inf if math.isnan(t) else t
 
 
 def execute(run: Run) -> dict[str, Any]:
@@ -105,11 +129,14 @@ def execute(run: Run) -> dict[str, Any]:
         out = simulate_market(
             w, cluster, MarketConfig(period=run.period, policy_params=dict(run.policy_params),
                                      boot_s=run.boot_s, resume_s=run.resume_s,
-                                     balance=balancer_params(run.balancer)),
+                                     balance=balancer_params(run.balancer), market=run.market,
+                                     fairness=run.fairness),
             policies=names, seed=run.seed
         )
         s = summarize_market(w, out, cluster)
         met, value, wall = int(s["met_deadlines"]), float(s["total_value"]), s["wall_s"]
+        values = out.value
+        row.update(out.fairness)
         row.update(
             {
                 k: s[k]
@@ -130,29 +157,34 @@ def execute(run: Run) -> dict[str, Any]:
         )
     else:
         t0 = time.perf_counter()
-        sched = schedule(w, cluster, run.scheduler)
+        sched = baseline_schedule(w, cluster, run)
         wall = time.perf_counter() - t0
         met_mask = sched.end <= w.deadline
         met = int(met_mask.sum())
         done_by_deadline = baseline_work_at_deadline(w, sched.start)
-        value = float(
-            sum(
-                utility(
-                    names[k],
-                    budget=float(w.budget[k]),
-                    t_exec=float(sched.end[k] - w.submit[k]),
-                    t_deadline=float(w.deadline[k] - w.submit[k]),
-                    t_ideal=float(w.run[k]),
-                    work_done=float(done_by_deadline[k]),
-                    work_total=1.0,
-                )
-                for k in range(n)
+        per_job = [
+            utility(
+                names[k],
+                budget=float(w.budget[k]),
+                t_exec=_t_exec(float(sched.end[k] - w.submit[k])),
+                t_deadline=float(w.deadline[k] - w.submit[k]),
+                t_ideal=float(w.run[k]),
+                work_done=float(done_by_deadline[k]),
+                work_total=1.0,
             )
-        )
-        row["avg_wait_s"] = float((sched.start - w.submit).mean()) if n else 0.0
+            for k in range(n)
+        ]
+        values = np.array(per_job, dtype=np.float64)
+        value = float(sum(per_job))  # the builtin sum, in job order, as the results were
+        started = ~np.isnan(sched.start)
+        row["avg_wait_s"] = float((sched.start - w.submit)[started].mean()) if started.any() \
+            else 0.0
     row["met_deadlines"] = met
     row["met_deadlines_pct"] = 100.0 * met / n if n else 0.0
     row["total_value"] = value
+    row["_value_tasks"] = float((values * w.procs).sum())  # B x tasks per job (readings)
+    if run.value_unit == "tasks":
+        row["total_value"] = row["_value_tasks"]
     row["_wall_s"] = wall
     return row
 

@@ -46,6 +46,11 @@ class Experiment:
     execute: Callable[[Any], dict[str, Any]] = execute
     sweeps_load: bool = True  # runs over --factors and --jobs (trace experiments)
     takes_policy: bool = False  # its market runs take --policy / --policy-param
+    default_factors: tuple[float, ...] | None = None  # --factors' default (None: FACTORS)
+    takes_readings: bool = False  # its runs take --reading KEY=VALUE (experiments.readings)
+    markets: tuple[str, ...] = ()  # the mechanisms --market may name (besides the default)
+    # the runs with --market NAME (given: NAME, seeds, jobs, factors)
+    runs_for_market: Callable[[str, int, int | None, Sequence[float]], Sequence[Any]] | None = None
 
 
 def register(experiment: Experiment) -> Experiment:
@@ -67,12 +72,14 @@ def run_experiment(
     seeds: int = 1,
     workers: int = 1,
     jobs: int | None = None,
-    factors: Sequence[float] = FACTORS,
+    factors: Sequence[float] | None = None,
     dask: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     policy: str | None = None,
     policy_params: Mapping[str, Any] | None = None,
     balancer: str | None = None,
+    readings: Mapping[str, str] | None = None,
+    market: str | None = None,
 ) -> dict[str, Any]:
     """Run experiment ``name`` and write its files in ``out``; return ``results.json``'s data.
 
@@ -80,12 +87,21 @@ def run_experiment(
     a Dask scheduler address: the runs go there instead of a local process pool. ``balancer``
     (``merkat`` | ``themis``, experiments that take a policy) is the market runs' load
     balancer; given, ``results.json``'s parameters record it (absent: the default, merkat).
+    ``readings`` (experiments that take them: :mod:`~merkat.sim.experiments.readings`) and
+    ``market`` (a mechanism the experiment compares, e.g. ``drf`` for ``slo-fig2``) likewise.
     """
     if name not in EXPERIMENTS:
         raise KeyError(f"unknown experiment {name!r}; known: {', '.join(sorted(EXPERIMENTS))}")
     exp = EXPERIMENTS[name]
+    factors = factors if factors is not None else (exp.default_factors or FACTORS)
     runs = exp.runs(seeds, jobs, factors)
     chosen: dict[str, Any] = {}
+    if market is not None:
+        if market not in exp.markets or exp.runs_for_market is None:
+            raise ValueError(f"--market: experiment {name!r} takes "
+                             f"{', '.join(exp.markets) or 'no other market'}, got {market!r}")
+        runs = exp.runs_for_market(market, seeds, jobs, factors)
+        chosen["market"] = market
     if policy is not None or policy_params:
         if not exp.takes_policy:
             raise ValueError(f"experiment {name!r} does not take --policy or --policy-param "
@@ -106,6 +122,14 @@ def run_experiment(
         runs = [replace(r, balancer=balancer) if is_market(getattr(r, "scheduler", "")) else r
                 for r in runs]
         chosen["balancer"] = balancer
+    if readings:
+        from merkat.sim.experiments.readings import apply_readings, check_readings
+
+        if not exp.takes_readings:
+            raise ValueError(f"experiment {name!r} does not take --reading")
+        chosen["readings"] = check_readings(readings)
+        runs = [apply_readings(r, chosen["readings"], is_market(getattr(r, "scheduler", "")))
+                for r in runs]
     rows = _execute_all(exp.execute, runs, workers, dask, progress)
     derived = exp.derive([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])
     params = {**exp.parameters, **chosen, "seeds": seeds}

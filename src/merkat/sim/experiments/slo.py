@@ -5,6 +5,9 @@
   and EDF; (b) each application draws one of the four SLO policies;
 - ``slo-fig3`` — SLO paper Fig. 3: migrations and suspend/resume operations per hour and
   applications suspended, CPU-only vs CPU + memory.
+
+``slo-fig2 --market drf`` compares the DRF-aware market with the two independent markets
+(:mod:`.slo_drf`); both take ``--reading KEY=VALUE`` (:mod:`.readings`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from merkat.sim.experiments import slo_drf
 from merkat.sim.experiments.common import (
     COMMON,
     Run,
@@ -71,7 +75,15 @@ def _slo2_runs(seeds: int, jobs: int | None, factors: Sequence[float]) -> list[R
     return runs
 
 
+SLO2_TITLE = "SLO paper Fig. 2: total user satisfaction"
+SLO2_CLAIM = ("(a) With CPU and memory allocated the market outperforms FCFS much more than "
+              "with CPU only, and loses to EDF increasingly with load; (b) with the four "
+              "policies drawn at random the satisfaction degrades.")
+
+
 def _slo2_derive(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    if slo_drf.is_drf(rows):  # --market drf
+        return slo_drf.derive(rows, SLO2_TITLE, SLO2_CLAIM)
     mean = mean_rows(rows)
     return {
         "rows": mean,
@@ -84,6 +96,9 @@ def _slo2_derive(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _slo2_plot(doc: dict[str, Any], path: Path) -> None:
+    if "drf" in doc:
+        slo_drf.plot(doc, path)
+        return
     plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     series_plot(
@@ -151,10 +166,8 @@ def _slo3_plot(doc: dict[str, Any], path: Path) -> None:
 
 register(Experiment(
         "slo-fig2",
-        "SLO paper Fig. 2: total user satisfaction",
-        "(a) With CPU and memory allocated the market outperforms FCFS much more than "
-        "with CPU only, and loses to EDF increasingly with load; (b) with the four "
-        "policies drawn at random the satisfaction degrades.",
+        SLO2_TITLE,
+        SLO2_CLAIM,
         _slo2_runs,
         _slo2_derive,
         _slo2_plot,
@@ -163,6 +176,9 @@ register(Experiment(
             "cluster": "120 nodes x 2 cores, 2 GB each (or memory plentiful)",
             "memory": "from the trace, else U[10 %, 90 %] of 2 GB",
         },
+        takes_readings=True,
+        markets=("drf",),
+        runs_for_market=slo_drf.runs,
 ))
 register(Experiment(
         "slo-fig3",
@@ -173,4 +189,5 @@ register(Experiment(
         _slo3_derive,
         _slo3_plot,
         {**COMMON, "cluster": "120 nodes x 2 cores, 2 GB each", "policy": "deadline-strict"},
+        takes_readings=True,
 ))

@@ -38,6 +38,7 @@ from merkat.runtime.arrivals import Arrival, ListArrivals
 from merkat.runtime.driver import Driver, Hooks
 from merkat.runtime.economy import Economy
 from merkat.sim.cluster import Cluster
+from merkat.sim.market.fairness import DrfGap
 from merkat.sim.workload.jobs import Workload
 
 PLENTY_MIB = 1e12
@@ -67,6 +68,7 @@ class MarketConfig:
     # VM overheads of the simulated world (SLO paper §4.2: 30 s each; Themis' model had none)
     boot_s: float = 30.0
     resume_s: float = 30.0
+    fairness: bool = False  # measure the distance to DRF each period (sim.market.fairness)
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ class MarketOutcome:
     outcomes: tuple[str, ...] = ()
     paid: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
     bank: dict[str, Any] = field(default_factory=dict)
+    fairness: dict[str, Any] = field(default_factory=dict)  # with MarketConfig.fairness
 
 
 def _hosts(cluster: Cluster) -> tuple[Hosts, bool]:
@@ -186,6 +189,7 @@ class Segment:
     # Per idle point i (the cluster empty before job i, as a fresh platform): the number of
     # period records and the backend's operation counts then.
     at_idle: dict[int, tuple[int, dict[str, int], dict[str, int]]] = field(default_factory=dict)
+    drf: DrfGap | None = None  # the distance to DRF, with MarketConfig.fairness
 
     def jobs(
         self, workload: Workload, names: tuple[str, ...], lo: int, hi: int
@@ -237,6 +241,7 @@ class Segment:
             j["reasons"], records, dict(self.backend.counts), int(j["suspended"].sum()),
             self.economy.ledger.audit().ok, max_cpu(records), wall_s,
             outcomes=j["outcomes"], paid=j["paid"], bank=self.economy.summary(),
+            fairness=self.drf.summary() if self.drf is not None else {},
         )
 
 
@@ -277,7 +282,8 @@ def run_segment(
         market=cfg.market,
     )
     ids = [str(j) for j in workload.job_id.tolist()]
-    seg = Segment(platform, backend, economy, ids, start)
+    seg = Segment(platform, backend, economy, ids, start,
+                  drf=DrfGap() if cfg.fairness else None)
     arrivals = _TraceArrivals(workload, start, ids, names, cfg, trade, seed)
     hooks = _TraceHooks(seg, arrivals, _state(platform), handoff, progress)
     driver = Driver(platform, backend, economy, arrivals, hooks=hooks, admission=cfg.admission)
@@ -335,6 +341,10 @@ class _TraceHooks(Hooks):
     def before_period(self, driver: Driver, t: float) -> None:
         if self.handoff is not None:
             self.handoff.passed(self.arrivals.i)
+
+    def after_period(self, driver: Driver, t: float, record: PeriodRecord) -> None:
+        if self.seg.drf is not None:
+            self.seg.drf.observe(driver.platform, record)
 
     def idle(self, driver: Driver, t: float) -> bool:
         seg, i = self.seg, self.arrivals.i
