@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from merkat.cli import app
+from merkat.sim.batch.baselines import schedule
 from merkat.sim.batch.engine import simulate
 from merkat.sim.cluster import Cluster
 from merkat.sim.experiments import EXPERIMENTS, slo_ablation
@@ -20,7 +21,6 @@ from merkat.sim.experiments.readings import (
     apply_readings,
     parse_readings,
 )
-from merkat.sim.run import schedule
 from merkat.sim.workload.jobs import Workload
 
 runner = CliRunner()
