@@ -51,7 +51,7 @@ from merkat.market import NO_HOST, RESOURCES, BalanceParams, Clearing, Hosts, VM
 from merkat.market.mechanisms import make_mechanism
 from merkat.platform.backend import ApplyReport
 from merkat.platform.bids import set_bids, within_budget
-from merkat.platform.lifecycle import ENDED, app_transition, vm_transition
+from merkat.platform.lifecycle import ENDED, app_failure, app_transition, vm_transition
 from merkat.platform.market_input import bidding as bidding_vms
 from merkat.platform.market_input import market_vms, same_input
 from merkat.platform.model import (
@@ -250,16 +250,18 @@ class Platform:
         app.reason = reason
         app.outcome = "finished" if finished else (outcome or "stopped")
 
-    def stop(self, app_id: str, now: float, reason: str) -> tuple[str, ...]:
-        """End application ``app_id`` now at its owner's request, through the lifecycle
-        table (its STOP; ``ValueError`` when refused) and the end rule of a period's STOP;
-        returns its VMs, for the driver to destroy."""
+    def stop(self, app_id: str, now: float, reason: str, failed: bool = False
+             ) -> tuple[str, ...]:
+        """End application ``app_id`` now, through the lifecycle table (its owner's STOP, or
+        with ``failed`` a failure of the world: ``app_failure``; ``ValueError`` when refused)
+        and the end rule of a period's STOP; returns its VMs, for the driver to destroy."""
         app = self.apps[app_id]
-        nxt = app_transition(app.status, Action.STOP)
+        nxt = app_failure(app.status) if failed else app_transition(app.status, Action.STOP)
         if not isinstance(nxt, AppStatus):
             raise ValueError(f"application {app_id!r}: {nxt}")
         ops = Ops()
-        self._end(app, now, reason, False, ops)
+        self._end(app, now, reason, False, ops, "failed" if failed else "")
+        app.status = nxt  # (STOPPED, or FAILED: the table's answer)
         self.active.pop(app_id, None)
         if app_id in self.queue:
             self.queue.remove(app_id)

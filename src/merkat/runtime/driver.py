@@ -188,15 +188,18 @@ class Driver:
         self.hooks.after_period(self, t, record)
         return record
 
-    def stop(self, app_id: str, reason: str) -> ApplyReport:
-        """End application ``app_id`` now, at its owner's request: the platform's end rule
-        (:meth:`Platform.stop <merkat.platform.period.Platform.stop>`, the lifecycle table's
-        STOP), its VMs destroyed at once (a destroy that fails is re-issued by the next
+    def stop(self, app_id: str, reason: str, failed: bool = False,
+             also: tuple[str, ...] = ()) -> ApplyReport:
+        """End application ``app_id`` now, at its owner's request (``failed``: its world
+        failed it): the platform's end rule (:meth:`Platform.stop
+        <merkat.platform.period.Platform.stop>`, the lifecycle table), its VMs (and the VMs
+        ``also`` names) destroyed at once (a destroy that fails is re-issued by the next
         period), its money home with ``economy.return_budgets``. Returns the backend's
         report."""
         now = self.clock.now()
         app = self.platform.apps[app_id]
-        destroy = self.platform.stop(app_id, now, reason)
+        ids = self.platform.stop(app_id, now, reason, failed)
+        destroy = ids + tuple(v for v in also if v not in ids)
         report = ApplyReport(now)  # (nothing to destroy: the backend is not called)
         if destroy:
             report = self.report = self.backend.apply(Plan(now, self.period, destroy=destroy))

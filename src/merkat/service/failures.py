@@ -4,9 +4,10 @@ The backend says which VMs cannot run any more (``backend.failed()``: the local 
 processes gone whose restart failed or whose restarts are used up, VMs that could not be
 created — missing ``files_in``, a command that cannot start, a cgroup that cannot be made —
 and any VM whose state is ``failed``, such as one whose cgroup vanished). For each,
-:func:`fail_dead` ends its platform through the lifecycle table
-(:func:`~merkat.platform.lifecycle.app_failure`): its VMs destroyed, its status ``failed`` with
-the reason, a ``vm-failed`` event; the manager's next state write ends it in the store (and
+:func:`fail_dead` ends its platform through the driver (:meth:`Driver.stop
+<merkat.runtime.driver.Driver.stop>` with ``failed``: the platform's end rule and the lifecycle
+table's :func:`~merkat.platform.lifecycle.app_failure`): its VMs destroyed, its status
+``failed`` with the reason, a ``vm-failed`` event; the manager's next state write ends it in the store (and
 its money goes home, :mod:`merkat.service.money`).
 
 Charging stops in the period the failure is seen: the manager looks before the period (after
@@ -45,18 +46,10 @@ def fail_dead(m: Manager, refund_period: int | None = None) -> list[str]:
             if name not in ended:
                 stray.append(vm)  # a VM its platform no longer has: just forgotten
             continue
-        nxt = app_failure(app.status)
-        if not isinstance(nxt, AppStatus):
+        if not isinstance(app_failure(app.status), AppStatus):
             continue
-        ids = [v.id for v in app.vms]
-        m.backend.apply(Plan(time=m.clock(), period=m.platform.period,
-                             destroy=tuple(ids + ([vm] if vm not in ids else []))))
-        app.vms = []
-        app.status = nxt
-        app.reason = f"VM {vm} {reason}"
-        app.outcome = "failed"
-        app.end_time = m.clock()
-        m.platform.active.pop(name, None)
+        # the platform's end rule, the lifecycle table's failure: its VMs (and this one)
+        m.driver.stop(name, f"VM {vm} {reason}", failed=True, also=(vm,))
         refunded = _refund(m, name, refund_period) if refund_period is not None else 0
         m._event("vm-failed", f"{vm}: {reason}; platform {name} failed, no charge from this "
                  "period on" + (f" ({refunded / 1e6:g} refunded)" if refunded else ""), name)

@@ -298,12 +298,13 @@ class Manager:
             t_period = time.perf_counter()
             record = self._run_period(now)
             elapsed = time.perf_counter() - t_period
-            self._report_events(self.driver.report)
+            applied = self.driver.report  # the period's (an end below applies its own)
+            self._report_events(applied)
             from merkat.service.applied import settle_applied
 
             settle_applied(self, record.index)  # resizes refused: billed at what was applied
             fail_dead(self, refund_period=record.index)  # VMs that could not be created
-            refund_failed_starts(self.driver, self.driver.report, record.index, self.paid,
+            refund_failed_starts(self.driver, applied, record.index, self.paid,
                                  self._event)  # retried in the next period
             self._charges(record.index)
             from merkat.service.deadlines import report
