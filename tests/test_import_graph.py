@@ -42,25 +42,10 @@ HEADING = "## Layers: who may import whom"
 ALLOWED_CYCLES: dict[tuple[str, str], str] = {
     # decide: admission belongs to the decision (platform/period ⇄ platform/admission)
     ("merkat.platform.period", "merkat.platform.admission"): "decide",
-    # cycles: being removed by this session's cycles engineer
-    ("merkat.service.probes", "merkat.service.clusters"): "cycles",
-    ("merkat.service.applied", "merkat.service.manager"): "cycles",
-    ("merkat.service.clusters", "merkat.service.manager"): "cycles",
-    ("merkat.service.deadlines", "merkat.service.manager"): "cycles",
-    ("merkat.service.failures", "merkat.service.manager"): "cycles",
-    ("merkat.service.loop", "merkat.service.manager"): "cycles",
-    ("merkat.service.money", "merkat.service.manager"): "cycles",
-    ("merkat.service.probes", "merkat.service.manager"): "cycles",
-    ("merkat.service.quotas", "merkat.service.manager"): "cycles",
-    ("merkat.service.records", "merkat.service.manager"): "cycles",
-    ("merkat.service.status", "merkat.service.manager"): "cycles",
-    ("merkat.service.tenancy", "merkat.service.manager"): "cycles",
 }
 
 # Imports (importer, imported) across the layer rules, tolerated until their owner removes them.
-ALLOWED_CROSSINGS: dict[tuple[str, str], str] = {
-    # cycles: being removed by this session's cycles engineer
-}
+ALLOWED_CROSSINGS: dict[tuple[str, str], str] = {}
 
 
 # --- the checker ------------------------------------------------------------------------

@@ -220,7 +220,7 @@ def test_every_clusters_monitor_is_read_at_its_poll_and_aggregated(manager: Mana
     assert 2 <= len(polls.read_text().splitlines()) <= 4
     assert not never.exists()  # poll: 0: never read
     assert "quiet" not in live.others
-    from merkat.service.clusters import clusters_status
+    from merkat.service.status import clusters_status
 
     rows = {c["name"]: c for c in clusters_status(m, m.store.platform("two"), None)}
     assert rows["master"]["work_total"] == 400 and rows["workers"]["poll"] == 2

@@ -15,9 +15,7 @@ from the books.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from merkat.control.base import Controller
@@ -28,6 +26,7 @@ from merkat.runtime.driver import Driver
 from merkat.service import files
 from merkat.service.backends import LiveBackend, Namespaced
 from merkat.service.config import ServiceConfig
+from merkat.service.context import Live
 from merkat.service.db import PlatformRow, Store
 from merkat.service.monitors import MetricsTracker
 from merkat.service.templates import Template, TemplateError
@@ -60,31 +59,6 @@ def make_controller(policy: str, params: dict[str, Any]) -> Controller:
                     raise TemplateError(f"controller.params: {e}") from None
                 return ctl
         raise TemplateError(f"controller.policy: {exc}") from None
-
-
-@dataclass
-class Live:
-    """What the manager keeps per admitted platform."""
-
-    template: Template
-    owner: str
-    tracker: MetricsTracker
-    last_poll: float = -math.inf
-    state: str = "waiting"  # as last written to the store
-    monitor_error: str | None = None  # the last failed reading's (an event when it changes)
-    # the other clusters' monitors (Merkat §4.2.1) and the heartbeat: service/clusters.py
-    others: dict[str, MetricsTracker] = field(default_factory=dict)
-    polled: dict[str, float] = field(default_factory=dict)  # when each was last read
-    beats: dict[str, tuple[float, Any]] = field(default_factory=dict)
-    errors: dict[str, str | None] = field(default_factory=dict)  # the other clusters' monitors'
-    at_risk: str | None = None  # its deadline, as last reported (merkat.service.deadlines)
-
-    def metrics(self) -> Any:
-        """What the controller sees: every cluster's reading, aggregated
-        (:func:`merkat.service.clusters.aggregate`)."""
-        from merkat.service.clusters import platform_metrics
-
-        return platform_metrics(self)
 
 
 def register_launcher(backend: Any, arrival: Arrival) -> None:

@@ -220,7 +220,7 @@ def create_app(manager: Manager) -> FastAPI:
         out["spent"] = manager.spent(name)
         out["slo"] = manager.slo(name)
         out.update(platform_status(manager, row, out["slo"]))
-        from merkat.service.clusters import clusters_status
+        from merkat.service.status import clusters_status
 
         out["clusters"] = clusters_status(manager, row, out["deadline"])
         return out

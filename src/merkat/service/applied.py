@@ -38,7 +38,7 @@ from merkat.platform.model import MICRO
 from merkat.service.backends import Refusing
 
 if TYPE_CHECKING:
-    from merkat.service.manager import Manager
+    from merkat.service.context import ManagerState
 
 
 @dataclass
@@ -50,7 +50,7 @@ class _Billing:
 _STATE: weakref.WeakKeyDictionary[Any, _Billing] = weakref.WeakKeyDictionary()
 
 
-def settle_applied(m: Manager, period: int) -> int:
+def settle_applied(m: ManagerState, period: int) -> int:
     """Steps 1-4 of the module doc after period ``period``; returns the micro-credits
     refunded. Call under the manager's lock, after the period's backend report."""
     if not isinstance(m.backend, Refusing):
@@ -97,7 +97,7 @@ def settle_applied(m: Manager, period: int) -> int:
     return total
 
 
-def _bills(m: Manager, charging: str) -> dict[str, dict[str, int]]:
+def _bills(m: ManagerState, charging: str) -> dict[str, dict[str, int]]:
     """What each placed VM pays for each resource this period (micro-credits)."""
     out: dict[str, dict[str, int]] = {}
     prices = m.platform.prices
@@ -118,7 +118,7 @@ def _sizes(short: dict[str, tuple[float, float]], k: int) -> str:
     return ", ".join(f"{v[k]:g} {units.get(r, r)}" for r, v in sorted(short.items()))
 
 
-def follow_moves(m: Manager) -> None:
+def follow_moves(m: ManagerState) -> None:
     """The VMs the backend moved this period (``move`` operations, their new ``node``) get
     that node as their host in the platform's records."""
     ids = list(m.platform.hosts.ids)

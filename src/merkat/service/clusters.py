@@ -32,8 +32,7 @@ from merkat.control.types import Metrics, Sense
 from merkat.service.monitors import MetricsTracker
 
 if TYPE_CHECKING:
-    from merkat.service.db import PlatformRow
-    from merkat.service.manager import Manager
+    from merkat.service.context import ManagerState
     from merkat.service.templates import Monitor, Template
 
 
@@ -103,7 +102,7 @@ def due(last: float, poll: float, now: float, period: float) -> bool:
     return now - last >= poll - period / 2
 
 
-def cluster_vm(m: Manager, name: str, t: Template, cluster: str) -> str | None:
+def cluster_vm(m: ManagerState, name: str, t: Template, cluster: str) -> str | None:
     """The VM ``cluster``'s monitor reads: the cluster's first VM of platform ``name``."""
     app = m.platform.apps.get(name)
     if app is None:
@@ -117,11 +116,19 @@ def cluster_vm(m: Manager, name: str, t: Template, cluster: str) -> str | None:
     return None
 
 
+def monitor_of(t: Template) -> Monitor | None:
+    """A template's monitor: its monitored cluster's, else its ``commands.monitor`` plugin."""
+    from merkat.service.templates import Monitor
+
+    mon: Monitor | None = t.monitored.monitor
+    if mon is None and t.commands.monitor:
+        mon = Monitor(kind="command", command=t.commands.monitor, ideal_rate=None)
+    return mon
+
+
 def monitors_of(t: Template) -> list[tuple[str, Monitor]]:
     """Each cluster's monitor, the monitored cluster's first (its ``commands.monitor`` plugin
-    when it has none: :func:`merkat.service.probes.monitor_of`)."""
-    from merkat.service.probes import monitor_of
-
+    when it has none: :func:`monitor_of`)."""
     out: list[tuple[str, Monitor]] = []
     first = monitor_of(t)
     if first is not None:
@@ -181,7 +188,7 @@ def stalled(live: Any, cluster: str, m: Metrics, at: float, running: bool) -> bo
     return False
 
 
-def heartbeat(m: Manager, name: str, live: Any, cluster: str, reading: Metrics,
+def heartbeat(m: ManagerState, name: str, live: Any, cluster: str, reading: Metrics,
               at: float) -> None:
     """Feed ``cluster``'s reading to the heartbeat (:func:`stalled`); a stalled VM is killed,
     so that the backend's health check restarts it like a failed one (up to
@@ -203,36 +210,3 @@ def heartbeat(m: Manager, name: str, live: Any, cluster: str, reading: Metrics,
     what = "killed: it is restarted as a failed VM" if error is None else f"not restarted: {error}"
     m._event("vm-stalled", f"{vm}: no progress for {t.health.stall_s:g} s (cluster "
              f"{cluster}'s monitor): {what}", name)
-
-
-def clusters_status(m: Manager, row: PlatformRow, deadline: float | None
-                    ) -> list[dict[str, Any]]:
-    """Per cluster, for ``platform show``: its name, VMs, monitor kind, poll, and its progress
-    against the platform's deadline (:func:`merkat.service.status.progress_of`)."""
-    from merkat.service.status import progress_of
-    from merkat.service.templates import Template
-
-    try:
-        t = Template.model_validate(row.template)
-    except ValueError:
-        return []
-    live = m.live.get(row.name) or m.ended.get(row.name)
-    app = m.platform.apps.get(row.name)
-    trackers = dict(live.others) if live is not None else {}
-    if live is not None:
-        trackers[t.monitored.name] = live.tracker
-    now = m.clock()
-    out = []
-    for c in t.ordered():
-        vms = 0
-        if app is not None:
-            vms = sum(1 for vm in app.vms if (i := m.vm_index.get(vm.id)) is not None
-                      and t.cluster_of(i)[0].name == c.name)
-        tracker = trackers.get(c.name)
-        reading = tracker.metrics() if tracker is not None and tracker.values else None
-        kind = c.monitor.kind if c.monitor else (
-            "command" if c.name == t.monitored.name and t.commands.monitor else None)
-        out.append({"name": c.name, "vms": vms, "monitor": kind,
-                    "poll": poll_of(t, c.name) if kind else None,
-                    **progress_of(reading, deadline, now)})
-    return out

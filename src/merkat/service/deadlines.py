@@ -15,12 +15,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from merkat.platform.lifecycle import ENDED
+from merkat.service.clusters import platform_metrics
 
 if TYPE_CHECKING:
-    from merkat.service.manager import Manager
+    from merkat.service.context import ManagerState
 
 
-def report(m: Manager) -> None:
+def report(m: ManagerState) -> None:
     """The deadline events of this period (module doc)."""
     for name, live in m.live.items():
         app = m.platform.apps.get(name)
@@ -29,7 +30,7 @@ def report(m: Manager) -> None:
             continue
         steer = getattr(app.controller, "share", None)
         if app.status in ENDED:
-            _ended(m, name, live.metrics(), app.status.value, app.end_time, deadline,
+            _ended(m, name, platform_metrics(live), app.status.value, app.end_time, deadline,
                    app.reason)
             continue
         risk = steer.at_risk if steer is not None else None
@@ -41,7 +42,7 @@ def report(m: Manager) -> None:
         live.at_risk = risk
 
 
-def _ended(m: Manager, name: str, metrics: object, state: str, end: float | None,
+def _ended(m: ManagerState, name: str, metrics: object, state: str, end: float | None,
            deadline: float, reason: str) -> None:
     done = getattr(metrics, "work_done", 0.0)
     total = getattr(metrics, "work_total", None)

@@ -28,10 +28,10 @@ from merkat.platform.lifecycle import app_failure
 from merkat.service.backends import Failing
 
 if TYPE_CHECKING:
-    from merkat.service.manager import Manager
+    from merkat.service.context import ManagerState
 
 
-def fail_dead(m: Manager, refund_period: int | None = None) -> list[str]:
+def fail_dead(m: ManagerState, refund_period: int | None = None) -> list[str]:
     """End as failed every active platform with a VM the backend reports gone for good
     (module doc); ``refund_period``: the period whose charge the failed platforms get back
     (their VMs failed at its start: after it was charged). Returns the platforms failed.
@@ -60,7 +60,7 @@ def fail_dead(m: Manager, refund_period: int | None = None) -> list[str]:
     return ended
 
 
-def _refund(m: Manager, name: str, period: int) -> int:
+def _refund(m: ManagerState, name: str, period: int) -> int:
     """Give platform ``name`` back what it paid by bid since the manager last counted
     (this period's charge, or this admission's); returns the micro-credits."""
     economy = m.driver.economy
@@ -75,7 +75,7 @@ def _refund(m: Manager, name: str, period: int) -> int:
     return delta
 
 
-def reconcile(m: Manager) -> list[str]:
+def reconcile(m: ManagerState) -> list[str]:
     """After a failed period (or admission), make the platform's VM records and the backend
     agree again (no database: it may be what failed). A period that failed between its
     decision and its end left the decision's changes in memory without their effects: VMs

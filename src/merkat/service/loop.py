@@ -30,11 +30,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from merkat.service.context import ManagerState
 
 if TYPE_CHECKING:
     from merkat.service.db import Store
-    from merkat.service.manager import Manager
 
 BACKOFF_START = 1.0
 """Seconds before the first retry of a failed period (doubled per consecutive failure)."""
@@ -148,7 +149,21 @@ def next_boundary(scheduled: float, started: float, ended: float, period: float)
     return max(started + period, ended)
 
 
-def run_loop(m: Manager, stop: threading.Event,
+class Looping(ManagerState, Protocol):
+    """What the loop needs of the manager besides its state (:class:`~merkat.service.context.
+    ManagerState`): its health, when the next period is due, and its three steps."""
+
+    health: LoopHealth
+    next_period: float
+
+    def admit(self) -> list[str]: ...
+
+    def tick(self) -> dict[str, Any]: ...
+
+    def start_queued(self) -> list[str]: ...
+
+
+def run_loop(m: Looping, stop: threading.Event,
              on_period: Callable[[dict[str, Any]], None] | None = None) -> None:
     """The wall-clock loop of ``m`` (module doc) until ``stop`` is set."""
     health = m.health
@@ -193,7 +208,7 @@ def run_loop(m: Manager, stop: threading.Event,
         stop.wait(wait)
 
 
-def _repair(m: Manager) -> None:
+def _repair(m: Looping) -> None:
     """Before retrying after a failure: the records and the backend agree again
     (:func:`~merkat.service.failures.reconcile`), the index after what the bank saw."""
     from merkat.service.failures import reconcile
@@ -204,7 +219,7 @@ def _repair(m: Manager) -> None:
         m.platform.index = max(m.platform.index, first_period(m.store))
 
 
-def _stalled(m: Manager, health: LoopHealth, scheduled: float, ended: float,
+def _stalled(m: Looping, health: LoopHealth, scheduled: float, ended: float,
              P: float) -> None:
     skipped = int((ended - scheduled) // P)
     health.stalls_total += 1
@@ -224,7 +239,7 @@ def _stalled(m: Manager, health: LoopHealth, scheduled: float, ended: float,
     _safe_event(m, "loop", msg)
 
 
-def _safe_event(m: Manager, kind: str, message: str) -> None:
+def _safe_event(m: Looping, kind: str, message: str) -> None:
     try:
         m.store.add_event(kind, message)
     except Exception as exc:  # a note, not worth failing the loop for
@@ -237,7 +252,7 @@ class LoopCollector:
     ``merkat_period_loop_failures_total``, ``merkat_period_loop_recoveries_total``,
     ``merkat_period_loop_stalls_total``, ``merkat_period_loop_skipped_periods_total``."""
 
-    def __init__(self, manager: Manager) -> None:
+    def __init__(self, manager: Looping) -> None:
         self.manager = manager
 
     def collect(self) -> Iterator[Any]:

@@ -46,9 +46,12 @@ from merkat.platform.period import (
     Platform,
 )
 from merkat.service import quotas, tenancy, usercmds
-from merkat.service.admit import Live, admit_row, make_controller, register_launcher
+from merkat.service.admit import admit_row, make_controller, register_launcher
 from merkat.service.backends import Elastic, LiveBackend
+from merkat.service.clusters import platform_metrics
 from merkat.service.config import ServiceConfig
+from merkat.service.context import Live
+from merkat.service.context import NotFound as NotFound
 from merkat.service.db import PlatformRow, Store
 from merkat.service.logtail import LogCap, platform_logs
 from merkat.service.starts import refund_failed_starts
@@ -61,10 +64,6 @@ VM_EVENTS = {"create": "vm-start", "suspend": "vm-suspend", "resume": "vm-resume
              "move": "vm-move", "notice": "vm-notice"}  # kubernetes
 """Backend operations that become events (kind by operation); ``limit`` (every VM, every
 period) does not."""
-
-class NotFound(LookupError):
-    """No such object (or not the caller's)."""
-
 
 class Manager:
     """The applications manager and the period loop of the live service (module doc)."""
@@ -222,7 +221,7 @@ class Manager:
         with self.lock:
             app = self.platform.apps.get(name)
             live = self.live.get(name)
-            m = live.metrics() if live else None
+            m = platform_metrics(live) if live else None
             deadline = app.spec.deadline if app else None
             out: dict[str, Any] = {"policy": app.spec.policy if app else None,
                                    "deadline": deadline, "work_done": None,

@@ -27,7 +27,7 @@ from merkat.service import schema as s
 
 if TYPE_CHECKING:
     from merkat.service.config import ServiceConfig
-    from merkat.service.manager import Manager
+    from merkat.service.context import ManagerState
 
 
 def make_economy(config: ServiceConfig, ledger: Ledger) -> Economy:
@@ -49,7 +49,7 @@ def write_row(name: str, values: Mapping[str, Any]) -> Callable[[Any], None]:
     return write
 
 
-def end_platform(m: Manager, name: str, owner: str, values: Mapping[str, Any],
+def end_platform(m: ManagerState, name: str, owner: str, values: Mapping[str, Any],
                  why: str) -> int:
     """Write platform ``name``'s end (``values``: state, ended, outcome) and give its money
     back to ``owner`` in one transaction; an event ``returned`` when anything moved. ``why``:

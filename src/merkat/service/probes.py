@@ -40,9 +40,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from merkat.control.types import VMState
+from merkat.service.context import ManagerState
 from merkat.service.monitors import (
     TAIL_BYTES,
     Ran,
@@ -53,9 +54,6 @@ from merkat.service.monitors import (
     read_tail,
 )
 from merkat.service.templates import Monitor
-
-if TYPE_CHECKING:
-    from merkat.service.manager import Manager
 
 TIMEOUT = 5.0
 """A command monitor's time limit (s); its process group is killed after it."""
@@ -88,7 +86,15 @@ class Probe:
     identity: Any = None  # whom a command runs as (sandbox.Identity: the owner's)
 
 
-def plan_probes(m: Manager, now: float) -> list[Probe]:
+class Probing(ManagerState, Protocol):
+    """What the probes need of the manager besides its state (:class:`~merkat.service.context.
+    ManagerState`): the runner of its monitors (:class:`MonitorRunner`)."""
+
+    @property
+    def monitors(self) -> MonitorRunner: ...
+
+
+def plan_probes(m: Probing, now: float) -> list[Probe]:
     """The readings due at ``now`` (call under the manager's lock): a log monitor's every
     period, a command monitor's every ``poll`` seconds, a running or suspended platform's only;
     a command monitor runs while its VM runs (not suspended, not before it starts)."""
@@ -137,14 +143,6 @@ def plan_probes(m: Manager, now: float) -> list[Probe]:
                              ctx.get("cwd"), dict(ctx.get("env", {})),
                              tuple(ctx.get("cgroup_procs", ())), TIMEOUT, ident))
     return out
-
-
-def monitor_of(t: Any) -> Monitor | None:
-    """A template's monitor: its monitored cluster's, else its ``commands.monitor`` plugin."""
-    mon: Monitor | None = t.monitored.monitor
-    if mon is None and t.commands.monitor:
-        mon = Monitor(kind="command", command=t.commands.monitor, ideal_rate=None)
-    return mon
 
 
 def take_reading(backend: Any, p: Probe) -> Reading:
@@ -270,7 +268,7 @@ class MonitorRunner:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-def probe_monitors(m: Manager) -> None:
+def probe_monitors(m: Probing) -> None:
     """Plan the due readings under ``m``'s lock, then start them and wait for them (at most
     :data:`WAIT` s, or a quarter period) without it (module doc)."""
     with m.lock:
@@ -279,11 +277,11 @@ def probe_monitors(m: Manager) -> None:
     m.monitors.wait(futures, min(WAIT, m.config.period / 4))
 
 
-def apply_readings(m: Manager) -> None:
+def apply_readings(m: Probing) -> None:
     """Take the finished readings into the platforms' metrics (under ``m``'s lock): an event
     when a monitor's error changes (``monitor-timeout`` for a reading killed at its time
     limit, else ``monitor-error``); then every platform's metrics go to the backend."""
-    from merkat.service.clusters import heartbeat, tracker_of
+    from merkat.service.clusters import heartbeat, platform_metrics, tracker_of
 
     for key, (reading, at) in m.monitors.take().items():
         name, _, cluster = key.partition("/")
@@ -304,4 +302,4 @@ def apply_readings(m: Manager) -> None:
             live.errors[cluster] = reading.error
         heartbeat(m, name, live, cluster, tracker.metrics(), at)
     for name, live in m.live.items():
-        m.backend.set_metrics(name, live.metrics())  # every cluster's, aggregated
+        m.backend.set_metrics(name, platform_metrics(live))  # every cluster's, aggregated

@@ -37,7 +37,7 @@ from merkat.service.config import QuotaConfig
 from merkat.service.db import ACTIVE_STATES, StoreError
 
 if TYPE_CHECKING:
-    from merkat.service.manager import Manager
+    from merkat.service.context import ManagerState
     from merkat.service.templates import Template
 
 ACTIVE = ACTIVE_STATES
@@ -106,7 +106,7 @@ def template_size(template: dict[str, Any]) -> int:
     return sum(int(c.get("count", 1)) for c in template.get("clusters", ()))
 
 
-def usage(m: Manager, owner: str) -> dict[str, int]:
+def usage(m: ManagerState, owner: str) -> dict[str, int]:
     """``owner``'s platforms that have not ended and the VMs they hold (module doc)."""
     rows = m.store.platforms(owner, states=ACTIVE)
     vms = 0
@@ -116,7 +116,7 @@ def usage(m: Manager, owner: str) -> dict[str, int]:
     return {"platforms": len(rows), "vms": vms}
 
 
-def check_submit(m: Manager, owner: str, template: Template) -> None:
+def check_submit(m: ManagerState, owner: str, template: Template) -> None:
     """Refuse (:class:`QuotaExceeded`) a submission of ``template`` by ``owner`` that would
     go over one of her quotas. The caller holds the manager's lock."""
     q = limits(m.config.quotas, m.store.engine, owner)
@@ -138,7 +138,7 @@ def check_submit(m: Manager, owner: str, template: Template) -> None:
                             f"hold {use['vms']:,} of her {q.vms:,}", 422 if n > q.vms else 429)
 
 
-def bound_growth(m: Manager) -> None:
+def bound_growth(m: ManagerState) -> None:
     """Set each active platform's ``nvms_max`` from its owner's quotas (module doc). Called
     before each period, under the manager's lock."""
     apps = list(m.platform.active.values())

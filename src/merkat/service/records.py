@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from merkat.service.status import ENDED_STATES
 
 if TYPE_CHECKING:
-    from merkat.service.manager import Manager
+    from merkat.service.context import ManagerState
 
 
 class StillActive(ValueError):
@@ -39,11 +39,11 @@ def new_account(ledger: Any, name: str) -> str:
     return f"{account}@{g}"
 
 
-def delete_platform(m: Manager, name: str) -> dict[str, Any]:
+def delete_platform(m: ManagerState, name: str) -> dict[str, Any]:
     """Remove ended platform ``name``'s record (module doc). Raises
     :class:`~merkat.service.manager.NotFound` or :class:`StillActive`; returns what was
     removed (``name``, ``state``, ``account``: kept in the bank)."""
-    from merkat.service.manager import NotFound
+    from merkat.service.context import NotFound
 
     with m.lock:
         row = m.store.platform(name)

@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from merkat.bank.policies import hold_account
 from merkat.control.types import Metrics
+from merkat.service.clusters import platform_metrics, poll_of
 
 if TYPE_CHECKING:
+    from merkat.service.context import ManagerState
     from merkat.service.db import PlatformRow
-    from merkat.service.manager import Manager
 
 ACTIVE_STATES = ("queued", "waiting", "running", "suspended")
 ENDED_STATES = ("finished", "stopped", "failed")
@@ -156,7 +157,7 @@ def outcome(state: str, reason: str, deadline: float | None, ended: float | None
     return f"stopped: {why}" if why else "stopped"
 
 
-def deadline_of(m: Manager, row: PlatformRow) -> float | None:
+def deadline_of(m: ManagerState, row: PlatformRow) -> float | None:
     """The platform's absolute deadline: its controller's, else the one recorded at admission,
     else (a platform not yet admitted) its submission plus the template's reference."""
     app = m.platform.apps.get(row.name)
@@ -168,7 +169,7 @@ def deadline_of(m: Manager, row: PlatformRow) -> float | None:
     return row.submitted + float(ref) if ref else None
 
 
-def account_of(m: Manager, row: PlatformRow) -> str:
+def account_of(m: ManagerState, row: PlatformRow) -> str:
     """The platform's bank account (``app:NAME``, ``app:NAME@2`` for the second platform of
     that name: :mod:`merkat.service.records`)."""
     app = m.platform.apps.get(row.name)
@@ -177,7 +178,7 @@ def account_of(m: Manager, row: PlatformRow) -> str:
     return row.account or f"app:{row.name}"
 
 
-def platforms_status(m: Manager, rows: list[PlatformRow]) -> list[dict[str, Any]]:
+def platforms_status(m: ManagerState, rows: list[PlatformRow]) -> list[dict[str, Any]]:
     """:func:`platform_status` of many platforms, their money read in one query."""
     accounts = [account_of(m, r) for r in rows]
     moved = flows(m.store.ledger, [n for a in accounts for n in (a, hold_account(a))]) \
@@ -185,7 +186,7 @@ def platforms_status(m: Manager, rows: list[PlatformRow]) -> list[dict[str, Any]
     return [platform_status(m, r, moved=moved) for r in rows]
 
 
-def platform_status(m: Manager, row: PlatformRow, slo: dict[str, Any] | None = None,
+def platform_status(m: ManagerState, row: PlatformRow, slo: dict[str, Any] | None = None,
                     moved: dict[tuple[str, str], int] | None = None) -> dict[str, Any]:
     """The status fields of platform ``row`` (``outcome``, ``reason``, ``deadline``,
     ``account`` and the :class:`Money` figures) for the API. ``slo``: its progress
@@ -196,10 +197,42 @@ def platform_status(m: Manager, row: PlatformRow, slo: dict[str, Any] | None = N
     if row.state in ("running", "suspended") and deadline is not None:
         if slo is None:  # read without the manager's lock: a list never waits for a period
             live = m.live.get(row.name)
-            slo = progress_of(live.metrics() if live else None, deadline, now)
+            slo = progress_of(platform_metrics(live) if live else None, deadline, now)
         on_track = slo.get("on_track")
     account = account_of(m, row)
     money = money_of(m.store.ledger, account, row.owner, m.config.provider, moved)
     return {"outcome": outcome(row.state, row.outcome, deadline, row.ended, now, on_track),
             "reason": row.outcome or None, "deadline": deadline, "account": account,
             **asdict(money)}
+
+
+def clusters_status(m: ManagerState, row: PlatformRow, deadline: float | None
+                    ) -> list[dict[str, Any]]:
+    """Per cluster, for ``platform show``: its name, VMs, monitor kind, poll, and its progress
+    against the platform's deadline (:func:`progress_of`)."""
+    from merkat.service.templates import Template
+
+    try:
+        t = Template.model_validate(row.template)
+    except ValueError:
+        return []
+    live = m.live.get(row.name) or m.ended.get(row.name)
+    app = m.platform.apps.get(row.name)
+    trackers = dict(live.others) if live is not None else {}
+    if live is not None:
+        trackers[t.monitored.name] = live.tracker
+    now = m.clock()
+    out = []
+    for c in t.ordered():
+        vms = 0
+        if app is not None:
+            vms = sum(1 for vm in app.vms if (i := m.vm_index.get(vm.id)) is not None
+                      and t.cluster_of(i)[0].name == c.name)
+        tracker = trackers.get(c.name)
+        reading = tracker.metrics() if tracker is not None and tracker.values else None
+        kind = c.monitor.kind if c.monitor else (
+            "command" if c.name == t.monitored.name and t.commands.monitor else None)
+        out.append({"name": c.name, "vms": vms, "monitor": kind,
+                    "poll": poll_of(t, c.name) if kind else None,
+                    **progress_of(reading, deadline, now)})
+    return out

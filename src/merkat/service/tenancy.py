@@ -27,8 +27,8 @@ from merkat.service.db import StoreError
 from merkat.service.quotas import check_submit as check_quotas
 
 if TYPE_CHECKING:
+    from merkat.service.context import ManagerState
     from merkat.service.db import PlatformRow
-    from merkat.service.manager import Manager
     from merkat.service.templates import Template
 
 
@@ -47,7 +47,7 @@ class OverBudget(StoreError):
     status = 422
 
 
-def check_submit(m: Manager, owner: str, t: Template) -> None:
+def check_submit(m: ManagerState, owner: str, t: Template) -> None:
     """Refuse a submission (module doc): :class:`NameTaken`, :class:`OverBudget`,
     :class:`~merkat.service.quotas.QuotaExceeded`. The caller holds the manager's lock."""
     store, ledger = m.store, m.store.ledger
@@ -66,7 +66,7 @@ def check_submit(m: Manager, owner: str, t: Template) -> None:
                          f"{format_amount(balance)}{extra}")
 
 
-def check_admission(m: Manager, row: PlatformRow, t: Template) -> None:
+def check_admission(m: ManagerState, row: PlatformRow, t: Template) -> None:
     """Refuse (``ValueError``) the admission of ``row`` when its budget no longer fits its
     owner's balance."""
     ledger = m.store.ledger
@@ -77,7 +77,7 @@ def check_admission(m: Manager, row: PlatformRow, t: Template) -> None:
                          "submission)")
 
 
-def forget(m: Manager, name: str) -> None:
+def forget(m: ManagerState, name: str) -> None:
     """Remove what a failed admission of ``name`` left in memory (module doc)."""
     p = m.platform
     app = p.apps.get(name)
