@@ -57,8 +57,8 @@ def test_the_live_recording_is_a_merkat_price_export() -> None:
 
 def test_the_ablation_table_says_which_readings_reproduce() -> None:
     def row(series: str, seed: int, sm: float, plain: float, naive: float) -> dict[str, object]:
-        cell = {"ar_smoothed": sm, "ar_unsmoothed": plain, "ar_paper_autocorrelation": 0.5,
-                "naive": naive, "hosts": 30, "ar_wins": 10}
+        cell = {"ar_smoothed": sm, "ar_unsmoothed": plain, "naive": naive, "hosts": 30,
+                "ar_wins": 10}
         return {"series": series, "seed": seed, "hourly-mean": cell, "hourly-snapshot": cell}
 
     doc = _ar_derive([row("daily", 0, 0.03, 0.04, 0.035), row("daily", 1, 0.05, 0.06, 0.055),
