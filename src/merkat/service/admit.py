@@ -16,21 +16,18 @@ from the books.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from merkat.control.base import Controller
 from merkat.control.registry import PolicyError, make_policy
 from merkat.platform.model import AppSpec
 from merkat.runtime.arrivals import Arrival
-from merkat.runtime.driver import Driver
 from merkat.service import files
-from merkat.service.backends import LiveBackend, Namespaced
-from merkat.service.config import ServiceConfig
-from merkat.service.context import Live
-from merkat.service.db import PlatformRow, Store
+from merkat.service.backends import Namespaced
+from merkat.service.context import Live, ManagerState
+from merkat.service.db import PlatformRow
 from merkat.service.monitors import MetricsTracker
 from merkat.service.templates import Template, TemplateError
-from merkat.service.tenants import Tenants
 
 if TYPE_CHECKING:
     from merkat.backends.local import Launch
@@ -80,23 +77,7 @@ def spec_of(t: Template, owner: str, start: float, budget: float) -> AppSpec:
         vm_min={"cpu": c.min_cpu, "memory": c.min_memory}, owner=owner, trade=tuple(t.trade))
 
 
-class Admitting(Protocol):
-    """What an admission reads and writes of the applications manager (not the manager)."""
-
-    config: ServiceConfig
-    store: Store
-    backend: LiveBackend
-    driver: Driver
-    tenants: Tenants
-    clock: Callable[[], float]
-    live: dict[str, Live]
-    paid: dict[str, int]  # micro-credits each platform had paid at the last charge event
-    vm_index: dict[str, int]
-
-    def _event(self, kind: str, message: str, platform: str | None = None) -> None: ...
-
-
-def admit_row(m: Admitting, row: PlatformRow, t: Template, resumed: bool = False) -> None:
+def admit_row(m: ManagerState, row: PlatformRow, t: Template, resumed: bool = False) -> None:
     """Admit ``row`` (its template ``t``, checked against its owner's balance by the caller:
     :func:`merkat.service.tenancy.check_admission`) into the driver (module doc;
     ``resumed``: again, after a restart). Raises ``TemplateError``, ``ValueError`` or a
@@ -125,7 +106,7 @@ def admit_row(m: Admitting, row: PlatformRow, t: Template, resumed: bool = False
                  f"controller {t.controller.policy}", t.name)
 
 
-def launcher(m: Admitting, t: Template, owner: str) -> Callable[[str, str, int], Launch]:
+def launcher(m: ManagerState, t: Template, owner: str) -> Callable[[str, str, int], Launch]:
     """How each VM of template ``t`` starts (``launcher(app, vm, index)``): its cluster's
     command in its own working directory, as its owner, with the environment of §4.2.2."""
     from merkat.backends.local import Launch
