@@ -16,6 +16,7 @@ from merkat.control.types import Metrics
 from merkat.platform.backend import Backend, OpReport
 
 if TYPE_CHECKING:
+    from merkat.backends.kubernetes.podexec import ExecResult
     from merkat.market import Hosts
     from merkat.service.config import ServiceConfig
 
@@ -104,6 +105,47 @@ class Namespaced(Protocol):
     """Places each user's VMs apart (Kubernetes namespaces): told each platform's owner."""
 
     owner_of: dict[str, str]
+
+
+@runtime_checkable
+class Remote(Protocol):
+    """Runs commands and reads logs inside its VMs (Kubernetes pods): the monitors run there
+    (:func:`merkat.service.monitors.read_in_vm`)."""
+
+    def exec_in(self, vm: str, command: str, timeout: float = 5.0) -> ExecResult:
+        """``/bin/sh -c command`` inside ``vm``; never raises (the error is in the result)."""
+        ...
+
+    def log_text(self, vm: str, tail_lines: int = 1000) -> tuple[str, str | None]:
+        """The last lines of ``vm``'s output, and an error or None."""
+        ...
+
+
+@runtime_checkable
+class Monitoring(Protocol):
+    """Says what a command monitor of a VM runs with on this machine (local backend)."""
+
+    def monitor_context(self, vm: str) -> dict[str, Any] | None:
+        """``cwd``, ``env`` and ``cgroup_procs`` of ``vm`` (None: unknown VM)."""
+        ...
+
+
+@runtime_checkable
+class Killing(Protocol):
+    """Can kill a stalled VM so that its health check restarts it (the heartbeat)."""
+
+    def kill(self, vm: str) -> str | None:
+        """Kill ``vm``'s processes and keep it; an error, or None."""
+        ...
+
+
+@runtime_checkable
+class PluginGroups(Protocol):
+    """Confines the template's plugin commands in a cgroup of their platform."""
+
+    def plugin_cgroups(self, app: str, pids: int | None = None) -> list[str]:
+        """The ``cgroup.procs`` files a plugin command of ``app`` joins ([] unenforced)."""
+        ...
 
 
 Factory = Callable[["ServiceConfig"], LiveBackend]

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from merkat.control.types import Metrics, Sense
+from merkat.service.backends import Killing
 from merkat.service.monitors import MetricsTracker
 
 if TYPE_CHECKING:
@@ -205,8 +206,8 @@ def heartbeat(m: ManagerState, name: str, live: Any, cluster: str, reading: Metr
                                       for r in app.vms)
     if vm is None or not stalled(live, cluster, reading, at, running):
         return
-    kill = getattr(m.backend, "kill", None)
-    error = kill(vm) if kill is not None else "this backend cannot restart a VM"
+    error = m.backend.kill(vm) if isinstance(m.backend, Killing) \
+        else "this backend cannot restart a VM"
     what = "killed: it is restarted as a failed VM" if error is None else f"not restarted: {error}"
     m._event("vm-stalled", f"{vm}: no progress for {t.health.stall_s:g} s (cluster "
              f"{cluster}'s monitor): {what}", name)

@@ -58,8 +58,9 @@ def read_in_vm(backend: Any, vm: str | None, monitor: Monitor,
     None when it does not (the monitor runs on this machine). A command monitor runs ``/bin/sh -c
     command`` there; a log monitor reads the VM's own output (the pod's log) or, with a
     ``path``, the last 64 KiB of that file in the VM."""
-    exec_in = getattr(backend, "exec_in", None)
-    if exec_in is None:
+    from merkat.service.backends import Remote
+
+    if not isinstance(backend, Remote):
         return None
     if vm is None:  # its VM has not started yet: nothing to read (and not on this machine)
         return Reading({})
@@ -72,7 +73,7 @@ def read_in_vm(backend: Any, vm: str | None, monitor: Monitor,
         command = monitor.command or ""
     else:
         return None
-    r = exec_in(vm, command, timeout)
+    r = backend.exec_in(vm, command, timeout)
     out = r.stdout if r.error is None else ""
     values = parse_output(out) if monitor.kind == "command" else match_log(out, monitor.regex or "")
     return Reading(values, r.problem())

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from merkat.control.types import VMState
+from merkat.service.backends import Monitoring, Remote
 from merkat.service.context import ManagerState
 from merkat.service.monitors import (
     TAIL_BYTES,
@@ -102,7 +103,7 @@ def plan_probes(m: Probing, now: float) -> list[Probe]:
 
     out: list[Probe] = []
     backend = m.backend
-    remote = getattr(backend, "exec_in", None) is not None
+    remote = isinstance(backend, Remote)
     for name, live in m.live.items():
         app = m.platform.apps.get(name)
         if app is None or not app.active:
@@ -135,9 +136,8 @@ def plan_probes(m: Probing, now: float) -> list[Probe]:
             else:
                 live.polled[cluster] = now
             ctx: dict[str, Any] = {}
-            context = getattr(backend, "monitor_context", None)
-            if vm is not None and context is not None:
-                ctx = context(vm) or {}
+            if vm is not None and isinstance(backend, Monitoring):
+                ctx = backend.monitor_context(vm) or {}
             log = backend.log_path(vm) if vm and not remote else None
             out.append(Probe(key, live.owner, mon, vm if (up or not remote) else None, log,
                              ctx.get("cwd"), dict(ctx.get("env", {})),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from merkat.service import files
+from merkat.service.backends import PluginGroups
 from merkat.service.plugins import run_plugin
 from merkat.service.templates import Template
 
@@ -42,9 +43,10 @@ def plugin(m: Any, t: Template, owner: str, name: str, old: str, new: str) -> No
     except ValueError as exc:
         m._event("plugin-error", f"{name}: {exc}", name)
         return
-    groups = getattr(m.backend, "plugin_cgroups", None)
+    groups = m.backend.plugin_cgroups(name, m.tenants.pids(None)) \
+        if isinstance(m.backend, PluginGroups) else []
     error = run_plugin(t.commands, Path(m.config.data_dir), name, old, new, identity=ident,
-                       cgroups=groups(name, m.tenants.pids(None)) if groups else ())
+                       cgroups=groups)
     if error is not None:
         m._event("plugin-error", error, name)
 
