@@ -154,3 +154,45 @@ def test_a_server_restarted_during_a_notice_checkpoints_the_suspended_vm_before_
     assert emu.pods == {}
     again.apply(Plan(T + P, P, resume=(VMPlacement(VM, "app", 1),), allocations=ONE))
     assert count(again) == 3
+
+
+def test_a_vm_moved_under_notice_is_billed_at_what_its_held_pod_had(tmp_path: Path) -> None:
+    """Through the service: a (with ``state:``) shares node-0 with c (1 of its 2 cores each), b
+    has node-1; b stops and the market moves a to node-1 at 2 cores, but a's pod stays on
+    node-0, at 1 core, for its notice: the next period refunds the half of a's CPU charge it did
+    not get (as a Deferred resize's), with one event; its pod then runs on node-1 at 2 cores."""
+    import time
+
+    from merkat.platform.model import MICRO
+    from merkat.service.templates import parse
+    from test_kubernetes_recovery import manager
+    from test_kubernetes_refusals import TWO_CORES, refunded_half
+
+    emu = KubeEmulator(exec_dir=str(tmp_path / "containers"))
+    emu.namespaces.add("merkat")
+    emu.add_node("node-0", "2", "4Gi")
+    emu.add_node("node-1", "2", "4Gi")
+    m = manager(tmp_path, emu)  # periods of 0.5 s: the notice is one
+    m.store.add_user("alice", budget=100_000_000)
+    for name in ("a", "b", "c"):
+        extra = "    state: {restore: 'true'}\n" if name == "a" else ""
+        m.submit("alice", parse(TWO_CORES.format(name=name) + extra, "x.yaml"))
+        m.admit()
+        m.tick()
+        m.tick()
+    assert emu.pod("merkat", "a-main-1")["spec"]["nodeName"] == "node-0"
+    m.stop("b")
+    m.tick()  # the market moves a to node-1 (2 cores): noticed, its pod held on node-0
+    (vm,) = m.platform.apps["a"].vms
+    assert m.platform.hosts.ids[vm.host] == "node-1" and vm.alloc["cpu"] == 2.0
+    assert emu.pod("merkat", "a-main-1")["spec"]["nodeName"] == "node-0"
+    bid_cpu, period = round(vm.bid["cpu"] * MICRO), m.platform.index - 1
+    time.sleep(0.5)
+    m.tick()  # its notice's time: moved; the held period refunded
+    refunded_half(m, period, bid_cpu, "Moving", "its pod stayed on its old node, at its old "
+                  "size, during its notice)")
+    pod = emu.pod("merkat", "a-main-1")
+    assert pod["spec"]["nodeName"] == "node-1"
+    assert pod["status"]["containerStatuses"][0]["resources"]["limits"]["cpu"] == "2"
+    assert m.store.ledger.audit().ok
+    m.close()

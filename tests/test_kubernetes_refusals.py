@@ -61,6 +61,17 @@ def resize_calls(emu: KubeEmulator, pod: str) -> list[dict[str, object]]:
             if c.verb == "PATCH" and c.path.endswith(f"/pods/{pod}/resize")]
 
 
+def refunded_half(m: Manager, period: int, bid_cpu: int, state: str, event: str) -> None:
+    """a/vm1 got back half its CPU charge of ``period`` (it held 1 of the 2 cores billed) in
+    one transfer from the provider, and one ``resize-refused`` event starts with ``event``."""
+    refunds = [t for t in m.store.ledger.history("app:a")
+               if t.idempotency_key == f"unapplied/a/vm1/{period}"]
+    assert [(t.payer, t.amount) for t in refunds] == [(m.config.provider, round(bid_cpu / 2))]
+    assert refunds[0].reason == f"refund: a/vm1 held 1 cores of the 2 cores billed (resize {state})"
+    (ev,) = [e for e in m.store.events(platform="a") if e["kind"] == "resize-refused"]
+    assert ev["message"].startswith(f"a/vm1: resize to 2 cores {state} ({event}")
+
+
 def sharing(tmp_path: Path, emu: KubeEmulator) -> Manager:
     """Two 2-core best-effort platforms, a and b, running on node-0 (2 cores): 1 core each."""
     m = manager(tmp_path, emu)
@@ -90,13 +101,8 @@ def test_a_deferred_resize_leaves_the_vm_billed_at_its_applied_allocation(tmp_pa
     (v,) = m.vms("a")
     assert (v["resize"], v["requested"]["cpu"], v["applied"]["cpu"]) == ("Deferred", 2.0, 1.0)
     assert v["allocation"]["cpu"] == 1.0  # the record (and the controller's view) holds 1 core
-    refunds = [t for t in m.store.ledger.history("app:a")
-               if t.idempotency_key == f"unapplied/a/vm1/{period}"]
-    assert [(t.payer, t.amount) for t in refunds] == [(m.config.provider, round(bid_cpu / 2))]
-    assert refunds[0].reason == "refund: a/vm1 held 1 cores of the 2 cores billed (resize Deferred)"
-    (ev,) = [e for e in m.store.events(platform="a") if e["kind"] == "resize-refused"]
-    assert ev["message"].startswith("a/vm1: resize to 2 cores Deferred (Node didn't have "
-                                    "enough resource); it holds 1 cores and is billed for that")
+    refunded_half(m, period, bid_cpu, "Deferred", "Node didn't have enough resource); it holds "
+                  "1 cores and is billed for that")
     # Still Deferred: refunded every period (one event only), sent again after RETRY_PERIODS.
     n = len(resize_calls(emu, "a-main-1"))
     for _ in range(RETRY_PERIODS - 1):
@@ -179,14 +185,7 @@ def test_an_infeasible_resize_leaves_the_vm_billed_at_its_applied_allocation(
     bid_cpu, period = round(vm.bid["cpu"] * MICRO), m.platform.index - 1
     assert vm.alloc["cpu"] == 2.0
     m.tick()                          # read: Infeasible, 1 core applied
-    refunds = [t for t in m.store.ledger.history("app:a")
-               if t.idempotency_key == f"unapplied/a/vm1/{period}"]
-    assert [(t.payer, t.amount) for t in refunds] == [(m.config.provider, round(bid_cpu / 2))]
-    assert refunds[0].reason == ("refund: a/vm1 held 1 cores of the 2 cores billed "
-                                 "(resize Infeasible)")
-    (ev,) = [e for e in m.store.events(platform="a") if e["kind"] == "resize-refused"]
-    assert ev["message"].startswith("a/vm1: resize to 2 cores Infeasible (Node didn't have "
-                                    "enough capacity")
+    refunded_half(m, period, bid_cpu, "Infeasible", "Node didn't have enough capacity")
     m.tick()
     m.tick()                          # the market sees 1.5 cores: a fits, applied in full
     (v,) = m.vms("a")

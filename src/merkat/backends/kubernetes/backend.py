@@ -117,6 +117,7 @@ class KubernetesBackend:
     resize_move_periods: int = moves_mod.MOVE_PERIODS  # ... that long: moved (state:, moves.py)
     notice_limit_s: float = notice_mod.NOTICE_LIMIT_S  # a template's notice_s at most (>1 period)
     held: dict[str, notice_mod.Held] = field(default_factory=dict)  # pods under notice (notice.py)
+    held_short: dict[str, tuple[Size, Size | None]] = field(default_factory=dict)  # (notice.py)
     last_report: ApplyReport | None = None
 
     def __post_init__(self) -> None:

@@ -197,6 +197,11 @@ class KubernetesLive:
             if short:
                 out[vm] = {"state": p.state, "message": p.message, "short": short,
                            "current": p.desired == p.read}
+        for vm, (want, had) in self.kube.held_short.items():  # moved under notice (notice.py)
+            short = shortfall(want, had)
+            if short and vm not in out:
+                out[vm] = {"state": "Moving", "message": "its pod stayed on its old node, at "
+                           "its old size, during its notice", "short": short, "current": False}
         return out
 
     @property

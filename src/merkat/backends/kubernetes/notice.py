@@ -17,7 +17,9 @@ Contract, applied by :func:`intercept` to each plan before the backend carries i
 - The platform takes the operation as done in the period it planned it (the report has the
   operation ``notice``: ``the pod stops at ..., suspended``, and no failure): the market has given the VM's share away, a
   suspended VM is not billed while it waits, a moved one is billed at its new allocation.
-  Meanwhile the held pod still occupies its node: a creation there that would not fit next to
+  The part of a moved VM's charge its held pod did not get (its old size, short of the new
+  allocation) is refunded the next period, as a Deferred resize's (``held_short``, read by
+  ``KubernetesLive.unapplied``). Meanwhile the held pod still occupies its node: a creation there that would not fit next to
   it (by the pods' requests) waits (it fails with the reason, and the next period places it
   again); a grow there may be Deferred by the kubelet, billed at what is applied.
 - **Cancelled**: a held VM the market resumes (or moves back) onto the node its pod is on keeps
@@ -31,7 +33,7 @@ Contract, applied by :func:`intercept` to each plan before the backend carries i
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -50,6 +52,7 @@ class Held:
     pod: PodRecord
     at: float
     host: int | None
+    want: Size | None = None  # the size the market gives it this period (moving), for billing
 
 
 class Pods(Protocol):
@@ -80,6 +83,12 @@ class Noticing(Pods, Protocol):
 
     @property
     def notice_limit_s(self) -> float: ...
+
+    @property
+    def held_short(self) -> dict[str, tuple[Size, Size | None]]: ...
+
+    def _size(self, app: str, alloc: Mapping[str, float], current: Size | None,
+              vm: str | None = None) -> Size: ...
 
     def _call(self, fn: Callable[[], Any], *, retry: bool = True) -> Any: ...
 
@@ -117,6 +126,9 @@ def _annotate(backend: Noticing, p: PodRecord, value: str | None) -> str | None:
 def intercept(backend: Noticing, plan: Plan) -> tuple[Plan, list[OpReport]]:
     """The part of ``plan`` to carry out now (module doc) and the operations answered here."""
     held = backend.held
+    backend.held_short.clear()  # what the moving held pods had, against what they were billed
+    backend.held_short.update({vm: (h.want, h.pod.actual) for vm, h in held.items()
+                               if h.host is not None and h.want is not None})
     if not held and not plan.suspend and not plan.migrate:
         return plan, []
     ops: list[OpReport] = []
@@ -182,6 +194,9 @@ def intercept(backend: Noticing, plan: Plan) -> tuple[Plan, list[OpReport]]:
         then = "suspended" if host is None else f"then starts on node {nodes[host]}"
         ops.append(OpReport("notice", vm, True, f"the pod stops at {rfc3339(at)}, {then}",
                             node=p.node or ""))
+    for vm, h in held.items():  # a moving VM is billed at its new size: remember it
+        alloc = plan.allocations.get(vm) if h.host is not None else None
+        h.want = backend._size(h.pod.app, alloc, None, vm) if alloc is not None else None
     suspend = [v for v in suspend if v not in held]
     migrate = [m for m in migrate if m[0] not in held]
     allocs = {vm: a for vm, a in plan.allocations.items() if vm not in held}
