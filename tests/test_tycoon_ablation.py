@@ -12,11 +12,13 @@ from merkat.sim.experiments.tycoon_ablation import (
     ReadingRun,
     _ar_derive,
     _ar_runs,
+    _OutsideLoad,
     live_prices,
     score,
     synthetic,
     tycoon_funding_ablation,
 )
+from merkat.sim.tycoon import TycoonConfig, TycoonJob
 
 
 def test_synthetic_series_have_the_stated_properties() -> None:
@@ -88,3 +90,14 @@ def test_a_day_s_horizon_puts_table_1_s_cost_at_the_paper_s_level() -> None:
         assert g["completed"] == g["jobs"] and g["nodes"] == 15
         # a job never spends faster than budget / deadline = 100 $ / 24 h
         assert 3.5 < g["cost_per_h"] <= 100 / 24 + 1e-9
+
+
+def test_the_outside_load_is_another_tenant_bidding_on_every_host() -> None:
+    load = np.array([0.0, 1e-3, 2e-3, 3e-3])
+    res = _OutsideLoad(TycoonConfig(hosts=4, reserve=1e-4, seed=0),
+                       [TycoonJob("a", 10, 7200, subjobs=2, work_s=600)], load).run()
+    assert res.audit_ok and res.jobs[0]["nodes"] == 2 and res.jobs[0]["complete"]
+    # the job took the two cheapest hosts (Best Response's w/y through the SLS); the others'
+    # price is the outside bid alone (2 CPUs a host)
+    assert (res.prices[1, :2] > load[:2] / 2).all()
+    assert np.array_equal(res.prices[1, 2:], load[2:] / 2)

@@ -31,7 +31,7 @@ from merkat.sim.experiments.common import pyplot
 from merkat.sim.experiments.registry import Experiment, register
 from merkat.sim.experiments.tycoon import HOUR, funding_config, funding_jobs
 from merkat.sim.experiments.tycoon_ar6 import AR6, price_history
-from merkat.sim.tycoon import simulate
+from merkat.sim.tycoon import TycoonConfig, TycoonJob, TycoonSim, simulate
 
 LIVE_FILE = "merkat-demo-prices.csv"
 SERIES = ("market", "live", "steps", "daily", "daily+steps")
@@ -243,6 +243,7 @@ READINGS: dict[str, dict[str, Any]] = {
     "capped": {"capped": True},
     "SLS refreshed every 120 s": {"sls_refresh_s": 120.0},
     "SLS returns 10 hosts": {"sls_limit": 10},
+    "outside load": {"outside_load": 2.0},
 }
 FUNDING_ABLATION: dict[str, Any] = {
     "table": 1,
@@ -253,6 +254,8 @@ FUNDING_ABLATION: dict[str, Any] = {
         "capped": "capped Best Response: the agent knows a VM uses at most one CPU",
         "SLS refreshed every 120 s": "agents see host prices up to 2 min old",
         "SLS returns 10 hosts": "the SLS answers with the 10 best hosts",
+        "outside load": "another tenant bids on every host, a fixed U(0, 2) x a user's "
+        "per-host bid (budget / horizon / 15; the seed's outside-load stream): unequal prices",
     },
 }
 
@@ -267,12 +270,32 @@ def _funding_runs(n: int, jobs: int | None, factors: Sequence[float]) -> list[Re
     return [ReadingRun(name, k) for name in READINGS for k in range(n)]
 
 
+class _OutsideLoad(TycoonSim):
+    """Table 1's market with one outside bidder per host, bidding ``load[j]`` on host j for
+    the whole run (not charged, like a replayed background: the audit covers the jobs' money)."""
+
+    def __init__(self, config: TycoonConfig, jobs: Sequence[TycoonJob], load: np.ndarray
+                 ) -> None:
+        super().__init__(config, jobs)
+        self.load = load
+
+    def _background_bids(self, now: float) -> np.ndarray:
+        return self.load
+
+
 def tycoon_funding_ablation(run: ReadingRun) -> dict[str, Any]:
     kw = dict(READINGS[run.label])
     deadline = kw.pop("deadline_h", None)
     capped = bool(kw.pop("capped", False))
-    res = simulate(funding_config(capped, run.seed, record_every=0, **kw),
-                   funding_jobs(1, deadline))
+    outside = kw.pop("outside_load", None)
+    cfg = funding_config(capped, run.seed, record_every=0, **kw)
+    five = funding_jobs(1, deadline)
+    if outside is None:
+        res = simulate(cfg, five)
+    else:
+        per_host = five[0].budget / five[0].deadline_s / five[0].subjobs
+        load = seeds.stream(run.seed, "outside-load").uniform(0, outside, cfg.hosts) * per_host
+        res = _OutsideLoad(cfg, five, load).run()
     groups = {}
     for users, idx in (("1-2", (0, 1)), ("3-5", (2, 3, 4))):
         jobs = [j for j in res.jobs if j["job"] in idx]
