@@ -13,12 +13,11 @@ from merkat.bank.policies import (
     ChargeByUse,
     CreditManager,
     IdleTax,
-    InitialBudget,
-    Renewal,
     VirtualBank,
     hold_account,
     split_equally,
 )
+from test_bank_budget_support import InitialBudget, Renewal
 from test_bank_support import ledger_fixture, make_ledger_fixture  # noqa: F401
 
 C = MICRO

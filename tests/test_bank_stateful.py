@@ -30,9 +30,9 @@ from merkat.bank.policies import (
     ChargeByUse,
     CreditManager,
     IdleTax,
-    Renewal,
     VirtualBank,
 )
+from test_bank_budget_support import Renewal
 from test_bank_support import drop_schema, postgres_url
 
 PRIVATE_PEM, PUBLIC_PEM = tokens.generate_key()

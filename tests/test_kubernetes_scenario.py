@@ -10,8 +10,8 @@ import pytest
 from merkat.backends.kubernetes import KubernetesBackend, PodTemplate
 from merkat.backends.kubernetes.emulator import KubeEmulator, emulated_client
 from merkat.backends.kubernetes.objects import cores_to_millis
-from merkat.backends.kubernetes.simulated import PodsBackend
 from merkat.sim.experiments.merkat import MERKAT6, merkat6_scenario
+from test_kubernetes_pods_support import PodsBackend
 
 pytestmark = pytest.mark.kubernetes
 

@@ -10,10 +10,10 @@ never passes a key a user sent as it is:
   a character of account or user names (:func:`~merkat.bank.ledger.check_name`), so the
   user part ends at the first ``#`` and two users' namespaces never meet; a user's retry
   finds her own key only;
-- **the server's own keys** never start with ``u:`` (:func:`is_user_key` is false for all of
-  them), so no request can write one: the period's charges (``charge-by-bid/<provider>/<p>``,
-  ``charge-by-use/...``), renewals (``renewal/<p>/...``), the Virtual Bank's and the idle
-  tax's per-period keys, a platform's budget (``budget:NAME``, ``budget:NAME@G`` for the
+- **the server's own keys** never start with ``u:`` (:data:`USER_PREFIX`), so no request
+  can write one: the period's charges (``charge-by-bid/<provider>/<p>``, ``charge-by-use/...``),
+  allowances (``allowance/<p>``), the Virtual Bank's and the idle tax's per-period keys, a
+  platform's budget (``budget:NAME``, ``budget:NAME@G`` for the
   G-th platform of that name: :func:`budget_key`, one per account),
   and a user's initial budget (``user-budget:<name>@<created>``).
 
@@ -55,9 +55,3 @@ def user_key(user: str, key: str | None) -> str | None:
         digest = base64.urlsafe_b64encode(hashlib.sha256(key.encode()).digest()).decode()
         out = f"{USER_PREFIX}{user}#~{digest.rstrip('=')}"
     return out
-
-
-def is_user_key(key: str) -> bool:
-    """Whether ``key`` lies in some user's namespace (a server key never does)."""
-    return key.startswith(USER_PREFIX)
-

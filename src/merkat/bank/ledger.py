@@ -323,15 +323,6 @@ def fingerprint(kind: str, moves: Iterable[tuple[str | None, str | None, int]]) 
     return hashlib.sha256((kind + text).encode()).hexdigest()  # = one update per move
 
 
-def net_changes(moves: Sequence[Move]) -> dict[str, int]:
-    """The net balance change of each account over ``moves``."""
-    net: dict[str, int] = {}
-    for payer, payee, amount in moves:
-        net[payer] = net.get(payer, 0) - amount
-        net[payee] = net.get(payee, 0) + amount
-    return net
-
-
 def check_moves(moves: Sequence[Move], *, names: bool = True) -> None:
     """Validate a batch: positive amounts, distinct payer and payee, and (``names``) valid
     account names. Raises ``InvalidInput`` naming the first bad element (``moves[3].amount``).

@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from merkat.bank.errors import IdempotencyConflict, InvalidInput
-from merkat.bank.ledger import AccountKind, Ledger, Move, Transfer
+from merkat.bank.errors import InvalidInput
+from merkat.bank.ledger import AccountKind, Ledger, Move
 
 PPM = 1_000_000
 
@@ -49,25 +49,6 @@ def _due(period: int, every: int) -> bool:
 
 
 @dataclass(frozen=True)
-class InitialBudget:
-    """Mint ``amount`` micro-credits into a new account, once (key ``initial-budget/ACCOUNT``)."""
-
-    amount: int
-
-    def __post_init__(self) -> None:
-        _positive(self.amount, "amount")
-
-    def apply(self, ledger: Ledger, account: str, period: int | None = None) -> Transfer:
-        return ledger.mint(
-            account,
-            self.amount,
-            "initial budget",
-            period,
-            idempotency_key=f"initial-budget/{account}",
-        )
-
-
-@dataclass(frozen=True)
 class Allowance:
     """A renewal: ``rate`` micro-credits per renewal, never lifting the balance above ``cap``."""
 
@@ -81,38 +62,6 @@ class Allowance:
     def due(self, balance: int) -> int:
         """What to add to an account holding ``balance``: ``min(rate, cap - balance)``, ≥ 0."""
         return max(0, min(self.rate, self.cap - balance))
-
-
-@dataclass(frozen=True)
-class Renewal:
-    """Mint each account's allowance every ``every`` periods (Themis: budgets renewed at a
-    rate, the accumulated budget capped), all accounts in one transaction. Returns
-    ``{account: minted}``; a second call for the same period and accounts mints nothing."""
-
-    every: int = 1
-
-    def __post_init__(self) -> None:
-        _positive(self.every, "every")
-
-    @staticmethod
-    def plan(balances: Mapping[str, int], allowances: Mapping[str, Allowance]) -> dict[str, int]:
-        out = {a: allowances[a].due(balances[a]) for a in sorted(allowances)}
-        return {a: x for a, x in out.items() if x > 0}
-
-    def apply(
-        self, ledger: Ledger, period: int, allowances: Mapping[str, Allowance]
-    ) -> dict[str, int]:
-        if not _due(period, self.every) or not allowances:
-            return {}
-        plan = self.plan(ledger.balances(allowances), allowances)
-        if not plan:
-            return {}
-        key = f"renewal/{period}/{_digest(sorted(allowances))}"
-        try:
-            ledger.mint_many(list(plan.items()), "renewal", period, key)
-        except IdempotencyConflict:
-            return {}  # these accounts were already renewed in this period: never twice
-        return plan
 
 
 @dataclass(frozen=True)

@@ -105,8 +105,6 @@ class VM:
     def last_busy(self) -> float:
         return self.last
 
-    def idle_at(self, now: float) -> bool:
-        return self.last_busy() <= now
 
     def free_at(self, pe: int, t: float) -> tuple[float, float]:
         """Memory and disk not used at ``t`` by the tasks of the VM's other PEs."""

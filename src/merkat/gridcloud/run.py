@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -473,7 +473,3 @@ def simulate(cfg: Config, progress: Callable[[int, int], None] | None = None) ->
     failed tasks per group, every ``sample_period``) and ``bank`` (``audit_ok``: the books
     balance and no money was minted after t = 0)."""
     return Simulation(cfg, progress).run()
-
-
-def groups_of(sizes: Sequence[tuple[int, int, Load]]) -> tuple[Group, ...]:
-    return tuple(Group(u, n, load) for u, n, load in sizes)

@@ -199,15 +199,3 @@ def generate_tasks(
                  t + c * float(urgency[k]), float(imp[k]), bool(high[k]))
         )
     return tasks
-
-
-def best_offer(
-    offers: Sequence[tuple[float, float, int]], utility: Callable[[float, float], float]
-) -> int:
-    """Index of the offer (time, cost, sed) of greatest utility (first one on ties)."""
-    best, best_u = 0, -1.0
-    for k, (t, c, _) in enumerate(offers):
-        u = utility(c, t)
-        if u > best_u:
-            best, best_u = k, u
-    return best

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 
@@ -34,22 +34,6 @@ class VirtualClock:
 
     def wait_until(self, t: float) -> None:
         self.t = max(self.t, t)
-
-
-@dataclass
-class WallClock:
-    """Real time, in seconds since the clock was made (``origin``, from ``time.monotonic``)."""
-
-    origin: float = field(default_factory=time.monotonic)
-    virtual: bool = False
-
-    def now(self) -> float:
-        return time.monotonic() - self.origin
-
-    def wait_until(self, t: float) -> None:
-        delay = t - self.now()
-        if delay > 0:
-            time.sleep(delay)
 
 
 @dataclass

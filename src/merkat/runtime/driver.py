@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from merkat.control.base import Controller
 from merkat.platform.backend import ApplyReport, Backend, Metered, Plan
@@ -69,12 +69,6 @@ class Hooks:
     def idle(self, driver: Driver, t: float) -> bool:
         """No application is active at ``t``: return True to stop the run here."""
         return False
-
-
-class World(Protocol):
-    """A simulated backend: the world runs between periods only when told to."""
-
-    def advance(self, t0: float, t1: float) -> None: ...
 
 
 def admit_sim(backend: Any, arrival: Arrival) -> None:

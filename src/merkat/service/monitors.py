@@ -98,11 +98,6 @@ def read_tail(path: Path, size: int = TAIL_BYTES) -> str:
         os.close(fd)
 
 
-def read_log(path: Path, regex: str) -> dict[str, float]:
-    """The named groups of the last match of ``regex`` in the tail of ``path`` ({} if none)."""
-    return match_log(read_tail(path), regex)
-
-
 def match_log(text: str, regex: str) -> dict[str, float]:
     """The named groups of the last match of ``regex`` in ``text`` ({} if none), in RE2."""
     try:
@@ -182,12 +177,6 @@ def _exited(pid: int, end: float) -> bool:
         if time.monotonic() >= end:
             return False
         time.sleep(0.01)
-
-
-def run_command(command: str, timeout: float = 5.0, cwd: str | None = None) -> dict[str, float]:
-    """The metrics printed by ``command``: a JSON object, or ``key=value`` words."""
-    ran = run_bounded(["/bin/sh", "-c", command], timeout, cwd=cwd)
-    return parse_output(ran.stdout) if ran.error is None and not ran.timed_out else {}
 
 
 def parse_output(out: str) -> dict[str, float]:

@@ -257,9 +257,6 @@ class MonitorRunner:
             out, self.done = self.done, {}
         return out
 
-    def in_flight(self) -> int:
-        with self._lock:
-            return len(self.running)
 
     def close(self) -> None:
         """Stop taking readings (those running finish within their time limits)."""

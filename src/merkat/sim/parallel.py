@@ -12,7 +12,7 @@ jobs still to come and on what the empty platform carries over that a controller
   the run got there (the loop submits every job at the first boundary at or after its
   arrival, and jumps over idle time to the next one);
 - nothing else: the backend has no VM, the bank renews and charges only active applications
-  (every period: ``Renewal.every`` is 1 on the simulated platform), VM names are per
+  (every period on the simulated platform), VM names are per
   application, the market's reuse of its last clearing is a cache of a pure function, and the
   price history is shown only to controllers that declare ``reads_price_history`` (none of the
   registered policies does; a run with such a policy is not cut).

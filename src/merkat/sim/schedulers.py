@@ -66,11 +66,6 @@ def names() -> tuple[str, ...]:
     return tuple(SCHEDULERS)
 
 
-def market_names() -> tuple[str, ...]:
-    """The schedulers that take the market's options."""
-    return tuple(n for n, s in SCHEDULERS.items() if s.market)
-
-
 def get(name: str) -> TraceScheduler:
     """The scheduler ``name``; ValueError naming the known ones."""
     try:

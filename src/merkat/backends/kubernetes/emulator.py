@@ -59,10 +59,7 @@ from merkat.backends.kubernetes.emulator_status import (
 from merkat.backends.kubernetes.emulator_volumes import Volumes, container_env, pod_dir, wipe
 from merkat.backends.kubernetes.objects import (
     Json,
-    Size,
     cpu_millis,
-    fmt_cpu,
-    fmt_memory,
     memory_bytes,
     parse_quantity,
 )
@@ -488,11 +485,3 @@ def kubeconfig(namespace: str = "default", server: str = SERVER) -> Json:
         "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "merkat",
                                                       "namespace": namespace}}],
     }
-
-
-def quantities(size: Size) -> dict[str, str]:
-    """``{"cpu": "1500m", "memory": "512Mi"}`` (test helper)."""
-    out = {"cpu": fmt_cpu(size.cpu)}
-    if size.memory is not None:
-        out["memory"] = fmt_memory(size.memory)
-    return out

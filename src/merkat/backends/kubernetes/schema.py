@@ -64,11 +64,6 @@ _ROUTES: list[tuple[str, re.Pattern[str], str | None, dict[str, str]]] = [
 ]
 
 
-def kinds_checked() -> list[str]:
-    """The (verb, definition or "query") pairs :func:`check_request` knows (documentation)."""
-    return [f"{v} {p.pattern} -> {d or 'query'}" for v, p, d, _ in _ROUTES]
-
-
 @functools.lru_cache(maxsize=1)
 def _registry() -> Any:
     import importlib.resources

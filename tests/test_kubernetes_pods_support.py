@@ -1,4 +1,5 @@
-"""Simulated applications on emulated pods: the Kubernetes backend end to end without a cluster.
+"""Simulated applications on emulated pods: the Kubernetes backend end to end without a cluster
+(a test helper, imported by test_kubernetes_scenario; holds no tests).
 
 :class:`PodsBackend` is a :class:`~merkat.platform.backend.Backend` that hands each plan to a
 real :class:`~merkat.backends.kubernetes.backend.KubernetesBackend` talking (through lightkube)
