@@ -182,3 +182,17 @@ def test_horizontal_deadline_without_task_information_holds() -> None:
     d = make_policy("horizontal-deadline").decide(o)
     assert d.nvms == 2
     assert d.release == ()
+
+
+def test_abort_hopeless_stops_a_running_job_once_the_deadline_is_out_of_reach() -> None:
+    # 500 s of work left at full speed, 400 s to the deadline: needed fraction 1.25
+    late = ob(time=600.0, vms=running(1.0, 1.0),
+              metrics=Metrics(work_done=0.0, work_total=500.0, ideal_rate=1.0,
+                              progress_rate=1.0))
+    d = VerticalDeadline(abort_hopeless=True).decide(late)
+    assert d.action is Action.STOP
+    assert d.reason == "aborted while running: the deadline can no longer be met"
+    assert VerticalDeadline().decide(late).action is not Action.STOP  # Themis' rule: runs on
+    on_time = replace(late, time=400.0)  # 600 s left: needed 0.83, it runs on
+    assert VerticalDeadline(abort_hopeless=True).decide(on_time).action is not Action.STOP
+    assert make_policy("vertical-deadline", abort_hopeless=True).abort_hopeless  # type: ignore[attr-defined]

@@ -58,6 +58,13 @@ def experiment(
     market: str | None = typer.Option(
         None, "--market", help="Another market mechanism to compare (slo-fig2: drf, the "
         "DRF-aware bundle market, docs/market.md)."),
+    period: float | None = typer.Option(
+        None, "--period", help="The market's scheduling period, seconds (experiments that take "
+        "a policy; default: the paper's)."),
+    vm_costs: str | None = typer.Option(
+        None, "--vm-costs", help="The VM-operation cost model of the market runs (experiments "
+        "that take a policy): none (free) | themis (no boot delay; migrations memory/bandwidth "
+        "at 10 % CPU overhead) | slo (themis + 30-s boot and resume)."),
     force: bool = typer.Option(
         False, "--force", help="Replace the results of a previous run in a non-empty --out."
     ),
@@ -107,6 +114,16 @@ def experiment(
     if market is not None and market not in EXPERIMENTS[name].markets:
         fail(f"--market: experiment {name!r} takes "
              f"{', '.join(EXPERIMENTS[name].markets) or 'no other market'}, got {market!r}")
+    for flag, value in (("--period", period), ("--vm-costs", vm_costs)):
+        if value is not None and not EXPERIMENTS[name].takes_policy:
+            fail(f"{flag}: experiment {name!r} does not take it (its market is part of the "
+                 "setup)")
+    if period is not None and not 0 < period <= 86400:
+        fail(f"--period must be in (0, 86400] seconds, got {period:g}")
+    from merkat.sim.experiments.common import VM_COSTS
+
+    if vm_costs is not None and vm_costs not in VM_COSTS:
+        fail(f"--vm-costs must be one of {', '.join(VM_COSTS)}, got {vm_costs!r}")
     from merkat.outputs import output_dir, prepare_out_dir
 
     final_out = prepare_out_dir(out, force=force)  # checked before the run, not after
@@ -141,6 +158,8 @@ def experiment(
                     balancer=balancer,
                     readings=readings,
                     market=market,
+                    period=period,
+                    vm_costs=vm_costs,
                 )
         except FileNotFoundError as exc:
             fail(str(exc))

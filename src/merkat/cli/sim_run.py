@@ -127,6 +127,16 @@ def run_cmd(
         "themis (Themis Fig. 2: the least valuable VM of the most overloaded node moves to the "
         "least loaded; stop after 10 non-improving iterations).",
     ),
+    moldable: bool = typer.Option(
+        False, "--moldable", help="With --scheduler market: a job may run on 1 to 2 x the "
+        "processes it asked for, at Amdahl's speed-up (--serial-fraction), so that the "
+        "horizontal policies (merkat-horizontal, scale-multi-vms, merkat-combined) run on "
+        "trace jobs.",
+    ),
+    serial_fraction: float | None = typer.Option(
+        None, "--serial-fraction", help="With --moldable: Amdahl's serial fraction of every "
+        "job, in [0, 1) (default 0.05).",
+    ),
     force: bool = typer.Option(
         False, "--force", help="Replace the results of a previous run in a non-empty --out."
     ),
@@ -151,7 +161,7 @@ def run_cmd(
     if not SCHEDULERS[scheduler].market:  # the market's options mean nothing to a batch run
         given = {"--policy": policy, "--period": period, "--admission": admission,
                  "--workers": workers, "--economy": economy, "--charging": charging,
-                 "--balancer": balancer}
+                 "--balancer": balancer, "--moldable": moldable or None}
         for flag, value in given.items():
             check(value is None, f"{flag}: only with --scheduler market (the {scheduler} "
                    "scheduler has no controllers, periods or money)")
@@ -162,6 +172,10 @@ def run_cmd(
     economy = "themis" if economy is None else economy
     charging = "bid" if charging is None else charging
     balancer = "merkat" if balancer is None else balancer
+    check(serial_fraction is None or moldable, "--serial-fraction: only with --moldable")
+    serial_fraction = 0.05 if serial_fraction is None else serial_fraction
+    check(0 <= serial_fraction < 1,
+          f"--serial-fraction must be in [0, 1), got {serial_fraction:g}")
     check(jobs is None or jobs >= 1, f"--jobs must be >= 1, got {jobs}")
     check(skip >= 0, f"--skip must be >= 0, got {skip}")
     check_int("--hosts", hosts, 1, 1_000_000)
@@ -198,11 +212,17 @@ def run_cmd(
             f"--policy must be one of {', '.join(sorted(POLICIES))}, got {policy!r}",
         )
         usable = trace_policies()
+        drives = POLICIES[policy].applies_to
+        if moldable:
+            usable += [p for p in sorted(POLICIES) if "moldable" in POLICIES[p].applies_to]
+        hint = (" or add --moldable (a job may then use more or fewer processes than it asked "
+                "for)" if "moldable" in drives and not moldable else "")
         check(
             policy in usable,
-            f"--policy {policy}: not usable on the rigid jobs of a trace (it drives "
-            f"{', '.join(POLICIES[policy].applies_to)} applications); use one of: "
-            f"{', '.join(usable)} (merkat policy list)",
+            f"--policy {policy}: not usable on the "
+            f"{'moldable' if moldable else 'rigid'} jobs of a trace (it drives "
+            f"{', '.join(drives)} applications); use one of: "
+            f"{', '.join(usable)} (merkat policy list){hint}",
         )
     params = parse_policy_params(policy_param, policy if takes_market else None)
     if market != "proportional-share":
@@ -235,6 +255,8 @@ def run_cmd(
         market=market,
         admission=admission or None,
         balancer=balancer,
+        moldable=moldable,
+        serial_fraction=serial_fraction,
     )
     bars: list[LazyProgress] = []
     t0 = time.perf_counter()

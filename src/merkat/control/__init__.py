@@ -9,6 +9,7 @@ where the pseudo-code is garbled.
 - ``formulas.py``  metric sense, gap, share cost, spend limit, budget split, Alg. 3, makespan
 - ``base.py``      the Controller interface (Merkat Alg. 4 callbacks)
 - ``generic.py``   Scale-One-VM, Scale-Multi-VMs (Themis Fig. 3), Merkat Alg. 1-3
+- ``combined.py``  Merkat §3.2's combined controller: vertical first, then horizontal
 - ``deadline.py``  Vertical-Deadline, Horizontal-Deadline (Themis Fig. 4, §IV-A)
 - ``slo.py``       the four SLO policies (SLO paper Alg. 1) and best-effort
 - ``utility.py``   utilities (SLO paper Table 1), satisfaction, value, efficiency
@@ -16,6 +17,7 @@ where the pseudo-code is garbled.
 """
 
 from merkat.control.base import Controller, Ewma, make_rng
+from merkat.control.combined import MerkatCombined
 from merkat.control.deadline import HorizontalDeadline, VerticalDeadline, needed_fraction
 from merkat.control.formulas import (
     app_alloc,
@@ -87,6 +89,7 @@ __all__ = [
     "Demand",
     "Ewma",
     "HorizontalDeadline",
+    "MerkatCombined",
     "MerkatHorizontal",
     "MerkatVertical",
     "MerkatVerticalScaler",

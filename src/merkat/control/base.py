@@ -83,7 +83,9 @@ class Controller(ABC):
     price_history_periods: int = 0
     applies_to: ClassVar[tuple[str, ...]] = ("rigid", "task-farm")
     """What the policy can drive: ``trace`` (the rigid jobs of ``merkat sim run``), ``rigid``,
-    ``task-farm`` (elastic master-worker applications) (shown by ``merkat policy list``)."""
+    ``task-farm`` (elastic master-worker applications), ``moldable`` (the trace jobs of
+    ``merkat sim run --moldable``, which may run on more or fewer VMs than they asked for)
+    (shown by ``merkat policy list``)."""
     needs: ClassVar[str] = "nothing"
     """What the policy reads of the application, in words (``merkat policy list``)."""
 

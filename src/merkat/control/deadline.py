@@ -53,6 +53,9 @@ class VerticalDeadline(Controller):
       ``forecast_history``): start and resume bids are computed at the price expected with
       probability p next period (or the highest over the next ``forecast_horizon`` periods)
       instead of the last price (:mod:`merkat.control.forecast`, Tycoon eq. 5-6).
+    - ``abort_hopeless=True``: also stop a *running* application once the needed fraction
+      exceeds 1 (the SLO paper's strict stop rule; default False, Themis §IV-A aborts at
+      submission and while suspended only).
     - ``steer="share"`` (the live service's default; ``margin``): start at once and bid each
       period for the share the work left needs by the deadline, from the measured rate,
       instead of Scale-One-VM's steps; never suspend, report what the budget cannot buy
@@ -68,10 +71,12 @@ class VerticalDeadline(Controller):
                  resume_wait: int = 2, horizon: int = 1, start_fraction: float = 1.0,
                  forecast: str = "last", forecast_order: int = 2, probability: float = 0.5,
                  forecast_horizon: int | str = 1, forecast_history: int | None = None,
-                 steer: str = "scale", margin: float = 0.25, seed: Seed = 0) -> None:
+                 steer: str = "scale", margin: float = 0.25, abort_hopeless: bool = False,
+                 seed: Seed = 0) -> None:
         super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
         check_steer(steer, margin)
         self.share = ShareSteer(margin) if steer == "share" else None
+        self.abort_hopeless = bool(abort_hopeless)
         self.forecaster = PriceForecast(forecast, forecast_order, probability, forecast_horizon,
                                         forecast_history)
         self.reads_price_history = self.forecaster.reads_history
@@ -172,10 +177,11 @@ class VerticalDeadline(Controller):
         """Finished; suspended with the deadline out of reach; running past its deadline (a
         strict deadline: results after it are worth nothing, docs/policies.md)."""
         reason = super().stop_reason(obs)
-        if reason is None and obs.phase is Phase.SUSPENDED:
+        if reason is None and (obs.phase is Phase.SUSPENDED or self.abort_hopeless):
             f = needed_fraction(obs)
             if f is not None and f > 1:
-                return "aborted while suspended: the deadline can no longer be met"
+                where = "while suspended" if obs.phase is Phase.SUSPENDED else "while running"
+                return f"aborted {where}: the deadline can no longer be met"
         if reason is None:
             left = obs.time_to_deadline
             if left is not None and left <= 0:

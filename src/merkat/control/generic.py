@@ -273,6 +273,20 @@ class _MetricController(Controller):
         bid = self.affordable(obs, start_bid(obs, BEST_EFFORT_FRACTION, n), n)
         return self.uniform(obs, bid, reason="past the deadline: best effort")
 
+    def reconfigure(self, obs: Observation) -> Demand:
+        """Past the deadline: :meth:`late_demand`; without a metric: keep; else
+        :meth:`on_metric`."""
+        if (demand := self.late_demand(obs)) is not None:
+            return demand
+        metric = self.metric(obs)
+        if metric is None:
+            return self.keep(obs, reason="no metric")
+        return self.on_metric(obs, *metric)
+
+    def on_metric(self, obs: Observation, v: float, ref: float, sense: Sense) -> Demand:
+        """The policy's step on the metric ``v`` against ``ref`` (subclasses)."""
+        raise NotImplementedError
+
 
 class ScaleOneVMController(_MetricController):
     """``scale-one-vm``: Themis' generic vertical policy on the generic metric."""
@@ -285,13 +299,7 @@ class ScaleOneVMController(_MetricController):
         super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
         self.scaler = ScaleOneVM(t_diff, limit)
 
-    def reconfigure(self, obs: Observation) -> Demand:
-        if (demand := self.late_demand(obs)) is not None:
-            return demand
-        metric = self.metric(obs)
-        if metric is None:
-            return self.keep(obs, reason="no metric")
-        v, ref, sense = metric
+    def on_metric(self, obs: Observation, v: float, ref: float, sense: Sense) -> Demand:
         bid = self.scaler.step(current_bid(obs), v, ref, sense, obs.bid_min,
                                self.vm_bid_max(obs, len(obs.vms)))
         return self.uniform(obs, bid)
@@ -301,20 +309,14 @@ class ScaleMultiVMsController(_MetricController):
     """``scale-multi-vms``: Themis' generic horizontal policy on the generic metric."""
 
     name = "scale-multi-vms"
-    applies_to = ("task-farm",)  # changes the VM count: a rigid job's tasks are fixed
+    applies_to = ("task-farm", "moldable")  # changes the VM count: not a rigid job's
 
     def __init__(self, *, limit: int = 3, low: float = 0.75, high: float = 1.0,
                  horizon: int = 1, start_fraction: float = 1.0, seed: Seed = 0) -> None:
         super().__init__(horizon=horizon, start_fraction=start_fraction, seed=seed)
         self.scaler = ScaleMultiVMs(limit, low, high)
 
-    def reconfigure(self, obs: Observation) -> Demand:
-        if (demand := self.late_demand(obs)) is not None:
-            return demand
-        metric = self.metric(obs)
-        if metric is None:
-            return self.keep(obs, reason="no metric")
-        v, ref, sense = metric
+    def on_metric(self, obs: Observation, v: float, ref: float, sense: Sense) -> Demand:
         nvms, bid = self.scaler.step(len(obs.vms), v, ref, sense, obs.prices, obs.vm_size,
                                      obs.bid_min, self.bid_max(obs), obs.nvms_max)
         return resize(obs, nvms, bid)
@@ -357,15 +359,12 @@ class MerkatVertical(_MetricController):
         return super().on_start(obs)
 
     def reconfigure(self, obs: Observation) -> Demand:
-        if (demand := self.late_demand(obs)) is not None:
-            return demand
         if self.share is not None and obs.metrics.performance is None and \
-                obs.time_to_deadline is not None:  # steer="share" (merkat.control.steer)
+                obs.time_to_deadline is not None and not late(obs):  # steer="share"
             return self.share.reconfigure(obs, self.vm_bid_max(obs, len(obs.vms)))
-        metric = self.metric(obs)
-        if metric is None:
-            return self.keep(obs, reason="no metric")
-        v, ref, sense = metric
+        return super().reconfigure(obs)
+
+    def on_metric(self, obs: Observation, v: float, ref: float, sense: Sense) -> Demand:
         direction = judge(v, ref, sense, self.low, self.high)
         return self.uniform(obs, self.vertical_step(obs, direction, gap(v, ref)))
 
@@ -381,7 +380,7 @@ class MerkatHorizontal(_MetricController):
     """
 
     name = "merkat-horizontal"
-    applies_to = ("task-farm",)  # changes the VM count: a rigid job's tasks are fixed
+    applies_to = ("task-farm", "moldable")  # changes the VM count: not a rigid job's
 
     def __init__(self, *, low: float = 0.75, high: float = 1.0, horizon: int = 1,
                  start_fraction: float = 1.0, seed: Seed = 0) -> None:
@@ -405,12 +404,6 @@ class MerkatHorizontal(_MetricController):
                                bid_max, obs.bid_min)
         return n, {r: max(b / n, obs.bid_min.get(r, 0.0)) for r, b in total.items()}
 
-    def reconfigure(self, obs: Observation) -> Demand:
-        if (demand := self.late_demand(obs)) is not None:
-            return demand
-        metric = self.metric(obs)
-        if metric is None:
-            return self.keep(obs, reason="no metric")
-        v, ref, sense = metric
+    def on_metric(self, obs: Observation, v: float, ref: float, sense: Sense) -> Demand:
         nvms, bid = self.horizontal_step(obs, judge(v, ref, sense, self.low, self.high))
         return resize(obs, nvms, bid)

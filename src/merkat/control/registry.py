@@ -10,6 +10,7 @@ from types import MappingProxyType
 from typing import Any
 
 from merkat.control.base import Controller
+from merkat.control.combined import MerkatCombined
 from merkat.control.deadline import HorizontalDeadline, VerticalDeadline
 from merkat.control.framework import FrameworkHorizontal
 from merkat.control.generic import (
@@ -33,6 +34,7 @@ POLICIES: Mapping[str, type[Controller]] = MappingProxyType({
         ScaleMultiVMsController,
         MerkatVertical,
         MerkatHorizontal,
+        MerkatCombined,
         VerticalDeadline,
         HorizontalDeadline,
         DeadlineStrict,

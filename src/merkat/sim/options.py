@@ -40,3 +40,5 @@ class RunOptions:
     market: str = "proportional-share"  # the market mechanism (merkat.market.mechanisms)
     admission: float | None = 10.0  # seconds between admission points (None: periods only)
     balancer: str = "merkat"  # the market's load balancer: merkat | themis (market.balance)
+    moldable: bool = False  # trace jobs run on 1 to 2 x procs VMs (merkat.sim.market.moldable)
+    serial_fraction: float = 0.05  # Amdahl's serial fraction of a moldable job

@@ -123,12 +123,18 @@ class Market:
                          budget_base=opts.slo.budget_base, budget_renewal=opts.slo.budget_renewal,
                          economy=opts.economy, charging=opts.charging,
                          policy_params=dict(opts.policy_params), market=opts.market,
-                         admission=opts.admission, balance=balancer_params(opts.balancer)),
+                         admission=opts.admission, balance=balancer_params(opts.balancer),
+                         moldable=opts.moldable, serial_fraction=opts.serial_fraction),
             seed=opts.seed, progress=progress, workers=opts.workers)
         summary = summarize_market(workload, out, cluster)
         summary["policy"] = opts.policy
         summary["market"] = opts.market
         summary["balancer"] = opts.balancer
+        if opts.moldable:
+            from merkat.sim.market.moldable import MOLD_MAX
+
+            summary["moldable"] = {"speedup": "amdahl", "serial_fraction": opts.serial_fraction,
+                                   "max_vms": f"{MOLD_MAX} x procs"}
         counts = Counter(out.outcomes)
         summary["outcomes"] = {o: counts.get(o, 0) for o in OUTCOMES}
         if opts.policy_params:

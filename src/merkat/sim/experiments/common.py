@@ -60,6 +60,18 @@ class Run:
     value_unit: str = "job"
     market: str = "proportional-share"  # the market mechanism (merkat.market.mechanisms)
     fairness: bool = False  # market runs: measure the distance to DRF (sim.market.fairness)
+    migration_overhead: float = 0.10  # CPU lost while a VM migrates (merkat.backends.sim)
+
+
+VM_COSTS: dict[str, dict[str, float]] = {
+    "none": {"boot_s": 0.0, "resume_s": 0.0, "migration_overhead": 0.0},
+    "themis": {"boot_s": 0.0, "resume_s": 0.0, "migration_overhead": 0.10},
+    "slo": {"boot_s": 30.0, "resume_s": 30.0, "migration_overhead": 0.10},
+}
+"""The readings of the VM-operation cost model (``--vm-costs``): ``none`` — every operation
+free; ``themis`` — Themis' CloudSim model, no boot or resume delay, a migration takes memory /
+bandwidth at 10 % CPU overhead (themis-fig5's default); ``slo`` — the SLO paper §4.2's 30-s
+boot and resume on top of it (the other trace experiments' default)."""
 
 
 @lru_cache(maxsize=4)
@@ -129,6 +141,7 @@ def execute(run: Run) -> dict[str, Any]:
         out = simulate_market(
             w, cluster, MarketConfig(period=run.period, policy_params=dict(run.policy_params),
                                      boot_s=run.boot_s, resume_s=run.resume_s,
+                                     migration_overhead=run.migration_overhead,
                                      balance=balancer_params(run.balancer), market=run.market,
                                      fairness=run.fairness),
             policies=names, seed=run.seed

@@ -31,7 +31,7 @@ import numpy as np
 from merkat import seeds
 from merkat.backends.sim import RigidApp
 from merkat.control.framework import FrameworkHorizontal
-from merkat.sim.experiments import satisfaction
+from merkat.sim.experiments import satisfaction, satisfaction_readings
 from merkat.sim.experiments.common import MIN, ScenarioRun, div, fmt, mean, pct, pyplot
 from merkat.sim.experiments.registry import Experiment, register
 from merkat.sim.market.scenarios import (
@@ -396,6 +396,7 @@ register(Experiment(
     _merkat6_runs, _merkat6_derive, _merkat6_plot, dict(MERKAT6), merkat_fig6,
     sweeps_load=False))
 register(satisfaction.EXPERIMENT)
+register(satisfaction_readings.EXPERIMENT)
 register(Experiment(
     "merkat-fig7", "Merkat Fig. 7: horizontal scaling of two frameworks",
     "Both frameworks follow their queues; Condor uses more than its equal share (80 VMs) "

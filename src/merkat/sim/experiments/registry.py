@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from merkat.market.types import BALANCERS
-from merkat.sim.experiments.common import FACTORS, execute, markdown
+from merkat.sim.experiments.common import FACTORS, VM_COSTS, execute, markdown
 from merkat.sim.schedulers import is_market
 
 
@@ -80,6 +80,8 @@ def run_experiment(
     balancer: str | None = None,
     readings: Mapping[str, str] | None = None,
     market: str | None = None,
+    period: float | None = None,
+    vm_costs: str | None = None,
 ) -> dict[str, Any]:
     """Run experiment ``name`` and write its files in ``out``; return ``results.json``'s data.
 
@@ -89,6 +91,9 @@ def run_experiment(
     balancer; given, ``results.json``'s parameters record it (absent: the default, merkat).
     ``readings`` (experiments that take them: :mod:`~merkat.sim.experiments.readings`) and
     ``market`` (a mechanism the experiment compares, e.g. ``drf`` for ``slo-fig2``) likewise.
+    ``period`` (seconds) and ``vm_costs`` (a key of :data:`~merkat.sim.experiments.common.
+    VM_COSTS`) replace the market runs' period and VM-operation costs the same way (the
+    ablations of docs/experiments.md).
     """
     if name not in EXPERIMENTS:
         raise KeyError(f"unknown experiment {name!r}; known: {', '.join(sorted(EXPERIMENTS))}")
@@ -129,6 +134,24 @@ def run_experiment(
             raise ValueError(f"experiment {name!r} does not take --reading")
         chosen["readings"] = check_readings(readings)
         runs = [apply_readings(r, chosen["readings"], is_market(getattr(r, "scheduler", "")))
+                for r in runs]
+    market_changes: dict[str, Any] = {}
+    if period is not None:
+        if not period > 0 or period > 86400:
+            raise ValueError(f"--period must be in (0, 86400] seconds, got {period!r}")
+        market_changes["period"] = float(period)
+        chosen["period_s"] = float(period)
+    if vm_costs is not None:
+        if vm_costs not in VM_COSTS:
+            raise ValueError(f"--vm-costs must be one of {', '.join(VM_COSTS)}, "
+                             f"got {vm_costs!r}")
+        market_changes.update(VM_COSTS[vm_costs])
+        chosen["vm_costs"] = {"reading": vm_costs, **VM_COSTS[vm_costs]}
+    if market_changes:
+        if not exp.takes_policy:
+            raise ValueError(f"experiment {name!r} does not take --period or --vm-costs (its "
+                             "market is part of the setup)")
+        runs = [replace(r, **market_changes) if is_market(getattr(r, "scheduler", "")) else r
                 for r in runs]
     rows = _execute_all(exp.execute, runs, workers, dask, progress)
     derived = exp.derive([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])

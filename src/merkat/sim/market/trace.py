@@ -22,7 +22,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -39,6 +39,7 @@ from merkat.runtime.driver import Driver, Hooks
 from merkat.runtime.economy import Economy
 from merkat.sim.cluster import Cluster
 from merkat.sim.market.fairness import DrfGap
+from merkat.sim.market.moldable import SERIAL_FRACTION, MoldableApp, max_vms
 from merkat.sim.workload.jobs import Workload
 
 PLENTY_MIB = 1e12
@@ -69,6 +70,10 @@ class MarketConfig:
     boot_s: float = 30.0
     resume_s: float = 30.0
     fairness: bool = False  # measure the distance to DRF each period (sim.market.fairness)
+    migration_overhead: float = 0.10  # CPU lost while a VM migrates (merkat.backends.sim)
+    # moldable jobs (merkat.sim.market.moldable): 1 to MOLD_MAX x procs VMs, Amdahl's speed-up
+    moldable: bool = False
+    serial_fraction: float = SERIAL_FRACTION
 
 
 @dataclass(frozen=True)
@@ -210,7 +215,7 @@ class Segment:
         for k in range(lo, hi):
             app = apps[ids[k]]
             model = models[ids[k]]
-            assert isinstance(model, RigidApp)
+            assert isinstance(model, (RigidApp, MoldableApp))
             x = k - lo
             if app.start_time is not None:
                 start[x] = app.start_time
@@ -272,7 +277,8 @@ def run_segment(
     ledger = MemoryLedger(journal=False)
     economy = Economy(ledger, kind=cfg.economy, charging=cfg.charging,
                       redistribute_every=cfg.redistribute_every)
-    backend = SimBackend(trade_memory=trade_memory, boot_s=cfg.boot_s, resume_s=cfg.resume_s)
+    backend = SimBackend(trade_memory=trade_memory, boot_s=cfg.boot_s, resume_s=cfg.resume_s,
+                         migration_overhead=cfg.migration_overhead)
     platform = Platform(
         hosts,
         period=cfg.period,
@@ -368,7 +374,7 @@ def _state(platform: Platform) -> tuple[str, ...]:
 def _job(
     w: Workload, k: int, app_id: str, policy: str, cfg: MarketConfig, trade: tuple[str, ...],
     seed: int,
-) -> tuple[AppSpec, RigidApp]:
+) -> tuple[AppSpec, RigidApp | MoldableApp]:
     """Job ``k`` as an application (its owner: the trace's user, else one user per job) and
     its simulated model; its controller draws from the run's ``controllers/<app_id>``
     stream unless the policy parameters give a seed."""
@@ -392,6 +398,9 @@ def _job(
         trade=trade,
         owner=f"user:{user}" if user >= 0 else f"user:job{app_id}",
     )
+    if cfg.moldable:  # it may use 1 to MOLD_MAX x procs VMs
+        return (replace(spec, nvms_max=max_vms(procs)),
+                MoldableApp(procs, float(w.run[k]), cfg.serial_fraction, 1.0, memory))
     return spec, RigidApp(vms=procs, work_total=float(w.run[k]), cpu=1.0, memory=memory)
 
 
