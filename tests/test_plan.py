@@ -9,7 +9,8 @@ import pytest
 from merkat.control.registry import make_policy
 from merkat.control.types import VMState
 from merkat.market import NO_HOST, RESOURCES, Hosts
-from merkat.platform.market_input import market_vms
+from merkat.platform.draft import draft
+from merkat.platform.market_input import Run, market_vms
 from merkat.platform.model import App, AppSpec, Ops, VMRecord, to_micro
 from merkat.platform.period import Platform
 from merkat.platform.plan import bills_of, make_plan
@@ -38,9 +39,14 @@ def _runs(rng: np.random.Generator, platform: Platform) -> list[tuple[App, list[
                 vm.host, vm.new = int(rng.integers(0, 4)), False
                 vm.alloc = {r: 0.25 for r in trade}
             app.vms.append(vm)
-        platform._const(app)
         runs.append((app, app.vms))
     return runs
+
+
+def _market(platform: Platform, runs: list[tuple[App, list[VMRecord]]]) -> list[Run]:
+    """The runs as the market takes them: each application's next state (drafted from its
+    record, which make_plan must leave alone)."""
+    return [(draft(app), platform.decider.const(app), None) for app, _ in runs]
 
 
 def _reference_bills(runs: list[tuple[App, list[VMRecord]]],
@@ -65,45 +71,48 @@ def test_plan_and_bills_match_their_per_vm_definitions(seed: int) -> None:
     rng = np.random.default_rng(seed)
     platform = Platform(Hosts(tuple(f"h{k}" for k in range(4)), np.array([[1.0, 4096.0]] * 4)))
     runs = _runs(rng, platform)
+    market = _market(platform, runs)
     n = sum(len(vms) for _, vms in runs)
-    vms = market_vms(runs, n, platform._const)
-    before = [(vm.host, vm.new, vm.state) for _, v in runs for vm in v]
+    vms = market_vms(market, n)
+    before = [(vm.host, vm.new, vm.state, dict(vm.alloc)) for _, v in runs for vm in v]
     host = rng.integers(0, 4, n)
     host[rng.random(n) < 0.2] = NO_HOST  # not placed this period
     allocation = rng.uniform(0.0, 1.0, (n, len(RESOURCES)))
-    starting: list[VMRecord] = []
-    moved: list[tuple[VMRecord, int]] = []
-    plan = make_plan(0.0, 300.0, runs, _Placed(host, allocation), Ops(["gone"], []), starting,
-                     moved, platform._const, vms.host)
+    plan = make_plan(0.0, 300.0, market, _Placed(host, allocation), Ops(["gone"], []),
+                     vms.host)
 
     flat = [vm for _, v in runs for vm in v]
+    nexts = [(nx, k) for nx, _, _ in market for k in range(len(nx.ids))]
     create, resume, migrate, allocations = [], [], [], {}
-    for i, (vm, (src, new, state)) in enumerate(zip(flat, before, strict=True)):
+    for i, (vm, (src, new, state, alloc)) in enumerate(zip(flat, before, strict=True)):
+        nx, k = nexts[i]
+        assert (vm.host, vm.new, vm.state, vm.alloc) == (src, new, state, alloc)  # untouched
         h = int(host[i])
         if h == NO_HOST:
-            assert vm.host == src and vm.alloc == dict.fromkeys(vm.bid, 0.0)  # gets nothing
+            assert nx.hosts[k] == src and nx.allocs[k] == dict.fromkeys(vm.bid, 0.0)  # nothing
+            vm.alloc = nx.allocs[k]  # as the commit writes it, for the bills below
             continue
         if new:
             (resume if state is VMState.RESUMING else create).append((vm.id, h))
         elif h != src:
             migrate.append((vm.id, src, h))
-        assert vm.host == h and not vm.new
+        assert nx.hosts[k] == h and not nx.fresh[k]
         expected = {r: float(allocation[i, RESOURCES.index(r)]) for r in vm.bid}
-        assert vm.alloc == expected
+        assert nx.allocs[k] == expected
         allocations[vm.id] = expected
+        vm.host, vm.alloc = h, expected  # as the commit writes them, for the bills below
     assert [(p.vm, p.host) for p in plan.create] == create
     assert [(p.vm, p.host) for p in plan.resume] == resume
     assert list(plan.migrate) == migrate
     assert plan.allocations == allocations and list(plan.allocations) == list(allocations)
     assert plan.destroy == ("gone",)
-    assert [vm.id for vm, _ in moved] == [m[0] for m in migrate]
 
     prices = {"cpu": float(rng.uniform(0.1, 5.0)), "memory": float(rng.uniform(0.0, 0.01))}
-    bills, usage = bills_of(runs, host, vms.host, allocation, vms.bid, prices)
+    bills, usage = bills_of(market, host, vms.host, allocation, vms.bid, prices)
     want_bills, want_usage = _reference_bills(runs, prices)
     assert dict(bills) == want_bills and dict(usage) == want_usage
     assert [a for a, _ in bills] == sorted(want_bills)
     # the newcomers of an admission: the tail of the arrays
     k = len(runs[0][1])
-    tail = bills_of(runs[1:], host, vms.host, allocation, vms.bid, prices, start=k)
+    tail = bills_of(market[1:], host, vms.host, allocation, vms.bid, prices, start=k)
     assert dict(tail[0]) == {a: b for a, b in want_bills.items() if a != runs[0][0].spec.id}

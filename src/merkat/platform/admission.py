@@ -2,8 +2,8 @@
 
 Users submit platforms at any time; the applications manager takes them from its queue every
 admission interval (10 s in Merkat), checks their start condition and asks the market
-scheduler for their VMs. Here, at an admission point ``now`` between two periods (the driver,
-:class:`~merkat.runtime.driver.Driver`, calls :func:`admit`):
+scheduler for their VMs. Here, at an admission point ``now`` between two periods (the platform's
+:meth:`Platform.admit <merkat.platform.period.Platform.admit>` calls :func:`admit`):
 
 1. each application submitted since the last period and still waiting is observed at the
    **last clearing's prices** and its controller decides (the start condition is the
@@ -30,29 +30,28 @@ Decisions (docs/simulator-market.md, "Admission between periods"):
   stateful one (posted prices) moves its state with every clearing, and a partial clearing
   would move it; their applications start at the next period boundary, as before.
 
-Pure like the period: no clock, no ledger, no backend.
+Pure like the period: no clock, no ledger, no backend, and no record changed: the admission
+is a :class:`~merkat.platform.model.Decision` (``admission=True``) that the platform commits
+like a period's (:meth:`Platform.settle <merkat.platform.period.Platform.settle>`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from merkat.control.types import AppStatus
-from merkat.market import NO_HOST, enforceable, worst_fit_decreasing
+from merkat.market import NO_HOST, RESOURCES, Hosts, enforceable, worst_fit_decreasing
 from merkat.market.clear import check_reserve
 from merkat.market.share import FloatArray, IntArray
 from merkat.platform.backend import Plan
-from merkat.platform.market_input import bidding as bidding_vms
-from merkat.platform.market_input import market_vms
-from merkat.platform.model import App, Decision, Observed, Ops, VMRecord
+from merkat.platform.draft import draft, keep
+from merkat.platform.market_input import Run, market_vms, placed, size
+from merkat.platform.model import App, AppNext, Decision, Observed, Ops
 from merkat.platform.plan import bills_of, make_plan
-
-if TYPE_CHECKING:
-    from merkat.platform.period import Platform
+from merkat.platform.reconcile import Decider, Prices
 
 
 @dataclass(frozen=True)
@@ -66,92 +65,103 @@ class Placement:
     before: IntArray
 
 
-def place(platform: Platform, runs: Sequence[tuple[App, list[VMRecord]]]) -> Placement:
-    """Place ``runs``' new VMs (host ``NO_HOST``) by worst-fit, the others where they are;
-    each host's proportional share of its VMs' bids."""
-    n = sum(len(vms) for _, vms in runs)
-    vms = market_vms(runs, n, platform._const)
-    check_reserve(vms, platform._reserve)
-    host = worst_fit_decreasing(platform.hosts, vms)
-    allocation, _ = enforceable(platform.hosts, vms, host)
+def place(hosts: Hosts, reserve: FloatArray, runs: Sequence[Run]) -> Placement:
+    """Place ``runs``' new VMs (host ``NO_HOST``) by worst-fit on ``hosts``, the others where
+    they are; each host's proportional share of its VMs' bids (``reserve``: the minimum bid
+    per VM and resource, in market order)."""
+    vms = market_vms(runs, size(runs))
+    check_reserve(vms, reserve)
+    host = worst_fit_decreasing(hosts, vms)
+    allocation, _ = enforceable(hosts, vms, host)
     return Placement(host, allocation, vms.bid, vms.host)
 
 
-def _revert(app: App, before: int) -> None:
+def _revert(nx: AppNext, app: App) -> None:
     """Back to the queue: the start did not happen (its VMs were never placed)."""
-    app.vms = []
-    app.vm_count = before
-    app.status = AppStatus.WAITING
-    app.start_time = None
+    keep(nx, ())
+    nx.vm_count = app.vm_count
+    nx.status = AppStatus.WAITING
+    nx.start_time = None
 
 
-def admit(
-    platform: Platform, now: float, until: float, balances: Mapping[str, int],
-    observed: Mapping[str, Observed],
-) -> Decision:
-    """The admission point ``now`` (``until``: the next period boundary): see the module
-    docstring. ``balances`` and ``observed`` cover the queued applications
-    (:meth:`Platform.queued <merkat.platform.period.Platform.queued>`). Returns the decision
-    to charge and apply (empty when nothing starts); the queue is emptied."""
-    queued = platform.queued()
-    platform.queue.clear()
-    starting: list[tuple[App, int]] = []
+@dataclass(frozen=True)
+class Market:
+    """What an admission reads of the platform: its cluster, rules, last prices (and the
+    past ones, the last entry being ``prices``), records and the period's index."""
+
+    hosts: Hosts
+    decider: Decider
+    prices: Prices
+    history: Sequence[Prices]
+    apps: dict[str, App]
+    active: Sequence[App]
+    index: int
+
+
+def admit(market: Market, queued: Sequence[App], now: float, until: float,
+          balances: Mapping[str, int], observed: Mapping[str, Observed]) -> Decision:
+    """The admission point ``now`` (``until``: the next period boundary) of the ``queued``
+    applications (waiting since their submission): see the module docstring. ``balances``
+    and ``observed`` cover them. Returns the decision to charge, apply and commit (its plan
+    creates nothing when nothing starts); it takes every queued application out of the
+    queue."""
+    decider = market.decider
+    period = decider.period
+    nexts: dict[str, AppNext] = {}
+    starting: list[tuple[AppNext, App]] = []
     refused: list[str] = []
     ops = Ops()
     for app in queued:
-        before = app.vm_count
-        obs = platform.observe(app, now, balances[app.account], observed[app.spec.id])
+        app_id = app.spec.id
+        balance, seen = balances[app.account], observed[app_id]
+        obs = decider.observe(app, now, balance, seen, market.prices, market.history)
         demand = app.controller.decide(obs)
-        platform._reconcile(app, demand, now, balances[app.account], observed[app.spec.id],
-                            ops, refused)
-        if app.status is AppStatus.RUNNING and app.vms:
-            starting.append((app, before))
-        elif not app.active:
-            del platform.active[app.spec.id]
-    newcomers: list[tuple[App, list[VMRecord]]] = [(a, a.vms) for a, _ in starting]
-    runs: list[tuple[App, list[VMRecord]]] = []
+        nx = nexts[app_id] = draft(app)
+        decider.reconcile(app, nx, demand, now, balance, seen, ops, refused)
+        if nx.status is AppStatus.RUNNING and nx.ids:
+            starting.append((nx, app))
+    const = decider.const
+    newcomers: list[Run] = [(nx, const(app), None) for nx, app in starting]
+    runs: list[Run] = []
     result = None
     if newcomers:
-        new_ids = {a.spec.id for a, _ in newcomers}
         # the VMs placed by the last clearing (and admissions since) keep their hosts
-        here = [(a, [vm for vm in vms if vm.host != NO_HOST])
-                for a, vms in bidding_vms(platform.active.values()) if a.spec.id not in new_ids]
-        here = [(a, vms) for a, vms in here if vms]
+        others = [a for a in market.active
+                  if a.status is AppStatus.RUNNING and a.spec.id not in nexts]
+        here = placed([draft(a) for a in others], market.apps, const)
         while newcomers:  # place them all, or send back those whose VMs do not all fit
-            result = place(platform, here + newcomers)
+            result = place(market.hosts, decider.reserve_row, here + newcomers)
             hosts = result.host
-            keep, i = [], sum(len(vms) for _, vms in here)
-            for app, vms in newcomers:
-                if (hosts[i:i + len(vms)] != NO_HOST).all():
-                    keep.append((app, vms))
-                i += len(vms)
-            if len(keep) == len(newcomers):
+            fits, i = [], size(here)
+            for run in newcomers:
+                n = len(run[0].ids)
+                if (hosts[i:i + n] != NO_HOST).all():
+                    fits.append(run)
+                i += n
+            if len(fits) == len(newcomers):
                 break
-            for app, before in starting:
-                if all(app is not a for a, _ in keep):
-                    _revert(app, before)
-            newcomers = keep
+            for nx, app in starting:
+                if all(nx is not run[0] for run in fits):
+                    _revert(nx, app)
+            newcomers = fits
         runs = here + newcomers
-    placed: list[VMRecord] = []
-    moved: list[tuple[VMRecord, int]] = []
+        nexts.update((run[0].id, run[0]) for run in here)
     if newcomers and result is not None:
-        plan = make_plan(now, platform.period, runs, result, ops, placed, moved, platform._const,
-                         result.before)
-        bills, usage = bills_of(newcomers, result.host, result.before, result.allocation, result.bid,
-                                platform.prices, start=sum(len(vms) for _, vms in here))
-        frac = max(0.0, min(1.0, (until - now) / platform.period))
+        plan = make_plan(now, period, runs, result, ops, result.before)
+        bills, usage = bills_of(newcomers, result.host, result.before, result.allocation,
+                                result.bid, market.prices, start=size(here))
+        frac = max(0.0, min(1.0, (until - now) / period))
         bills = tuple((a, round(x * frac)) for a, x in bills)
         usage = tuple((a, round(x * frac)) for a, x in usage)
         alloc = result.allocation.sum(axis=0)
     else:
-        plan = Plan(time=now, period=platform.period, destroy=tuple(ops.destroy),
+        plan = Plan(time=now, period=period, destroy=tuple(ops.destroy),
                     suspend=tuple(ops.suspend))
         bills = usage = ()
-        alloc = np.zeros(len(platform.capacity))
+        alloc = np.zeros(len(RESOURCES))
     return Decision(
-        index=platform.index, time=now, plan=plan, bills=bills, usage=usage,
-        refused=tuple(refused), prices=dict(platform.prices),
-        allocated={r: float(alloc[k]) for k, r in enumerate(platform.capacity)},
-        bidding=sum(len(vms) for _, vms in newcomers), starting=placed, moved=moved,
-        admission=True,
+        index=market.index, time=now, plan=plan, bills=bills, usage=usage,
+        refused=tuple(refused), prices=dict(market.prices),
+        allocated={r: float(alloc[k]) for k, r in enumerate(RESOURCES)},
+        bidding=size(newcomers), apps=nexts, admission=True,
     )

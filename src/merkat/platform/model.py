@@ -132,13 +132,52 @@ class Observed:
     finished: bool = False
 
 
+@dataclass(slots=True)
+class AppNext:
+    """What a decision makes of one application, as values: its record's fields after the
+    commit (before the backend's report). The VM columns hold one entry per VM, in order:
+    ``ids``, ``states``, ``bids`` (shared mappings), ``hosts`` (``NO_HOST``: none), ``fresh``
+    (:attr:`VMRecord.new`: to be placed for the first time) and ``allocs``. ``same_vms``: the
+    VMs are the record's own, in its order (none added or dropped); ``moved``: a state, host
+    or ``fresh`` changed (else only bids and allocations may have).
+    :mod:`merkat.platform.draft` makes one from a record and writes it into one."""
+
+    id: str
+    status: AppStatus
+    start_time: float | None
+    end_time: float | None
+    reason: str
+    outcome: str
+    suspensions: int
+    resumes: int
+    vm_count: int
+    broke_since: float | None
+    ids: list[str]
+    states: list[VMState]
+    bids: list[dict[str, float]]
+    hosts: list[int]
+    fresh: list[bool]
+    allocs: list[dict[str, float]]
+    same_vms: bool = True
+    moved: bool = False
+
+    @property
+    def active(self) -> bool:
+        return self.status not in ENDED
+
+
 @dataclass
 class Decision:
-    """One period's decision (:meth:`~merkat.platform.period.Platform.decide`): what the driver
-    must do. ``plan``: the backend's plan; ``bills``: ``(application id, micro-credits)`` each
-    application's VMs bid for the period (charging by bid); ``usage``: what they use at the
-    clearing's prices (charging by use, at most the bill); ``refused``: actions the lifecycle
-    table refused. The rest feeds the :class:`PeriodRecord`."""
+    """One period's decision (:meth:`~merkat.platform.period.Platform.decide`), or an
+    admission's (:mod:`merkat.platform.admission`): what the driver must do and what the
+    platform's records become, as ids and values (no record was changed to make it).
+    ``plan``: the backend's plan (the VMs it starts, ``create`` and ``resume``, and moves,
+    ``migrate``); ``bills``: ``(application id, micro-credits)`` each application's VMs bid for
+    the period (charging by bid); ``usage``: what they use at the clearing's prices (charging
+    by use, at most the bill); ``refused``: actions the lifecycle table refused; ``apps``: by
+    application id, what the decision makes of it (:class:`AppNext`; an application absent is
+    unchanged); ``taken``: the ids it took out of the admission queue. The rest feeds the
+    :class:`PeriodRecord`."""
 
     index: int
     time: float
@@ -149,9 +188,8 @@ class Decision:
     prices: dict[str, float]
     allocated: dict[str, float]
     bidding: int
-    # VMs this plan starts (created or resumed) and moves, for the report's outcome
-    starting: list[VMRecord] = field(default_factory=list, repr=False)
-    moved: list[tuple[VMRecord, int]] = field(default_factory=list, repr=False)
+    apps: dict[str, AppNext] = field(default_factory=dict, repr=False)
+    taken: tuple[str, ...] = ()
     # an admission between periods (merkat.platform.admission), not a period: its plan only
     # starts the admitted applications' VMs, its bills are prorated, it makes no record
     admission: bool = False

@@ -14,12 +14,23 @@ from the ledger and the backend, then:
    prices, placements, migrations and allocations; out comes a :class:`Decision` (the
    backend :class:`~merkat.platform.backend.Plan`, the bills, the usage, the refusals);
 2. the driver charges the bills (the economy's charging plugin); :meth:`Platform.withhold`
-   takes the VMs of applications that could not pay out of the plan (suspended, or back to
-   waiting: nothing runs for free);
+   takes the VMs of applications that could not pay out of the decision (suspended, or back
+   to waiting: nothing runs for free);
 3. the driver hands the plan to the backend, which reports each operation;
-4. :meth:`Platform.commit` takes VM states from the report (a failed boot or migration is
-   undone and retried next period, a failed destroy or suspend is re-issued) and returns the
-   :class:`PeriodRecord`.
+4. :meth:`Platform.commit` writes the decision into the records with the VM states the
+   report gives (a failed boot or migration is written as not done and retried next period,
+   a failed destroy or suspend is re-issued) and returns the :class:`PeriodRecord`.
+
+The decision is data: :meth:`Platform.decide` computes a :class:`Decision` (ids and values:
+each changed application's next state, :class:`~merkat.platform.model.AppNext`) from the
+records without changing them; only :meth:`Platform.commit` (and :meth:`Platform.settle`,
+an admission's commit) writes them (:mod:`merkat.platform.commit`). The controllers and a
+stateful market mechanism keep their own memory, which a decision moves; the caches
+(``App.const``, the shared price views, the last clearing) are not records. The parts live
+beside this module: the per-application half (:mod:`~merkat.platform.reconcile`), the next
+states (:mod:`~merkat.platform.draft`), the market's input
+(:mod:`~merkat.platform.market_input`), the plan and bills (:mod:`~merkat.platform.plan`),
+admission between periods (:mod:`~merkat.platform.admission`).
 
 No clock is read and no ledger or backend is called here.
 """
@@ -35,29 +46,19 @@ from mypy_extensions import mypyc_attr
 from merkat.control.base import Controller
 from merkat.control.forecast import HISTORY
 from merkat.control.registry import make_policy
-from merkat.control.types import (
-    Action,
-    AppStatus,
-    Demand,
-    Observation,
-    VMInfo,
-    VMState,
-    check_amounts,
-    new_budget,
-    new_observation_unchecked,
-    new_vm_view,
-)
-from merkat.market import NO_HOST, RESOURCES, BalanceParams, Clearing, Hosts, VMs
+from merkat.control.types import Action, AppStatus, Observation, check_amounts
+from merkat.market import RESOURCES, BalanceParams, Clearing, Hosts, VMs
 from merkat.market.mechanisms import make_mechanism
+from merkat.platform import admission, commit
 from merkat.platform.backend import ApplyReport
-from merkat.platform.bids import set_bids, within_budget
-from merkat.platform.lifecycle import ENDED, app_failure, app_transition, vm_transition
+from merkat.platform.draft import draft, install
+from merkat.platform.lifecycle import ENDED, app_failure, app_transition
 from merkat.platform.market_input import bidding as bidding_vms
 from merkat.platform.market_input import market_vms, same_input
 from merkat.platform.model import (
     MICRO,
     App,
-    AppConst,
+    AppNext,
     AppSpec,
     Charged,
     Decision,
@@ -69,6 +70,7 @@ from merkat.platform.model import (
     to_micro,
 )
 from merkat.platform.plan import bills_of, make_plan
+from merkat.platform.reconcile import Decider, end
 
 __all__ = ["ENDED", "MICRO", "App", "AppSpec", "AppStatus", "Charged", "Decision", "NonFiniteBid",
            "Observed", "PeriodRecord", "Platform", "VMRecord", "to_micro"]
@@ -114,14 +116,10 @@ class Platform:
         }
         self.prices: dict[str, float] = {r: 0.0 for r in RESOURCES}
         self.price_history: list[dict[str, float]] = []
-        self._reserve = np.array([self.reserve.get(r, 0.0) for r in RESOURCES])
+        self.decider = Decider(self.period, self.capacity, self.reserve, self.keep_alive)
+        self._reserve = self.decider.reserve_row
         self._last_clearing: tuple[Hosts, BalanceParams, np.ndarray, VMs, Clearing] | None = None
         self._mechanism = make_mechanism(self.market)
-        # Per traded-resource tuple: (prices it was built from, prices, past prices).
-        self._shared: dict[
-            tuple[str, ...],
-            tuple[dict[str, float], dict[str, float], tuple[dict[str, float], ...]],
-        ] = {}
         self._retry = Ops()  # destroy/suspend operations the backend failed: re-issued
 
     # --- submission -------------------------------------------------------------------
@@ -175,10 +173,13 @@ class Platform:
 
     def admit(self, now: float, until: float, balances: Mapping[str, int],
               observed: Mapping[str, Observed]) -> Decision:
-        """An admission point between periods: :func:`merkat.platform.admission.admit`."""
-        from merkat.platform.admission import admit
-
-        return admit(self, now, until, balances, observed)
+        """An admission point between periods (:func:`merkat.platform.admission.admit`): a
+        decision that takes the whole queue, changing no record (:meth:`settle` commits it)."""
+        market = admission.Market(self.hosts, self.decider, self.prices, self.price_history,
+                                  self.apps, tuple(self.active.values()), self.index)
+        decision = admission.admit(market, self.queued(), now, until, balances, observed)
+        decision.taken = tuple(self.queue)
+        return decision
 
     # --- the decision -----------------------------------------------------------------
 
@@ -186,82 +187,66 @@ class Platform:
         self, now: float, balances: Mapping[str, int], observed: Mapping[str, Observed]
     ) -> Decision:
         """The period at time ``now``: ``balances`` of the active applications' accounts (after
-        this period's renewal), ``observed`` per active application id. Changes only this
-        platform's own records (VMs, statuses, prices); see the module docstring."""
+        this period's renewal), ``observed`` per active application id. Changes no record
+        (see the module docstring): :meth:`commit` writes what it decides."""
         ops = Ops(list(self._retry.destroy), list(self._retry.suspend))
-        self._retry = Ops()
-        self.queue.clear()
         refused: list[str] = []
-        for app in list(self.active.values()):
+        nexts: dict[str, AppNext] = {}
+        decider, prices, history = self.decider, self.prices, self.price_history
+        running = AppStatus.RUNNING
+        for app in self.active.values():
+            app_id = app.spec.id
             balance = balances[app.account]
-            seen = observed[app.spec.id]
-            if self._broke(app, balance, now):
-                self._end(app, now, "could not pay the reserve price for "
-                          f"{self.keep_alive} periods", seen.finished, ops, "stopped-budget")
-            else:
-                obs = self.observe(app, now, balance, seen)
-                demand = app.controller.decide(obs)
-                self._reconcile(app, demand, now, balance, seen, ops, refused)
-            if not app.active:
-                del self.active[app.spec.id]
+            seen = observed[app_id]
+            since, broke = decider.broke_since(app, balance, now)
+            if broke:
+                nx = nexts[app_id] = draft(app)
+                nx.broke_since = since
+                end(nx, now, f"could not pay the reserve price for {self.keep_alive} periods",
+                    seen.finished, ops, "stopped-budget")
+                continue
+            obs = decider.observe(app, now, balance, seen, prices, history)
+            demand = app.controller.decide(obs)
+            if demand.action is Action.NONE and app.status is not running:
+                if since != app.broke_since:  # waiting or suspended, and staying so
+                    nx = nexts[app_id] = draft(app)
+                    nx.broke_since = since
+                continue
+            nx = nexts[app_id] = draft(app)
+            nx.broke_since = since
+            decider.reconcile(app, nx, demand, now, balance, seen, ops, refused)
 
-        runs = bidding_vms(self.active.values())
-        bidding = sum(len(vms) for _, vms in runs)
-        vms = market_vms(runs, bidding, self._const)
+        runs = bidding_vms(nexts.values(), self.apps, decider.const)
+        bidding = sum(len(nx.ids) if rows is None else len(rows) for nx, _, rows in runs)
+        vms = market_vms(runs, bidding)
         result = self._clear(vms)
-        self.prices = {r: float(result.price[k]) for k, r in enumerate(RESOURCES)}
-        self.price_history.append(self.prices)
-        del self.price_history[: -self.history_size]
-        self._shared.clear()
-
-        starting: list[VMRecord] = []
-        moved: list[tuple[VMRecord, int]] = []
-        plan = make_plan(now, self.period, runs, result, ops, starting, moved, self._const,
-                         vms.host)
-        bills, usage = bills_of(runs, result.host, vms.host, result.allocation, vms.bid,
-                                self.prices)
+        prices = {r: float(result.price[k]) for k, r in enumerate(RESOURCES)}
+        plan = make_plan(now, self.period, runs, result, ops, vms.host)
+        bills, usage = bills_of(runs, result.host, vms.host, result.allocation, vms.bid, prices)
         alloc = result.allocation.sum(axis=0) if bidding else np.zeros(len(RESOURCES))
         return Decision(
             index=self.index, time=now, plan=plan, bills=bills, usage=usage,
-            refused=tuple(refused), prices=dict(self.prices),
+            refused=tuple(refused), prices=prices,
             allocated={r: float(alloc[k]) for k, r in enumerate(RESOURCES)}, bidding=bidding,
-            starting=starting, moved=moved,
+            apps=nexts, taken=tuple(self.queue),
         )
-
-    def _broke(self, app: App, balance: int, now: float) -> bool:
-        """Whether ``app`` has been unable to pay the reserve price of its VMs for
-        ``keep_alive`` periods (counted from the first period it could not)."""
-        const = app.const or self._const(app)
-        need = const.reserve_cost * max(len(app.vms), app.spec.size)
-        if balance >= need:
-            app.broke_since = None
-            return False
-        if app.broke_since is None:
-            app.broke_since = now
-        return now - app.broke_since >= self.keep_alive * self.period - 1e-9
-
-    def _end(self, app: App, now: float, reason: str, finished: bool, ops: Ops,
-             outcome: str = "") -> None:
-        """End ``app``: release its VMs; ``finished`` when its work is done."""
-        ops.destroy.extend(vm.id for vm in app.vms)
-        app.vms = []
-        app.status = AppStatus.FINISHED if finished else AppStatus.STOPPED
-        app.end_time = now if app.end_time is None else app.end_time
-        app.reason = reason
-        app.outcome = "finished" if finished else (outcome or "stopped")
 
     def stop(self, app_id: str, now: float, reason: str, failed: bool = False
              ) -> tuple[str, ...]:
         """End application ``app_id`` now, through the lifecycle table (its owner's STOP, or
         with ``failed`` a failure of the world: ``app_failure``; ``ValueError`` when refused)
-        and the end rule of a period's STOP; returns its VMs, for the driver to destroy."""
+        and the end rule of a period's STOP; returns its VMs, for the driver to destroy. An
+        effect outside a period (the driver's :meth:`~merkat.runtime.driver.Driver.stop`):
+        written at once."""
         app = self.apps[app_id]
         nxt = app_failure(app.status) if failed else app_transition(app.status, Action.STOP)
         if not isinstance(nxt, AppStatus):
             raise ValueError(f"application {app_id!r}: {nxt}")
         ops = Ops()
-        self._end(app, now, reason, False, ops, "failed" if failed else "")
-        app.status = nxt  # (STOPPED, or FAILED: the table's answer)
+        nx = draft(app)
+        end(nx, now, reason, False, ops, "failed" if failed else "")
+        nx.status = nxt  # (STOPPED, or FAILED: the table's answer)
+        install(app, nx)
         self.active.pop(app_id, None)
         if app_id in self.queue:
             self.queue.remove(app_id)
@@ -269,7 +254,7 @@ class Platform:
 
     def reissue(self, report: ApplyReport) -> None:
         """The destroys and suspends ``report`` says failed are re-issued by the next
-        period (a plan applied outside a period: an end, an admission)."""
+        period (a plan applied outside a period: an end)."""
         for o in report.failed:
             if o.op == "destroy":
                 self._retry.destroy.append(o.vm)
@@ -277,61 +262,20 @@ class Platform:
                 self._retry.suspend.append(o.vm)
 
     def withhold(self, decision: Decision, unpaid: Collection[str]) -> Decision:
-        """``decision`` without the VMs of the ``unpaid`` applications (ids): an application
-        that had VMs running has them suspended; one whose VMs were only starting goes back to
-        waiting (its start did not happen). Nothing runs for free."""
-        if not unpaid:
-            return decision
-        plan = decision.plan
-        gone: set[str] = set()
-        suspend: list[str] = []
-        starting_ids = {vm.id for vm in decision.starting}
-        for app_id in sorted(unpaid):
-            app = self.apps[app_id]
-            for vm in app.vms:
-                gone.add(vm.id)
-            was_running = [vm for vm in app.vms if vm.id not in starting_ids
-                           and vm.state is not VMState.SUSPENDED and vm.host != NO_HOST]
-            if was_running:
-                for vm in was_running:
-                    vm.state = vm_transition(vm.state, VMState.SUSPENDED)
-                    vm.alloc = {}
-                    suspend.append(vm.id)
-                app.vms = [vm for vm in app.vms if vm.state is VMState.SUSPENDED]
-                for vm in app.vms:
-                    vm.host = NO_HOST
-                app.status = AppStatus.SUSPENDED
-                app.suspensions += 1
-            else:
-                resumed = [vm for vm in app.vms if vm.state is VMState.RESUMING]
-                for vm in resumed:  # back to suspended: the resume did not happen
-                    vm.state = VMState.SUSPENDED
-                    vm.host = NO_HOST
-                    vm.new = True
-                app.vms = resumed
-                app.status = AppStatus.SUSPENDED if resumed else AppStatus.WAITING
-                if not resumed and app.start_time == decision.time:
-                    app.start_time = None
-        starting = [vm for vm in decision.starting if vm.id not in gone]
-        moved = [(vm, h) for vm, h in decision.moved if vm.id not in gone]
-        new_plan = replace(
-            plan,
-            suspend=plan.suspend + tuple(suspend),
-            create=tuple(p for p in plan.create if p.vm not in gone),
-            resume=tuple(p for p in plan.resume if p.vm not in gone),
-            migrate=tuple(m for m in plan.migrate if m[0] not in gone),
-            allocations={v: a for v, a in plan.allocations.items() if v not in gone},
-        )
-        return replace(
-            decision, plan=new_plan, starting=starting, moved=moved,
-            bills=tuple(b for b in decision.bills if b[0] not in unpaid),
-            usage=tuple(u for u in decision.usage if u[0] not in unpaid),
-        )
+        """``decision`` without the VMs of the ``unpaid`` applications (ids):
+        :func:`merkat.platform.commit.withhold` (no record changes)."""
+        return commit.withhold(decision, unpaid)
 
     def commit(self, decision: Decision, report: ApplyReport, charged: Charged) -> PeriodRecord:
-        """Take the backend's ``report`` of ``decision``'s plan and the economy's ``charged``
-        into the platform's state; return (and keep) the period's record."""
-        failures = self.settle(decision, report, charged)
+        """Write the period's ``decision``, the backend's ``report`` of its plan and the
+        economy's ``charged`` into the platform's records; return (and keep) the period's
+        record."""
+        failures, self._retry = commit.settle(self.apps, decision, report, charged)
+        self._take(decision)
+        self.prices = dict(decision.prices)
+        self.price_history.append(self.prices)
+        del self.price_history[: -self.history_size]
+        self.decider.forget_prices()
         statuses = [a.status for a in self.active.values()]
         plan = decision.plan
         record = PeriodRecord(
@@ -361,174 +305,31 @@ class Platform:
         return record
 
     def settle(self, decision: Decision, report: ApplyReport, charged: Charged) -> list[str]:
-        """Take the backend's ``report`` and the economy's ``charged`` into the VM and
-        application records (a period's, or an admission's: :mod:`merkat.platform.admission`);
-        return the failed operations, one line each."""
-        failed = {(o.op, o.vm): o.reason for o in report.ops if not o.ok}
-        failures: list[str] = []
-        if failed:
-            for op, vm_id in sorted(failed):
-                failures.append(f"{op} {vm_id}: {failed[op, vm_id]}")
-            for vm_id in decision.plan.destroy:
-                if ("destroy", vm_id) in failed:
-                    self._retry.destroy.append(vm_id)
-            for vm_id in decision.plan.suspend:
-                if ("suspend", vm_id) in failed:
-                    self._retry.suspend.append(vm_id)
-            for vm, src in decision.moved:
-                if ("migrate", vm.id) in failed:
-                    vm.host = src  # it did not move
-        running = VMState.RUNNING
-        for vm in decision.starting:
-            op = "resume" if vm.state is VMState.RESUMING else "create"
-            if failed and (op, vm.id) in failed:  # not started: placed again next period
-                vm.host = NO_HOST
-                vm.new = True
-                vm.alloc = {}
-                continue
-            vm.state = vm_transition(vm.state, running)  # booting/resuming take time in the world
-        for app_id, amount in charged.paid.items():
-            self.apps[app_id].spent += amount
+        """Commit an admission's ``decision`` (:meth:`admit`): as :meth:`commit`, without a
+        record; the failed destroys and suspends join those the next period re-issues.
+        Returns the failed operations, one line each."""
+        failures, retry = commit.settle(self.apps, decision, report, charged)
+        self._retry.destroy.extend(retry.destroy)
+        self._retry.suspend.extend(retry.suspend)
+        self._take(decision)
         return failures
 
-    # --- step 1: observation and reconciliation ---------------------------------------
+    def _take(self, decision: Decision) -> None:
+        """The queue without what ``decision`` took; the applications it ended leave
+        ``active``."""
+        if decision.taken:
+            taken = set(decision.taken)
+            self.queue[:] = [a for a in self.queue if a not in taken]
+        for app_id, nx in decision.apps.items():
+            if nx.status in ENDED:
+                self.active.pop(app_id, None)
 
     def observe(self, app: App, now: float, balance: int, seen: Observed) -> Observation:
-        """What ``app``'s controller sees this period."""
-        spec = app.spec
-        trade = spec.trade
-        const = app.const or self._const(app)
-        shared = self._shared.get(trade)
-        if shared is None or shared[0] is not self.prices:
-            shared = self._shared_view(trade)
-        views: tuple[VMInfo, ...] = tuple(app.vms)  # the records are the views (VMInfo)
-        idle = seen.idle if app.status is AppStatus.RUNNING else frozenset()
-        if idle:  # idle workers, released first by horizontal policies (VMInfo.busy)
-            views = tuple(new_vm_view(id=v.id, state=v.state, alloc=v.alloc, bid=v.bid,
-                                      busy=False) if v.id in idle else v for v in views)
-        return new_observation_unchecked(  # its parts are checked once (submit, prices)
-            time=now,
-            period=self.period,
-            prices=shared[1],
-            capacity=const.capacity,
-            vm_size=const.vm_size,
-            budget=new_budget(balance=balance / MICRO, renewal=const.renewal),
-            bid_min=const.bid_min,
-            vms=views,
-            metrics=seen.metrics,
-            price_history=shared[2] if const.history else (),
-            deadline=spec.deadline,
-            submit_time=spec.submit_time,
-            size=spec.size,
-            nvms_max=spec.nvms_max,
-        )
+        """What ``app``'s controller sees this period
+        (:meth:`~merkat.platform.reconcile.Decider.observe`)."""
+        return self.decider.observe(app, now, balance, seen, self.prices, self.price_history)
 
-    def _shared_view(
-        self, trade: tuple[str, ...]
-    ) -> tuple[dict[str, float], dict[str, float], tuple[dict[str, float], ...]]:
-        """This period's prices and past prices restricted to ``trade``, built once per period
-        and shared by the observations (which never mutate them)."""
-        prices = {r: self.prices[r] for r in trade}
-        check_amounts("prices", prices)
-        shared = (
-            self.prices,
-            prices,
-            tuple({r: p[r] for r in trade} for p in self.price_history[:-1]),
-        )
-        self._shared[trade] = shared
-        return shared
-
-    def _const(self, app: App) -> AppConst:
-        """What never changes in ``app``'s observations and market rows (built on first use)."""
-        spec = app.spec
-        trade = spec.trade
-        const = AppConst(
-            vm_size={r: spec.vm_size[r] for r in trade},
-            capacity={r: self.capacity[r] for r in trade},
-            bid_min={r: float(self.reserve.get(r, 0.0)) for r in trade},
-            # a resource it does not trade is not in its market: no cap, so no bid expected
-            # (a CPU-only template with a memory size; its memory still counts for placement)
-            cap_row=[spec.vm_size.get(r, 0.0) if r in trade else 0.0 for r in RESOURCES],
-            min_row=[spec.vm_min.get(r, 0.0) for r in RESOURCES],
-            columns=tuple((r, RESOURCES.index(r) if r in RESOURCES else -1) for r in trade),
-            zero=dict.fromkeys(trade, 0.0),
-            history=app.controller.reads_price_history,
-            # as the economy's allowance has it: in micro-credits, none without a cap
-            renewal=(to_micro(spec.renewal) / MICRO
-                     if to_micro(spec.renewal) > 0 and to_micro(_cap(spec)) > 0 else 0.0),
-            reserve_cost=to_micro(sum(float(self.reserve.get(r, 0.0)) for r in trade)),
-        )
-        check_amounts("capacity", const.capacity)
-        check_amounts("vm_size", const.vm_size)
-        check_amounts("bid_min", const.bid_min)
-        app.const = const
-        return const
-
-    def _reconcile(self, app: App, demand: Demand, now: float, balance: int, seen: Observed,
-                   ops: Ops, refused: list[str]) -> None:
-        """Turn a demand into VM records; the bids of the period never exceed the balance."""
-        action = demand.action
-        if action is not Action.NONE:
-            nxt = app_transition(app.status, action)
-            if not isinstance(nxt, AppStatus):  # refused: recorded, never re-applied
-                refused.append(f"{app.spec.id}: {nxt}")
-                action = Action.NONE
-        if action is Action.NONE and app.status is not AppStatus.RUNNING:
-            return  # waiting or suspended, and staying so: no VM bids, nothing changes
-        if action is Action.STOP:
-            self._end(app, now, demand.reason, seen.finished, ops)
-            return
-        if action is Action.SUSPEND:
-            for vm in app.vms:
-                if vm.state is not VMState.SUSPENDED:
-                    vm.state = vm_transition(vm.state, VMState.SUSPENDED)
-                    ops.suspend.append(vm.id)
-            app.status = AppStatus.SUSPENDED
-            app.suspensions += 1
-            return
-        if action is Action.START:
-            for _ in range(max(demand.nvms, 1)):
-                app.vm_count += 1
-                app.vms.append(
-                    VMRecord(
-                        f"{app.spec.id}/vm{app.vm_count}",
-                        app.spec.id,
-                        VMState.BOOTING,
-                        bid=dict(demand.new_vm_bid),
-                    )
-                )
-            app.status = AppStatus.RUNNING
-            if app.start_time is None:
-                app.start_time = now
-        elif action is Action.RESUME:
-            for vm in app.vms:
-                vm.state = vm_transition(vm.state, VMState.RESUMING)
-                vm.host = NO_HOST
-                vm.new = True
-            app.status = AppStatus.RUNNING
-            app.resumes += 1
-        if app.status is not AppStatus.RUNNING:
-            return  # waiting or suspended: no VM bids
-        # Horizontal scaling: release the named VMs (or the newest) or add VMs.
-        if demand.nvms < len(app.vms) and action is Action.NONE:
-            drop = set(demand.release) or {vm.id for vm in app.vms[demand.nvms :]}
-            ops.destroy.extend(vm.id for vm in app.vms if vm.id in drop)
-            app.vms = [vm for vm in app.vms if vm.id not in drop]
-        elif demand.nvms > len(app.vms) and action is Action.NONE:
-            for _ in range(demand.nvms - len(app.vms)):
-                app.vm_count += 1
-                app.vms.append(
-                    VMRecord(
-                        f"{app.spec.id}/vm{app.vm_count}",
-                        app.spec.id,
-                        VMState.BOOTING,
-                        bid=dict(demand.new_vm_bid),
-                    )
-                )
-        set_bids(app, demand)
-        within_budget(app, balance, self.reserve)
-
-    # --- step 3: the market's input ---------------------------------------------------
+    # --- the market -------------------------------------------------------------------
 
     def _clear(self, vms: VMs) -> Clearing:
         """The mechanism's clearing (:func:`merkat.market.clear` by default), or, for a stateless
@@ -553,7 +354,3 @@ class Platform:
                                  params=self.balance)
         self._last_clearing = (self.hosts, self.balance, self._reserve.copy(), vms, result)
         return result
-
-def _cap(spec: AppSpec) -> float:
-    """An application's budget cap (default: its initial budget)."""
-    return spec.budget if spec.budget_cap is None else spec.budget_cap

@@ -2,12 +2,14 @@
 backend's :class:`~merkat.platform.backend.Plan` and the bills.
 
 Used by the period and by admissions between periods (:mod:`merkat.platform.admission`).
-Pure: it updates the VM records it is given (host, allocation) and returns the plan.
+Pure: it updates the next states it is given (:class:`~merkat.platform.model.AppNext`: host,
+allocation), never a record, and returns the plan.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,24 +19,21 @@ from merkat.market import NO_HOST, RESOURCES
 from merkat.market.share import FloatArray, IntArray
 from merkat.market.types import row_sum
 from merkat.platform.backend import Plan, VMPlacement
-from merkat.platform.model import MICRO, App, AppConst, Ops, VMRecord
+from merkat.platform.market_input import Run
+from merkat.platform.model import MICRO, Ops
 
 
-def make_plan(
-    now: float, period: float, runs: Sequence[tuple[App, list[VMRecord]]], result: Any,
-    ops: Ops, starting_vms: list[VMRecord], moved: list[tuple[VMRecord, int]],
-    const_of: Callable[[App], AppConst], before: IntArray,
-) -> Plan:
-    """The backend's plan for ``runs`` (each application with the VMs it bids with, in the
-    order the market saw them, on hosts ``before``: the market's input) placed by the
-    clearing ``result``: VMs placed for the first time are created or resumed (and appended
-    to ``starting_vms``), VMs on another host migrate (appended to ``moved`` with their
-    source), every placed VM's allocation is updated in its record; ``ops`` adds the destroys
-    and suspends decided before.
+def make_plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
+              before: IntArray) -> Plan:
+    """The backend's plan for ``runs`` (each application's VMs that bid, in the order the
+    market saw them, on hosts ``before``: the market's input) placed by the clearing
+    ``result``: VMs placed for the first time are created or resumed, VMs on another host
+    migrate, every placed VM's allocation is updated in its next state; ``ops`` adds the
+    destroys and suspends decided before.
 
     The VMs whose host changes (placed for the first time, moved, or not placed: a new VM
-    has no host, :class:`~merkat.platform.model.VMRecord`) are found with numpy and visited
-    alone; the others only take their allocation, application by application."""
+    has no host) are found with numpy and visited alone; the others only take their
+    allocation, application by application."""
     create: list[VMPlacement] = []
     resume: list[VMPlacement] = []
     migrate: list[tuple[str, int, int]] = []
@@ -42,54 +41,63 @@ def make_plan(
     host = result.host
     unplaced = host == NO_HOST
     hosts: list[int] = host.tolist()
-    flat = [vm for _, vms in runs for vm in vms]
-    for i in np.flatnonzero(unplaced | (host != before)).tolist():
-        vm, h = flat[i], hosts[i]
-        if h == NO_HOST:  # nowhere to go this period: stays queued (its allocation: below)
-            continue
-        if vm.new:
-            (resume if vm.state is VMState.RESUMING else create).append(
-                VMPlacement(vm.id, vm.app, h)
-            )
-            vm.new = False
-            starting_vms.append(vm)
-        else:
-            migrate.append((vm.id, vm.host, h))
-            moved.append((vm, vm.host))
-        vm.host = h
+    changed = np.flatnonzero(unplaced | (host != before)).tolist()
+    if changed:
+        starts: list[int] = []
+        i = 0
+        for nx, _, rows in runs:
+            starts.append(i)
+            i += len(nx.ids) if rows is None else len(rows)
+        for i in changed:
+            h = hosts[i]
+            if h == NO_HOST:  # nowhere to go this period: stays queued (its allocation: below)
+                continue
+            r = bisect_right(starts, i) - 1
+            nx, _, rows = runs[r]
+            k = i - starts[r] if rows is None else rows[i - starts[r]]
+            if nx.fresh[k]:
+                (resume if nx.states[k] is VMState.RESUMING else create).append(
+                    VMPlacement(nx.ids[k], nx.id, h)
+                )
+                nx.fresh[k] = False
+            else:
+                migrate.append((nx.ids[k], nx.hosts[k], h))
+            nx.hosts[k] = h
+            nx.moved = True
     cols: list[list[float]] = result.allocation.T.tolist()  # one list per resource
     some_unplaced = bool(unplaced.any())
     i = 0
-    for app, vms in runs:
-        const = app.const or const_of(app)
+    for nx, const, rows in runs:
         columns, zero = const.columns, const.zero
-        j = i + len(vms)
-        placed = vms
-        rows: Sequence[int] = range(i, j)
+        ids, allocs = nx.ids, nx.allocs
+        j = i + (len(ids) if rows is None else len(rows))
+        at: Sequence[int] = range(j - i) if rows is None else rows  # each row's VM
+        where: Sequence[int] = range(i, j)  # each row's market row
         if some_unplaced and unplaced[i:j].any():
-            placed = []
-            for vm, h in zip(vms, hosts[i:j], strict=True):
-                if h == NO_HOST:  # gets nothing
-                    if vm.alloc != zero:
-                        vm.alloc = zero
+            mine, where = [], []
+            for k, m in zip(at, range(i, j), strict=True):
+                if hosts[m] == NO_HOST:  # gets nothing
+                    if allocs[k] != zero:
+                        allocs[k] = zero
                 else:
-                    placed.append(vm)
-            rows = [k for k in rows if hosts[k] != NO_HOST]
+                    mine.append(k)
+                    where.append(m)
+            at = mine
         # a VM's allocation mapping is kept when equal (the controller's view stays valid)
         if len(columns) == 1 and columns[0][1] >= 0:  # one resource (CPU-only markets)
             r0, c0 = columns[0][0], cols[columns[0][1]]
-            for vm, a0 in zip(placed, [c0[k] for k in rows] if placed is not vms else c0[i:j],
-                              strict=True):
-                old = vm.alloc
+            for k, a0 in zip(at, c0[i:j] if len(at) == j - i else [c0[m] for m in where],
+                             strict=True):
+                old = allocs[k]
                 if old.get(r0) != a0 or len(old) != 1:
-                    vm.alloc = old = {r0: a0}
-                allocations[vm.id] = old
+                    allocs[k] = old = {r0: a0}
+                allocations[ids[k]] = old
         else:
-            for vm, k in zip(placed, rows, strict=True):
-                alloc = {r: cols[c][k] if c >= 0 else 0.0 for r, c in columns}
-                if alloc != vm.alloc:
-                    vm.alloc = alloc
-                allocations[vm.id] = vm.alloc
+            for k, m in zip(at, where, strict=True):
+                alloc = {r: cols[c][m] if c >= 0 else 0.0 for r, c in columns}
+                if alloc != allocs[k]:
+                    allocs[k] = alloc
+                allocations[ids[k]] = allocs[k]
         i = j
     return Plan(
         time=now,
@@ -102,33 +110,34 @@ def make_plan(
         allocations=allocations,
     )
 
+
 def bills_of(
-    runs: Sequence[tuple[App, list[VMRecord]]], host: IntArray, before: IntArray,
-    alloc: FloatArray, bid: FloatArray, prices: Mapping[str, float], start: int = 0,
+    runs: Sequence[Run], host: IntArray, before: IntArray, alloc: FloatArray, bid: FloatArray,
+    prices: Mapping[str, float], start: int = 0,
 ) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
     """Per application (id order): the bids of its VMs that have a host (micro-credits,
     rounded per VM) and what they use at ``prices`` (allocation x price over the resources it
     trades, rounded per VM, at most the VM's bid). ``runs`` are rows ``start`` on of the
     market's input (``bid``, hosts ``before``) and of the placement (``host``, ``alloc``), as
-    :func:`make_plan` took them into the VM records: a VM the clearing did not place keeps
+    :func:`make_plan` took them into the next states: a VM the clearing did not place keeps
     the host it had (and is billed its bid, as it was VM by VM) and uses nothing.
 
     Vectorised over the VMs (numpy) with the arithmetic of the per-VM sums it replaces: a
     VM's bid holds its traded resources only, so its row sum is ``sum(vm.bid.values())``
     (two resources: addition commutes), and a VM's usage adds its traded columns' ``a * p``
     in trade order; ``np.rint`` rounds half to even as :func:`round` does."""
-    counts = [len(vms) for _, vms in runs]
+    counts = [len(nx.ids) if rows is None else len(rows) for nx, _, rows in runs]
     n = sum(counts)
     if not n:
         return (), ()
-    rows = slice(start, start + n)
-    placed = host[rows] != NO_HOST
-    hosted = placed | (before[rows] != NO_HOST)  # the VM records' hosts after make_plan
-    x = np.rint(row_sum(bid[rows]) * MICRO).astype(np.int64)
+    span = slice(start, start + n)
+    placed = host[span] != NO_HOST
+    hosted = placed | (before[span] != NO_HOST)  # the VMs' hosts after make_plan
+    x = np.rint(row_sum(bid[span]) * MICRO).astype(np.int64)
     price = np.array([prices[r] for r in RESOURCES])
-    a = alloc[rows]
+    a = alloc[span]
     used = np.zeros(n)
-    columns = [{k for _, k in _const(app).columns} for app, _ in runs]
+    columns = [{k for _, k in const.columns} for _, const, _ in runs]
     for k in range(len(RESOURCES)):  # column k, for the VMs whose applications trade it
         traded = [k in c for c in columns]
         if any(traded):
@@ -143,17 +152,10 @@ def bills_of(
     any_hosted = np.logical_or.reduceat(hosted, starts).tolist()
     bills: dict[str, int] = {}
     usage: dict[str, int] = {}
-    for (app, _), p, t, v in zip(runs, any_hosted, totals, uses, strict=True):
+    for (nx, _, _), p, t, v in zip(runs, any_hosted, totals, uses, strict=True):
         if p:
-            i = app.spec.id
+            i = nx.id
             bills[i] = bills.get(i, 0) + t
             usage[i] = usage.get(i, 0) + v
     names = sorted(bills)
     return tuple((i, bills[i]) for i in names), tuple((i, usage[i]) for i in names)
-
-
-def _const(app: App) -> AppConst:
-    """``app``'s constant parts, made by :func:`make_plan` (which always runs first)."""
-    if app.const is None:
-        raise ValueError(f"application {app.spec.id!r}: bills_of before make_plan")
-    return app.const

@@ -253,7 +253,8 @@ class Driver:
         observed = {app.spec.id: Observed(backend.metrics(app.spec.id), frozenset(),
                                           backend.finished(app.spec.id)) for app in queued}
         decision = platform.admit(a, t1, balances, observed)
-        if not decision.plan.create:
+        if not decision.plan.create:  # nothing starts: what the queue decided is committed
+            platform.settle(decision, ApplyReport(a), Charged({}, frozenset(), 0))
             return None
         accounts = {x: platform.apps[x].account for x, _ in decision.bills}
         charged = economy.charge(decision, accounts)
