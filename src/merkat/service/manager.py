@@ -15,7 +15,7 @@ clock), built as the simulator builds its own (docs/service.md). Its life:
   (:meth:`start_queued`: ``Driver.admission_point``), else each period (``waiting`` until
   then: "put back in the queue");
 - :meth:`tick`, every period (40 s), reaps and restarts failed processes (health check),
-  reads the monitors, runs the period (:meth:`_run_period`: ``Driver.step``), refunds the VMs
+  reads the monitors, runs the period (:meth:`_step`: ``Driver.step``), refunds the VMs
   that did not start (:mod:`merkat.service.starts`) and records prices, states and events in
   the store;
 - :meth:`stop` ends a platform at the user's request (``Driver.stop``: the platform's end
@@ -93,9 +93,9 @@ class Manager:
         # service's loop, :meth:`run`, owns the waiting and the queue), as the simulator's.
         from merkat.runtime.clock import FunctionClock
         from merkat.runtime.driver import Driver
-        from merkat.service.money import make_economy
+        from merkat.service.money import live_economy
 
-        self.driver = Driver(self.platform, backend, make_economy(config, store.ledger),
+        self.driver = Driver(self.platform, backend, live_economy(config, store.ledger),
                              clock=FunctionClock(clock), admit=register_launcher,
                              skip_idle=False, admission=config.admission)
         self.next_period = clock()  # when the loop runs the next period
@@ -295,7 +295,7 @@ class Manager:
             apply_readings(self)
             quotas.bound_growth(self)  # each platform's nvms_max from its owner's quotas
             t_period = time.perf_counter()
-            record = self._run_period(now)
+            record = self._step(now)
             elapsed = time.perf_counter() - t_period
             applied = self.driver.report  # the period's (an end below applies its own)
             self._report_events(applied)
@@ -317,7 +317,7 @@ class Manager:
             return {"index": record.index, "time": now, "prices": record.prices,
                     "vms": record.vms, "charged": record.charged / 1e6}
 
-    def _run_period(self, now: float) -> Any:
+    def _step(self, now: float) -> Any:
         """THE call of the period on the wall clock: one step of the runtime driver."""
         return self.driver.step(now)
 
