@@ -32,7 +32,7 @@ controller: {{policy: best-effort}}
 budget: {budget}
 clusters:
   - name: main
-    command: python -m merkat.service.solver --iterations 1000 --cost 0.05
+    command: python -m merkat.examples.solver --iterations 1000 --cost 0.05
     cpu: 2
     memory: 96
     min_memory: 32
@@ -99,7 +99,7 @@ def test_merkat_server_on_the_emulated_cluster(cluster: Any, tmp_path: Path) -> 
             "spin-a", "spin-b", "spin-c"}
         (c,) = seen["spin-a/vm1"]["spec"]["containers"]
         assert c["image"] == "python:3.12-slim"
-        assert c["command"][:2] == ["/bin/sh", "-c"] and "merkat.service.solver" in c["command"][2]
+        assert c["command"][:2] == ["/bin/sh", "-c"] and "merkat.examples.solver" in c["command"][2]
 
         # What `merkat platform show` reports is what the pod's spec holds (poll until a period
         # boundary does not fall between the two reads).

@@ -41,7 +41,7 @@ controller: {{policy: {policy}{ref}}}
 budget: {budget:g}
 clusters:
   - name: s
-    command: exec "$MERKAT_PYTHON" -m merkat.service.solver --iterations {iterations} --cost {COST}
+    command: exec "$MERKAT_PYTHON" -m merkat.examples.solver --iterations {iterations} --cost {COST}
     cpu: {SIZE}
     memory: 128
     min_memory: 64

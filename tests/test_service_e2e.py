@@ -32,7 +32,7 @@ controller: {{policy: best-effort}}
 budget: {budget}
 clusters:
   - name: main
-    command: exec "$MERKAT_PYTHON" -m merkat.service.solver --iterations 1000000 --cost 0.05
+    command: exec "$MERKAT_PYTHON" -m merkat.examples.solver --iterations 1000000 --cost 0.05
     cpu: 1
     memory: 96
     min_memory: 32

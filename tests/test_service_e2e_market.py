@@ -36,7 +36,7 @@ controller: {{policy: {policy}}}
 budget: {budget}
 clusters:
   - name: solver
-    command: exec "$MERKAT_PYTHON" -m merkat.service.solver --iterations {iterations} --cost 0.25
+    command: exec "$MERKAT_PYTHON" -m merkat.examples.solver --iterations {iterations} --cost 0.25
     cpu: 1
     memory: 96
     min_memory: 32

@@ -82,7 +82,7 @@ commands:
   resume: echo resumed >> %(marks)s
 clusters:
   - name: main
-    command: exec "$MERKAT_PYTHON" -m merkat.service.solver --iterations 100000 --cost 0.01
+    command: exec "$MERKAT_PYTHON" -m merkat.examples.solver --iterations 100000 --cost 0.01
     cpu: 1
     memory: 96
     monitor: {kind: log, regex: 'iteration (?P<work_done>\\d+)/(?P<work_total>\\d+)'}

@@ -82,7 +82,7 @@ controller: {{policy: {policy}}}
 budget: {budget}
 clusters:
   - name: solver
-    command: exec "$MERKAT_PYTHON" -m merkat.service.solver --iterations {iterations} --cost 0.5
+    command: exec "$MERKAT_PYTHON" -m merkat.examples.solver --iterations {iterations} --cost 0.5
     cpu: 1
     memory: 128
     min_memory: 64

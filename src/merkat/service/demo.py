@@ -57,7 +57,7 @@ budget: {budget}
 trade: [cpu]
 clusters:
   - name: solver
-    command: exec "$MERKAT_PYTHON" -m merkat.service.solver --iterations {iterations} --cost {cost}
+    command: exec "$MERKAT_PYTHON" -m merkat.examples.solver --iterations {iterations} --cost {cost}
     count: {count}
     cpu: 1
     memory: 96

@@ -4,7 +4,7 @@ it. Logs each iteration's time and the elapsed time:
 
     iteration 3/40 time 0.512 elapsed 1.601
 
-Usage: python -m merkat.service.solver [--iterations N] [--cost SECONDS_OF_CPU_PER_ITERATION]
+Usage: python -m merkat.examples.solver [--iterations N] [--cost SECONDS_OF_CPU_PER_ITERATION]
 """
 
 from __future__ import annotations

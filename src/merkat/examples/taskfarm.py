@@ -1,9 +1,9 @@
 """A task farm for the live platform's examples (Merkat §5.3.2, Themis' master-worker):
 a master with a queue of CPU-bound tasks, and workers that take them, in a shared directory.
 
-    python -m merkat.service.taskfarm master --tasks 60 --cost 0.5 --queue DIR
-    python -m merkat.service.taskfarm worker --queue DIR
-    python -m merkat.service.taskfarm auto ...   # master on the VM of index 0, else worker
+    python -m merkat.examples.taskfarm master --tasks 60 --cost 0.5 --queue DIR
+    python -m merkat.examples.taskfarm worker --queue DIR
+    python -m merkat.examples.taskfarm auto ...   # master on the VM of index 0, else worker
 
 The master fills ``DIR/todo`` with ``--tasks`` tasks (each ``--cost`` seconds of CPU), puts back
 the tasks of workers that died (a released VM), prints its queue every second —
@@ -21,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-from merkat.service.solver import burn
+from merkat.examples.solver import burn
 
 
 def master(queue: Path, tasks: int, cost: float) -> None:
