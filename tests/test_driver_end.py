@@ -108,3 +108,4 @@ def test_the_live_economy_moves_a_budget_from_what_the_owner_holds() -> None:
     with pytest.raises(BankError):  # she has 5 left: nothing moves, nothing is minted
         d.submit(spec("b", budget=10.0), RigidApp(vms=1, work_total=1.0))
     assert ledger.balance("alice") == 5_000_000 and ledger.audit().ok
+    assert "b" not in d.platform.apps and [a.spec.id for a in d.platform.queued()] == ["a"]

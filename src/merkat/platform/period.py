@@ -252,6 +252,14 @@ class Platform:
             self.queue.remove(app_id)
         return tuple(ops.destroy)
 
+    def withdraw(self, app_id: str) -> None:
+        """Undo the :meth:`submit` of ``app_id`` whose admission could not be completed (its
+        account could not be funded): it never took part in a period."""
+        self.apps.pop(app_id, None)
+        self.active.pop(app_id, None)
+        if app_id in self.queue:
+            self.queue.remove(app_id)
+
     def reissue(self, report: ApplyReport) -> None:
         """The destroys and suspends ``report`` says failed are re-issued by the next
         period (a plan applied outside a period: an end)."""

@@ -10,7 +10,8 @@ Trace runs (:mod:`merkat.sim.market.trace`), the scenario experiments
 One period at time ``t`` (:meth:`Driver.step`):
 
 1. admit the arrivals due (events fire first); each application is submitted to the platform,
-   given to the backend (``admit``) and its account opened and funded by the economy;
+   given to the backend (``admit``) and its account opened and funded by the economy (an
+   admission that fails there is withdrawn from the platform: ``Platform.withdraw``);
 2. ``hooks.before_period``; the economy renews the active applications' budgets;
 3. read the balances and, per active application, what the backend reports
    (:class:`~merkat.platform.period.Observed`); ``platform.decide``;
@@ -124,8 +125,12 @@ class Driver:
             assert arrival.spec is not None
             app = platform.submit(arrival.spec, arrival.controller,  # checks the spec first
                                   account=arrival.account)
-            self.admit(self.backend, arrival)
-            economy.open(app, platform.index)
+            try:
+                self.admit(self.backend, arrival)
+                economy.open(app, platform.index)  # (live: the owner may not have the budget)
+            except Exception:
+                platform.withdraw(app.spec.id)  # no half-admitted application stays
+                raise
             hooks.admitted(self, arrival, app)
 
     def submit(self, spec: AppSpec, model: Any = None, controller: Controller | None = None,
