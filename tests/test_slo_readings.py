@@ -64,6 +64,16 @@ def test_readings_change_only_the_runs_they_are_about() -> None:
     assert (e.late, e.boot_s, e.policy_params, e.value_unit) == ("kill", 30.0, (), "tasks")
     assert apply_readings(fcfs, readings, False).late == "run"  # only EDF kills
     assert apply_readings(market, {}, True) == market
+    killing = Run("e", "edf", 1.0, 0, late="kill", **base)
+    assert apply_readings(killing, {"edf": "run"}, False).late == "run"  # back to run late
+
+
+def test_slo_fig2_edf_discards_hopeless_jobs_by_default() -> None:
+    runs = EXPERIMENTS["slo-fig2"].runs(1, 10, (1.0,))
+    edf = [r for r in runs if r.scheduler == "edf"]
+    assert len(edf) == 2 and {r.late for r in edf} == {"kill"}
+    assert {r.late for r in runs if r.scheduler != "edf"} == {"run"}
+    assert {r.late for r in EXPERIMENTS["themis-fig5"].runs(1, 10, (1.0,))} == {"run"}
 
 
 def test_value_tasks_weighs_each_job_by_its_tasks() -> None:

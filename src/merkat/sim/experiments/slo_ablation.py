@@ -29,7 +29,7 @@ from merkat.sim.experiments.readings import READINGS, apply_readings
 from merkat.sim.experiments.registry import Experiment, register
 
 ROWS: tuple[tuple[str, dict[str, str]], ...] = (
-    ("as built", {}),
+    ("as built", {}),  # edf=run: slo-fig2 before the ablation
     ("edf=kill", {"edf": "kill"}),
     ("value=tasks", {"value": "tasks"}),
     ("overheads=none", {"overheads": "none"}),

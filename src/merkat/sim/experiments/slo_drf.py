@@ -8,7 +8,7 @@ cores, 2 GB each, deadline-strict), the same jobs run under
   (CPU+memory; 2 GB/node)");
 - ``drf market (bundles)``: ``--market drf`` (:class:`merkat.market.mechanisms.DRFBundles`):
   one bid per VM for its bundle, one price per unit of dominant share;
-- FCFS and EDF, for scale.
+- FCFS and EDF (discarding hopeless jobs, as ``slo-fig2``'s), for scale.
 
 Both markets' rows carry the fairness reference, Dominant Resource Fairness by progressive
 filling on the same demands every period (:mod:`merkat.sim.market.fairness`): ``drf_gap`` (the
@@ -49,7 +49,7 @@ def runs(market: str, seeds: int, jobs: int | None, factors: Sequence[float]) ->
                 Run(TWO, "market", f, k, fairness=True, **base),
                 Run(DRF, "market", f, k, market=market, fairness=True, **base),
                 Run(FCFS, "fcfs", f, k, **base),
-                Run(EDF, "edf", f, k, **base),
+                Run(EDF, "edf", f, k, late="kill", **base),
             ]
     return out
 
