@@ -107,14 +107,20 @@ def test_ablation_derive_judges_each_claim_per_reading() -> None:
     first = doc["ablation"][0]
     assert first["reading"] == "as built" and first["vs_edf"]["per_seed"] == [0.8, 0.8, 0.8]
     assert first["mix_vs_strict"]["mean"] == pytest.approx(70 / 80)
-    assert all(v["edf_trend"] and v["mix_degrades"] and v["ops_fall_with_load"]
-               for v in doc["verdicts"])
+    assert all(v["edf_loss_grows"] and v["ahead_at_light_load"] and v["mix_degrades"]
+               and v["ops_fall_with_load"] for v in doc["verdicts"])
     assert "| as built | 0.1 | 0.80 [0.80, 0.80, 0.80] | 0.88 [0.88, 0.88, 0.88] |" \
         in doc["markdown"]
     # ours: ahead of EDF at high load -> the trend is not reproduced
     value[("market", 0.1)] = 150.0
     doc = slo_ablation._derive(_fake_rows(3, (0.1, 1.0), value))
-    assert not any(v["edf_trend"] for v in doc["verdicts"])
+    assert not any(v["edf_loss_grows"] for v in doc["verdicts"])
+    assert all(v["ahead_at_light_load"] for v in doc["verdicts"])
+    # behind EDF at light load too: the trend holds, the light-load lead does not
+    value[("market", 0.1)], value[("market", 1.0)] = 50.0, 90.0
+    doc = slo_ablation._derive(_fake_rows(3, (0.1, 1.0), value))
+    assert all(v["edf_loss_grows"] and not v["ahead_at_light_load"] for v in doc["verdicts"])
+    assert "| as built | reproduced | no | no | reproduced |" in doc["markdown"]  # 110 > 90
 
 
 def test_ablation_shares_the_runs_a_reading_does_not_change() -> None:
