@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck bench clean compiled pure vendor chromium
+.PHONY: run test lint typecheck bench clean vendor chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,14 +42,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-## compiled: build the simulation core with mypyc (optional, ~1.5x faster, same results)
-compiled: $(STAMP)
-	PYTHON=$(abspath $(BIN)/python) scripts/compile.sh
-
-## pure: remove the compiled build (back to pure Python)
-pure:
-	rm -rf src/build
+## clean: remove the venv and caches, and any C extension an earlier `make compiled` (mypyc,
+## removed) left in src/ (Python would load one before its source)
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache src/build
 	find src -name '*.so' -delete
-
-clean: pure
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -29,13 +29,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from mypy_extensions import mypyc_attr
-
 from merkat.control.types import Metrics, new_metrics
 from merkat.platform.backend import ApplyReport, Plan
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass
 class RigidApp:
     """``vms`` tasks in lock-step; ``work_total`` seconds of work at full size.
@@ -73,7 +70,6 @@ class RigidApp:
         return m
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass
 class TaskFarm:
     """A bag of tasks (durations in seconds at full speed) served by its VMs (workers)."""
@@ -140,7 +136,6 @@ class _VM:
     migrating_until: float = -math.inf
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass
 class SimBackend:
     """Simulated VMs and applications behind the :class:`~merkat.platform.backend.Backend`
@@ -168,7 +163,7 @@ class SimBackend:
     )
     _n_indexed: int = field(default=0, init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:  # the private state, also when compiled (docs/benchmarks)
+    def __post_init__(self) -> None:  # the private state
         self._live, self._seen, self._by_app, self._n_indexed = {}, 0, {}, 0
 
     def add_app(self, app_id: str, model: AppModel) -> None:

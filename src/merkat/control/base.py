@@ -26,7 +26,6 @@ from abc import ABC, abstractmethod
 from typing import ClassVar
 
 import numpy as np
-from mypy_extensions import mypyc_attr
 
 from merkat.control.formulas import current_bid, scale_to, spend_limit, start_bid
 from merkat.control.types import Action, Amounts, Demand, Observation, Phase, new_demand
@@ -59,7 +58,6 @@ class Ewma:
         return dict(self.value)
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 class Controller(ABC):
     """One application's controller. Subclasses implement :meth:`reconfigure` at least.
 

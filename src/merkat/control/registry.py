@@ -60,7 +60,7 @@ def policy_params(name: str) -> dict[str, Any]:
 @functools.lru_cache(maxsize=256)
 def _params(cls: type[Controller]) -> dict[str, Any]:
     """A class's keyword parameters (read once per class: a simulation makes one controller
-    per job). A compiled build (``make compiled``) reports them as positional-only."""
+    per job)."""
     kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_ONLY)
     return {p.name: p.default for p in inspect.signature(cls).parameters.values()
             if p.kind in kinds and p.default is not inspect.Parameter.empty}

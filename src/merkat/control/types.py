@@ -153,14 +153,6 @@ class Budget:
     renewal: float = 0.0
 
 
-class _NoCache(dict[str, Any]):
-    """Where an instance has no ``__dict__`` to cache in: forgets what it is given."""
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        pass
-
-
-_NO_CACHE = _NoCache()
 _RESOURCES_OF: dict[tuple[str, ...], tuple[str, ...]] = {}  # Observation.resources, by template
 
 
@@ -236,7 +228,7 @@ class Observation:
     def active_vms(self) -> tuple[VMInfo, ...]:
         """The VMs that are not suspended (computed once per observation; ``vms`` itself when
         none is suspended)."""
-        cache = getattr(self, "__dict__", _NO_CACHE)  # (a compiled build has none)
+        cache = self.__dict__
         cached: tuple[VMInfo, ...] | None = cache.get("_active_vms")
         if cached is None:
             vms = self.vms
@@ -302,39 +294,49 @@ def record_builder(cls: type[_R]) -> Callable[..., _R]:
     """``cls(**fields)`` for a frozen dataclass, built by filling the instance's ``__dict__``.
 
     A frozen dataclass's ``__init__`` sets every field through ``object.__setattr__``; the
-    period loop builds thousands of these records per period, and filling ``__dict__`` is
-    about twice as fast. The builder takes the fields as keyword arguments, with the same
+    period loop builds thousands of these records per period, and copying a dict of the
+    defaults, updating it with the fields given and installing it as the instance's
+    ``__dict__`` is faster. The builder takes the fields as keyword arguments, with the same
     defaults (and default factories), so a missing or unknown field is a TypeError as with
-    ``cls``. ``__post_init__`` is *not* run: use this only where its checks are made
-    elsewhere (the platform checks an observation's parts once, not per period). Falls back
-    to ``cls`` itself if ``cls`` has slots or its own ``__new__``.
+    ``cls``; the instance's ``__dict__`` holds the fields in their declared order, as
+    ``cls(...)`` makes it. ``__post_init__`` is *not* run: use this only where its checks are
+    made elsewhere (the platform checks an observation's parts once, not per period). Falls
+    back to ``cls`` itself if ``cls`` has slots or its own ``__new__``.
     """
     if not dataclasses.is_dataclass(cls) or hasattr(cls, "__slots__") or (
-        cls.__new__ is not object.__new__ or "__dict__" not in dir(cls)  # compiled: no dict
+        cls.__new__ is not object.__new__
     ):
         return cls
-    fields = dataclasses.fields(cls)
-    params, lines = [], []
-    env: dict[str, Any] = {"_cls": cls, "_new": object.__new__, "_MISSING": dataclasses.MISSING}
-    for f in fields:
-        if f.default is not dataclasses.MISSING:
-            env[f"_d_{f.name}"] = f.default
-            params.append(f"{f.name}=_d_{f.name}")
-        elif f.default_factory is not dataclasses.MISSING:
-            env[f"_f_{f.name}"] = f.default_factory
-            params.append(f"{f.name}=_MISSING")
-            lines.append(f"    if {f.name} is _MISSING: {f.name} = _f_{f.name}()")
-        else:
-            params.append(f.name)
-    body = "\n".join(lines)
-    # One item assignment per field (in field order) is faster than ``__dict__.update(...)``.
-    assign = "".join(f"    __dict[{f.name!r}] = {f.name}\n" for f in fields)
-    src = (
-        f"def build(*, {', '.join(params)}):\n{body}\n"
-        f"    obj = _new(_cls)\n    __dict = obj.__dict__\n{assign}    return obj\n"
-    )
-    exec(src, env)
-    build: Callable[..., _R] = env["build"]
+    template: dict[str, Any] = {}
+    required: list[str] = []
+    factories: list[tuple[str, Callable[[], Any]]] = []
+    for f in dataclasses.fields(cls):
+        template[f.name] = f.default
+        if f.default is dataclasses.MISSING:
+            if f.default_factory is dataclasses.MISSING:
+                required.append(f.name)
+            else:
+                factories.append((f.name, f.default_factory))
+    size, new, set_dict = len(template), object.__new__, object.__setattr__
+
+    checked = bool(required or factories)
+
+    def build(**fields: Any) -> _R:
+        values = {**template, **fields}  # a known field keeps its place, in declared order
+        if len(values) != size:
+            unknown = sorted(set(fields) - set(template))
+            raise TypeError(f"{build.__name__}() got an unexpected keyword argument {unknown[0]!r}")
+        if checked:
+            for name in required:
+                if name not in fields:
+                    raise TypeError(f"{build.__name__}() missing keyword argument {name!r}")
+            for name, factory in factories:
+                if name not in fields:
+                    values[name] = factory()
+        obj = new(cls)
+        set_dict(obj, "__dict__", values)
+        return obj
+
     build.__qualname__ = build.__name__ = f"new_{cls.__name__}"
     return build
 

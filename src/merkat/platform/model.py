@@ -234,5 +234,4 @@ class Ops:
 
 class NonFiniteBid(RuntimeError):
     """A controller asked for a bid that is NaN or infinite: a bug in its policy. Raised in
-    the period where the bid was made, naming the policy, the application and the VM (kept
-    out of the compiled period module: mypyc cannot subclass built-in exceptions there)."""
+    the period where the bid was made, naming the policy, the application and the VM."""

@@ -41,7 +41,6 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from mypy_extensions import mypyc_attr
 
 from merkat.control.base import Controller
 from merkat.control.forecast import HISTORY
@@ -76,7 +75,6 @@ __all__ = ["ENDED", "MICRO", "App", "AppSpec", "AppStatus", "Charged", "Decision
            "Observed", "PeriodRecord", "Platform", "VMRecord", "to_micro"]
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass
 class Platform:
     """The applications manager and market scheduler of one cluster (Merkat §4): its

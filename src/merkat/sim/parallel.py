@@ -180,8 +180,7 @@ def _child(
                 _Handoff(board, k, lambda: time.sleep(_POLL_S)), seed=seed,
             )
         out = _piece(k, seg, workload, names)
-        # as plain tuples: cheaper to pickle, and a compiled (mypyc) frozen record cannot be
-        # unpickled field by field
+        # as plain tuples: cheaper to pickle
         out["records"] = [_as_tuple(r) for r in out["records"]]
         out["wall_s"] = time.perf_counter() - t0
         results.put((k, out, None))
