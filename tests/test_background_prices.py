@@ -104,7 +104,7 @@ def test_a_zero_background_changes_nothing_and_a_dearer_one_slows_the_jobs() -> 
 def test_tycoon_run_replays_a_live_export_end_to_end(tmp_path: Path) -> None:
     """A live server's prices, exported with `merkat prices --since -o csv`, replayed by
     `merkat tycoon run --background-prices`, and read by `merkat predict ar --history`."""
-    from merkat.web.bench import running_server
+    from merkat.bench.web import running_server
 
     with running_server(tmp_path / "data", period=0.3, user="alice", admin=False) as s:
         while len(s.manager.store.prices(0.0, 1000)) < 5:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from merkat.bench.web import running_server
 from merkat.cli import app
-from merkat.web.bench import running_server
 
 runner = CliRunner()
 

@@ -48,7 +48,7 @@ def _need_browser() -> None:
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[str, str, Any]]:
     """A running server (API + period loop + local backend without cgroup limits)."""
-    from merkat.web.bench import running_server
+    from merkat.bench.web import running_server
 
     with running_server(tmp_path / "data", PERIOD, user="alice", admin=False, budget=10_000) as s:
         yield s.base, s.key, s.manager

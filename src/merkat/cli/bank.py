@@ -413,7 +413,7 @@ def bench_bank(
     vms: int = typer.Option(10_000, "--vms", min=1, help="VMs charged in one period."),
 ) -> None:
     """Transfers per second and one period's charging of N VMs, on SQLite (and PostgreSQL)."""
-    from merkat.bank.bench import run_bench
+    from merkat.bench.bank import run_bench
 
     with _errors():
         result = run_bench(postgres_url=postgres, transfers=transfers, vms=vms)

@@ -1,5 +1,5 @@
 """``merkat bench gridcloud``: the grid-cloud simulator's speed (see
-:mod:`merkat.gridcloud.bench` and docs/benchmarks.md). One JSON object on stdout."""
+:mod:`merkat.bench.gridcloud` and docs/benchmarks.md). One JSON object on stdout."""
 
 from __future__ import annotations
 
@@ -28,6 +28,6 @@ def bench_gridcloud(
         fail(f"--scales: expected integers separated by commas, got {scales!r}")
     if not ks or any(k < 1 for k in ks):
         fail(f"--scales: each multiple must be >= 1, got {scales!r}")
-    from merkat.gridcloud.bench import bench as run
+    from merkat.bench.gridcloud import bench as run
 
     print_json(run(tasks, ks, scale_tasks, seed))

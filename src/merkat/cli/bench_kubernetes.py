@@ -3,7 +3,7 @@ emulator (no cluster needed). Prints one JSON object: ``period`` (the ``--nodes`
 ``--pods-per-node`` cluster: the first period creating every pod, a steady period, a period with
 one arrival — each with ``decide_s``, ``apply_s``, ``emulator_s``, ``api_calls`` and the calls
 by verb) and ``growth`` (API calls per period at each ``--grow`` node count). See
-:mod:`merkat.backends.kubernetes.bench` and docs/benchmarks.md.
+:mod:`merkat.bench.kubernetes` and docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -40,6 +40,6 @@ def bench_kubernetes(
         fail(f"--grow: expected node counts separated by commas, got {grow!r}")
     if any(n < 1 for n in sizes):
         fail(f"--grow: node counts must be >= 1, got {grow!r}")
-    from merkat.backends.kubernetes.bench import bench as run
+    from merkat.bench.kubernetes import bench as run
 
     print_json(run(nodes, pods_per_node, sizes, cores=cores, vm_cores=vm_cores))

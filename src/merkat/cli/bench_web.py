@@ -1,5 +1,5 @@
 """``merkat bench dashboard`` and ``merkat bench events``: the dashboard's first load and the
-event stream's delivery on a real server (see :mod:`merkat.web.bench`); JSON on stdout."""
+event stream's delivery on a real server (see :mod:`merkat.bench.web`); JSON on stdout."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def bench_dashboard(
     period: float = typer.Option(2.0, "--period", min=0.1, help="Scheduling period, s."),
 ) -> None:
     """Dashboard first load in headless Chromium with VMS VMs running (target <= 1 s)."""
-    from merkat.web.bench import bench_dashboard as run
+    from merkat.bench.web import bench_dashboard as run
 
     if platforms > vms:
         fail(f"--platforms ({platforms}) must not exceed --vms ({vms})")
@@ -34,7 +34,7 @@ def bench_events(
     period: float = typer.Option(1.0, "--period", min=0.01, help="Period length, s."),
 ) -> None:
     """The event stream under one event per VM per period: delivery lag, keeps up or not."""
-    from merkat.web.bench import bench_events as run
+    from merkat.bench.web import bench_events as run
 
     try:
         print_json(run(vms=vms, periods=periods, period=period))
