@@ -46,7 +46,7 @@ def _helps(cmd: click.Command, path: list[str]) -> list[tuple[str, str]]:
 
 
 def test_no_help_text_shows_raw_markup() -> None:
-    helps = [h for n in NOUNS for h in _helps(build_noun(n), ["merkat", n.name])]
+    helps = [h for _, n in NOUNS.items() for h in _helps(build_noun(n), ["merkat", n.name])]
     assert len(helps) > 60  # every command and subcommand was seen
     assert [path for path, text in helps if "``" in text] == []
     prices = dict(helps)["merkat prices"]

@@ -183,7 +183,7 @@ def test_a_policy_that_reads_past_prices_is_not_cut(
     mixed: tuple[Workload, tuple[str, ...], MarketOutcome], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     w, names, _ = mixed
-    monkeypatch.setattr(segments, "POLICIES", {**segments.POLICIES, "deadline-strict": _Historian})
+    monkeypatch.setattr(segments, "POLICIES", {**dict(segments.POLICIES.items()), "deadline-strict": _Historian})
     assert segments.reads_history(names)
     with pytest.raises(ValueError, match="reads past prices"):
         simulate_parallel(w, CLUSTER, MarketConfig(), names, 0, None, 2, [24])

@@ -247,11 +247,11 @@ def test_charging_and_economies_are_plugins_by_name() -> None:
     from typing import ClassVar
 
     from merkat.bank.ledger import Ledger
-    from merkat.runtime.economy import CHARGING, ECONOMIES, register_charging
+    from merkat.runtime.economy import CHARGING, ECONOMIES
 
     assert set(CHARGING) >= {"bid", "use"} and set(ECONOMIES) >= {"themis", "closed"}
 
-    @register_charging
+    @CHARGING.register
     class OneCredit:
         """Every bill pays one micro-credit to the provider."""
 
@@ -274,4 +274,4 @@ def test_charging_and_economies_are_plugins_by_name() -> None:
         assert app.spent == 2 and ledger.balance("provider") == 2
         assert ledger.audit().ok
     finally:
-        del CHARGING["one-micro-credit"]
+        CHARGING.unregister("one-micro-credit")

@@ -224,8 +224,9 @@ def test_a_scheduler_registered_by_name_runs_through_sim_run(tmp_path: Path) -> 
     accepted by `merkat sim run --scheduler NAME` and its outcome written like the others'."""
     from dataclasses import dataclass
 
-    from merkat.sim.schedulers import SCHEDULERS, Batch, names, register
+    from merkat.sim.schedulers import SCHEDULERS, Batch
 
+    names = SCHEDULERS.names
     assert names()[:4] == ("fcfs", "edf", "easy", "conservative") and "market" in names()
     assert SCHEDULERS["market"].market and not SCHEDULERS["edf"].market
 
@@ -236,7 +237,7 @@ def test_a_scheduler_registered_by_name_runs_through_sim_run(tmp_path: Path) -> 
         def run(self, workload, cluster, opts, progress):  # type: ignore[no-untyped-def]
             return Batch("fcfs", "").run(workload, cluster, opts, progress)
 
-    register(FcfsAgain("fcfs-again", "FCFS under another name"))
+    SCHEDULERS.register(FcfsAgain("fcfs-again", "FCFS under another name"))
     try:
         outs = {}
         for name in ("fcfs", "fcfs-again"):
@@ -250,4 +251,4 @@ def test_a_scheduler_registered_by_name_runs_through_sim_run(tmp_path: Path) -> 
                                      str(tmp_path / "x")])
         assert r.exit_code == 2 and "only with --scheduler market" in r.stderr
     finally:
-        del SCHEDULERS["fcfs-again"]
+        SCHEDULERS.unregister("fcfs-again")

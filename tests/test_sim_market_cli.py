@@ -181,7 +181,7 @@ def test_closed_economy_run_reports_its_books_and_each_jobs_outcome(
     assert sum(float(r[-1]) for r in rows) == pytest.approx(bank["balances"]["provider"]
                                                             + bank["redistributed"], abs=1e-3)
     code, _, err = sim_run(trace, tmp_path / "x", "--scheduler", "market", "--economy", "open")
-    assert code == 2 and "--economy must be themis or closed" in err
+    assert code == 2 and "--economy must be one of closed, themis" in err
 
 
 def test_admission_flag_starts_jobs_between_periods_or_at_them(trace: str, tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from typer.core import TyperGroup
 
 from merkat import __version__
 from merkat.cli import errors
+from merkat.registry import Registry
 
 # click's base exception, however this Typer ships click (vendored since Typer 0.2x)
 ClickException: type[Exception] = next(
@@ -40,17 +41,17 @@ class MerkatGroup(TyperGroup):
     lists the nouns without importing any of them."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [n.name for n in NOUNS]
+        return list(NOUNS.names())
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name not in self.commands and cmd_name in _BY_NAME:
-            self.commands[cmd_name] = build_noun(_BY_NAME[cmd_name])
+        if cmd_name not in self.commands and cmd_name in NOUNS:
+            self.commands[cmd_name] = build_noun(NOUNS.get(cmd_name))
         return self.commands.get(cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         width = formatter.width or 80
-        limit = width - 6 - max(len(n.name) for n in NOUNS)
-        rows = [(n.name, make_default_short_help(n.summary, limit)) for n in NOUNS]
+        limit = width - 6 - max(map(len, NOUNS.names()))
+        rows = [(name, make_default_short_help(n.summary, limit)) for name, n in NOUNS.items()]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
@@ -127,7 +128,9 @@ class Noun:
     extra: tuple[str, ...] = ()
 
 
-NOUNS: tuple[Noun, ...] = (
+NOUNS: Registry[Noun] = Registry("command")
+"""The top-level commands, in ``merkat --help``'s order."""
+for _noun in (
     Noun("report", "report:report_cmd",
          "Write one self-contained HTML page (figures embedded, summary table, parameters)."),
     Noun("server", "service:server",
@@ -167,8 +170,8 @@ NOUNS: tuple[Noun, ...] = (
          ("platforms",)),
     Noun("account", "client:account_app", "Your bank accounts on the server."),
     Noun("file", "files:app", "Your files on the server (the sources of a template's files_in)."),
-)
-_BY_NAME = {n.name: n for n in NOUNS}
+):
+    NOUNS.register(_noun)
 
 
 def load_noun(noun: Noun) -> Any:

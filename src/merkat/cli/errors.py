@@ -8,7 +8,7 @@ escapes a command is classified here by :func:`report`:
 
 - click usage errors (unknown option, missing argument, bad value of a typed flag) → 2;
 - :class:`BadInput`, and the domain errors that describe bad input (a malformed trace line, an
-  invalid market, a bank refusal of an argument...) → 2;
+  invalid market, a bank refusal of an argument, a name no registry knows...) → 2;
 - a missing input file (``FileNotFoundError``, ``IsADirectoryError``...) → 2, naming the file;
 - another ``OSError`` (permissions, disk full, an unreachable server) → 1, naming the file;
 - anything else is a bug: → 1, with the exception's type, and a hint to re-run with ``--debug``.
@@ -65,6 +65,7 @@ _BAD_INPUT_CLASSES = (
     ("merkat.bank.errors", "MalformedToken"),
     ("merkat.bank.errors", "BadDatabaseURL"),
     ("merkat.outputs", "OutputError"),
+    ("merkat.registry", "UnknownName"),
     ("pydantic", "ValidationError"),
     ("json", "JSONDecodeError"),
 )

@@ -11,6 +11,7 @@ import typer
 
 from merkat.cli._common import err_console, fail
 from merkat.cli.sim import app as sim_app
+from merkat.cli.validate import check_choice
 
 
 def _factors(text: str | None, default: tuple[float, ...]) -> tuple[float, ...]:
@@ -80,8 +81,7 @@ def experiment(
 
     from merkat.sim.experiments import EXPERIMENTS, FACTORS, run_experiment
 
-    if name not in EXPERIMENTS:
-        fail(f"unknown experiment {name!r}; known: {', '.join(sorted(EXPERIMENTS))}")
+    EXPERIMENTS.get(name)  # an unknown name: exit 2, listing the known experiments
     fs = _factors(factors, EXPERIMENTS[name].default_factors or FACTORS)
     params: dict[str, Any] = {}
     if policy is not None or policy_param:
@@ -99,8 +99,9 @@ def experiment(
         if not EXPERIMENTS[name].takes_policy:
             fail(f"--balancer: experiment {name!r} does not take a balancer (its market is "
                  "part of the setup)")
-        if balancer not in ("merkat", "themis"):
-            fail(f"--balancer must be merkat or themis, got {balancer!r}")
+        from merkat.market.types import BALANCERS
+
+        check_choice("--balancer", balancer, BALANCERS)
     readings: dict[str, str] = {}
     if reading:
         from merkat.sim.experiments.readings import parse_readings

@@ -17,7 +17,7 @@ import typer
 
 from merkat.cli._common import LazyProgress, OutputFormat, OutputOption, emit, err_console, fail
 from merkat.cli.sim import app, check, summary_table
-from merkat.cli.validate import check_float, check_int
+from merkat.cli.validate import check_choice, check_float, check_int
 from merkat.sim.schedulers import SCHEDULERS
 from merkat.sim.workload.traces import find_trace
 
@@ -154,10 +154,7 @@ def run_cmd(
     from merkat.sim.workload.jobs import SloConfig
     from merkat.sim.workload.swf import SwfError
 
-    check(
-        scheduler in SCHEDULERS,
-        f"--scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}",
-    )
+    check_choice("--scheduler", scheduler, SCHEDULERS)
     if not SCHEDULERS[scheduler].market:  # the market's options mean nothing to a batch run
         given = {"--policy": policy, "--period": period, "--admission": admission,
                  "--workers": workers, "--economy": economy, "--charging": charging,
@@ -191,10 +188,12 @@ def run_cmd(
     check_float("--period", period, 1, 86400)
     check_float("--admission", admission, 0, 86400)
     check_int("--workers", workers, 1, 1024)
-    check(economy in ("themis", "closed"), f"--economy must be themis or closed, got {economy!r}")
-    check(charging in ("bid", "use"), f"--charging must be bid or use, got {charging!r}")
-    check(balancer in ("merkat", "themis"),
-           f"--balancer must be merkat or themis, got {balancer!r}")
+    from merkat.market.types import BALANCERS
+    from merkat.runtime.economy import CHARGING, ECONOMIES
+
+    check_choice("--economy", economy, ECONOMIES)
+    check_choice("--charging", charging, CHARGING)
+    check_choice("--balancer", balancer, BALANCERS)
     try:
         trace_path = find_trace(trace)
     except FileNotFoundError as e:
@@ -207,10 +206,7 @@ def run_cmd(
         from merkat.cli.policy import trace_policies
         from merkat.control.registry import POLICIES
 
-        check(
-            policy in POLICIES,
-            f"--policy must be one of {', '.join(sorted(POLICIES))}, got {policy!r}",
-        )
+        check_choice("--policy", policy, POLICIES)
         usable = trace_policies()
         drives = POLICIES[policy].applies_to
         if moldable:
@@ -229,8 +225,7 @@ def run_cmd(
         from merkat.market.mechanisms import MECHANISMS
 
         check(takes_market, "--market: only with --scheduler market")
-        check(market in MECHANISMS, f"--market must be one of {', '.join(sorted(MECHANISMS))}, "
-               f"got {market!r}")
+        check_choice("--market", market, MECHANISMS)
         check(balancer == "merkat", f"--balancer {balancer}: only with --market "
                "proportional-share (the other mechanisms place no VMs to balance)")
     opts = RunOptions(

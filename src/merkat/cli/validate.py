@@ -3,17 +3,19 @@
 Every float flag of every command goes through :func:`check_float`: it must be a finite number
 (``inf``, ``nan``, ``1e999`` are refused) inside the flag's sane range, else the command stops
 with a one-line ``error: --flag ...`` and exit code 2 before doing anything. Integer flags with
-a range (counts, seeds, cores) go through :func:`check_int`. Ranges are per flag and written
+a range (counts, seeds, cores) go through :func:`check_int`; a name chosen from a registry
+(``--scheduler``, ``--policy``, ``--market``, ``--economy``...) through :func:`check_choice`. Ranges are per flag and written
 where the flag is declared, so ``--help`` and the error say the same thing.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from merkat.cli.errors import BadInput
 
-__all__ = ["check_float", "check_int"]
+__all__ = ["check_choice", "check_float", "check_int"]
 
 
 def check_float(
@@ -42,4 +44,13 @@ def check_int(flag: str, value: int | None, lo: int, hi: int) -> int | None:
         return None
     if not lo <= value <= hi:
         raise BadInput(f"{flag} must be an integer in [{lo}, {hi}], got {value}")
+    return value
+
+
+def check_choice(flag: str, value: str, choices: Iterable[str]) -> str:
+    """``value`` if it is one of ``choices`` (a :class:`merkat.registry.Registry` or names);
+    else :class:`BadInput` listing them, sorted."""
+    known = sorted(choices)
+    if value not in known:
+        raise BadInput(f"{flag} must be one of {', '.join(known)}, got {value!r}")
     return value

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any
 
 from merkat.control.base import Controller
@@ -26,30 +24,23 @@ from merkat.control.slo import (
     PerformancePartial,
     PerformanceStrict,
 )
-
-POLICIES: Mapping[str, type[Controller]] = MappingProxyType({
-    cls.name: cls
-    for cls in (
-        ScaleOneVMController,
-        ScaleMultiVMsController,
-        MerkatVertical,
-        MerkatHorizontal,
-        MerkatCombined,
-        VerticalDeadline,
-        HorizontalDeadline,
-        DeadlineStrict,
-        DeadlinePartial,
-        PerformanceStrict,
-        PerformancePartial,
-        BestEffort,
-        FrameworkHorizontal,
-    )
-})
-"""Every policy, by its registry name."""
+from merkat.registry import Registry, UnknownName
 
 
 class PolicyError(ValueError):
     """An unknown policy name or parameter."""
+
+
+class UnknownPolicy(UnknownName, PolicyError):
+    """An unknown policy name (the message lists the known policies)."""
+
+
+POLICIES: Registry[type[Controller]] = Registry("policy", error=UnknownPolicy)
+"""Every policy, by its registry name (``merkat policy list``)."""
+for _cls in (ScaleOneVMController, ScaleMultiVMsController, MerkatVertical, MerkatHorizontal,
+             MerkatCombined, VerticalDeadline, HorizontalDeadline, DeadlineStrict, DeadlinePartial,
+             PerformanceStrict, PerformancePartial, BestEffort, FrameworkHorizontal):
+    POLICIES.register(_cls)
 
 
 def policy_params(name: str) -> dict[str, Any]:
@@ -84,8 +75,4 @@ def make_policy(name: str, **params: Any) -> Controller:
 
 
 def _lookup(name: str) -> type[Controller]:
-    try:
-        return POLICIES[name]
-    except KeyError:
-        raise PolicyError(f"unknown policy {name!r}; known policies: "
-                          f"{', '.join(sorted(POLICIES))}") from None
+    return POLICIES.get(name)

@@ -3,8 +3,9 @@
 A mechanism turns one period's bids into placements, allocations and prices: the
 :class:`Mechanism` interface is the one call :func:`merkat.market.clear` already answers, so the
 platform (:class:`merkat.platform.period.Platform`, ``market=NAME``) and ``merkat sim run
---market NAME`` can run any of them. :data:`MECHANISMS` holds them by name; :func:`register`
-adds one (a class with a ``name``), :func:`make_mechanism` builds one.
+--market NAME`` can run any of them. :data:`MECHANISMS` (a :class:`merkat.registry.Registry`)
+holds them by name; ``@MECHANISMS.register`` adds one (a class with a ``name``),
+:func:`make_mechanism` builds one.
 
 - ``proportional-share`` (default; Merkat §3, Themis §III): the cluster-wide proportional
   share — the ideal allocation and its price, worst-fit placement, the tabu search that brings
@@ -43,10 +44,15 @@ from merkat.market.drf import bundle_share
 from merkat.market.placement import worst_fit_decreasing
 from merkat.market.posted import PostedPrices as Posted
 from merkat.market.types import NO_HOST, RESOURCES, BalanceParams, FloatArray, Hosts, VMs
+from merkat.registry import Registry, UnknownName
 
 
 class MechanismError(ValueError):
     """An unknown mechanism name or a bad parameter (the message lists the known names)."""
+
+
+class UnknownMechanism(UnknownName, MechanismError):
+    """An unknown mechanism name."""
 
 
 class Mechanism(ABC):
@@ -63,22 +69,13 @@ class Mechanism(ABC):
         """The period's clearing of ``vms`` (bids, caps, current hosts) on ``hosts``."""
 
 
-MECHANISMS: dict[str, type[Mechanism]] = {}
-
-
-def register(cls: type[Mechanism]) -> type[Mechanism]:
-    """Add ``cls`` under ``cls.name`` (a decorator)."""
-    MECHANISMS[cls.name] = cls
-    return cls
+MECHANISMS: Registry[type[Mechanism]] = Registry("market mechanism", error=UnknownMechanism)
+"""Every mechanism, by name."""
 
 
 def make_mechanism(name: str) -> Mechanism:
     """A fresh mechanism ``name``; :class:`MechanismError` naming the known ones."""
-    try:
-        return MECHANISMS[name]()
-    except KeyError:
-        raise MechanismError(f"unknown market mechanism {name!r}; known: "
-                             f"{', '.join(sorted(MECHANISMS))}") from None
+    return MECHANISMS.get(name)()
 
 
 def _check_hosts(hosts: Hosts, vms: VMs) -> None:
@@ -98,7 +95,7 @@ def _mean_price(hosts: Hosts, node_price: FloatArray) -> FloatArray:
     return np.asarray(out, dtype=np.float64)
 
 
-@register
+@MECHANISMS.register
 class ProportionalShare(Mechanism):
     name = "proportional-share"
     summary = "Merkat/Themis: cluster-wide proportional share, placement and load balancing"
@@ -108,7 +105,7 @@ class ProportionalShare(Mechanism):
         return clear(hosts, vms, reserve_price=reserve_price, params=params)
 
 
-@register
+@MECHANISMS.register
 class TycoonAuctions(Mechanism):
     name = "tycoon"
     summary = "Tycoon: a proportional-share auction per host, VMs stay where they were placed"
@@ -126,7 +123,7 @@ class TycoonAuctions(Mechanism):
                         node_price, (), BalanceResult(host, 0, rms, rms, False))
 
 
-@register
+@MECHANISMS.register
 class PostedPrices(Mechanism):
     name = "posted"
     summary = "grid-cloud model: posted prices per unit, adapted every period by eq. 5"
@@ -180,7 +177,7 @@ class PostedPrices(Mechanism):
                         tuple[Migration, ...](), BalanceResult(host, 0, 0.0, 0.0, False))
 
 
-@register
+@MECHANISMS.register
 class DRFBundles(Mechanism):
     name = "drf"
     summary = "DRF-aware: one bid per VM for its bundle (CPU and memory in its VM's " \

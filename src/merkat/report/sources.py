@@ -133,9 +133,9 @@ def sim_experiment(folder: Path) -> Report:
 def _redraw(name: str, doc: dict[str, Any]) -> list[Figure]:
     from merkat.sim.experiments import EXPERIMENTS
 
-    exp = EXPERIMENTS.get(name)
-    if exp is None:
+    if name not in EXPERIMENTS:
         return []
+    exp = EXPERIMENTS.get(name)
     with tempfile.TemporaryDirectory(prefix="merkat-report-") as tmp:
         out = Path(tmp) / f"{name}.png"
         exp.plot(doc, out)

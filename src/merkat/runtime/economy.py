@@ -47,6 +47,7 @@ from merkat.bank.policies import (
     hold_account,
 )
 from merkat.platform.model import App, Charged, Decision, to_micro
+from merkat.registry import Registry, UnknownName
 from merkat.runtime.metering import MeteredUse
 
 KINDS = ("application", "bank", "provider", "sub", "user")
@@ -54,6 +55,14 @@ KINDS = ("application", "bank", "provider", "sub", "user")
 
 
 # --- the plugins: charging and the economy's money rules, each a registry by name ---------
+
+
+class EconomyError(ValueError):
+    """An unknown economy or charging name, or a bad parameter."""
+
+
+class UnknownRule(UnknownName, EconomyError):
+    """An unknown economy or charging name (the message lists the known ones)."""
 
 
 class Charging(Protocol):
@@ -72,17 +81,12 @@ class Charging(Protocol):
                usage: Sequence[int], tag: str) -> tuple[dict[int, int], frozenset[int]]: ...
 
 
-CHARGING: dict[str, Callable[[str], Charging]] = {}
-"""Charging plugins by name; each is made with the provider's account."""
+CHARGING: Registry[Callable[[str], Charging]] = Registry("charging", error=UnknownRule)
+"""Charging plugins by name (``@CHARGING.register`` on a class with a ``name``); each is made
+with the provider's account."""
 
 
-def register_charging(cls: Any) -> Any:
-    """Add a :class:`Charging` class under its ``name`` (a decorator)."""
-    CHARGING[cls.name] = cls
-    return cls
-
-
-@register_charging
+@CHARGING.register
 class ByBid:
     """``bid``: each placed VM pays its bid for the period (Merkat §2.2)."""
 
@@ -97,7 +101,7 @@ class ByBid:
         return {k: bills[k][1] for k in result.paid}, frozenset(result.unpaid)
 
 
-@register_charging
+@CHARGING.register
 class ByUse:
     """``use``: the bids are deposited in the application's hold account, what the VMs used at
     the clearing's prices is charged and the rest refunded (Tycoon §3)."""
@@ -130,17 +134,12 @@ class MoneyRules(Protocol):
     def redistribute(self, ledger: Ledger, period: int) -> int: ...
 
 
-ECONOMIES: dict[str, Callable[..., MoneyRules]] = {}
-"""Economies by name; each is made with ``(ledger, redistribute_every, idle_tax_ppm)``."""
+ECONOMIES: Registry[Callable[..., MoneyRules]] = Registry("economy", error=UnknownRule)
+"""Economies by name (``@ECONOMIES.register``); each is made with ``(ledger,
+redistribute_every, idle_tax_ppm)``."""
 
 
-def register_economy(cls: Any) -> Any:
-    """Add a :class:`MoneyRules` class under its ``name`` (a decorator)."""
-    ECONOMIES[cls.name] = cls
-    return cls
-
-
-@register_economy
+@ECONOMIES.register
 class ThemisRules:
     """``themis``: users receive their applications' renewals every period (Themis §III-A);
     nothing is given back."""
@@ -156,7 +155,7 @@ class ThemisRules:
         return 0
 
 
-@register_economy
+@ECONOMIES.register
 class ClosedRules:
     """``closed``: no money enters after the initial budgets; every K periods the idle tax (if
     any), then the Virtual Bank returns the provider's income to the users in equal parts
@@ -179,10 +178,6 @@ class ClosedRules:
             self.tax.apply(ledger, period + 1)
         result = self.bank.apply(ledger, period + 1)
         return result.share * result.users if result else 0
-
-
-class EconomyError(ValueError):
-    """An unknown economy or charging name, or a bad parameter."""
 
 
 @dataclass
@@ -212,20 +207,15 @@ class Economy:
     owners: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.kind not in ECONOMIES:
-            raise EconomyError(f"unknown economy {self.kind!r}; known: {', '.join(ECONOMIES)}")
-        if self.charging not in CHARGING:
-            raise EconomyError(f"unknown charging {self.charging!r}; known: "
-                               f"{', '.join(CHARGING)}")
+        rules, charging = ECONOMIES.get(self.kind), CHARGING.get(self.charging)
         if self.redistribute_every < 1:
             raise EconomyError(f"redistribute_every must be >= 1, got {self.redistribute_every}")
         if not self.ledger.has_account(self.provider):
             self.ledger.create_account(self.provider, AccountKind.provider)
-        self._charging = CHARGING[self.charging](self.provider)
+        self._charging = charging(self.provider)
         self._meter = MeteredUse(self.provider) if self.metered and self.charging == "use" \
             else None
-        self._rules = ECONOMIES[self.kind](self.ledger, self.redistribute_every,
-                                           self.idle_tax_ppm)
+        self._rules = rules(self.ledger, self.redistribute_every, self.idle_tax_ppm)
 
     # --- admission ----------------------------------------------------------------------
 
@@ -378,4 +368,4 @@ class Economy:
 EconomyFactory = Callable[..., Economy]
 
 __all__ = ["CHARGING", "ECONOMIES", "VIRTUAL_BANK", "Charging", "Economy", "EconomyError",
-           "MoneyRules", "Move", "hold_account", "register_charging", "register_economy"]
+           "MoneyRules", "Move", "hold_account"]

@@ -3,8 +3,9 @@
 A live backend is a :class:`merkat.platform.backend.Backend` (what the period asks of the
 world) plus what the applications manager needs (:class:`LiveBackend`: register how an
 application's VMs start, feed its metrics, reap and restart processes, describe VMs and
-nodes). Register a new one with :func:`register` or the ``merkat.backends`` entry-point group
-(a callable ``factory(config: ServiceConfig) -> LiveBackend``).
+nodes). Register a new one with ``BACKENDS.register(name, factory)`` (a
+:class:`merkat.registry.Registry`) or the ``merkat.backends`` entry-point group (a callable
+``factory(config: ServiceConfig) -> LiveBackend``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from merkat.control.types import Metrics
 from merkat.platform.backend import Backend, OpReport
+from merkat.registry import Registry, UnknownName
 
 if TYPE_CHECKING:
     from merkat.backends.kubernetes.podexec import ExecResult
@@ -149,38 +151,17 @@ class PluginGroups(Protocol):
 
 
 Factory = Callable[["ServiceConfig"], LiveBackend]
-_REGISTRY: dict[str, Factory] = {}
-
-
-def register(name: str, factory: Factory) -> None:
-    """Make backend ``name`` available to ``backend.name`` in the config."""
-    _REGISTRY[name] = factory
+BACKENDS: Registry[Factory] = Registry("backend", entry_points=ENTRY_POINTS)
+"""The live backends by name (built-in ones, then the installed plugins)."""
 
 
 def make_backend(config: ServiceConfig) -> LiveBackend:
     """The backend the config names; unknown names raise ``ValueError`` listing the known."""
-    name = config.backend.name
-    factory = _REGISTRY.get(name) or _entry_point(name)
-    if factory is None:
-        known = sorted(set(_REGISTRY) | _entry_point_names())
-        raise ValueError(f"backend.name: unknown backend {name!r}; known: {', '.join(known)}")
+    try:
+        factory = BACKENDS.get(config.backend.name)
+    except UnknownName as exc:
+        raise ValueError(f"backend.name: {exc}") from None
     return factory(config)
-
-
-def _entry_point(name: str) -> Factory | None:
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group=ENTRY_POINTS):
-        if ep.name == name:
-            f: Factory = ep.load()
-            return f
-    return None
-
-
-def _entry_point_names() -> set[str]:
-    from importlib.metadata import entry_points
-
-    return {ep.name for ep in entry_points(group=ENTRY_POINTS)}
 
 
 def _local(config: ServiceConfig) -> LiveBackend:
@@ -210,5 +191,5 @@ def _kubernetes(config: ServiceConfig) -> LiveBackend:
     return from_config(config)
 
 
-register("local", _local)
-register("kubernetes", _kubernetes)
+BACKENDS.register("local", _local)
+BACKENDS.register("kubernetes", _kubernetes)

@@ -205,8 +205,7 @@ def _as_tuple(r: PeriodRecord) -> tuple[Any, ...]:
 def _stateless(market: str) -> bool:
     from merkat.market.mechanisms import MECHANISMS
 
-    cls = MECHANISMS.get(market)
-    return cls is None or cls.stateless
+    return market not in MECHANISMS or MECHANISMS.get(market).stateless
 
 
 def reads_history(names: Sequence[str], params: Mapping[str, Any] | None = None) -> bool:

@@ -18,7 +18,7 @@ from merkat.outputs import json_safe
 from merkat.sim.cluster import Cluster
 from merkat.sim.metrics import write_jobs_csv
 from merkat.sim.options import RunOptions
-from merkat.sim.schedulers import get
+from merkat.sim.schedulers import SCHEDULERS
 from merkat.sim.workload.jobs import build_workload
 from merkat.sim.workload.swf import SwfError, read_swf
 
@@ -59,7 +59,7 @@ def run_trace(
     )
     t1 = time.perf_counter()
     progress = progress_factory(len(workload)) if progress_factory else None
-    outcome = get(opts.scheduler).run(workload, cluster, opts, progress)
+    outcome = SCHEDULERS.get(opts.scheduler).run(workload, cluster, opts, progress)
     t2 = time.perf_counter()
     opts.out.mkdir(parents=True, exist_ok=True)
     write_jobs_csv(opts.out / "jobs.csv", workload, outcome.schedule, **outcome.columns)

@@ -6,8 +6,9 @@ errors); ``market`` (whether it takes the market's options: ``--policy``, ``--po
 ``--market``, ``--period``, ``--economy``...; the batch schedulers take none); and
 ``run(workload, cluster, opts, progress) -> TraceOutcome``: the jobs' start and end times, the
 extra ``jobs.csv`` columns it computes itself (a market run's ``met``, ``value``, ``outcome``,
-``paid``) and its summary. :func:`register` adds one (a decorator). This module imports
-nothing heavy: an entry imports its engine when it runs, so the CLI can list the names at once.
+``paid``) and its summary. ``SCHEDULERS.register(entry)`` adds one (a
+:class:`merkat.registry.Registry`). This module imports nothing heavy: an entry imports its
+engine when it runs, so the CLI can list the names at once.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
+
+from merkat.registry import Registry
 
 if TYPE_CHECKING:
     from merkat.sim.batch.engine import Schedule
@@ -51,28 +54,9 @@ class TraceScheduler(Protocol):
             progress: Callable[[int], None] | None) -> TraceOutcome: ...
 
 
-SCHEDULERS: dict[str, TraceScheduler] = {}
+SCHEDULERS: Registry[TraceScheduler] = Registry("scheduler")
 """Every scheduler of a trace run, by name (registration order: the batch baselines, then the
 market)."""
-
-
-def register(entry: TraceScheduler) -> TraceScheduler:
-    """Add ``entry`` under its ``name``."""
-    SCHEDULERS[entry.name] = entry
-    return entry
-
-
-def names() -> tuple[str, ...]:
-    return tuple(SCHEDULERS)
-
-
-def get(name: str) -> TraceScheduler:
-    """The scheduler ``name``; ValueError naming the known ones."""
-    try:
-        return SCHEDULERS[name]
-    except KeyError:
-        raise ValueError(f"unknown scheduler {name!r}; choose from {', '.join(SCHEDULERS)}"
-                         ) from None
 
 
 @dataclass(frozen=True)
@@ -154,11 +138,10 @@ for _name, _summary in (("fcfs", "first come, first served"),
                         ("conservative", "conservative backfilling"),
                         ("maui", "Maui-like: FCFS by queue time, EASY backfilling on users' "
                                  "inexact wall-time estimates")):
-    register(Batch(_name, _summary))
-register(Market())
+    SCHEDULERS.register(Batch(_name, _summary))
+SCHEDULERS.register(Market())
 
 
 def is_market(name: str) -> bool:
     """Whether the scheduler ``name`` is a market (takes the market's options)."""
-    entry = SCHEDULERS.get(name)
-    return entry is not None and entry.market
+    return name in SCHEDULERS and SCHEDULERS.get(name).market

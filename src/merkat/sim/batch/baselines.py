@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from merkat.registry import Registry
 from merkat.sim.batch import fast
 from merkat.sim.batch.engine import Context, Schedule, Scheduler, simulate
 from merkat.sim.cluster import Cluster
@@ -169,14 +170,10 @@ class Maui(Easy):
     name = "maui"
 
 
-SCHEDULERS: dict[str, Callable[[], Scheduler]] = {
-    "fcfs": Fcfs,
-    "edf": Edf,
-    "easy": Easy,
-    "conservative": Conservative,
-    "maui": Maui,
-}
-"""Scheduler factories by name (the ``--scheduler`` choices)."""
+SCHEDULERS: Registry[Callable[[], Scheduler]] = Registry("scheduler")
+"""Scheduler factories by name (the batch ``--scheduler`` choices)."""
+for _cls in (Fcfs, Edf, Easy, Conservative, Maui):
+    SCHEDULERS.register(_cls.name, _cls)
 
 FAST_SCHEDULERS = ("fcfs", "edf", "easy")
 
@@ -200,8 +197,7 @@ def schedule(
     scheduler has a fast loop; ``False`` forces the general engine (same result, slower);
     ``True`` requires the fast loop (ValueError if it does not apply).
     """
-    if scheduler not in SCHEDULERS:
-        raise ValueError(f"unknown scheduler {scheduler!r}; choose from {', '.join(SCHEDULERS)}")
+    SCHEDULERS.get(scheduler)  # an unknown name: the error lists the known ones
     if scheduler == "maui":
         from merkat.sim.batch.maui import maui_workload
 
@@ -213,7 +209,7 @@ def schedule(
     if use_fast is None:
         use_fast = can_fast
     if not use_fast:
-        return simulate(workload, cluster, SCHEDULERS[scheduler](), progress)
+        return simulate(workload, cluster, SCHEDULERS.get(scheduler)(), progress)
     if len(workload) and int(workload.procs.max()) > cluster.total_cores:
         raise ValueError("a job needs more cores than the cluster has")
     submit = workload.submit.tolist()

@@ -18,8 +18,8 @@ from merkat.sim.experiments import (
     tycoon_risk,
 )
 from merkat.sim.experiments.common import FACTORS, Run, baseline_work_at_deadline, execute
-from merkat.sim.experiments.registry import EXPERIMENTS, Experiment, register, run_experiment
+from merkat.sim.experiments.registry import EXPERIMENTS, Experiment, run_experiment
 
 __all__ = ["EXPERIMENTS", "FACTORS", "Experiment", "Run", "baseline_work_at_deadline", "execute",
-           "gridcloud", "merkat", "register", "run_experiment", "slo", "slo_ablation", "themis",
+           "gridcloud", "merkat", "run_experiment", "slo", "slo_ablation", "themis",
            "tycoon", "tycoon_ablation", "tycoon_ar6", "tycoon_risk"]

@@ -28,7 +28,7 @@ import numpy as np
 from merkat.gridcloud.run import Config, Group, simulate
 from merkat.gridcloud.users import Load, Strategy
 from merkat.sim.experiments.common import pyplot
-from merkat.sim.experiments.registry import Experiment, register
+from merkat.sim.experiments.registry import EXPERIMENTS, Experiment
 
 OUTCOMES = ("succeeded", "failed_budget", "failed_deadline", "failed_offer")
 
@@ -336,21 +336,21 @@ COMMON = {
     "utility": "(cost x time)^-1",
 }
 
-register(Experiment(
+EXPERIMENTS.register(Experiment(
     "gridcloud-strategies", "Grid-cloud Fig. 5: users' strategies",
     "Retrying stored tasks helps much, alternative offers a little; retry + alternatives is "
     "best; without retries most tasks fail for budget.",
     _strategies_runs, _strategies_derive, _strategies_plot,
     {**COMMON, "providers": "2 x Small", "users": 20, "tasks_per_user": 500,
      "interarrival_s": 30, "priority": "risk"}, execute, sweeps_load=False))
-register(Experiment(
+EXPERIMENTS.register(Experiment(
     "gridcloud-priority", "Grid-cloud Fig. 6: priority by risk vs importance",
     "By risk ≈ 77 % of tasks succeed vs ≈ 66 % by importance; Σ I succeeded +11 %, Σ I failed "
     "−62 %.",
     _priority_runs, _priority_derive, _priority_plot,
     {**COMMON, "providers": "2 x Small", "users": 20, "tasks_per_user": 5000,
      "interarrival_s": 50}, execute, sweeps_load=False))
-register(Experiment(
+EXPERIMENTS.register(Experiment(
     "gridcloud-adaptability", "Grid-cloud Fig. 7: adaptability to load",
     "Allocated PEs follow the load: up at 10,000 s, down after 15,000 s, minimal after "
     "20,000 s.",
@@ -358,7 +358,7 @@ register(Experiment(
     {**COMMON, "providers": "1 x Powerful", "users": 10, "tasks_per_user": 2000,
      "interarrival_s": "75 -> 7.5 (10,000 s) -> 75 (15,000 s) -> 750 (20,000 s)"},
     execute, sweeps_load=False))
-register(Experiment(
+EXPERIMENTS.register(Experiment(
     "gridcloud-fairness", "Grid-cloud Fig. 8-9: fairness",
     "Low- and medium-demand users are barely affected by a smaller cluster; high-demand "
     "users lose many tasks.",

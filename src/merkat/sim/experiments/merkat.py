@@ -33,7 +33,7 @@ from merkat.backends.sim import RigidApp
 from merkat.control.framework import FrameworkHorizontal
 from merkat.sim.experiments import satisfaction, satisfaction_readings
 from merkat.sim.experiments.common import MIN, ScenarioRun, div, fmt, mean, pct, pyplot
-from merkat.sim.experiments.registry import Experiment, register
+from merkat.sim.experiments.registry import EXPERIMENTS, Experiment
 from merkat.sim.market.scenarios import (
     BatchQueue,
     IterativeApp,
@@ -388,16 +388,16 @@ def _fig7_plot(doc: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-register(Experiment(
+EXPERIMENTS.register(Experiment(
     "merkat-fig6", "Merkat Fig. 6: vertical scaling to a deadline",
     "The bid rises as best-effort applications arrive and stabilises; the shortest deadline "
     "needs the maximum allocation and a much higher bid; the iteration time stays close to "
     "its reference.",
     _merkat6_runs, _merkat6_derive, _merkat6_plot, dict(MERKAT6), merkat_fig6,
     sweeps_load=False))
-register(satisfaction.EXPERIMENT)
-register(satisfaction_readings.EXPERIMENT)
-register(Experiment(
+EXPERIMENTS.register(satisfaction.EXPERIMENT)
+EXPERIMENTS.register(satisfaction_readings.EXPERIMENT)
+EXPERIMENTS.register(Experiment(
     "merkat-fig7", "Merkat Fig. 7: horizontal scaling of two frameworks",
     "Both frameworks follow their queues; Condor uses more than its equal share (80 VMs) "
     "while Torque is idle.",

@@ -8,7 +8,8 @@ byte-identical results files.
 
 One registration style: each paper's module (:mod:`~merkat.sim.experiments.themis`,
 :mod:`~merkat.sim.experiments.slo`, :mod:`~merkat.sim.experiments.merkat`) calls
-:func:`register` at import; :mod:`merkat.sim.experiments` imports them all.
+``EXPERIMENTS.register(Experiment(...))`` at import (a :class:`merkat.registry.Registry`: a
+name is registered once); :mod:`merkat.sim.experiments` imports them all.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from merkat.market.types import BALANCERS
+from merkat.registry import Registry
 from merkat.sim.experiments.common import FACTORS, VM_COSTS, execute, markdown
 from merkat.sim.schedulers import is_market
 
@@ -53,15 +55,7 @@ class Experiment:
     runs_for_market: Callable[[str, int, int | None, Sequence[float]], Sequence[Any]] | None = None
 
 
-def register(experiment: Experiment) -> Experiment:
-    """Add ``experiment`` to :data:`EXPERIMENTS` (a name may be registered once)."""
-    if experiment.name in EXPERIMENTS:
-        raise ValueError(f"experiment {experiment.name!r} is already registered")
-    EXPERIMENTS[experiment.name] = experiment
-    return experiment
-
-
-EXPERIMENTS: dict[str, Experiment] = {}
+EXPERIMENTS: Registry[Experiment] = Registry("experiment")
 """Every registered experiment, by name."""
 
 
@@ -95,9 +89,7 @@ def run_experiment(
     VM_COSTS`) replace the market runs' period and VM-operation costs the same way (the
     ablations of docs/experiments.md).
     """
-    if name not in EXPERIMENTS:
-        raise KeyError(f"unknown experiment {name!r}; known: {', '.join(sorted(EXPERIMENTS))}")
-    exp = EXPERIMENTS[name]
+    exp = EXPERIMENTS.get(name)
     factors = factors if factors is not None else (exp.default_factors or FACTORS)
     runs = exp.runs(seeds, jobs, factors)
     chosen: dict[str, Any] = {}

@@ -26,7 +26,7 @@ from merkat.sim.experiments.common import (
     series_plot,
 )
 from merkat.sim.experiments.readings import DEFAULTS
-from merkat.sim.experiments.registry import Experiment, register
+from merkat.sim.experiments.registry import EXPERIMENTS, Experiment
 
 # --- slo-fig2 / slo-fig3 -------------------------------------------------------------------
 
@@ -171,7 +171,7 @@ def _slo3_plot(doc: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-register(Experiment(
+EXPERIMENTS.register(Experiment(
         "slo-fig2",
         SLO2_TITLE,
         SLO2_CLAIM,
@@ -189,7 +189,7 @@ register(Experiment(
         markets=("drf",),
         runs_for_market=slo_drf.runs,
 ))
-register(Experiment(
+EXPERIMENTS.register(Experiment(
         "slo-fig3",
         "SLO paper Fig. 3: VM operations",
         "VM operations decrease when the system is highly loaded, and are significantly "

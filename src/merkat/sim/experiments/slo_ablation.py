@@ -26,7 +26,7 @@ import numpy as np
 
 from merkat.sim.experiments.common import COMMON, Run, execute, fmt, pyplot
 from merkat.sim.experiments.readings import READINGS, apply_readings
-from merkat.sim.experiments.registry import Experiment, register
+from merkat.sim.experiments.registry import EXPERIMENTS, Experiment
 
 ROWS: tuple[tuple[str, dict[str, str]], ...] = (
     ("as built", {}),  # edf=run: slo-fig2 before the ablation
@@ -176,7 +176,7 @@ def _plot(doc: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-register(Experiment(
+EXPERIMENTS.register(Experiment(
     "slo-ablation",
     "SLO paper Fig. 2-3 under each reading (issue 29, disagreement 2)",
     "(a) the market loses to EDF increasingly with load and wins at light load; (b) the "

@@ -29,7 +29,7 @@ from merkat.sim.experiments.common import (
     mode,
     pyplot,
 )
-from merkat.sim.experiments.registry import Experiment, register
+from merkat.sim.experiments.registry import EXPERIMENTS, Experiment
 from merkat.sim.market.scenarios import Scenario, spec
 
 # --- themis-fig5 -------------------------------------------------------------------------
@@ -214,7 +214,7 @@ def _themis6_plot(doc: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-register(Experiment(
+EXPERIMENTS.register(Experiment(
         "themis-fig5",
         "Themis Fig. 5: SLO satisfaction and efficiency on HPC2N",
         "The market beats FCFS and EDF at light load; at high load it gives about 2x "
@@ -232,7 +232,7 @@ register(Experiment(
         },
         takes_policy=True,
 ))
-register(Experiment(
+EXPERIMENTS.register(Experiment(
     "themis-fig6", "Themis Fig. 6: elastic scaling of a master-worker application",
     "About 44 VMs, then after 1,500 more tasks at minute 85 an incremental then aggressive "
     "increase, an overshoot and an equilibrium near 116 VMs.",

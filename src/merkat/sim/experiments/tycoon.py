@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from merkat.sim.experiments.common import pyplot
-from merkat.sim.experiments.registry import Experiment, register
+from merkat.sim.experiments.registry import EXPERIMENTS, Experiment
 from merkat.sim.tycoon import TycoonConfig, TycoonJob, simulate
 
 HOUR = 3600.0
@@ -195,7 +195,7 @@ def _f(x: Any) -> str:
     return "-" if x is None else f"{x:.2f}" if isinstance(x, float) else str(x)
 
 
-register(Experiment(
+EXPERIMENTS.register(Experiment(
     "tycoon-funding", "Tycoon Tables 1-2: differentiated QoS by funding",
     "Equal funding: users 1-2 7.16 h, 4.19 $/h, 28.66 min/job, 15 nodes; users 3-5 6.36 h, "
     "4.28 $/h, 45.49 min/job, 8.7 nodes. Funding 100/100/500/500/500 with a 5.5 h deadline: "

@@ -28,7 +28,7 @@ import numpy as np
 from merkat import seeds
 from merkat.predict import ar
 from merkat.sim.experiments.common import pyplot
-from merkat.sim.experiments.registry import Experiment, register
+from merkat.sim.experiments.registry import EXPERIMENTS, Experiment
 from merkat.sim.experiments.tycoon import HOUR, funding_config, funding_jobs
 from merkat.sim.experiments.tycoon_ar6 import AR6, price_history
 from merkat.sim.tycoon import TycoonConfig, TycoonJob, TycoonSim, simulate
@@ -368,12 +368,12 @@ def _funding_plot(doc: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-register(Experiment(
+EXPERIMENTS.register(Experiment(
     "tycoon-ar6-ablation", "Tycoon §5.4 AR(6): each price series, sampling and smoothing",
     "AR(6) with a one-hour forecast and smoothing: ε = 8.96 %; the price stays: 9.44 %.",
     _ar_runs, _ar_derive, _ar_plot, dict(AR_ABLATION), tycoon_ar6_ablation,
     sweeps_load=False))
-register(Experiment(
+EXPERIMENTS.register(Experiment(
     "tycoon-funding-ablation", "Tycoon Table 1: each reading of the funding rule",
     "Equal funding: users 1-2 7.16 h, 4.19 $/h, 15 nodes; users 3-5 6.36 h, 4.28 $/h, "
     "8.7 nodes (Best Response found it too expensive to fund more).",

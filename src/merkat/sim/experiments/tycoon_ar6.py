@@ -15,7 +15,7 @@ import numpy as np
 from merkat import seeds
 from merkat.predict import ar
 from merkat.sim.experiments.common import pyplot
-from merkat.sim.experiments.registry import Experiment, register
+from merkat.sim.experiments.registry import EXPERIMENTS, Experiment
 from merkat.sim.experiments.tycoon import FUNDING, HOUR, SeedRun, funding_config, seed_runs
 from merkat.sim.tycoon import TycoonJob, simulate
 
@@ -166,7 +166,7 @@ def _ar6_plot(doc: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-register(Experiment(
+EXPERIMENTS.register(Experiment(
     "tycoon-ar6", "Tycoon §5.4 / Fig. 4: AR(6) price prediction",
     "AR(6) with a one-hour forecast and smoothing: ε = 8.96 %; the price stays: 9.44 %.",
     seed_runs, _ar6_derive, _ar6_plot, dict(AR6), tycoon_ar6, sweeps_load=False))

@@ -14,7 +14,7 @@ import numpy as np
 from merkat import seeds
 from merkat.predict import portfolio, slots
 from merkat.sim.experiments.common import pyplot
-from merkat.sim.experiments.registry import Experiment, register
+from merkat.sim.experiments.registry import EXPERIMENTS, Experiment
 from merkat.sim.experiments.tycoon import SeedRun, seed_runs
 
 # --- tycoon-portfolio ---------------------------------------------------------------------------
@@ -192,12 +192,12 @@ def _window_plot(doc: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-register(Experiment(
+EXPERIMENTS.register(Experiment(
     "tycoon-portfolio", "Tycoon Fig. 5: risk-free portfolio vs equal shares",
     "Downside risk is improved by using the risk-free portfolio.",
     seed_runs, _portfolio_derive, _portfolio_plot, dict(PORTFOLIO), tycoon_portfolio,
     sweeps_load=False))
-register(Experiment(
+EXPERIMENTS.register(Experiment(
     "tycoon-window", "Tycoon Fig. 7: moving-window distribution approximation",
     "The approximations follow the actual Normal, Exponential and Beta distributions closely; "
     "normal ones with a small sd may have their mean shifted slightly.",
