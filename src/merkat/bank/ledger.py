@@ -1,4 +1,4 @@
-"""The ledger interface shared by the persistent (SQL) and the in-memory implementation.
+"""The ledger base shared by the persistent (SQL) and the in-memory implementation.
 
 Contract, for every implementation:
 
@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from merkat.bank.errors import InvalidInput
 from merkat.bank.money import MAX_AMOUNT, MAX_ID, MAX_TOTAL, format_amount
@@ -99,10 +100,12 @@ Move = tuple[str, str, int]
 """One movement of a batch: ``(payer, payee, amount)``."""
 
 
-@runtime_checkable
-class Ledger(Protocol):
-    """Accounts, balances and a double-entry journal (see the module docstring)."""
+class Ledger(ABC):
+    """Accounts, balances and a double-entry journal (see the module docstring): the base of
+    every ledger. :meth:`mint`, :meth:`burn` and :meth:`transfer` are written here once, as
+    one checked movement that each implementation applies in :meth:`_move`."""
 
+    @abstractmethod
     def create_account(
         self,
         name: str,
@@ -111,27 +114,26 @@ class Ledger(Protocol):
         identity: str | None = None,
     ) -> Account:
         """Create an account with a zero balance. Applications need an existing user owner."""
-        ...
 
+    @abstractmethod
     def get_account(self, name: str) -> Account:
         """The account called ``name``; raises ``UnknownAccount``."""
-        ...
 
+    @abstractmethod
     def has_account(self, name: str) -> bool:
         """Whether an account called ``name`` exists."""
-        ...
 
+    @abstractmethod
     def accounts(self, kind: AccountKind | None = None) -> list[Account]:
         """All accounts (of ``kind`` if given), sorted by name."""
-        ...
 
+    @abstractmethod
     def balance(self, name: str) -> int:
         """The balance of ``name`` in micro-credits; raises ``UnknownAccount``."""
-        ...
 
+    @abstractmethod
     def balances(self, names: Iterable[str] | None = None) -> dict[str, int]:
         """Balances of ``names`` (all accounts when ``None``)."""
-        ...
 
     def mint(
         self,
@@ -142,7 +144,8 @@ class Ledger(Protocol):
         idempotency_key: str | None = None,
     ) -> Transfer:
         """Create ``amount`` micro-credits on ``account`` (logged; raises the total)."""
-        ...
+        return self._checked_move(TransferKind.mint, None, account, amount, reason, period,
+                            idempotency_key)
 
     def burn(
         self,
@@ -153,7 +156,8 @@ class Ledger(Protocol):
         idempotency_key: str | None = None,
     ) -> Transfer:
         """Destroy ``amount`` micro-credits from ``account`` (logged; lowers the total)."""
-        ...
+        return self._checked_move(TransferKind.burn, account, None, amount, reason, period,
+                            idempotency_key)
 
     def transfer(
         self,
@@ -165,8 +169,33 @@ class Ledger(Protocol):
         idempotency_key: str | None = None,
     ) -> Transfer:
         """Move ``amount`` from ``payer`` to ``payee``; refused if ``payer`` would overdraw."""
-        ...
+        check_name(payer, "payer")
+        check_name(payee, "payee")
+        return self._checked_move(TransferKind.transfer, payer, payee, amount, reason, period,
+                            idempotency_key)
 
+    def _checked_move(self, kind: TransferKind, payer: str | None, payee: str | None,
+                      amount: int, reason: str, period: int | None, key: str | None
+                      ) -> Transfer:
+        """One movement (a mint has no payer, a burn no payee), its arguments checked."""
+        check_amount(amount)
+        check_reason(reason)
+        check_period(period)
+        check_key(key)
+        if payer is not None and payer == payee:
+            raise InvalidInput("payee", f"payer and payee are the same account {payer!r}")
+        return self._move(kind, payer, payee, amount, reason, period, key)
+
+    @abstractmethod
+    def _move(self, kind: TransferKind, payer: str | None, payee: str | None, amount: int,
+              reason: str, period: int | None, key: str | None) -> Transfer:
+        """Apply one checked movement, all or nothing: resolve its accounts
+        (``UnknownAccount`` naming ``payer``, ``payee`` or ``account``), replay its
+        idempotency key (``IdempotencyConflict`` if it was used for another call), refuse a
+        mint above :data:`~merkat.bank.money.MAX_TOTAL` and an overdraft
+        (``InsufficientFunds``), journal it."""
+
+    @abstractmethod
     def transfer_many(
         self,
         moves: Sequence[Move],
@@ -181,8 +210,8 @@ class Ledger(Protocol):
         connection; ``None`` for the in-memory ledger), even when ``moves`` is empty or the key
         replays: what it writes commits with the moves, and if it raises nothing moves (the
         live service ends a platform and returns its budget this way)."""
-        ...
 
+    @abstractmethod
     def mint_many(
         self,
         credits: Sequence[tuple[str, int]],
@@ -191,28 +220,28 @@ class Ledger(Protocol):
         idempotency_key: str | None = None,
     ) -> Sequence[int]:
         """Mint each ``(account, amount)`` in one transaction (or none); returns the ids."""
-        ...
 
+    @abstractmethod
     def get_transfer(self, transfer_id: int) -> Transfer:
         """The transfer with this id; raises ``UnknownTransfer``."""
-        ...
 
+    @abstractmethod
     def history(self, account: str, limit: int | None = None) -> list[Transfer]:
         """Transfers touching ``account``, newest first (at most ``limit``)."""
-        ...
 
+    @abstractmethod
     def audit(self) -> Audit:
         """Check the books (see :class:`Audit`)."""
-        ...
 
+    @abstractmethod
     def register_key(self, user: str, public_key: bytes) -> None:
         """Register (or replace) the raw 32-byte Ed25519 public key of ``user``."""
-        ...
 
+    @abstractmethod
     def public_key(self, user: str) -> bytes | None:
         """The registered raw public key of ``user``, or ``None``."""
-        ...
 
+    @abstractmethod
     def redeem(
         self, transfer_id: int, identity: str, sub_account: str, amount: int, payee: str
     ) -> Redemption:
@@ -220,16 +249,15 @@ class Ledger(Protocol):
         create sub-account ``sub_account`` (owner ``payee``, bound to ``identity``); move
         ``amount`` from ``payee`` to it. Signature checks are done by the caller
         (:mod:`merkat.bank.tokens`)."""
-        ...
 
+    @abstractmethod
     def bank_id(self) -> str:
         """This bank's identity: a random id stored with the bank, named in the tokens it
         issues (a token of another bank is refused)."""
-        ...
 
+    @abstractmethod
     def close(self) -> None:
         """Release resources (connections)."""
-        ...
 
 
 # --- validation shared by the implementations ----------------------------------------------

@@ -25,6 +25,7 @@ from merkat.bank.ledger import (
     Account,
     AccountKind,
     Audit,
+    Ledger,
     Move,
     Redemption,
     Transfer,
@@ -55,7 +56,7 @@ class _Batch:
     key: str | None
 
 
-class MemoryLedger:
+class MemoryLedger(Ledger):
     """A :class:`~merkat.bank.ledger.Ledger` held in process memory (lost at exit)."""
 
     def __init__(self, journal: bool = True) -> None:
@@ -143,7 +144,7 @@ class MemoryLedger:
             self._idem[t.idempotency_key] = (_fp_of(t), t)
         return t
 
-    def _single_op(
+    def _move(
         self,
         kind: TransferKind,
         payer: str | None,
@@ -153,16 +154,8 @@ class MemoryLedger:
         period: int | None,
         key: str | None,
     ) -> Transfer:
-        check_amount(amount)
-        check_reason(reason)
-        check_period(period)
-        check_key(key)
         src = None if payer is None else self._id(payer, "payer" if payee else "account")
         dst = None if payee is None else self._id(payee, "payee" if payer else "account")
-        if src is not None and src == dst:
-            from merkat.bank.errors import InvalidInput
-
-            raise InvalidInput("payee", f"payer and payee are the same account {payer!r}")
         t = Transfer(self._next_id, kind, payer, payee, amount, reason, period, key)
         old = self._replay(key, _fp_of(t))
         if old is not None:
@@ -181,45 +174,6 @@ class MemoryLedger:
         elif kind is TransferKind.burn:
             self._burned += amount
         return self._record(t)
-
-    def mint(
-        self,
-        account: str,
-        amount: int,
-        reason: str,
-        period: int | None = None,
-        idempotency_key: str | None = None,
-    ) -> Transfer:
-        return self._single_op(
-            TransferKind.mint, None, account, amount, reason, period, idempotency_key
-        )
-
-    def burn(
-        self,
-        account: str,
-        amount: int,
-        reason: str,
-        period: int | None = None,
-        idempotency_key: str | None = None,
-    ) -> Transfer:
-        return self._single_op(
-            TransferKind.burn, account, None, amount, reason, period, idempotency_key
-        )
-
-    def transfer(
-        self,
-        payer: str,
-        payee: str,
-        amount: int,
-        reason: str,
-        period: int | None = None,
-        idempotency_key: str | None = None,
-    ) -> Transfer:
-        check_name(payer, "payer")
-        check_name(payee, "payee")
-        return self._single_op(
-            TransferKind.transfer, payer, payee, amount, reason, period, idempotency_key
-        )
 
     def transfer_many(
         self,

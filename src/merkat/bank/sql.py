@@ -30,6 +30,7 @@ from merkat.bank.ledger import (
     Account,
     AccountKind,
     Audit,
+    Ledger,
     Move,
     Redemption,
     Transfer,
@@ -77,7 +78,7 @@ __all__ = [
 ]
 
 
-class SqlLedger(SqlCore):
+class SqlLedger(SqlCore, Ledger):
     """A :class:`~merkat.bank.ledger.Ledger` persisted through a SQLAlchemy ``Engine``.
 
     Build it with :func:`merkat.bank.db.open_ledger` (URL handling, pragmas, schema checks).
@@ -159,7 +160,7 @@ class SqlLedger(SqlCore):
 
     # --- movements ---------------------------------------------------------------------
 
-    def _single(
+    def _move(
         self,
         kind: TransferKind,
         payer: str | None,
@@ -169,12 +170,6 @@ class SqlLedger(SqlCore):
         period: int | None,
         key: str | None,
     ) -> Transfer:
-        check_amount(amount)
-        check_reason(reason)
-        check_period(period)
-        check_key(key)
-        if payer is not None and payer == payee:
-            raise InvalidInput("payee", f"payer and payee are the same account {payer!r}")
         fp = fingerprint(kind.value, [(payer, payee, amount)])
 
         def run(conn: Connection) -> Transfer:
@@ -211,45 +206,6 @@ class SqlLedger(SqlCore):
             return Transfer(int(tid), kind, payer, payee, amount, reason, period, key)
 
         return self._tx(run)
-
-    def mint(
-        self,
-        account: str,
-        amount: int,
-        reason: str,
-        period: int | None = None,
-        idempotency_key: str | None = None,
-    ) -> Transfer:
-        return self._single(
-            TransferKind.mint, None, account, amount, reason, period, idempotency_key
-        )
-
-    def burn(
-        self,
-        account: str,
-        amount: int,
-        reason: str,
-        period: int | None = None,
-        idempotency_key: str | None = None,
-    ) -> Transfer:
-        return self._single(
-            TransferKind.burn, account, None, amount, reason, period, idempotency_key
-        )
-
-    def transfer(
-        self,
-        payer: str,
-        payee: str,
-        amount: int,
-        reason: str,
-        period: int | None = None,
-        idempotency_key: str | None = None,
-    ) -> Transfer:
-        check_name(payer, "payer")
-        check_name(payee, "payee")
-        return self._single(
-            TransferKind.transfer, payer, payee, amount, reason, period, idempotency_key
-        )
 
     def transfer_many(
         self,
