@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from merkat.bank.errors import BankError, InsufficientFunds, InvalidInput
 from merkat.bank.ledger import Account, AccountKind, Audit, Ledger, Move, Transfer, TransferKind
-from merkat.bank.money import MICRO, format_amount, parse_amount
+from merkat.bank.money import format_amount, parse_amount
+from merkat.defaults import MICRO
 
 if TYPE_CHECKING:
     from merkat.bank.memory import MemoryLedger

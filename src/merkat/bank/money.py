@@ -16,9 +16,7 @@ import re
 from decimal import Decimal, InvalidOperation
 
 from merkat.bank.errors import InvalidInput
-
-MICRO = 1_000_000
-"""Micro-credits per credit."""
+from merkat.defaults import MICRO
 
 MAX_AMOUNT = 2**62
 """Largest amount (micro-credits) the bank accepts in one movement; fits a signed 64-bit column."""

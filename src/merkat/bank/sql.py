@@ -48,7 +48,6 @@ from merkat.bank.ledger import (
     fingerprint,
     replayed_message,
 )
-from merkat.bank.money import MICRO
 from merkat.bank.schema import (
     INS_KEY,
     INS_TRANSFER,
@@ -63,6 +62,7 @@ from merkat.bank.schema import (
     transfers,
 )
 from merkat.bank.sqlcore import LOCK_WAIT_S, SqlCore
+from merkat.defaults import MICRO
 
 __all__ = [
     "LOCK_WAIT_S",

@@ -23,8 +23,8 @@ from sqlalchemy import text
 from merkat.bank.db import open_ledger, parse_url
 from merkat.bank.ledger import AccountKind, Ledger
 from merkat.bank.memory import MemoryLedger
-from merkat.bank.money import MICRO
 from merkat.bank.policies import ChargeByBid
+from merkat.defaults import MICRO
 
 
 def _measure(ledger: Ledger, transfers: int, vms: int) -> dict[str, Any]:

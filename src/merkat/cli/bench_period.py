@@ -50,7 +50,8 @@ def bench_period(
     """Time one market run of the themis-fig5 sweep (JSON on stdout)."""
     from merkat.cli.validate import check_float, check_int
     from merkat.sim.cluster import Cluster
-    from merkat.sim.market.trace import MarketConfig, summarize_market
+    from merkat.sim.market.trace import summarize_market
+    from merkat.sim.options import MarketConfig
     from merkat.sim.parallel import simulate_parallel
     from merkat.sim.workload.jobs import build_workload
     from merkat.sim.workload.swf import SwfError, read_swf

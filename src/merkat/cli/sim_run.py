@@ -18,6 +18,18 @@ import typer
 from merkat.cli._common import LazyProgress, OutputFormat, OutputOption, emit, err_console, fail
 from merkat.cli.sim import app, check, summary_table
 from merkat.cli.validate import check_choice, check_float, check_int
+from merkat.defaults import (
+    ADMISSION_S,
+    BALANCER,
+    BUDGET_BASE,
+    CHARGE_BY,
+    DEADLINE_FACTOR_MAX,
+    DEADLINE_FACTOR_MIN,
+    ECONOMY,
+    MECHANISM,
+    PERIOD_S,
+    POLICY,
+)
 from merkat.sim.schedulers import SCHEDULERS
 from merkat.sim.workload.traces import find_trace
 
@@ -77,17 +89,17 @@ def run_cmd(
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the run: the jobs' SLO attributes and the controllers' draws."),
     strict: bool = typer.Option(False, "--strict", help="Fail on the first bad trace line."),
-    deadline_min: float = typer.Option(1.2, "--deadline-factor-min"),
-    deadline_max: float = typer.Option(10.0, "--deadline-factor-max"),
+    deadline_min: float = typer.Option(DEADLINE_FACTOR_MIN, "--deadline-factor-min"),
+    deadline_max: float = typer.Option(DEADLINE_FACTOR_MAX, "--deadline-factor-max"),
     budget_base: float = typer.Option(
-        60.0, "--budget-base", help="B_base (budget = B_base/factor)."
+        BUDGET_BASE, "--budget-base", help="B_base (budget = B_base/factor)."
     ),
     policy: str | None = typer.Option(
         None, "--policy", help="With --scheduler market: the controllers' policy "
-        "(default deadline-strict)."
+        f"(default {POLICY})."
     ),
     market: str = typer.Option(
-        "proportional-share", "--market",
+        MECHANISM, "--market",
         help="With --scheduler market: the market mechanism — proportional-share (Merkat), "
              "tycoon (an auction per host) or posted (grid-cloud posted prices, eq. 5).",
     ),
@@ -98,12 +110,12 @@ def run_cmd(
     ),
     period: float | None = typer.Option(
         None, "--period", help="With --scheduler market: the scheduling period, seconds "
-        "(default 300)."
+        f"(default {PERIOD_S:g})."
     ),
     admission: float | None = typer.Option(
         None, "--admission", metavar="SECONDS",
         help="With --scheduler market: the applications manager admits new applications "
-        "between periods every SECONDS (Merkat §4.2.2: 10, the default); 0 makes them wait "
+        f"between periods every SECONDS (Merkat §4.2.2: {ADMISSION_S:g}, the default); 0 makes them wait "
         "for the next period.",
     ),
     workers: int | None = typer.Option(
@@ -149,7 +161,7 @@ def run_cmd(
 
     Without --hosts/--cores-per-host the machine is the trace header's MaxProcs as one pool.
     """
-    from merkat.sim.options import RunOptions
+    from merkat.sim.options import MarketConfig, RunOptions
     from merkat.sim.run import run_trace
     from merkat.sim.workload.jobs import SloConfig
     from merkat.sim.workload.swf import SwfError
@@ -162,15 +174,17 @@ def run_cmd(
         for flag, value in given.items():
             check(value is None, f"{flag}: only with --scheduler market (the {scheduler} "
                    "scheduler has no controllers, periods or money)")
-    policy = "deadline-strict" if policy is None else policy
-    period = 300.0 if period is None else period
-    admission = 10.0 if admission is None else admission
+    policy = POLICY if policy is None else policy
+    period = PERIOD_S if period is None else period
+    admission = ADMISSION_S if admission is None else admission
     workers = 1 if workers is None else workers
-    economy = "themis" if economy is None else economy
-    charging = "bid" if charging is None else charging
-    balancer = "merkat" if balancer is None else balancer
+    economy = ECONOMY if economy is None else economy
+    charging = CHARGE_BY if charging is None else charging
+    balancer = BALANCER if balancer is None else balancer
     check(serial_fraction is None or moldable, "--serial-fraction: only with --moldable")
-    serial_fraction = 0.05 if serial_fraction is None else serial_fraction
+    from merkat.sim.market.moldable import SERIAL_FRACTION
+
+    serial_fraction = SERIAL_FRACTION if serial_fraction is None else serial_fraction
     check(0 <= serial_fraction < 1,
           f"--serial-fraction must be in [0, 1), got {serial_fraction:g}")
     check(jobs is None or jobs >= 1, f"--jobs must be >= 1, got {jobs}")
@@ -189,10 +203,10 @@ def run_cmd(
     check_float("--admission", admission, 0, 86400)
     check_int("--workers", workers, 1, 1024)
     from merkat.market.types import BALANCERS
-    from merkat.runtime.economy import CHARGING, ECONOMIES
+    from merkat.runtime import economy as money
 
-    check_choice("--economy", economy, ECONOMIES)
-    check_choice("--charging", charging, CHARGING)
+    check_choice("--economy", economy, money.ECONOMIES)
+    check_choice("--charging", charging, money.CHARGING)
     check_choice("--balancer", balancer, BALANCERS)
     try:
         trace_path = find_trace(trace)
@@ -221,12 +235,12 @@ def run_cmd(
             f"{', '.join(usable)} (merkat policy list){hint}",
         )
     params = parse_policy_params(policy_param, policy if takes_market else None)
-    if market != "proportional-share":
+    if market != MECHANISM:
         from merkat.market.mechanisms import MECHANISMS
 
         check(takes_market, "--market: only with --scheduler market")
         check_choice("--market", market, MECHANISMS)
-        check(balancer == "merkat", f"--balancer {balancer}: only with --market "
+        check(balancer == BALANCER, f"--balancer {balancer}: only with --market "
                "proportional-share (the other mechanisms place no VMs to balance)")
     opts = RunOptions(
         trace=trace_path,
@@ -241,17 +255,12 @@ def run_cmd(
         seed=seed,
         strict=strict,
         slo=SloConfig(deadline_min, deadline_max, budget_base),
-        policy=policy,
-        period=period,
+        market_config=MarketConfig(policy=policy, period=period, economy=economy,
+                                   charging=charging, policy_params=params, market=market,
+                                   admission=admission or None, moldable=moldable,
+                                   serial_fraction=serial_fraction),
         workers=workers,
-        economy=economy,
-        charging=charging,
-        policy_params=params,
-        market=market,
-        admission=admission or None,
         balancer=balancer,
-        moldable=moldable,
-        serial_fraction=serial_fraction,
     )
     bars: list[LazyProgress] = []
     t0 = time.perf_counter()

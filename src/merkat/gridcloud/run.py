@@ -32,8 +32,8 @@ from typing import Any
 
 from merkat.bank.ledger import AccountKind
 from merkat.bank.memory import MemoryLedger
-from merkat.bank.money import MICRO
 from merkat.bank.policies import VirtualBank
+from merkat.defaults import MICRO
 from merkat.gridcloud import diet
 from merkat.gridcloud.model import (
     BANK_PERIOD,

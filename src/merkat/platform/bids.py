@@ -10,7 +10,8 @@ import math
 from collections.abc import Mapping
 
 from merkat.control.types import Demand
-from merkat.platform.model import MICRO, AppNext, NonFiniteBid, to_micro
+from merkat.defaults import MICRO
+from merkat.platform.model import AppNext, NonFiniteBid, to_micro
 
 
 def set_bids(nx: AppNext, trade: tuple[str, ...], demand: Demand) -> None:

@@ -14,11 +14,10 @@ from typing import Any
 
 from merkat.control.base import Controller
 from merkat.control.types import AppStatus, Metrics, VMState
+from merkat.defaults import MICRO
 from merkat.market import NO_HOST, RESOURCES
 from merkat.platform.backend import Plan
 from merkat.platform.lifecycle import ENDED
-
-MICRO = 1_000_000
 
 
 def to_micro(credits: float) -> int:

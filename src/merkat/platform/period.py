@@ -46,6 +46,7 @@ from merkat.control.base import Controller
 from merkat.control.forecast import HISTORY
 from merkat.control.registry import make_policy
 from merkat.control.types import Action, AppStatus, Observation, check_amounts
+from merkat.defaults import KEEP_ALIVE, MECHANISM, MICRO, PERIOD_S, RESERVE_PRICE
 from merkat.market import RESOURCES, BalanceParams, Clearing, Hosts, VMs
 from merkat.market.mechanisms import make_mechanism
 from merkat.platform import admission, commit
@@ -55,7 +56,6 @@ from merkat.platform.lifecycle import ENDED, app_failure, app_transition
 from merkat.platform.market_input import bidding as bidding_vms
 from merkat.platform.market_input import market_vms, same_input
 from merkat.platform.model import (
-    MICRO,
     App,
     AppNext,
     AppSpec,
@@ -88,13 +88,14 @@ class Platform:
     """
 
     hosts: Hosts
-    period: float = 300.0
-    reserve: Mapping[str, float] = field(default_factory=lambda: {r: 0.001 for r in RESOURCES})
+    period: float = PERIOD_S
+    reserve: Mapping[str, float] = field(
+        default_factory=lambda: dict.fromkeys(RESOURCES, RESERVE_PRICE))
     balance: BalanceParams = field(default_factory=BalanceParams)
     provider: str = "provider"
-    keep_alive: int = 3
+    keep_alive: int = KEEP_ALIVE
     history_size: int = HISTORY  # past prices shown: the forecasts' default window
-    market: str = "proportional-share"  # the mechanism (merkat.market.mechanisms), by name
+    market: str = MECHANISM  # the mechanism (merkat.market.mechanisms), by name
     apps: dict[str, App] = field(default_factory=dict)
     active: dict[str, App] = field(default_factory=dict)
     records: list[PeriodRecord] = field(default_factory=list)

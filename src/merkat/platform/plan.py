@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 
 from merkat.control.types import VMState
+from merkat.defaults import MICRO
 from merkat.market import NO_HOST, RESOURCES
 from merkat.market.share import FloatArray, IntArray
 from merkat.market.types import row_sum
 from merkat.platform.backend import Plan, VMPlacement
 from merkat.platform.market_input import Run
-from merkat.platform.model import MICRO, Ops
+from merkat.platform.model import Ops
 
 
 def make_plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,

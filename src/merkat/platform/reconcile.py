@@ -27,11 +27,12 @@ from merkat.control.types import (
     new_observation_unchecked,
     new_vm_view,
 )
+from merkat.defaults import MICRO
 from merkat.market import NO_HOST, RESOURCES
 from merkat.platform.bids import set_bids, within_budget
 from merkat.platform.draft import add_vm, keep
 from merkat.platform.lifecycle import app_transition, vm_transition
-from merkat.platform.model import MICRO, App, AppConst, AppNext, AppSpec, Observed, Ops, to_micro
+from merkat.platform.model import App, AppConst, AppNext, AppSpec, Observed, Ops, to_micro
 
 Prices = dict[str, float]
 Shared = tuple[Prices, Prices, tuple[Prices, ...]]

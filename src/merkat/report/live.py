@@ -18,9 +18,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from merkat.defaults import MICRO
 from merkat.report.model import Figure, Report, ReportError, Table
-
-MICRO = 1_000_000
 
 
 def _engine(url: str) -> Any:

@@ -46,6 +46,7 @@ from merkat.bank.policies import (
     _digest,
     hold_account,
 )
+from merkat.defaults import CHARGE_BY, ECONOMY, REDISTRIBUTE_EVERY
 from merkat.platform.model import App, Charged, Decision, to_micro
 from merkat.registry import Registry, UnknownName
 from merkat.runtime.metering import MeteredUse
@@ -147,8 +148,7 @@ class ThemisRules:
     name: ClassVar[str] = "themis"
     mints_allowances: ClassVar[bool] = True
 
-    def __init__(self, ledger: Ledger, redistribute_every: int = 12,
-                 idle_tax_ppm: int = 0) -> None:
+    def __init__(self, ledger: Ledger, redistribute_every: int, idle_tax_ppm: int) -> None:
         pass
 
     def redistribute(self, ledger: Ledger, period: int) -> int:
@@ -164,8 +164,7 @@ class ClosedRules:
     name: ClassVar[str] = "closed"
     mints_allowances: ClassVar[bool] = False
 
-    def __init__(self, ledger: Ledger, redistribute_every: int = 12,
-                 idle_tax_ppm: int = 0) -> None:
+    def __init__(self, ledger: Ledger, redistribute_every: int, idle_tax_ppm: int) -> None:
         self.every = redistribute_every
         self.bank = VirtualBank(redistribute_every)
         self.tax = IdleTax(idle_tax_ppm, redistribute_every) if idle_tax_ppm else None
@@ -191,9 +190,9 @@ class Economy:
     the transaction that records the end)."""
 
     ledger: Ledger
-    kind: str = "themis"
-    charging: str = "bid"
-    redistribute_every: int = 12
+    kind: str = ECONOMY
+    charging: str = CHARGE_BY
+    redistribute_every: int = REDISTRIBUTE_EVERY
     idle_tax_ppm: int = 0
     provider: str = "provider"
     return_budgets: bool = False

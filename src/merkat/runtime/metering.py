@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 
 from merkat.bank.ledger import Ledger
 from merkat.bank.policies import ChargeByUse
-from merkat.platform.model import MICRO, Charged, Decision
+from merkat.defaults import MICRO
+from merkat.platform.model import Charged, Decision
 
 
 @dataclass(frozen=True)

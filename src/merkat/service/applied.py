@@ -33,8 +33,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from merkat.defaults import MICRO
 from merkat.market import NO_HOST
-from merkat.platform.model import MICRO
 from merkat.service.backends import Refusing
 
 if TYPE_CHECKING:

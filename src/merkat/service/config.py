@@ -17,6 +17,14 @@ import platformdirs
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from merkat.defaults import (
+    ADMISSION_S,
+    CHARGE_BY,
+    ECONOMY,
+    LIVE_PERIOD_S,
+    REDISTRIBUTE_EVERY,
+    RESERVE_PRICE,
+)
 from merkat.service.limits import InputError, LimitsConfig, load_yaml
 
 DEFAULT_RESERVE_CPU = 0.5
@@ -148,12 +156,13 @@ class ServiceConfig(BaseSettings):
     port: int = Field(8080, ge=0, le=65535)
     data_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("merkat")))
     db_url: str | None = None
-    period: float = Field(40.0, gt=0)
-    admission: float = Field(10.0, gt=0)
-    reserve: dict[str, float] = Field(default_factory=lambda: {"cpu": 0.001, "memory": 0.001})
-    economy: str = "themis"
-    charging: str = "bid"
-    redistribute_every: int = Field(12, ge=1)  # closed economy: the Virtual Bank's K (periods)
+    period: float = Field(LIVE_PERIOD_S, gt=0)
+    admission: float = Field(ADMISSION_S, gt=0)
+    reserve: dict[str, float] = Field(
+        default_factory=lambda: dict.fromkeys(("cpu", "memory"), RESERVE_PRICE))
+    economy: str = ECONOMY
+    charging: str = CHARGE_BY
+    redistribute_every: int = Field(REDISTRIBUTE_EVERY, ge=1)  # closed economy: the Virtual Bank's K (periods)
     provider: str = "provider"
     backend: BackendConfig = Field(default_factory=BackendConfig)  # type: ignore[arg-type]
     limits: LimitsConfig = Field(default_factory=LimitsConfig)  # type: ignore[arg-type]

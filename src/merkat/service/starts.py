@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from merkat.defaults import MICRO
 from merkat.platform.backend import ApplyReport
-from merkat.platform.model import MICRO
 from merkat.runtime.driver import Driver
 from merkat.service.backends import Failing
 

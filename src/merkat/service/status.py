@@ -65,8 +65,8 @@ def flows(ledger: Any, names: list[str]) -> dict[tuple[str, str], int]:
     from sqlalchemy import func, or_, select
     from sqlalchemy.orm import aliased
 
-    from merkat.bank.money import MICRO
     from merkat.bank.schema import accounts, transfers
+    from merkat.defaults import MICRO
 
     payer, payee = aliased(accounts), aliased(accounts)
     amount = transfers.c.amount

@@ -53,7 +53,6 @@ from merkat.control.registry import POLICIES
 from merkat.platform.period import PeriodRecord
 from merkat.sim.cluster import Cluster
 from merkat.sim.market.trace import (
-    MarketConfig,
     MarketOutcome,
     Segment,
     max_cpu,
@@ -62,6 +61,7 @@ from merkat.sim.market.trace import (
     run_segment,
     simulate_market,
 )
+from merkat.sim.options import MarketConfig
 from merkat.sim.workload.jobs import Workload
 
 MIN_JOBS_PER_PIECE = 2_000

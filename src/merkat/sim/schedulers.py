@@ -96,35 +96,33 @@ class Market:
 
     def run(self, workload: Workload, cluster: Cluster, opts: RunOptions,
             progress: Callable[[int], None] | None) -> TraceOutcome:
+        from dataclasses import replace
+
         from merkat.market.types import balancer_params
         from merkat.sim.batch.engine import Schedule
-        from merkat.sim.market.trace import MarketConfig, summarize_market
+        from merkat.sim.market.trace import summarize_market
         from merkat.sim.parallel import simulate_parallel
 
-        out = simulate_parallel(
-            workload, cluster,
-            MarketConfig(policy=opts.policy, period=opts.period,
-                         budget_base=opts.slo.budget_base, budget_renewal=opts.slo.budget_renewal,
-                         economy=opts.economy, charging=opts.charging,
-                         policy_params=dict(opts.policy_params), market=opts.market,
-                         admission=opts.admission, balance=balancer_params(opts.balancer),
-                         moldable=opts.moldable, serial_fraction=opts.serial_fraction),
-            seed=opts.seed, progress=progress, workers=opts.workers)
+        cfg = replace(opts.market_config, budget_base=opts.slo.budget_base,
+                      budget_renewal=opts.slo.budget_renewal,
+                      balance=balancer_params(opts.balancer))
+        out = simulate_parallel(workload, cluster, cfg, seed=opts.seed, progress=progress,
+                                workers=opts.workers)
         summary = summarize_market(workload, out, cluster)
-        summary["policy"] = opts.policy
-        summary["market"] = opts.market
+        summary["policy"] = cfg.policy
+        summary["market"] = cfg.market
         summary["balancer"] = opts.balancer
-        if opts.moldable:
+        if cfg.moldable:
             from merkat.sim.market.moldable import MOLD_MAX
 
-            summary["moldable"] = {"speedup": "amdahl", "serial_fraction": opts.serial_fraction,
+            summary["moldable"] = {"speedup": "amdahl", "serial_fraction": cfg.serial_fraction,
                                    "max_vms": f"{MOLD_MAX} x procs"}
         counts = Counter(out.outcomes)
         summary["outcomes"] = {o: counts.get(o, 0) for o in OUTCOMES}
-        if opts.policy_params:
-            summary["policy_params"] = dict(opts.policy_params)
-        summary["period_s"] = opts.period
-        summary["admission_s"] = opts.admission
+        if cfg.policy_params:
+            summary["policy_params"] = dict(cfg.policy_params)
+        summary["period_s"] = cfg.period
+        summary["admission_s"] = cfg.admission
         summary["workers"] = opts.workers
         summary["pieces"] = list(out.pieces)  # how --workers cut the run (timing: varies)
         return TraceOutcome(Schedule(start=out.start, end=out.end), summary,

@@ -45,12 +45,12 @@ from merkat import seeds
 from merkat.bank import tokens
 from merkat.bank.ledger import AccountKind, Move
 from merkat.bank.memory import MemoryLedger
+from merkat.defaults import MICRO
 from merkat.market.best_response import damped, solve
 from merkat.market.sls import ServiceLocationService
 from merkat.market.tycoon import charges_by_use, clear_hosts
 from merkat.sim.background import PriceSeries
 
-MICRO = 1_000_000
 PROVIDER = "provider"
 BROKER = "broker"
 

@@ -46,12 +46,13 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from merkat.defaults import MICRO
+
 if TYPE_CHECKING:
     from merkat.platform.period import PeriodRecord, Platform
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MIB = 1024 * 1024
-MICRO = 1_000_000
 # Resource -> (unit, factor from the market's unit to the base unit): the market counts
 # memory in MiB, Prometheus wants bytes.
 UNITS: dict[str, tuple[str, float]] = {"cpu": ("cores", 1.0), "memory": ("bytes", float(MIB))}

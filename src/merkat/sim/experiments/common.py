@@ -17,11 +17,23 @@ import numpy as np
 
 from merkat import seeds
 from merkat.control.utility import utility
+from merkat.defaults import (
+    BALANCER,
+    BUDGET_BASE,
+    BUDGET_RENEWAL,
+    DEADLINE_FACTOR_MAX,
+    DEADLINE_FACTOR_MIN,
+    MECHANISM,
+    PERIOD_S,
+    POLICY,
+    VM_OVERHEAD_S,
+)
 from merkat.market.types import balancer_params
 from merkat.sim.batch.baselines import schedule
 from merkat.sim.batch.engine import Schedule, simulate
 from merkat.sim.cluster import Cluster
-from merkat.sim.market.trace import MarketConfig, simulate_market, summarize_market
+from merkat.sim.market.trace import simulate_market, summarize_market
+from merkat.sim.options import MarketConfig
 from merkat.sim.schedulers import is_market
 from merkat.sim.workload.jobs import Workload, build_workload
 from merkat.sim.workload.swf import SwfTrace, read_swf
@@ -46,19 +58,19 @@ class Run:
     jobs: int = 1000
     skip: int = 0
     trace: str = HPC2N
-    policy: str = "deadline-strict"
+    policy: str = POLICY
     random_policies: bool = False
-    period: float = 300.0
+    period: float = PERIOD_S
     policy_params: tuple[tuple[str, Any], ...] = ()  # keyword arguments of every controller
     # the market's simulated VM overheads (SLO paper §4.2: 30 s; Themis' model had none)
-    boot_s: float = 30.0
-    resume_s: float = 30.0
-    balancer: str = "merkat"  # the market's load balancer (merkat.market.types.BALANCERS)
+    boot_s: float = VM_OVERHEAD_S
+    resume_s: float = VM_OVERHEAD_S
+    balancer: str = BALANCER  # the market's load balancer (merkat.market.types.BALANCERS)
     # readings (merkat.sim.experiments.readings): EDF runs hopeless jobs late ("run") or
     # discards them ("kill"); a job's utility is B ("job") or B x tasks ("tasks")
     late: str = "run"
     value_unit: str = "job"
-    market: str = "proportional-share"  # the market mechanism (merkat.market.mechanisms)
+    market: str = MECHANISM  # the market mechanism (merkat.market.mechanisms)
     fairness: bool = False  # market runs: measure the distance to DRF (sim.market.fairness)
     migration_overhead: float = 0.10  # CPU lost while a VM migrates (merkat.backends.sim)
 
@@ -250,10 +262,10 @@ COMMON = {
     "trace": HPC2N,
     "skip": 0,
     "jobs": 1000,
-    "period_s": 300.0,
-    "deadline_factor": [1.2, 10.0],
-    "budget_base": 60.0,
-    "budget_renewal": 20.0,
+    "period_s": PERIOD_S,
+    "deadline_factor": [DEADLINE_FACTOR_MIN, DEADLINE_FACTOR_MAX],
+    "budget_base": BUDGET_BASE,
+    "budget_renewal": BUDGET_RENEWAL,
     "budget": "B = B_base / deadline factor per core per period; initial B·procs, "
     "renewed at B·procs·20/60 per period, capped at the initial budget",
 }

@@ -31,6 +31,7 @@ import numpy as np
 from merkat import seeds
 from merkat.backends.sim import RigidApp
 from merkat.control.framework import FrameworkHorizontal
+from merkat.defaults import LIVE_PERIOD_S
 from merkat.sim.experiments import satisfaction, satisfaction_readings
 from merkat.sim.experiments.common import MIN, ScenarioRun, div, fmt, mean, pct, pyplot
 from merkat.sim.experiments.registry import EXPERIMENTS, Experiment
@@ -50,7 +51,7 @@ MERKAT6: dict[str, Any] = {
     "hosts": 1,
     "cores_per_host": 4,
     "memory": "not traded (Fig. 6 shows CPU only); 900 MB per VM always fits",
-    "period_s": 40.0,
+    "period_s": LIVE_PERIOD_S,
     "reserve": 1.0,
     "vm": {"cpu": 4.0},
     "ideal_s": 77.5 * MIN,
@@ -241,7 +242,7 @@ MERKAT7: dict[str, Any] = {
     "cores_per_host": 8,
     "vm": {"cpu": 1.0},
     "memory": "not traded; 900 MB per VM always fits",
-    "period_s": 40.0,
+    "period_s": LIVE_PERIOD_S,
     "reserve": 1.0,
     "budget_per_period": 160.0,
     "budget": "each framework: 160 credits, renewed by 160 per period, capped at 160 (what "

@@ -17,11 +17,20 @@ import numpy as np
 
 from merkat import seeds
 from merkat.control.utility import efficiency, merkat_satisfaction
+from merkat.defaults import (
+    BUDGET_BASE,
+    BUDGET_RENEWAL,
+    DEADLINE_FACTOR_MAX,
+    DEADLINE_FACTOR_MIN,
+    LIVE_PERIOD_S,
+    POLICY,
+)
 from merkat.sim.batch.baselines import schedule
 from merkat.sim.cluster import Cluster
 from merkat.sim.experiments.common import ScenarioRun, fmt, mean, pyplot
 from merkat.sim.experiments.registry import Experiment
-from merkat.sim.market.trace import MarketConfig, simulate_market
+from merkat.sim.market.trace import simulate_market
+from merkat.sim.options import MarketConfig
 from merkat.sim.schedulers import is_market
 from merkat.sim.workload import lublin
 from merkat.sim.workload.jobs import Workload
@@ -39,17 +48,17 @@ SATISFACTION: dict[str, Any] = {
                      "parameterised for an 8-node machine, docs/experiments.md)",
     "run_floor_s": 600.0,
     "interarrival_factors": [1.0, 0.5, 0.25, 0.1, 0.05],
-    "deadline_factor": [1.2, 10.0],
+    "deadline_factor": [DEADLINE_FACTOR_MIN, DEADLINE_FACTOR_MAX],
     "deadline_factor_rng": "the seed's deadline-factors stream (merkat.seeds); the Lublin "
                            "jobs come from its workload stream",
-    "budget_base": 60.0,
-    "budget_renewal": 20.0,
+    "budget_base": BUDGET_BASE,
+    "budget_renewal": BUDGET_RENEWAL,
     "budget": "B = B_base / deadline factor credits per core per period; initial B·procs, "
               "renewed at B·procs·20/60 per period, capped at the initial budget",
     "satisfaction": "+B if the job ends by its deadline, -B otherwise (Merkat §5.4.3), "
                     "B = B_base / deadline factor",
-    "period_s": 40.0,
-    "market_policy": "deadline-strict",
+    "period_s": LIVE_PERIOD_S,
+    "market_policy": POLICY,
     "baseline": "easy (EASY backfilling, exact run-time estimates)",
     "baseline_maui": "maui (FCFS by queue time, EASY backfilling on Tsafrir-like inexact "
                      "wall-time estimates from the seed's estimates stream, "

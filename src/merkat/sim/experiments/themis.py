@@ -17,6 +17,7 @@ from typing import Any
 
 from merkat import seeds
 from merkat.backends.sim import TaskFarm
+from merkat.defaults import ADMISSION_S, PERIOD_S, RESERVE_PRICE, VM_OVERHEAD_S
 from merkat.sim.experiments.common import (
     COMMON,
     MIN,
@@ -96,8 +97,8 @@ def _fig5_plot(doc: dict[str, Any], path: Path) -> None:
 THEMIS6: dict[str, Any] = {
     "hosts": 240,
     "cores_per_host": 1,
-    "period_s": 300.0,
-    "reserve": 0.001,
+    "period_s": PERIOD_S,
+    "reserve": RESERVE_PRICE,
     "vm": {"cpu": 1.0},
     "policy": "horizontal-deadline",
     "policy_params": {"limit": 3, "low": 0.75, "high": 1.0},
@@ -111,7 +112,7 @@ THEMIS6: dict[str, Any] = {
     "burst_tasks": 1500,
     "budget": 100.0,
     "renewal_per_period": 100.0,
-    "boot_s": 30.0,
+    "boot_s": VM_OVERHEAD_S,
     "horizon_s": 2 * 643.25 * MIN,
 }
 
@@ -226,7 +227,7 @@ EXPERIMENTS.register(Experiment(
             **COMMON,
             "cluster": "240 hosts x 1 core, memory not traded",
             "policy": "vertical-deadline",
-            "admission_s": 10.0,
+            "admission_s": ADMISSION_S,
             "vm_overheads": "none (Themis' CloudSim model; the SLO paper added 30 s boot/resume)",
             "schedulers": ["market", "fcfs", "edf"],
         },

@@ -58,6 +58,7 @@ from merkat.backends.sim import RigidApp, SimBackend, TaskFarm
 from merkat.bank.memory import MemoryLedger
 from merkat.control.base import Controller
 from merkat.control.types import Metrics, Sense, VMState
+from merkat.defaults import CHARGE_BY, ECONOMY, PERIOD_S, RESERVE_PRICE
 from merkat.market import RESOURCES, BalanceParams, Hosts
 from merkat.platform.backend import Backend
 from merkat.platform.period import ENDED, App, AppSpec, PeriodRecord, Platform
@@ -277,10 +278,10 @@ class Scenario:
     streams).
     """
 
-    def __init__(self, *, hosts: int, cores: float, memory: float = 1e12, period: float = 300.0,
-                 reserve: float = 0.001, trade: tuple[str, ...] = ("cpu",),
-                 balance: BalanceParams | None = None, economy: str = "themis",
-                 charging: str = "bid", seed: int = 0) -> None:
+    def __init__(self, *, hosts: int, cores: float, memory: float = 1e12,
+                 period: float = PERIOD_S, reserve: float = RESERVE_PRICE,
+                 trade: tuple[str, ...] = ("cpu",), balance: BalanceParams | None = None,
+                 economy: str = ECONOMY, charging: str = CHARGE_BY, seed: int = 0) -> None:
         if hosts < 1 or not cores > 0 or not memory > 0:
             raise ValueError("a scenario needs hosts >= 1, cores > 0 and memory > 0")
         if not set(trade) <= set(RESOURCES) or "cpu" not in trade:

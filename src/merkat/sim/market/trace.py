@@ -32,48 +32,20 @@ from merkat import seeds
 from merkat.backends.sim import RigidApp, SimBackend
 from merkat.bank.memory import MemoryLedger
 from merkat.control.utility import utility
-from merkat.market import BalanceParams, Hosts
-from merkat.platform.period import MICRO, App, AppSpec, PeriodRecord, Platform
+from merkat.defaults import MICRO, PERIOD_S
+from merkat.market import Hosts
+from merkat.platform.period import App, AppSpec, PeriodRecord, Platform
 from merkat.runtime.arrivals import Arrival, ListArrivals
 from merkat.runtime.driver import Driver, Hooks
 from merkat.runtime.economy import Economy
 from merkat.sim.cluster import Cluster
 from merkat.sim.market.fairness import DrfGap
-from merkat.sim.market.moldable import SERIAL_FRACTION, MoldableApp, max_vms
+from merkat.sim.market.moldable import MoldableApp, max_vms
+from merkat.sim.options import MarketConfig
 from merkat.sim.workload.jobs import Workload
 
 PLENTY_MIB = 1e12
 """Host memory when the cluster has no memory limit (memory is then not traded)."""
-
-
-@dataclass(frozen=True)
-class MarketConfig:
-    """Parameters of a market simulation (defaults: Themis §IV-B / SLO paper §4)."""
-
-    policy: str = "deadline-strict"
-    period: float = 300.0
-    budget_base: float = 60.0
-    budget_renewal: float = 20.0
-    reserve: float = 0.001
-    trade_memory: bool | None = None  # None: only when hosts have a memory limit
-    balance: BalanceParams = field(default_factory=BalanceParams)
-    policy_params: dict[str, Any] = field(default_factory=dict)
-    economy: str = "themis"  # themis | closed (merkat.runtime.economy)
-    charging: str = "bid"  # bid | use
-    redistribute_every: int = 12  # closed economy: the Virtual Bank's interval K (periods)
-    keep_alive: int = 3  # periods an application may not afford the reserve before it stops
-    market: str = "proportional-share"  # the mechanism, by name (merkat.market.mechanisms)
-    # seconds between the applications manager's admission points (Merkat §4.2.2: 10 s);
-    # None: arrivals wait for the next period boundary (merkat.platform.admission)
-    admission: float | None = 10.0
-    # VM overheads of the simulated world (SLO paper §4.2: 30 s each; Themis' model had none)
-    boot_s: float = 30.0
-    resume_s: float = 30.0
-    fairness: bool = False  # measure the distance to DRF each period (sim.market.fairness)
-    migration_overhead: float = 0.10  # CPU lost while a VM migrates (merkat.backends.sim)
-    # moldable jobs (merkat.sim.market.moldable): 1 to MOLD_MAX x procs VMs, Amdahl's speed-up
-    moldable: bool = False
-    serial_fraction: float = SERIAL_FRACTION
 
 
 @dataclass(frozen=True)
@@ -456,7 +428,7 @@ def summarize_market(w: Workload, out: MarketOutcome, cluster: Cluster) -> dict[
     makespan = float(ends.max() - w.submit.min()) if ends.size and n else 0.0
     work = float((w.procs * w.run * out.work_done).sum())
     periods = len(out.records)
-    hours = periods * (out.records[1].time - out.records[0].time if periods > 1 else 300.0) / 3600
+    hours = periods * (out.records[1].time - out.records[0].time if periods > 1 else PERIOD_S) / 3600
     return {
         "jobs": n,
         "dropped": w.dropped_total,

@@ -31,6 +31,12 @@ import numpy as np
 import numpy.typing as npt
 
 from merkat import seeds
+from merkat.defaults import (
+    BUDGET_BASE,
+    BUDGET_RENEWAL,
+    DEADLINE_FACTOR_MAX,
+    DEADLINE_FACTOR_MIN,
+)
 from merkat.sim.cluster import Cluster
 from merkat.sim.workload.swf import SwfTrace
 
@@ -46,10 +52,10 @@ DEFAULT_NODE_MEMORY_MIB = 2048.0
 class SloConfig:
     """How SLO attributes are drawn (defaults: Themis / SLO paper)."""
 
-    deadline_factor_min: float = 1.2
-    deadline_factor_max: float = 10.0
-    budget_base: float = 60.0
-    budget_renewal: float = 20.0
+    deadline_factor_min: float = DEADLINE_FACTOR_MIN
+    deadline_factor_max: float = DEADLINE_FACTOR_MAX
+    budget_base: float = BUDGET_BASE
+    budget_renewal: float = BUDGET_RENEWAL
     memory_fraction_min: float = 0.1
     memory_fraction_max: float = 0.9
 
@@ -109,7 +115,7 @@ class Workload:
         estimate: npt.ArrayLike | None = None,
         memory: npt.ArrayLike | None = None,
         deadline_factor: npt.ArrayLike | None = None,
-        budget_base: float = 60.0,
+        budget_base: float = BUDGET_BASE,
         job_id: npt.ArrayLike | None = None,
     ) -> Workload:
         """A workload from plain arrays (tests, generated jobs); sorted into queue order.
