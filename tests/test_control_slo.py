@@ -253,7 +253,7 @@ def test_best_effort_refuses_a_price_limit_that_is_not_a_positive_number(bad: ob
 def test_registry_names_every_policy() -> None:
     assert set(POLICIES) == {
         "scale-one-vm", "scale-multi-vms", "merkat-vertical", "merkat-horizontal",
-        "vertical-deadline", "horizontal-deadline", "deadline-strict", "deadline-partial",
+        "merkat-combined", "vertical-deadline", "horizontal-deadline", "deadline-strict", "deadline-partial",
         "performance-strict", "performance-partial", "best-effort", "framework-horizontal"}
     for name, cls in POLICIES.items():
         assert cls.name == name
