@@ -10,24 +10,31 @@ outcome enters the records.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter
 
 from merkat.control.types import VMState
 from merkat.market import NO_HOST
 from merkat.platform.model import App, AppNext, VMRecord
 
-_ID, _STATE, _BID = attrgetter("id"), attrgetter("state"), attrgetter("bid")
-_HOST, _NEW, _ALLOC = attrgetter("host"), attrgetter("new"), attrgetter("alloc")
-
 
 def draft(app: App) -> AppNext:
     """``app``'s record as a next state (the VM columns are new lists; mappings shared)."""
-    vms = app.vms
+    ids: list[str] = []
+    states: list[VMState] = []
+    bids: list[dict[str, float]] = []
+    hosts: list[int] = []
+    fresh: list[bool] = []
+    allocs: list[dict[str, float]] = []
+    for vm in app.vms:  # one pass (faster than a comprehension or a map per column)
+        ids.append(vm.id)
+        states.append(vm.state)
+        bids.append(vm.bid)
+        hosts.append(vm.host)
+        fresh.append(vm.new)
+        allocs.append(vm.alloc)
     return AppNext(
         app.spec.id, app.status, app.start_time, app.end_time, app.reason, app.outcome,
         app.suspensions, app.resumes, app.vm_count, app.broke_since,
-        list(map(_ID, vms)), list(map(_STATE, vms)), list(map(_BID, vms)),
-        list(map(_HOST, vms)), list(map(_NEW, vms)), list(map(_ALLOC, vms)),
+        ids, states, bids, hosts, fresh, allocs,
     )
 
 
