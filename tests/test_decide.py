@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 
 import numpy as np
 import pytest
@@ -200,3 +200,53 @@ def test_a_non_finite_bid_raises_before_any_record_changes() -> None:
     with pytest.raises(NonFiniteBid, match="'a/vm1' of application 'a'"):
         p.decide(60.0, {"app:a": 10**8}, {"a": Observed(Metrics())})
     assert snapshot(p) == before
+
+
+class Checked(Platform):
+    """A platform that checks, at every decision of a whole run, that no record changed."""
+
+    decisions = 0
+
+    def decide(self, now: float, balances: Mapping[str, int],
+               observed: Mapping[str, Observed]) -> Decision:
+        before = snapshot(self)
+        d = super().decide(now, balances, observed)
+        assert snapshot(self) == before
+        Checked.decisions += 1
+        return d
+
+    def admit(self, now: float, until: float, balances: Mapping[str, int],
+              observed: Mapping[str, Observed]) -> Decision:
+        before = snapshot(self)
+        d = super().admit(now, until, balances, observed)
+        assert snapshot(self) == before
+        Checked.decisions += 1
+        return d
+
+    def withhold(self, decision: Decision, unpaid: Collection[str]) -> Decision:
+        before = snapshot(self)
+        d = super().withhold(decision, unpaid)
+        assert snapshot(self) == before
+        return d
+
+
+def test_no_decision_of_a_whole_market_run_changes_a_record(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small trace run (admissions between periods, migrations, deadlines missed) with every
+    decision checked; the same outcome as the plain platform's."""
+    from merkat.sim.cluster import Cluster
+    from merkat.sim.market import trace
+    from merkat.sim.workload.jobs import Workload
+
+    w = Workload.from_arrays(submit=[0, 100, 200, 900, 1000, 4000, 4010, 4020],
+                             run=[900, 600, 1200, 300, 2000, 600, 900, 1500],
+                             procs=[2, 1, 3, 1, 2, 1, 4, 2],
+                             deadline_factor=[1.5, 3.0, 2.0, 1.2, 5.0, 2.5, 1.1, 3.0])
+    config = trace.MarketConfig(period=300.0, admission=10.0)
+    plain = trace.simulate_market(w, Cluster(2, 2, None), config)
+    monkeypatch.setattr(trace, "Platform", Checked)
+    Checked.decisions = 0
+    checked = trace.simulate_market(w, Cluster(2, 2, None), config)
+    assert Checked.decisions > 10
+    assert [r.prices for r in checked.records] == [r.prices for r in plain.records]
+    assert (checked.outcomes, list(checked.end)) == (plain.outcomes, list(plain.end))

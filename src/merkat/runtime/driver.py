@@ -19,7 +19,8 @@ One period at time ``t`` (:meth:`Driver.step`):
    deposits with the CPU the backend measured, ``backend.cpu_used(app)``, read before the
    decision; :mod:`merkat.runtime.metering`); ``platform.withhold`` takes unpaid
    applications' VMs out;
-5. ``backend.apply(plan)`` → a report; ``platform.commit`` takes VM states from it;
+5. ``backend.apply(plan)`` → a report; ``platform.commit`` writes the decision into the
+   platform's records with the VM states the report gives (the decision changed none);
 6. the Virtual Bank redistributes (closed economy); with ``economy.return_budgets``, the
    applications that ended in this period give their money back to their owners
    (:meth:`Economy.close <merkat.runtime.economy.Economy.close>`); ``hooks.after_period``.
