@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from merkat.backends.local.cgroups import detect
-from merkat.cli.bench_contention import drift, quantile
+from merkat.bench.contention import drift, quantile
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}

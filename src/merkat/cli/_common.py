@@ -41,7 +41,6 @@ def out_console() -> Console:
     """The rich console on stdout (created, and rich imported, on first use). Piped into a file
     or another program (not a terminal, no ``COLUMNS``), tables are never cut to 80 columns: a
     cell is printed whole, so ``merkat platform list | grep`` sees full names."""
-    import os
 
     from rich.console import Console
 
@@ -76,13 +75,6 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
         traceback.print_exc()
     print_error(message)
     raise typer.Exit(code)
-
-
-def cpu_seconds() -> float:
-    """CPU seconds of this process and of its finished child processes (the benchmarks'
-    ``cpu_s``: other work on the machine disturbs it less than wall time)."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
 
 
 def print_json(data: Any) -> None:
