@@ -6,7 +6,8 @@ the tabu search :func:`balance` (``balance.py``). ``io.py`` maps the JSON format
 ``merkat market clear`` to and from these types.
 """
 
-from merkat.market.balance import allocation_errors, balance, enforceable, vm_errors
+from merkat.market.allocation_error import allocation_errors, enforceable, vm_errors
+from merkat.market.balance import balance
 from merkat.market.clear import Clearing, Migration, clear, ideal_allocation
 from merkat.market.placement import worst_fit_decreasing
 from merkat.market.share import Shares, proportional_share

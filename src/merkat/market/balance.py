@@ -1,8 +1,6 @@
-"""Allocation error and load balancing by tabu search (Themis Fig. 2, Merkat §3.1).
-
-The *allocation error* of VM i for resource r is ``e_r = (a_r - â_r) / a_r``, with ``a`` the
-enforceable allocation (proportional share among the VMs of its node) and ``â`` the ideal one
-(the cluster as one host). A VM's error is ``max_r |e_r|``.
+"""Load balancing by tabu search (Themis Fig. 2, Merkat §3.1) on the allocation error
+(:mod:`merkat.market.allocation_error`: a VM's ``max_r |(a_r - â_r) / a_r|``, enforceable
+against ideal allocation).
 
 The search starts from the current mapping and, at each iteration, moves the VM with the largest
 error that is not tabu to the node that minimises that VM's error; the VM becomes tabu for the
@@ -27,6 +25,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from merkat.market.allocation_error import ERROR_LIMIT, rel_error, vm_errors
 from merkat.market.balance_themis import themis_loop
 from merkat.market.share import (
     Shares,
@@ -44,7 +43,6 @@ from merkat.market.types import (
     Hosts,
     IntArray,
     VMs,
-    row_max,
 )
 
 _SMALL = 48
@@ -54,40 +52,6 @@ _SEGMENTED_PY = 160
 """Up to this many VMs, a segmented clearing of a few nodes (the candidates of a move, or the
 two nodes of a move) runs in plain Python, bit for bit as numpy's
 (:func:`~merkat.market.share.segmented_share_small`); above it numpy is faster."""
-
-ERROR_LIMIT = 1e3
-"""|e| is clipped here: a VM that gets nothing while its ideal share is positive (a = 0 < â)
-has an unbounded relative error; 1,000 (100,000 %) ranks it above any real error."""
-
-
-def allocation_errors(actual: FloatArray, ideal: FloatArray) -> FloatArray:
-    """Per-resource errors ``(a - â) / a`` (0 when both are 0; clipped to ±ERROR_LIMIT)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        e = np.where(actual > 0, (actual - ideal) / actual, np.where(ideal > 0, -ERROR_LIMIT, 0.0))
-    return np.clip(e, -ERROR_LIMIT, ERROR_LIMIT)
-
-
-def vm_errors(actual: FloatArray, ideal: FloatArray) -> FloatArray:
-    """A VM's error: the largest ``|e_r|`` over its resources."""
-    return row_max(np.abs(allocation_errors(actual, ideal)))
-
-
-def enforceable(hosts: Hosts, vms: VMs, host: IntArray) -> tuple[FloatArray, FloatArray]:
-    """Per-node proportional share: allocations ``(n, R)`` (0 when unplaced) and node prices."""
-    n, n_res = len(vms), len(hosts.capacity[0]) if len(hosts) else vms.bid.shape[1]
-    alloc = np.zeros((n, n_res))
-    prices = np.zeros((len(hosts), n_res))
-    placed = np.flatnonzero(host >= 0)
-    if placed.size == 0 or len(hosts) == 0:
-        return alloc, prices
-    for r in range(n_res):
-        s = proportional_share(
-            vms.bid[placed, r], vms.cap[placed, r], hosts.capacity[:, r], host[placed]
-        )
-        alloc[placed, r] = s.allocation
-        prices[:, r] = s.price
-    return alloc, prices
-
 
 @dataclass(frozen=True)
 class BalanceResult:
@@ -331,11 +295,11 @@ class _Search:
                         a = first_share_of_added(sums[h] + b_v, rm, b_v, cap_r[h])
                         if a is None:
                             a = share_of_last(nb[h] + [b_v], nc[h] + [c_v], cap_r[h])
-                        err = _rel_error(a, i_v)
+                        err = rel_error(a, i_v)
                         if err > errs[g]:
                             errs[g] = err
                 else:
-                    err = _rel_error(0.0, i_v)
+                    err = rel_error(0.0, i_v)
                     errs = [max(x, err) for x in errs]
         else:
             # One segmented clearing of all the candidates: in plain Python up to
@@ -364,7 +328,7 @@ class _Search:
                         self.vms.bid[members, r], self.vms.cap[members, r], cap[:, r], group
                     ).allocation[last].tolist()
                 for g, a in enumerate(mine):
-                    err = _rel_error(a, i_v)
+                    err = rel_error(a, i_v)
                     if err > errs[g]:
                         errs[g] = err
         best = 0
@@ -438,7 +402,7 @@ class _Search:
             ideal_r = self.ideal_t[r]
             alloc = self._pair_shares(r, src, dst) if r in self.traded else [0.0] * len(m)
             for k, j in enumerate(m):
-                e = _rel_error(alloc[k], ideal_r[j])
+                e = rel_error(alloc[k], ideal_r[j])
                 if e > new[k]:
                     new[k] = e
         idx = np.array(m, dtype=np.int64)
@@ -448,20 +412,6 @@ class _Search:
         self.err[idx] = new_err
         is_tabu = self.is_tabu
         self.score[idx] = [-1.0 if is_tabu[j] else new[k] for k, j in enumerate(m)]
-
-
-def _rel_error(a: float, ideal: float) -> float:
-    """``|e|`` of one allocation as :func:`allocation_errors` computes it (the same IEEE
-    operations, so the same value), in plain Python."""
-    if a > 0:
-        e = (a - ideal) / a
-        # = abs(min(max(e, -ERROR_LIMIT), ERROR_LIMIT)), without the calls (NaN stays NaN)
-        if e > ERROR_LIMIT:
-            return ERROR_LIMIT
-        if e < -ERROR_LIMIT:
-            return ERROR_LIMIT
-        return abs(e)
-    return ERROR_LIMIT if ideal > 0 else 0.0
 
 
 def balance(

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from merkat.market.balance import BalanceResult, enforceable, search_mapping, vm_errors
+from merkat.market.allocation_error import enforceable, vm_errors
+from merkat.market.balance import BalanceResult, search_mapping
 from merkat.market.placement import worst_fit_decreasing
 from merkat.market.share import proportional_share
 from merkat.market.types import (

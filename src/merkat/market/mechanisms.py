@@ -38,7 +38,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from merkat.market.balance import BalanceResult, enforceable, vm_errors
+from merkat.market.allocation_error import enforceable, vm_errors
+from merkat.market.balance import BalanceResult
 from merkat.market.clear import Clearing, Migration, check_reserve, clear, ideal_allocation
 from merkat.market.drf import bundle_share
 from merkat.market.placement import worst_fit_decreasing

@@ -11,7 +11,7 @@ scheduler for their VMs. Here, at an admission point ``now`` between two periods
 2. the VMs of the applications that start are placed by worst-fit on the hosts' current load
    (:func:`~merkat.market.placement.worst_fit_decreasing`: **the running VMs stay where they
    are**, nothing migrates), and every host's proportional share is recomputed with the
-   newcomers' bids (:func:`~merkat.market.balance.enforceable`): a newcomer shares its host
+   newcomers' bids (:func:`~merkat.market.allocation_error.enforceable`): a newcomer shares its host
    with the VMs already there, as a new process shares a cgroup-enforced machine, until the
    next period re-clears the whole market; an application whose VMs cannot all be placed (a
    minimum no host can hold) stays in the queue for the next period;

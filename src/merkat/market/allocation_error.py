@@ -1,0 +1,63 @@
+"""The allocation error (Merkat §3.1, SLO paper §2): how far a VM's enforceable allocation is
+from its ideal one.
+
+The *allocation error* of VM i for resource r is ``e_r = (a_r - â_r) / a_r``, with ``a`` the
+enforceable allocation (proportional share among the VMs of its node: :func:`enforceable`) and
+``â`` the ideal one (the cluster as one host). A VM's error is ``max_r |e_r|``
+(:func:`vm_errors`); :func:`rel_error` is one ``|e|`` in plain Python, bit for bit as the
+arrays'. The load balancer (:mod:`merkat.market.balance`) minimises these errors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from merkat.market.share import proportional_share
+from merkat.market.types import FloatArray, Hosts, IntArray, VMs, row_max
+
+ERROR_LIMIT = 1e3
+"""|e| is clipped here: a VM that gets nothing while its ideal share is positive (a = 0 < â)
+has an unbounded relative error; 1,000 (100,000 %) ranks it above any real error."""
+
+
+def allocation_errors(actual: FloatArray, ideal: FloatArray) -> FloatArray:
+    """Per-resource errors ``(a - â) / a`` (0 when both are 0; clipped to ±ERROR_LIMIT)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = np.where(actual > 0, (actual - ideal) / actual, np.where(ideal > 0, -ERROR_LIMIT, 0.0))
+    return np.clip(e, -ERROR_LIMIT, ERROR_LIMIT)
+
+
+def vm_errors(actual: FloatArray, ideal: FloatArray) -> FloatArray:
+    """A VM's error: the largest ``|e_r|`` over its resources."""
+    return row_max(np.abs(allocation_errors(actual, ideal)))
+
+
+def enforceable(hosts: Hosts, vms: VMs, host: IntArray) -> tuple[FloatArray, FloatArray]:
+    """Per-node proportional share: allocations ``(n, R)`` (0 when unplaced) and node prices."""
+    n, n_res = len(vms), len(hosts.capacity[0]) if len(hosts) else vms.bid.shape[1]
+    alloc = np.zeros((n, n_res))
+    prices = np.zeros((len(hosts), n_res))
+    placed = np.flatnonzero(host >= 0)
+    if placed.size == 0 or len(hosts) == 0:
+        return alloc, prices
+    for r in range(n_res):
+        s = proportional_share(
+            vms.bid[placed, r], vms.cap[placed, r], hosts.capacity[:, r], host[placed]
+        )
+        alloc[placed, r] = s.allocation
+        prices[:, r] = s.price
+    return alloc, prices
+
+
+def rel_error(a: float, ideal: float) -> float:
+    """``|e|`` of one allocation as :func:`allocation_errors` computes it (the same IEEE
+    operations, so the same value), in plain Python."""
+    if a > 0:
+        e = (a - ideal) / a
+        # = abs(min(max(e, -ERROR_LIMIT), ERROR_LIMIT)), without the calls (NaN stays NaN)
+        if e > ERROR_LIMIT:
+            return ERROR_LIMIT
+        if e < -ERROR_LIMIT:
+            return ERROR_LIMIT
+        return abs(e)
+    return ERROR_LIMIT if ideal > 0 else 0.0
