@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from merkat.control.types import Metrics
 
@@ -124,15 +124,5 @@ class Backend(Protocol):
         """The VMs of ``app`` that run no task now (a master-worker's idle workers), which a
         horizontal policy releases first. Empty when every VM is busy or the notion does not
         apply (rigid applications)."""
-        ...
-
-
-@runtime_checkable
-class Metered(Protocol):
-    """A backend that measures what each application used (charging by use:
-    :mod:`merkat.runtime.metering`)."""
-
-    def cpu_used(self, app: str) -> float | None:
-        """CPU core-seconds ``app``'s VMs used since the last call; None when not measured."""
         ...
 

@@ -48,12 +48,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from merkat.control.base import Controller
-from merkat.platform.backend import ApplyReport, Backend, Metered, Plan
+from merkat.platform.backend import ApplyReport, Backend, Plan
 from merkat.platform.model import App, AppSpec, Charged, Observed, PeriodRecord
 from merkat.platform.period import Platform
 from merkat.runtime.arrivals import Arrival, Arrivals, ListArrivals
 from merkat.runtime.clock import Clock, VirtualClock
 from merkat.runtime.economy import Economy
+from merkat.runtime.metering import Metered
 
 
 class Hooks:

@@ -27,11 +27,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from merkat.bank.ledger import Ledger
 from merkat.bank.policies import ChargeByUse
 from merkat.defaults import MICRO
 from merkat.platform.model import Charged, Decision
+
+
+@runtime_checkable
+class Metered(Protocol):
+    """A backend that measures what each application used (charging by use). (Here, not
+    beside ``Backend`` in :mod:`merkat.platform.backend`: that module may be compiled by
+    mypyc, which does not take a ``runtime_checkable`` protocol.)"""
+
+    def cpu_used(self, app: str) -> float | None:
+        """CPU core-seconds ``app``'s VMs used since the last call; None when not measured."""
+        ...
 
 
 @dataclass(frozen=True)

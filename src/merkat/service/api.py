@@ -27,6 +27,7 @@ from merkat.bank.errors import BankError, IdempotencyConflict
 from merkat.bank.keys import user_key
 from merkat.bank.money import format_amount, parse_amount
 from merkat.control.types import VMState
+from merkat.service.backends import Labelled, Reserving, Suspending
 from merkat.service.db import StoreError, User
 from merkat.service.http import install_errors
 from merkat.service.limits import InputError, Slots, load_json
@@ -214,9 +215,8 @@ def create_app(manager: Manager) -> FastAPI:
         out = _platform(row)
         out["template"] = row.template
         out["vms"] = manager.vms(name)
-        suspension = getattr(manager.backend, "suspension", None)  # kubernetes: destructive?
-        if suspension is not None:
-            out["suspension"] = suspension(row.template)
+        if isinstance(manager.backend, Suspending):  # kubernetes: what a suspension keeps
+            out["suspension"] = manager.backend.suspension(row.template)
         out["spent"] = manager.spent(name)
         out["slo"] = manager.slo(name)
         out.update(platform_status(manager, row, out["slo"]))
@@ -309,9 +309,11 @@ def create_app(manager: Manager) -> FastAPI:
                       **node_capacity(n),
                       "allocated": used.get(n.name, {"cpu": 0.0, "memory": 0.0})}
                      for n in manager.backend.node_list()]
-            capacity = getattr(manager.backend, "capacity", None)
+            capacity = manager.backend.capacity if isinstance(manager.backend, Reserving) \
+                else None
         return {"items": items, "enforced": bool(manager.backend.enforced),
-                "backend": getattr(manager.backend, "label", None),
+                "backend": manager.backend.label if isinstance(manager.backend, Labelled)
+                else None,
                 "warning": "; ".join(w for w in (manager.backend.warning,
                                                  manager.tenants.warning) if w) or None,
                 "machine": capacity.as_dict() if capacity is not None else None}

@@ -19,6 +19,7 @@ from merkat.registry import Registry, UnknownName
 
 if TYPE_CHECKING:
     from merkat.backends.kubernetes.podexec import ExecResult
+    from merkat.backends.local.capacity import Allocatable
     from merkat.market import Hosts
     from merkat.service.config import ServiceConfig
 
@@ -148,6 +149,29 @@ class PluginGroups(Protocol):
     def plugin_cgroups(self, app: str, pids: int | None = None) -> list[str]:
         """The ``cgroup.procs`` files a plugin command of ``app`` joins ([] unenforced)."""
         ...
+
+
+@runtime_checkable
+class Suspending(Protocol):
+    """Says what suspending a platform of a template does to its VMs (Kubernetes: the pod
+    is deleted; what is kept), for ``platform show``."""
+
+    def suspension(self, template: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class Labelled(Protocol):
+    """Names itself in a few words (the banner, ``merkat nodes``)."""
+
+    @property
+    def label(self) -> str: ...
+
+
+@runtime_checkable
+class Reserving(Protocol):
+    """Sells the machine minus a reserve (local backend): ``GET /nodes``'s ``machine``."""
+
+    capacity: Allocatable
 
 
 Factory = Callable[["ServiceConfig"], LiveBackend]

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import update
 
 from merkat.bank.ledger import Ledger
-from merkat.platform.backend import Metered
 from merkat.runtime.economy import Economy
+from merkat.runtime.metering import Metered
 from merkat.service import schema as s
 
 if TYPE_CHECKING:
