@@ -6,7 +6,6 @@ started (and billed) in the next period; a create that keeps failing fails its p
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +15,6 @@ from merkat.backends.local import Launch, LocalBackend, Node, sandbox
 from merkat.control.types import Action, Demand, Observation
 from merkat.platform.backend import ApplyReport, OpReport, Plan, VMPlacement
 from merkat.service import admit
-from merkat.service.backends import make_backend
-from merkat.service.config import load_config
-from merkat.service.db import open_store
 from merkat.service.manager import Manager, make_controller
 from merkat.service.templates import parse
 
@@ -35,14 +31,9 @@ clusters:
 
 
 @pytest.fixture
-def m(tmp_path: Path) -> Iterator[Manager]:
-    cfg = load_config(None, data_dir=tmp_path, period=5.0, admission=2.5,
-                      backend={"cgroup_root": str(tmp_path / "no-cgroups"), "max_restarts": 1})
-    store = open_store(cfg.database)
-    store.add_user("alice", budget=100_000_000)
-    mgr = Manager(cfg, store, make_backend(cfg))
-    yield mgr
-    mgr.close()
+def m(world: tuple[Any, Manager, dict[str, str]]) -> Manager:
+    """The shared in-process server's manager (conftest: no cgroups, ``max_restarts`` 3)."""
+    return world[1]
 
 
 def money(m: Manager) -> list[tuple[str, int]]:
@@ -121,12 +112,13 @@ def test_a_create_that_keeps_failing_fails_its_platform_and_its_money_goes_home(
     flaky_spawn(monkeypatch, 10)
     m.submit("alice", parse(TEMPLATE))
     m.admit()
-    m.tick()  # attempt 1: retried
-    assert m.store.platform("g").state == "running"  # type: ignore[union-attr]
-    m.tick()  # attempt 2 > max_restarts (1): gone for good
+    for _ in range(3):  # attempts 1-3: retried
+        m.tick()
+        assert m.store.platform("g").state == "running"  # type: ignore[union-attr]
+    m.tick()  # attempt 4 > max_restarts (3): gone for good
     row = m.store.platform("g")
     assert row is not None and row.state == "failed"
-    assert row.outcome == ("VM g/vm1 could not be created (2 attempts): cannot start "
+    assert row.outcome == ("VM g/vm1 could not be created (4 attempts): cannot start "
                            "'sleep 60': [Errno 11] Resource temporarily unavailable")
     assert sum(a for _, a in money(m)) == 0  # it never ran: never billed
     assert m.store.ledger.balance("app:g") == 0 and m.store.ledger.audit().ok
