@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import typer
@@ -76,26 +75,6 @@ def bench_market(
     ),
 ) -> None:
     """Time one full clear of a random cluster: allocate, place, balance."""
-    from merkat.market import clear
-    from merkat.market.generate import random_market
+    from merkat.bench.market import run
 
-    h, v = random_market(vms, hosts, seed, placed)
-    t0 = time.perf_counter()
-    result = clear(h, v)
-    total = time.perf_counter() - t0
-    print_json(
-        {
-            "vms": vms,
-            "hosts": hosts,
-            "seed": seed,
-            "placed_fraction": placed,
-            "allocate_s": round(result.timings["allocate_s"], 4),
-            "place_s": round(result.timings["place_s"], 4),
-            "balance_s": round(result.timings["balance_s"], 4),
-            "total_s": round(total, 4),
-            "balance_iterations": result.balance.iterations,
-            "migrations": len(result.migrations),
-            "rms_error_before": round(result.balance.rms_before, 6),
-            "rms_error_after": round(result.balance.rms_after, 6),
-        }
-    )
+    print_json(run(vms, hosts, seed, placed))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -275,33 +274,6 @@ def bench_tycoon(
 ) -> None:
     """Best Response for one user over N hosts (target <= 10 ms at 10,000) and one
     tycoon-funding run (target <= 30 s); prints JSON."""
-    import numpy as np
+    from merkat.bench.tycoon import run
 
-    from merkat import seeds
-    from merkat.market.best_response import best_response
-
-    rng = seeds.stream(0, seeds.WORKLOAD)
-    w = rng.uniform(1, 4, hosts)
-    y = rng.uniform(0, 2, hosts)
-    caps = np.minimum(w, rng.uniform(0.5, 2, hosts))
-    times = {}
-    for name, c in (("uncapped", None), ("capped", caps)):
-        best_response(100.0, w, y, caps=c, reserve=0.01)
-        ts = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            best_response(100.0, w, y, caps=c, reserve=0.01)
-            ts.append(time.perf_counter() - t0)
-        times[name] = {"median_ms": round(1e3 * float(np.median(ts)), 3),
-                       "max_ms": round(1e3 * max(ts), 3)}
-    doc: dict[str, Any] = {"benchmark": "tycoon", "hosts": hosts, "repeat": repeat,
-                           "best_response": times, "target_ms": 10.0}
-    if funding:
-        from merkat.sim.experiments.tycoon import FundingRun, tycoon_funding
-
-        t0 = time.perf_counter()
-        row = tycoon_funding(FundingRun("table2-best-response", 0, 2, False))
-        doc["funding_run_s"] = round(time.perf_counter() - t0, 3)
-        doc["funding_target_s"] = 30.0
-        doc["funding_audit_ok"] = row["audit_ok"]
-    print_json(doc)
+    print_json(run(hosts, repeat, funding))
