@@ -11,6 +11,7 @@ import typer
 
 from merkat.cli import bench
 from merkat.cli._common import LazyProgress, fail
+from merkat.defaults import ADMISSION_S
 
 
 @bench.app.command("period")
@@ -31,8 +32,8 @@ def bench_period(
         "HPC2N-2002-2.2-cln", "--trace", help="A trace name (`merkat traces list`) or an SWF file."
     ),
     admission: float = typer.Option(
-        10.0, "--admission", metavar="SECONDS", help="Admit new applications between periods "
-        "every SECONDS (Merkat §4.2.2: 10); 0 makes them wait for the next period (as before "
+        ADMISSION_S, "--admission", metavar="SECONDS", help="Admit new applications between "
+        f"periods every SECONDS (Merkat §4.2.2: {ADMISSION_S:g}); 0 makes them wait for the next period (as before "
         "admission between periods existed)."),
 ) -> None:
     """Time one market run of the themis-fig5 sweep (JSON on stdout)."""

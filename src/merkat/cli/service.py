@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from merkat.cli._common import EXIT_FAILURE, OutputFormat, OutputOption, emit, fail
+from merkat.defaults import ADMISSION_S, LIVE_PERIOD_S
 
 user_app = typer.Typer(help="Users of the live service and their API keys.",
                        no_args_is_help=True)
@@ -33,9 +34,10 @@ def server(
     host: str | None = typer.Option(None, "--host", help="Listen address (127.0.0.1)."),
     port: int | None = typer.Option(None, "--port", help="Port (8080).", min=0, max=65535),
     data_dir: Path | None = DataDirOption,
-    period: float | None = typer.Option(None, "--period", help="Scheduling period, s (40)."),
+    period: float | None = typer.Option(
+        None, "--period", help=f"Scheduling period, s ({LIVE_PERIOD_S:g})."),
     admission: float | None = typer.Option(None, "--admission",
-                                           help="Admission interval, s (10)."),
+                                           help=f"Admission interval, s ({ADMISSION_S:g})."),
     backend: str | None = typer.Option(None, "--backend",
                                        help="Backend by name: local (default), kubernetes."),
     kubeconfig: Path | None = typer.Option(
