@@ -102,9 +102,6 @@ class VM:
     kind: int = 0  # index of its type in the provider's catalog
     stamps: list[int] = field(default_factory=list)  # per PE: its live entry in the index
 
-    def last_busy(self) -> float:
-        return self.last
-
 
     def free_at(self, pe: int, t: float) -> tuple[float, float]:
         """Memory and disk not used at ``t`` by the tasks of the VM's other PEs."""

@@ -10,7 +10,8 @@ pattern: ``(a+)+$`` over a log of ``aaaa...!`` lines costs what a plain pattern 
 pattern RE2 does not support (backreferences, lookaround) is refused at submit
 (:func:`merkat.service.patterns.compile_regex`). Log files are read from their last 64 KiB, regular files only (a FIFO
 or a device never blocks a reader). Commands run with a time limit, their process group
-killed after it, their output read up to 64 KiB (:func:`run_bounded`).
+killed after it, their output read up to 64 KiB
+(:func:`merkat.service.probes.run_monitor_command`, through the sandbox).
 
 Where a monitor runs: on the machine for the local backend; inside the monitored VM when the
 backend runs commands there (it has ``exec_in(vm, command, timeout)`` and ``log_text(vm)``: the
@@ -21,16 +22,10 @@ is a :class:`Reading` with an ``error``, never an exception.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import selectors
 import shlex
-import signal
 import stat
-import subprocess
-import time
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,69 +109,14 @@ def match_log(text: str, regex: str) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Ran:
-    """What :func:`run_bounded` saw: the output (at most ``cap`` bytes), the exit status (None
-    when killed), and whether the time limit killed it."""
+    """What a monitor's command gave (:func:`~merkat.service.probes.run_monitor_command`):
+    the output (at most 64 KiB), the exit status (None when killed), and whether the time
+    limit killed it."""
 
     stdout: str
     code: int | None
     timed_out: bool = False
     error: str | None = None
-
-
-def run_bounded(argv: Sequence[str], timeout: float, *, cap: int = TAIL_BYTES,
-                cwd: str | None = None, env: Mapping[str, str] | None = None,
-                preexec: Callable[[], None] | None = None) -> Ran:
-    """Run ``argv`` in a new session for at most ``timeout`` seconds, reading at most ``cap``
-    bytes of its output; the whole process group is killed (SIGKILL) at the time limit, once
-    ``cap`` bytes are read, or when the command exits (what it left behind). Never raises: a command that cannot start is ``error``."""
-    try:
-        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                stdin=subprocess.DEVNULL, cwd=cwd or None,
-                                env=dict(env) if env is not None else None,
-                                start_new_session=True, preexec_fn=preexec)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return Ran("", None, error=f"cannot start: {exc}")
-    assert proc.stdout is not None
-    out = bytearray()
-    end = time.monotonic() + timeout
-    timed_out = False
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        while len(out) < cap:
-            left = end - time.monotonic()
-            if left <= 0:
-                timed_out = True
-                break
-            if not sel.select(left):
-                continue
-            chunk = os.read(proc.stdout.fileno(), 65_536)
-            if not chunk:
-                break
-            out += chunk
-    if not timed_out and len(out) < cap:  # output closed: the rest of its time to exit
-        timed_out = not _exited(proc.pid, end)
-    with contextlib.suppress(OSError):  # not reaped yet: its pid (and group) is still its own
-        os.killpg(proc.pid, signal.SIGKILL)  # its children too, whatever happened
-    proc.stdout.close()
-    try:
-        code: int | None = proc.wait(5.0)
-    except subprocess.TimeoutExpired:  # unkillable (frozen, v1): left to be reaped later
-        code, timed_out = None, True
-    return Ran(bytes(out[:cap]).decode(errors="replace"), None if timed_out else code,
-               timed_out)
-
-
-def _exited(pid: int, end: float) -> bool:
-    """Wait until child ``pid`` has exited (without reaping it) or ``end``; whether it did."""
-    while True:
-        try:
-            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                return True
-        except ChildProcessError:
-            return True
-        if time.monotonic() >= end:
-            return False
-        time.sleep(0.01)
 
 
 def parse_output(out: str) -> dict[str, float]:

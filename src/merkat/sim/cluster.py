@@ -72,15 +72,10 @@ def _tasks_on_host(free_cores: int, free_mem: float, memory: int) -> int:
     return min(free_cores, int(free_mem // memory))
 
 
-def memory_to_kib(memory_mib: float) -> int:
-    """A task's memory in whole KiB (rounded up), the unit :class:`Machine` counts in."""
-    return math.ceil(memory_mib * 1024 - 1e-9)
-
-
 class Machine:
     """The mutable free resources of a :class:`Cluster` during a simulation.
 
-    Memory is counted in integer KiB (see :func:`memory_to_kib`) so that allocating and
+    Memory is counted in integer KiB so that allocating and
     releasing never drifts; ``inf`` when the cluster's memory is unconstrained.
     """
 
