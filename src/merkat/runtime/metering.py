@@ -37,9 +37,7 @@ from merkat.platform.model import Charged, Decision
 
 @runtime_checkable
 class Metered(Protocol):
-    """A backend that measures what each application used (charging by use). (Here, not
-    beside ``Backend`` in :mod:`merkat.platform.backend`: that module may be compiled by
-    mypyc, which does not take a ``runtime_checkable`` protocol.)"""
+    """A backend that measures what each application used (charging by use)."""
 
     def cpu_used(self, app: str) -> float | None:
         """CPU core-seconds ``app``'s VMs used since the last call; None when not measured."""
