@@ -97,7 +97,7 @@ def test_a_waiting_application_stops_without_calling_the_backend() -> None:
     assert d.platform.apps["w"].status is AppStatus.STOPPED
 
 
-def test_the_live_economy_moves_a_budget_from_what_the_owner_holds() -> None:
+def test_the_economy_for_moves_a_budget_from_what_the_owner_holds() -> None:
     d, ledger = setup(SimBackend(trade_memory=False), owner_funds=True)
     ledger.create_account("alice", AccountKind.user)
     ledger.mint("alice", 15_000_000, "her money")

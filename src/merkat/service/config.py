@@ -192,7 +192,7 @@ class ServiceConfig(BaseSettings):
 
     @field_validator("economy")
     @classmethod
-    def _known_economy(cls, v: str) -> str:
+    def _known_economies_only(cls, v: str) -> str:
         if v not in LIVE_ECONOMIES:
             raise ValueError(f"the live service runs the economies {', '.join(LIVE_ECONOMIES)}"
                              f", not {v!r}")

@@ -93,9 +93,9 @@ class Manager:
         # service's loop, :meth:`run`, owns the waiting and the queue), as the simulator's.
         from merkat.runtime.clock import FunctionClock
         from merkat.runtime.driver import Driver
-        from merkat.service.money import live_economy
+        from merkat.service.money import economy_for
 
-        self.driver = Driver(self.platform, backend, live_economy(config, store.ledger),
+        self.driver = Driver(self.platform, backend, economy_for(config, store.ledger),
                              clock=FunctionClock(clock), admit=register_launcher,
                              skip_idle=False, admission=config.admission)
         self.next_period = clock()  # when the loop runs the next period

@@ -1,6 +1,6 @@
 """The live service's money rules: its economy, and budgets that come home.
 
-- :func:`live_economy`: the :class:`~merkat.runtime.economy.Economy` of the server's config
+- :func:`economy_for`: the :class:`~merkat.runtime.economy.Economy` of the server's config
   (``economy``: themis or closed; ``charging``: bid or use, on the measured CPU of each VM's
   cgroup: :mod:`merkat.runtime.metering`, :mod:`merkat.backends.local.metering`).
 - :func:`end_platform`: a platform has ended (finished, stopped by its owner or its controller,
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from merkat.service.context import ManagerState
 
 
-def live_economy(config: ServiceConfig, ledger: Ledger) -> Economy:
+def economy_for(config: ServiceConfig, ledger: Ledger) -> Economy:
     """The server's economy: its config's ``economy``, ``charging``, ``redistribute_every``
     and ``provider``. A platform's budget is moved from what its owner holds at admission
     (``owner_funds``: nothing is minted); budgets are returned by :func:`end_platform` (with
