@@ -18,6 +18,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
 
+from merkat.control.registry import POLICIES
+from merkat.control.slo import BestEffort
+from merkat.control.types import Demand, Observation
 from merkat.service.backends import make_backend
 from merkat.service.config import load_config
 from merkat.service.db import open_store
@@ -550,3 +553,58 @@ def test_a_cpu_only_template_does_not_fail_the_period_for_everyone(manager: Mana
     assert [str(apps[n].status) for n in ("s", "c")] == ["running", "running"]
     assert set(apps["c"].vms[0].bid) == {"cpu"}
     assert not [e for e in manager.store.events(limit=100) if e["kind"] == "error"]
+
+
+class _Boom(BestEffort):
+    """A plugin policy with a bug: it starts, then its ``reconfigure`` divides by zero."""
+
+    name = "boom-test"
+
+    def reconfigure(self, obs: Observation) -> Demand:
+        raise ZeroDivisionError("float division by zero")
+
+
+def test_a_raising_controller_fails_its_platform_only_and_the_loop_goes_on(
+        manager: Manager) -> None:
+    """A controller that raises (a plugin's bug) made ``Platform.decide`` raise: every period
+    failed and was retried forever, every tenant's market stopped. Now its platform fails
+    with the reason; the other user's keeps running and ``/health`` stays 200."""
+    m = manager
+    m.store.add_user("bob", budget=100_000_000)
+    POLICIES.register(_Boom)
+    try:
+        m.submit("bob", parse(SLEEPER))
+        m.submit("alice", parse(SLEEPER.replace("name: s", "name: bad")
+                                .replace("best-effort", "boom-test")))
+        ticks: list[int] = []
+        tick = m.tick
+
+        def counted() -> Any:
+            rec = tick()
+            ticks.append(rec["index"])
+            return rec
+
+        m.tick = counted  # type: ignore[method-assign]
+        with TestClient(create_app(m)) as c:
+            loop = Loop(m)
+            try:
+                wait(lambda: m.store.platform("bad").state == "failed")  # type: ignore[union-attr]
+                n = len(ticks)
+                wait(lambda: len(ticks) >= n + 3)  # several periods more
+                assert c.get("/api/v1/health").status_code == 200
+                assert m.health.failures == 0
+            finally:
+                loop.close()
+    finally:
+        POLICIES.unregister("boom-test")
+    assert m.store.platform("s").state == "running"  # type: ignore[union-attr]
+    assert str(m.platform.apps["s"].status) == "running"
+    reason = "controller error: ZeroDivisionError: float division by zero"
+    assert m.platform.apps["bad"].reason == reason
+    assert m.store.platform("bad").outcome == reason  # type: ignore[union-attr]
+    events = m.store.events(limit=1000, platform="bad")
+    assert any(e["kind"] == "state" and reason in e["message"] and "failed" in e["message"]
+               for e in events)
+    assert all("failed" not in e["message"] for e in m.store.events(limit=1000, platform="s"))
+    assert m.store.ledger.balance("app:bad") == 0  # its budget came home
+    assert m.store.ledger.audit().ok

@@ -48,6 +48,7 @@ from merkat.market.clear import check_reserve
 from merkat.market.share import FloatArray, IntArray
 from merkat.platform.backend import Plan
 from merkat.platform.draft import draft, keep
+from merkat.platform.isolation import ask, fail
 from merkat.platform.market_input import Run, market_vms, placed, size
 from merkat.platform.model import App, AppNext, Decision, Observed, Ops
 from merkat.platform.plan import bills_of, make_plan
@@ -115,8 +116,11 @@ def admit(market: Market, queued: Sequence[App], now: float, until: float,
         app_id = app.spec.id
         balance, seen = balances[app.account], observed[app_id]
         obs = decider.observe(app, now, balance, seen, market.prices, market.history)
-        demand = app.controller.decide(obs)
+        demand = ask(app.controller, obs)
         nx = nexts[app_id] = draft(app)
+        if isinstance(demand, str):  # its controller raised: it fails, alone
+            fail(nx, now, demand, ops)
+            continue
         decider.reconcile(app, nx, demand, now, balance, seen, ops, refused)
         if nx.status is AppStatus.RUNNING and nx.ids:
             starting.append((nx, app))

@@ -52,6 +52,7 @@ from merkat.market.mechanisms import make_mechanism
 from merkat.platform import admission, commit
 from merkat.platform.backend import ApplyReport
 from merkat.platform.draft import draft, install
+from merkat.platform.isolation import ask, fail
 from merkat.platform.lifecycle import ENDED, app_failure, app_transition
 from merkat.platform.market_input import bidding as bidding_vms
 from merkat.platform.market_input import market_vms, same_input
@@ -205,7 +206,12 @@ class Platform:
                     seen.finished, ops, "stopped-budget")
                 continue
             obs = decider.observe(app, now, balance, seen, prices, history)
-            demand = app.controller.decide(obs)
+            demand = ask(app.controller, obs)
+            if isinstance(demand, str):  # its controller raised: it fails, alone
+                nx = nexts[app_id] = draft(app)
+                nx.broke_since = since
+                fail(nx, now, demand, ops)
+                continue
             if demand.action is Action.NONE and app.status is not running:
                 if since != app.broke_since:  # waiting or suspended, and staying so
                     nx = nexts[app_id] = draft(app)

@@ -262,6 +262,7 @@ class Driver:
         decision = platform.admit(a, t1, balances, observed)
         if not decision.plan.create:  # nothing starts: what the queue decided is committed
             platform.settle(decision, ApplyReport(a), Charged({}, frozenset(), 0))
+            self._close_ended(queued)
             return None
         accounts = {x: platform.apps[x].account for x, _ in decision.bills}
         charged = economy.charge(decision, accounts)
@@ -271,7 +272,16 @@ class Driver:
             before_apply(a)
         report = self.report = backend.apply(decision.plan)
         platform.settle(decision, report, charged)
+        self._close_ended(queued)
         return report
+
+    def _close_ended(self, apps: list[App]) -> None:
+        """The end rule for those of ``apps`` an admission ended (a controller that
+        raised: :mod:`merkat.platform.isolation`): budgets come home."""
+        if self.economy.return_budgets:
+            ended = [a.account for a in apps if not a.active]
+            if ended:
+                self.economy.close(ended, self.platform.index)
 
     def run(self, until: float = math.inf, start: float | None = None) -> float:
         """Run periods from ``start`` (default: the period boundary at or before the first
