@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from merkat.sim.experiments.common import pyplot
+from merkat.sim.experiments.common import pyplot, save_figure
 from merkat.sim.experiments.registry import EXPERIMENTS, Experiment
 from merkat.sim.tycoon import TycoonConfig, TycoonJob, simulate
 
@@ -186,9 +186,7 @@ def _funding_plot(doc: dict[str, Any], path: Path) -> None:
         ax.set_title(title)
         ax.legend()
     fig.suptitle("Tycoon Tables 1-2")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _f(x: Any) -> str:

@@ -27,7 +27,7 @@ import numpy as np
 
 from merkat import seeds
 from merkat.predict import ar
-from merkat.sim.experiments.common import pyplot
+from merkat.sim.experiments.common import pyplot, save_figure
 from merkat.sim.experiments.registry import EXPERIMENTS, Experiment
 from merkat.sim.experiments.tycoon import HOUR, funding_config, funding_jobs
 from merkat.sim.experiments.tycoon_ar6 import AR6, price_history
@@ -229,9 +229,7 @@ def _ar_plot(doc: dict[str, Any], path: Path) -> None:
         ax.legend()
     fig.suptitle("Tycoon §5.4: AR(6) vs 'the price stays' on each price series "
                  "(paper: 8.96 vs 9.44 %)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 # --- tycoon-funding-ablation ----------------------------------------------------------------
@@ -363,9 +361,7 @@ def _funding_plot(doc: dict[str, Any], path: Path) -> None:
         ax.set_title(f"{title} (dashed: the paper)")
         ax.legend()
     fig.suptitle("Tycoon Table 1 under each reading of the funding rule")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 EXPERIMENTS.register(Experiment(

@@ -14,7 +14,7 @@ import numpy as np
 
 from merkat import seeds
 from merkat.predict import ar
-from merkat.sim.experiments.common import pyplot
+from merkat.sim.experiments.common import pyplot, save_figure
 from merkat.sim.experiments.registry import EXPERIMENTS, Experiment
 from merkat.sim.experiments.tycoon import FUNDING, HOUR, SeedRun, funding_config, seed_runs
 from merkat.sim.tycoon import TycoonJob, simulate
@@ -161,9 +161,7 @@ def _ar6_plot(doc: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("price (credits per CPU-second)")
     ax.set_title("Tycoon Fig. 4: AR(6) prediction with a one-hour forecast")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 EXPERIMENTS.register(Experiment(

@@ -13,7 +13,7 @@ import numpy as np
 
 from merkat import seeds
 from merkat.predict import portfolio, slots
-from merkat.sim.experiments.common import pyplot
+from merkat.sim.experiments.common import pyplot, save_figure
 from merkat.sim.experiments.registry import EXPERIMENTS, Experiment
 from merkat.sim.experiments.tycoon import SeedRun, seed_runs
 
@@ -95,9 +95,7 @@ def _portfolio_plot(doc: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("aggregate performance")
     ax.set_title("Tycoon Fig. 5: risk-free portfolio vs equal shares")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 # --- tycoon-window ------------------------------------------------------------------------------
@@ -187,9 +185,7 @@ def _window_plot(doc: dict[str, Any], path: Path) -> None:
         ax.set_title(f"{name} {WINDOW['distributions'][name]}")
         ax.legend(fontsize=8)
     fig.suptitle("Tycoon Fig. 7: window approximation (half a window of uniform noise)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 EXPERIMENTS.register(Experiment(
