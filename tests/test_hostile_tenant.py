@@ -213,7 +213,7 @@ clusters:
     wait(lambda: tree.exists("bomb/vm1") and tree.pids_max("bomb/vm1") == 40)
     dirs = tree.dirs("bomb/vm1")
     pids_dir = dirs.get("pids") or dirs["unified"]  # v1 pids controller, or v2
-    wait(lambda: int((pids_dir / "pids.current").read_text()) >= 35, 20)
+    wait(lambda: int((pids_dir / "pids.current").read_text()) >= 35, 60)  # a loaded machine grows the bomb slowly
     for _ in range(5):
         t0 = time.monotonic()
         code, _ = bob.call("GET", "/prices", timeout=5)
