@@ -1,4 +1,4 @@
-"""Admission between periods (Merkat §4.2.2; merkat.platform.admission, Driver.admit_between):
+"""Admission between periods (Merkat §4.2.2; merkat.core.admission, Driver.admit_between):
 an application submitted mid-period starts at the next admission point, placed by worst-fit
 beside the running VMs (which stay where they are) with each host's share recomputed, pays
 for the rest of the period only, and waits for the next period when its VMs cannot all be
@@ -14,14 +14,14 @@ from hypothesis import strategies as st
 from merkat.backends.sim import RigidApp, SimBackend
 from merkat.bank.memory import MemoryLedger
 from merkat.control.types import AppStatus
+from merkat.core.period import AppSpec, Platform
 from merkat.market import Hosts
-from merkat.platform.period import AppSpec, Platform
 from merkat.runtime.arrivals import Arrival, ListArrivals
 from merkat.runtime.driver import Driver
 from merkat.runtime.economy import Economy
-from merkat.sim.cluster import Cluster
-from merkat.sim.market.trace import MarketConfig, simulate_market
-from merkat.sim.workload.jobs import Workload
+from merkat.workload.cluster import Cluster
+from merkat.workload.jobs import Workload
+from merkat.worlds.merkat.trace import MarketConfig, simulate_market
 
 PERIOD = 60.0
 

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from merkat.cli import app
 from merkat.cli.client import PriceFormat, _emit_prices
-from merkat.sim.background import PriceFileError, PriceSeries, read_price_export
-from merkat.sim.tycoon import TycoonConfig, TycoonJob, simulate
+from merkat.worlds.tycoon.background import PriceFileError, PriceSeries, read_price_export
+from merkat.worlds.tycoon.simulator import TycoonConfig, TycoonJob, simulate
 
 runner = CliRunner()
 

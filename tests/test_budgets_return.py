@@ -9,8 +9,8 @@ import pytest
 
 from merkat.backends.sim import RigidApp, SimBackend
 from merkat.bank.memory import MemoryLedger
+from merkat.core.period import AppSpec, Platform
 from merkat.market import Hosts
-from merkat.platform.period import AppSpec, Platform
 from merkat.runtime.arrivals import Arrival, ListArrivals
 from merkat.runtime.driver import Driver
 from merkat.runtime.economy import Economy

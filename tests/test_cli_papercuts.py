@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from merkat.cli import NOUNS, app, build_noun
 from merkat.cli.client import mib
-from merkat.sim.workload.lublin import write as write_lublin
+from merkat.workload.lublin import write as write_lublin
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()

@@ -218,7 +218,7 @@ def test_classify_maps_exceptions_to_exit_codes() -> None:
     assert classify(KeyboardInterrupt()) == (130, "interrupted")
     code, msg = classify(ValueError("line one\nline two"))
     assert code == 1 and msg.startswith("ValueError: line one; line two")
-    from merkat.sim.workload.swf import SwfError
+    from merkat.workload.swf import SwfError
 
     assert classify(SwfError("t.swf:3: 17 fields expected")) == (2, "t.swf:3: 17 fields expected")
     from merkat.bank.errors import InsufficientFunds, UnknownAccount

@@ -17,7 +17,7 @@ from merkat.control.forecast import PriceForecast
 from merkat.control.registry import PolicyError, make_policy
 from merkat.control.types import Action, Budget, Demand, Metrics, Observation
 from merkat.predict.ar import fit
-from merkat.sim.parallel import reads_history
+from merkat.worlds.merkat.parallel import reads_history
 
 runner = CliRunner()
 
@@ -214,8 +214,8 @@ def test_the_platform_keeps_the_history_a_controller_asks_for() -> None:
     from merkat.backends.sim import RigidApp, SimBackend
     from merkat.bank.memory import MemoryLedger
     from merkat.control.registry import POLICIES
+    from merkat.core.period import AppSpec, Platform
     from merkat.market import Hosts
-    from merkat.platform.period import AppSpec, Platform
     from merkat.runtime.driver import Driver
     from merkat.runtime.economy import Economy
 

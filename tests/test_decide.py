@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from merkat.control.types import Action, AppStatus, Demand, Metrics, Observation, VMState
+from merkat.core.backend import ApplyReport, OpReport
+from merkat.core.model import Charged, Decision, NonFiniteBid, Observed, PeriodRecord
+from merkat.core.period import AppSpec, Platform
 from merkat.market import NO_HOST, Hosts
-from merkat.platform.backend import ApplyReport, OpReport
-from merkat.platform.model import Charged, Decision, NonFiniteBid, Observed, PeriodRecord
-from merkat.platform.period import AppSpec, Platform
 
 
 class Script:
@@ -234,9 +234,9 @@ def test_no_decision_of_a_whole_market_run_changes_a_record(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A small trace run (admissions between periods, migrations, deadlines missed) with every
     decision checked; the same outcome as the plain platform's."""
-    from merkat.sim.cluster import Cluster
-    from merkat.sim.market import trace
-    from merkat.sim.workload.jobs import Workload
+    from merkat.workload.cluster import Cluster
+    from merkat.workload.jobs import Workload
+    from merkat.worlds.merkat import trace
 
     w = Workload.from_arrays(submit=[0, 100, 200, 900, 1000, 4000, 4010, 4020],
                              run=[900, 600, 1200, 300, 2000, 600, 900, 1500],

@@ -26,11 +26,11 @@ def test_micro_and_the_defaults_are_defined_in_one_module_only() -> None:
 
 def test_every_configuration_takes_its_defaults_from_the_one_module() -> None:
     from merkat.bank.memory import MemoryLedger
+    from merkat.core.period import Platform
     from merkat.market import Hosts
-    from merkat.platform.period import Platform
     from merkat.runtime.economy import Economy
     from merkat.service.config import ServiceConfig
-    from merkat.sim.options import MarketConfig, RunOptions
+    from merkat.worlds.merkat.options import MarketConfig, RunOptions
 
     m = MarketConfig()
     assert (m.policy, m.period, m.admission, m.keep_alive, m.reserve, m.market, m.economy,

@@ -13,9 +13,9 @@ from merkat.bank.errors import BankError
 from merkat.bank.ledger import AccountKind
 from merkat.bank.memory import MemoryLedger
 from merkat.control.types import AppStatus
+from merkat.core.backend import ApplyReport, OpReport, Plan
+from merkat.core.period import AppSpec, Platform
 from merkat.market import Hosts
-from merkat.platform.backend import ApplyReport, OpReport, Plan
-from merkat.platform.period import AppSpec, Platform
 from merkat.runtime.driver import Driver
 from merkat.runtime.economy import Economy
 

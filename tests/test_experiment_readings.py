@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from merkat.cli import app
-from merkat.sim.experiments.common import VM_COSTS, Run, execute
+from merkat.experiments.common import VM_COSTS, Run, execute
 
 runner = CliRunner()
 
@@ -22,7 +22,7 @@ def test_vm_cost_readings() -> None:
 
 @pytest.mark.slow
 def test_period_and_vm_costs_change_the_market_runs_and_are_recorded(tmp_path: Path) -> None:
-    from merkat.sim.experiments import run_experiment
+    from merkat.experiments import run_experiment
 
     doc = run_experiment("themis-fig5", tmp_path / "t", jobs=10, factors=(0.5,),
                          period=600.0, vm_costs="slo")
@@ -51,7 +51,7 @@ def test_readings_are_refused_where_the_market_is_part_of_the_setup(tmp_path: Pa
 
 
 def test_run_experiment_checks_the_readings(tmp_path: Path) -> None:
-    from merkat.sim.experiments import run_experiment
+    from merkat.experiments import run_experiment
 
     with pytest.raises(ValueError, match="--vm-costs must be one of"):
         run_experiment("themis-fig5", tmp_path / "a", vm_costs="cheap")
@@ -60,9 +60,9 @@ def test_run_experiment_checks_the_readings(tmp_path: Path) -> None:
 
 
 def test_satisfaction_readings_change_the_deadlines_or_the_baselines_boot() -> None:
-    from merkat.sim.experiments.common import ScenarioRun
-    from merkat.sim.experiments.satisfaction import satisfaction_workload
-    from merkat.sim.experiments.satisfaction_readings import READINGS, reading_run
+    from merkat.experiments.common import ScenarioRun
+    from merkat.experiments.satisfaction import satisfaction_workload
+    from merkat.experiments.satisfaction_readings import READINGS, reading_run
 
     assert set(READINGS) == {"paper", "boot-both", "tight", "tight+boot"}
     tight = satisfaction_workload(0, 0.25, READINGS["tight"]["deadline_factor"])

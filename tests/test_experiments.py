@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from merkat.cli import app
-from merkat.sim.workload.traces import HPC2N, find_trace
+from merkat.workload.traces import HPC2N, find_trace
 
 runner = CliRunner()
 
@@ -108,7 +108,7 @@ def test_bad_experiment_input(tmp_path: Path) -> None:
 
 def test_sweep_on_a_dask_cluster_matches_the_local_pool(tmp_path: Path) -> None:
     distributed = pytest.importorskip("distributed")
-    from merkat.sim.experiments import run_experiment
+    from merkat.experiments import run_experiment
 
     local = run_experiment("themis-fig5", tmp_path / "local", jobs=20, factors=(1.0,))
     with distributed.LocalCluster(
@@ -127,8 +127,8 @@ def test_sweep_on_a_dask_cluster_matches_the_local_pool(tmp_path: Path) -> None:
 def test_batch_jobs_partial_work_is_counted_at_the_deadline() -> None:
     import numpy as np
 
-    from merkat.sim.experiments import baseline_work_at_deadline
-    from merkat.sim.workload.jobs import Workload
+    from merkat.experiments import baseline_work_at_deadline
+    from merkat.workload.jobs import Workload
 
     w = Workload.from_arrays(
         submit=[0.0, 0.0, 0.0],

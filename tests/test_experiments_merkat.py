@@ -18,10 +18,10 @@ from merkat.backends.sim import SimBackend, TaskFarm
 from merkat.cli import app
 from merkat.control.framework import FrameworkHorizontal
 from merkat.control.types import Sense
-from merkat.platform.backend import Plan, VMPlacement
-from merkat.sim.experiments import EXPERIMENTS
-from merkat.sim.experiments.common import ScenarioRun
-from merkat.sim.experiments.merkat import (
+from merkat.core.backend import Plan, VMPlacement
+from merkat.experiments import EXPERIMENTS
+from merkat.experiments.common import ScenarioRun
+from merkat.experiments.merkat import (
     MERKAT6,
     MERKAT7,
     merkat6_scenario,
@@ -29,13 +29,13 @@ from merkat.sim.experiments.merkat import (
     merkat_fig6,
     merkat_fig7,
 )
-from merkat.sim.experiments.satisfaction import (
+from merkat.experiments.satisfaction import (
     SATISFACTION,
     merkat_satisfaction_run,
     satisfaction_workload,
 )
-from merkat.sim.experiments.themis import THEMIS6, themis_fig6
-from merkat.sim.market.scenarios import (
+from merkat.experiments.themis import THEMIS6, themis_fig6
+from merkat.worlds.merkat.scenarios import (
     BatchQueue,
     IterativeApp,
     QueueFarm,

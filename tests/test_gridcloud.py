@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from merkat.gridcloud import diet
-from merkat.gridcloud.model import (
+from merkat.worlds.gridcloud import diet
+from merkat.worlds.gridcloud.model import (
     ACTIVE,
     CATALOG,
     CLUSTERS,
@@ -22,9 +22,9 @@ from merkat.gridcloud.model import (
     Offer,
     Task,
 )
-from merkat.gridcloud.provider import Allocation, Provider
-from merkat.gridcloud.run import Config, Group, Simulation, simulate
-from merkat.gridcloud.users import (
+from merkat.worlds.gridcloud.provider import Allocation, Provider
+from merkat.worlds.gridcloud.run import Config, Group, Simulation, simulate
+from merkat.worlds.gridcloud.users import (
     PRIORITIES,
     UTILITIES,
     Load,

@@ -14,7 +14,7 @@ from merkat.backends.kubernetes import KubernetesBackend
 from merkat.backends.kubernetes.emulator import KubeEmulator, emulated_client
 from merkat.backends.kubernetes.live import KubernetesLive
 from merkat.backends.local import Launch
-from merkat.platform.backend import Plan, VMPlacement
+from merkat.core.backend import Plan, VMPlacement
 
 pytestmark = pytest.mark.kubernetes
 

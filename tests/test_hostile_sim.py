@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from merkat.cli import app
 from merkat.cli._common import print_json
-from merkat.sim.workload import swf
-from merkat.sim.workload.swf import SwfError
+from merkat.workload import swf
+from merkat.workload.swf import SwfError
 
 runner = CliRunner()
 TRACE = "HPC2N-2002-2.2-cln"
@@ -267,7 +267,7 @@ def test_a_trace_without_jobs_is_refused_by_the_commands(tmp_path: Path) -> None
 def test_a_local_file_never_silently_overrides_a_trace_of_merkat_traces(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from merkat.sim.workload.traces import TraceNotFound, find_trace
+    from merkat.workload.traces import TraceNotFound, find_trace
 
     theirs = tmp_path / "traces"
     theirs.mkdir()

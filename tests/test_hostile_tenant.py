@@ -231,7 +231,7 @@ def test_a_vm_that_leaves_its_cgroup_or_loses_it_is_failed(tmp_path: Path) -> No
     if b.tree.version is not Version.v1:
         pytest.skip("moves processes between v1 hierarchies")
     b.register("a", lambda app, vm, i: Launch("sleep 60 & exec sleep 60", index=i))
-    from merkat.platform.backend import Plan, VMPlacement
+    from merkat.core.backend import Plan, VMPlacement
 
     try:
         b.apply(Plan(time=0, period=1, create=(VMPlacement("a/vm1", "a", 0),
@@ -335,7 +335,7 @@ def test_a_named_account_and_the_templates_own_environment(tmp_path: Path) -> No
                      prefix=f"merkat-env-{uuid.uuid4().hex[:8]}")
     b.register("a", lambda app, vm, i: Launch("/usr/bin/env; /usr/bin/id -u", index=i, identity=ident,
                                               user_env=env, cwd="/"))
-    from merkat.platform.backend import Plan, VMPlacement
+    from merkat.core.backend import Plan, VMPlacement
 
     try:
         b.apply(Plan(time=0, period=1, create=(VMPlacement("a/vm1", "a", 0),)))

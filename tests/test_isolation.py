@@ -1,5 +1,5 @@
 """One application's controller error fails that application only, never the period: the
-exception comes back as data (:mod:`merkat.platform.isolation`), the application ends
+exception comes back as data (:mod:`merkat.core.isolation`), the application ends
 ``failed`` through the lifecycle table with the reason, its VMs destroyed and its money home,
 while every other application's period goes on as it would alone."""
 
@@ -12,10 +12,10 @@ from merkat.backends.sim import RigidApp, SimBackend
 from merkat.bank.memory import MemoryLedger
 from merkat.control.base import Controller
 from merkat.control.types import AppStatus, Demand, Metrics, Observation
+from merkat.core.backend import ApplyReport
+from merkat.core.model import Charged, Decision, Observed
+from merkat.core.period import AppSpec, Platform
 from merkat.market import Hosts
-from merkat.platform.backend import ApplyReport
-from merkat.platform.model import Charged, Decision, Observed
-from merkat.platform.period import AppSpec, Platform
 from merkat.runtime.driver import Driver
 from merkat.runtime.economy import Economy
 

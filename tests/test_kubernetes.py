@@ -21,7 +21,7 @@ from merkat.backends.kubernetes.objects import (
     memory_bytes,
     pod_name,
 )
-from merkat.platform.backend import Plan, VMPlacement
+from merkat.core.backend import Plan, VMPlacement
 
 pytestmark = pytest.mark.kubernetes
 

@@ -22,7 +22,7 @@ from merkat.backends.kubernetes.emulator_http import serve
 from merkat.backends.kubernetes.live import KubernetesLive
 from merkat.control.slo import BestEffort
 from merkat.control.types import Demand, Metrics, Observation
-from merkat.platform.backend import Plan, VMPlacement
+from merkat.core.backend import Plan, VMPlacement
 from merkat.service.monitors import read_in_vm
 from merkat.service.templates import Monitor
 from test_kubernetes_live_adapter import Launch  # what the service's launchers return

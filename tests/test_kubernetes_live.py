@@ -12,7 +12,7 @@ import pytest
 from merkat.backends.kubernetes import PodTemplate
 from merkat.backends.kubernetes.connect import KubeConfigError, connect
 from merkat.backends.kubernetes.objects import actual_size, desired_size, pod_name
-from merkat.platform.backend import Plan, VMPlacement
+from merkat.core.backend import Plan, VMPlacement
 
 pytestmark = pytest.mark.kubernetes_live
 

@@ -12,7 +12,7 @@ from merkat.backends.kubernetes import KubernetesBackend
 from merkat.backends.kubernetes.emulator import KubeEmulator, emulated_client
 from merkat.backends.kubernetes.live import KubernetesLive
 from merkat.control.types import Metrics
-from merkat.platform.backend import Plan, VMPlacement
+from merkat.core.backend import Plan, VMPlacement
 
 pytestmark = pytest.mark.kubernetes
 

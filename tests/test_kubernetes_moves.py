@@ -13,7 +13,7 @@ import pytest
 
 from merkat.backends.kubernetes.moves import MOVE_PERIODS
 from merkat.backends.kubernetes.refusals import RETRY_PERIODS
-from merkat.platform.backend import Plan
+from merkat.core.backend import Plan
 from merkat.service.templates import parse
 from test_kubernetes_recovery import manager
 from test_kubernetes_refusals import TWO_CORES, cluster, foreign_pod, resize_calls

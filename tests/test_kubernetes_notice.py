@@ -14,7 +14,7 @@ import pytest
 from merkat.backends.kubernetes.emulator import KubeEmulator
 from merkat.backends.kubernetes.live import KubernetesLive
 from merkat.backends.local import Launch
-from merkat.platform.backend import Plan, VMPlacement
+from merkat.core.backend import Plan, VMPlacement
 from test_kubernetes_state import STATE, VM, count, setup
 
 pytestmark = pytest.mark.kubernetes
@@ -163,7 +163,7 @@ def test_a_vm_moved_under_notice_is_billed_at_what_its_held_pod_had(tmp_path: Pa
     not get (as a Deferred resize's), with one event; its pod then runs on node-1 at 2 cores."""
     import time
 
-    from merkat.platform.model import MICRO
+    from merkat.core.model import MICRO
     from merkat.service.templates import parse
     from test_kubernetes_recovery import manager
     from test_kubernetes_refusals import TWO_CORES, refunded_half

@@ -1,7 +1,7 @@
 """Simulated applications on emulated pods: the Kubernetes backend end to end without a cluster
 (a test helper, imported by test_kubernetes_scenario; holds no tests).
 
-:class:`PodsBackend` is a :class:`~merkat.platform.backend.Backend` that hands each plan to a
+:class:`PodsBackend` is a :class:`~merkat.core.backend.Backend` that hands each plan to a
 real :class:`~merkat.backends.kubernetes.backend.KubernetesBackend` talking (through lightkube)
 to a :class:`~merkat.backends.kubernetes.emulator.KubeEmulator`, then lets a simulated backend
 (:class:`~merkat.backends.sim.SimBackend` or a scenario's) progress the applications at the
@@ -22,7 +22,7 @@ from merkat.backends.kubernetes.backend import ApplyReport, KubernetesBackend
 from merkat.backends.kubernetes.emulator import KubeEmulator
 from merkat.backends.kubernetes.objects import A_VM, actual_size, desired_size
 from merkat.control.types import Metrics
-from merkat.platform.backend import Plan
+from merkat.core.backend import Plan
 
 
 @dataclass

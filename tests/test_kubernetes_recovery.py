@@ -15,7 +15,7 @@ from merkat.backends.kubernetes import KubernetesBackend
 from merkat.backends.kubernetes.emulator import KubeEmulator, emulated_client
 from merkat.backends.kubernetes.live import KubernetesLive
 from merkat.control.types import AppStatus, VMState
-from merkat.platform.backend import Plan, VMPlacement
+from merkat.core.backend import Plan, VMPlacement
 from merkat.service.config import load_config
 from merkat.service.db import open_store
 from merkat.service.manager import Manager

@@ -15,8 +15,8 @@ from merkat.backends.kubernetes import KubernetesBackend, PodTemplate
 from merkat.backends.kubernetes.emulator import TOKEN, KubeEmulator, emulated_client
 from merkat.backends.kubernetes.live import KubernetesLive
 from merkat.backends.kubernetes.refusals import RETRY_PERIODS
-from merkat.platform.backend import Plan, VMPlacement
-from merkat.platform.model import MICRO
+from merkat.core.backend import Plan, VMPlacement
+from merkat.core.model import MICRO
 from merkat.service.manager import Manager
 from merkat.service.templates import parse
 from test_kubernetes_recovery import manager

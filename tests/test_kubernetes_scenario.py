@@ -10,7 +10,7 @@ import pytest
 from merkat.backends.kubernetes import KubernetesBackend, PodTemplate
 from merkat.backends.kubernetes.emulator import KubeEmulator, emulated_client
 from merkat.backends.kubernetes.objects import cores_to_millis
-from merkat.sim.experiments.merkat import MERKAT6, merkat6_scenario
+from merkat.experiments.merkat import MERKAT6, merkat6_scenario
 from test_kubernetes_pods_support import PodsBackend
 
 pytestmark = pytest.mark.kubernetes
@@ -78,7 +78,7 @@ def test_deadline_solver_and_best_effort_solvers_share_a_node_of_the_cluster() -
 
 def test_the_vms_of_a_node_that_disappears_are_recreated_where_the_market_moves_them() -> None:
     from merkat.bank.memory import MemoryLedger
-    from merkat.platform.period import AppSpec, Platform
+    from merkat.core.period import AppSpec, Platform
     from merkat.runtime.driver import Driver
     from merkat.runtime.economy import Economy
 

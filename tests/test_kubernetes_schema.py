@@ -11,7 +11,7 @@ from merkat.backends.kubernetes.emulator import KubeEmulator, emulated_client
 from merkat.backends.kubernetes.objects import Size, binding, pod_manifest, resize_patch
 from merkat.backends.kubernetes.schema import VERSION, check, check_request, check_response
 from merkat.backends.kubernetes.state import StateVolume
-from merkat.platform.backend import Plan, VMPlacement
+from merkat.core.backend import Plan, VMPlacement
 
 pytestmark = pytest.mark.kubernetes
 

@@ -17,7 +17,7 @@ from merkat.backends.kubernetes import KubernetesBackend
 from merkat.backends.kubernetes.emulator import KubeEmulator, emulated_client
 from merkat.backends.kubernetes.live import KubernetesLive
 from merkat.backends.local import Launch
-from merkat.platform.backend import Plan, VMPlacement
+from merkat.core.backend import Plan, VMPlacement
 from merkat.service.templates import TemplateError, parse
 from test_kubernetes_recovery import manager
 

@@ -96,7 +96,7 @@ def test_platform_show_gives_the_time_a_vm_under_notice_is_stopped(world) -> Non
     ``preempt_at`` and a ``notice:`` line under the table say until when."""
     from merkat.backends.kubernetes.notice import rfc3339
     from merkat.cli.platforms import print_show
-    from merkat.platform.backend import Plan
+    from merkat.core.backend import Plan
 
     emu, m, c, auth = world
     m.submit("alice", parse(SLEEP.format(name="s") + "    state: {grace: 1}\n", "x.yaml"))

@@ -13,7 +13,7 @@ import pytest
 
 from merkat.backends.local import Launch, LocalBackend, Node, wait_for
 from merkat.backends.local.cgroups import CgroupTree, Limits, Version, detect
-from merkat.platform.backend import Plan, VMPlacement
+from merkat.core.backend import Plan, VMPlacement
 
 V1_FILES = {
     "cpu": ["cgroup.procs", "cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.shares"],

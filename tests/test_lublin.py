@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from merkat.sim.workload import lublin
-from merkat.sim.workload.swf import read_swf
+from merkat.workload import lublin
+from merkat.workload.swf import read_swf
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 

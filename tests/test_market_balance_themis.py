@@ -145,7 +145,7 @@ def test_cli_sim_run_market_with_the_themis_balancer(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_experiment_themis_fig5_takes_the_balancer(tmp_path: Path) -> None:
-    from merkat.sim.experiments import run_experiment
+    from merkat.experiments import run_experiment
 
     doc = run_experiment("themis-fig5", tmp_path / "t", jobs=20, factors=(0.5,),
                          balancer="themis")

@@ -18,9 +18,9 @@ from merkat.backends.local.metering import CpuMeter
 from merkat.backends.sim import RigidApp, SimBackend
 from merkat.bank.memory import MemoryLedger
 from merkat.bank.policies import hold_account
+from merkat.core.backend import Plan, VMPlacement
+from merkat.core.period import AppSpec, Platform
 from merkat.market import Hosts
-from merkat.platform.backend import Plan, VMPlacement
-from merkat.platform.period import AppSpec, Platform
 from merkat.runtime.arrivals import Arrival, ListArrivals
 from merkat.runtime.driver import Driver
 from merkat.runtime.economy import Economy

@@ -1,5 +1,5 @@
 """A market run cut where the cluster is empty and its pieces run on several processes gives
-the outcome of one process, field by field (merkat.sim.parallel)."""
+the outcome of one process, field by field (merkat.worlds.merkat.parallel)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from merkat.backends.sim import RigidApp, SimBackend
 from merkat.bank.memory import MemoryLedger
 from merkat.control.base import Controller
 from merkat.control.types import Demand, Observation
+from merkat.core.period import AppSpec, Platform
 from merkat.market import Hosts
-from merkat.platform.period import AppSpec, Platform
 from merkat.runtime.driver import Driver
 from merkat.runtime.economy import Economy
 from merkat.sim import parallel as segments
-from merkat.sim.cluster import Cluster
-from merkat.sim.market.trace import MarketConfig, MarketOutcome, simulate_market
-from merkat.sim.parallel import choose_cuts, cut_candidates, simulate_parallel
-from merkat.sim.workload.jobs import Workload
+from merkat.workload.cluster import Cluster
+from merkat.workload.jobs import Workload
+from merkat.worlds.merkat.parallel import choose_cuts, cut_candidates, simulate_parallel
+from merkat.worlds.merkat.trace import MarketConfig, MarketOutcome, simulate_market
 
 POLICIES = ("deadline-strict", "deadline-partial", "performance-strict", "performance-partial")
 

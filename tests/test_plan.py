@@ -1,4 +1,4 @@
-"""The plan and the bills of a period (merkat.platform.plan), vectorised with numpy, against
+"""The plan and the bills of a period (merkat.core.plan), vectorised with numpy, against
 their per-VM definitions: the same operations, allocations and micro-credits, exactly."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import pytest
 
 from merkat.control.registry import make_policy
 from merkat.control.types import VMState
+from merkat.core.draft import draft
+from merkat.core.market_input import Run, market_vms
+from merkat.core.model import App, AppSpec, Ops, VMRecord, to_micro
+from merkat.core.period import Platform
+from merkat.core.plan import bills_of, make_plan
 from merkat.market import NO_HOST, RESOURCES, Hosts
-from merkat.platform.draft import draft
-from merkat.platform.market_input import Run, market_vms
-from merkat.platform.model import App, AppSpec, Ops, VMRecord, to_micro
-from merkat.platform.period import Platform
-from merkat.platform.plan import bills_of, make_plan
 
 
 class _Placed:

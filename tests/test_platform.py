@@ -10,15 +10,15 @@ import pytest
 
 from merkat.backends.sim import RigidApp, SimBackend, TaskFarm
 from merkat.bank.memory import MemoryLedger
+from merkat.core.backend import Plan, VMPlacement
+from merkat.core.model import Observed
+from merkat.core.period import MICRO, AppSpec, Platform
 from merkat.market import Hosts
-from merkat.platform.backend import Plan, VMPlacement
-from merkat.platform.model import Observed
-from merkat.platform.period import MICRO, AppSpec, Platform
 from merkat.runtime.driver import Driver
 from merkat.runtime.economy import Economy
-from merkat.sim.cluster import Cluster
-from merkat.sim.market.trace import MarketConfig, simulate_market, summarize_market
-from merkat.sim.workload.jobs import Workload
+from merkat.workload.cluster import Cluster
+from merkat.workload.jobs import Workload
+from merkat.worlds.merkat.trace import MarketConfig, simulate_market, summarize_market
 
 
 def one_host(cores: float = 4.0, memory: float = 4096.0) -> Hosts:

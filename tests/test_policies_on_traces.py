@@ -34,8 +34,8 @@ from merkat.control.types import (
     VMState,
     VMView,
 )
+from merkat.core.period import AppSpec, NonFiniteBid, Platform
 from merkat.market import Hosts
-from merkat.platform.period import AppSpec, NonFiniteBid, Platform
 from merkat.runtime.driver import Driver
 from merkat.runtime.economy import Economy
 
@@ -259,7 +259,7 @@ def test_the_vms_bids_at_the_spend_limit_never_bill_more_than_the_balance(
     limit must fit the balance, or the application is unpaid and suspended every period (a
     livelock seen on 150 HPC2N jobs at factor 0.1: bills 5-14 micro-credits over)."""
     from merkat.control.registry import make_policy
-    from merkat.platform.model import to_micro
+    from merkat.core.model import to_micro
 
     o = obs(budget=Budget(micro / 1e6), deadline=None)
     b = make_policy("scale-one-vm").vm_bid_max(o, nvms)

@@ -40,12 +40,12 @@ def test_register_get_names_and_the_error_listing_the_known_names() -> None:
 def test_every_registry_of_the_code_is_one_registry_with_its_names() -> None:
     from merkat.cli import NOUNS
     from merkat.control.registry import POLICIES, PolicyError
+    from merkat.experiments import EXPERIMENTS
     from merkat.market.mechanisms import MECHANISMS, MechanismError
     from merkat.runtime.economy import CHARGING, ECONOMIES, EconomyError
     from merkat.service.backends import BACKENDS
-    from merkat.sim.batch.baselines import SCHEDULERS as BATCH
-    from merkat.sim.experiments import EXPERIMENTS
     from merkat.sim.schedulers import SCHEDULERS
+    from merkat.worlds.batch.baselines import SCHEDULERS as BATCH
 
     registries = {
         "policy": (POLICIES, {"deadline-strict", "best-effort", "framework-horizontal"}),

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from merkat.cli import app
-from merkat.sim.experiments import run_experiment
-from merkat.sim.workload.lublin import write as write_lublin
+from merkat.experiments import run_experiment
+from merkat.workload.lublin import write as write_lublin
 
 runner = CliRunner()
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -13,21 +13,21 @@ from hypothesis import strategies as st
 from merkat.backends.sim import RigidApp, SimBackend
 from merkat.bank.memory import MemoryLedger
 from merkat.control.types import Action, AppStatus, VMState
-from merkat.market import Hosts
-from merkat.platform.backend import ApplyReport, OpReport, Plan
-from merkat.platform.lifecycle import (
+from merkat.core.backend import ApplyReport, OpReport, Plan
+from merkat.core.lifecycle import (
     APP_TRANSITIONS,
     TransitionRefused,
     app_transition,
     vm_transition,
 )
-from merkat.platform.period import AppSpec, Platform
+from merkat.core.period import AppSpec, Platform
+from merkat.market import Hosts
 from merkat.runtime.arrivals import Arrival, ListArrivals
 from merkat.runtime.driver import Driver
 from merkat.runtime.economy import Economy, EconomyError
-from merkat.sim.cluster import Cluster
-from merkat.sim.market.trace import MarketConfig, simulate_market
-from merkat.sim.workload.jobs import Workload
+from merkat.workload.cluster import Cluster
+from merkat.workload.jobs import Workload
+from merkat.worlds.merkat.trace import MarketConfig, simulate_market
 
 
 def spec(app_id: str, budget: float = 100.0, renewal: float = 0.0, owner: str = "alice",
@@ -227,7 +227,7 @@ def _market_digest() -> str:
 
 
 def _scenario_digest() -> str:
-    from merkat.sim.experiments.merkat import merkat6_scenario
+    from merkat.experiments.merkat import merkat6_scenario
 
     sc, _ = merkat6_scenario(150.0, 0)
     res = sc.run(150.0 * 60 + 40.0)

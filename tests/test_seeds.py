@@ -19,10 +19,10 @@ from typer.testing import CliRunner
 from merkat import seeds
 from merkat.cli import app
 from merkat.control.registry import make_policy
-from merkat.sim.market.scenarios import Scenario, spec
-from merkat.sim.market.trace import MarketConfig, _TraceArrivals
-from merkat.sim.workload.jobs import Workload
-from merkat.sim.workload.traces import HPC2N, find_trace
+from merkat.workload.jobs import Workload
+from merkat.workload.traces import HPC2N, find_trace
+from merkat.worlds.merkat.scenarios import Scenario, spec
+from merkat.worlds.merkat.trace import MarketConfig, _TraceArrivals
 
 # A change of these numbers changes every seeded result: it must be deliberate.
 PINNED = {

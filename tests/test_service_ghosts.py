@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from merkat.backends.local import Launch, LocalBackend, Node, wait_for
-from merkat.platform.backend import Plan, VMPlacement
+from merkat.core.backend import Plan, VMPlacement
 from merkat.service.api import create_app
 from merkat.service.backends import make_backend
 from merkat.service.config import ServiceConfig, load_config

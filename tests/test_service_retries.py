@@ -13,7 +13,7 @@ import pytest
 
 from merkat.backends.local import Launch, LocalBackend, Node, sandbox
 from merkat.control.types import Action, Demand, Observation
-from merkat.platform.backend import ApplyReport, OpReport, Plan, VMPlacement
+from merkat.core.backend import ApplyReport, OpReport, Plan, VMPlacement
 from merkat.service import admit
 from merkat.service.manager import Manager, make_controller
 from merkat.service.templates import parse

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from merkat.sim.batch.baselines import schedule
-from merkat.sim.cluster import Cluster
-from merkat.sim.workload.jobs import Workload
+from merkat.workload.cluster import Cluster
+from merkat.workload.jobs import Workload
+from merkat.worlds.batch.baselines import schedule
 
 
 def starts(wl: Workload, cluster: Cluster, scheduler: str) -> list[float]:

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from merkat.cli import app
-from merkat.sim.workload.lublin import write as write_lublin
+from merkat.workload.lublin import write as write_lublin
 
 runner = CliRunner()
 
@@ -169,7 +169,7 @@ def test_lublin_command_is_seeded(tmp_path: Path) -> None:
     a, b = tmp_path / "a.swf", tmp_path / "b.swf.gz"
     assert run("sim", "lublin", "--out", str(a), "--jobs", "50", "--seed", "9")[0] == 0
     assert run("sim", "lublin", "--out", str(b), "--jobs", "50", "--seed", "9")[0] == 0
-    from merkat.sim.workload.swf import read_swf
+    from merkat.workload.swf import read_swf
 
     assert read_swf(a).data.tolist() == read_swf(b).data.tolist()
     code, _, stderr = run("sim", "lublin", "--out", str(a), "--type", "weird")

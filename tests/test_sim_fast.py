@@ -6,9 +6,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from merkat.sim.batch.baselines import schedule
-from merkat.sim.cluster import Cluster
-from merkat.sim.workload.jobs import Workload
+from merkat.workload.cluster import Cluster
+from merkat.workload.jobs import Workload
+from merkat.worlds.batch.baselines import schedule
 
 
 @st.composite

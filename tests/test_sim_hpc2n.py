@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from merkat.sim.batch.baselines import schedule
-from merkat.sim.cluster import Cluster
 from merkat.sim.metrics import summarize
-from merkat.sim.workload.jobs import Workload, build_workload
-from merkat.sim.workload.swf import read_swf
+from merkat.workload.cluster import Cluster
+from merkat.workload.jobs import Workload, build_workload
+from merkat.workload.swf import read_swf
+from merkat.worlds.batch.baselines import schedule
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 HPC2N = TRACES / "HPC2N-2002-2.2-cln.swf.gz"

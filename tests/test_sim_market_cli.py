@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from merkat.cli import app
 from merkat.sim.metrics import read_jobs_csv
-from merkat.sim.workload.traces import HPC2N, find_trace
+from merkat.workload.traces import HPC2N, find_trace
 
 runner = CliRunner()
 
@@ -123,7 +123,7 @@ def test_bench_sweep_times_the_experiment_and_digests_its_results(tmp_path: Path
 def burst_trace(path: Path, bursts: int = 440, per_burst: int = 10) -> str:
     """An SWF trace of short one-core jobs in bursts four hours apart (the cluster empties
     between them), long enough for ``--workers 2`` to cut it."""
-    from merkat.sim.workload.swf import empty_row, write_swf
+    from merkat.workload.swf import empty_row, write_swf
 
     rows = []
     for b in range(bursts):

@@ -1,5 +1,5 @@
 """The Maui-like baseline (``--scheduler maui``): EASY backfilling on the users' inexact
-wall-time estimates, the estimate model of :mod:`merkat.sim.batch.maui`, and the CLI run."""
+wall-time estimates, the estimate model of :mod:`merkat.worlds.batch.maui`, and the CLI run."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 from merkat import seeds
 from merkat.cli import app
-from merkat.sim.batch.baselines import schedule
-from merkat.sim.batch.maui import ESTIMATES, POPULAR, maui_workload, tsafrir_estimates
-from merkat.sim.cluster import Cluster
-from merkat.sim.workload.jobs import Workload
+from merkat.workload.cluster import Cluster
+from merkat.workload.jobs import Workload
+from merkat.worlds.batch.baselines import schedule
+from merkat.worlds.batch.maui import ESTIMATES, POPULAR, maui_workload, tsafrir_estimates
 
 
 def _starts(wl: Workload, scheduler: str, cores: int = 4) -> list[float]:
@@ -85,7 +85,7 @@ def test_cli_runs_maui_on_a_trace(tmp_path: Path) -> None:
 
 def test_cli_maui_models_estimates_on_a_lublin_trace(tmp_path: Path) -> None:
     # a Lublin trace made here (a clone alone has no shared/traces): no requested times
-    from merkat.sim.workload.lublin import write as write_lublin
+    from merkat.workload.lublin import write as write_lublin
 
     trace = tmp_path / "lublin.swf"
     write_lublin(trace, 1000, seed=0, nodes=256)
@@ -109,8 +109,8 @@ def test_cli_unknown_scheduler_is_a_one_line_error(tmp_path: Path, bad: str) -> 
 
 
 def test_satisfaction_experiment_compares_with_maui() -> None:
-    from merkat.sim.experiments.common import ScenarioRun
-    from merkat.sim.experiments.satisfaction import (
+    from merkat.experiments.common import ScenarioRun
+    from merkat.experiments.satisfaction import (
         _satisfaction_derive,
         _satisfaction_runs,
         merkat_satisfaction_run,

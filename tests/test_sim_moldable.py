@@ -14,17 +14,17 @@ import pytest
 from typer.testing import CliRunner
 
 from merkat.cli import app
-from merkat.sim.cluster import Cluster
-from merkat.sim.market.moldable import (
+from merkat.workload import lublin
+from merkat.workload.cluster import Cluster
+from merkat.workload.jobs import Workload
+from merkat.worlds.merkat.moldable import (
     MoldableApp,
     amdahl,
     check_serial,
     max_vms,
     relative_rate,
 )
-from merkat.sim.market.trace import MarketConfig, simulate_market
-from merkat.sim.workload import lublin
-from merkat.sim.workload.jobs import Workload
+from merkat.worlds.merkat.trace import MarketConfig, simulate_market
 
 runner = CliRunner()
 

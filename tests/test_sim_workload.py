@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from merkat.sim.cluster import Cluster
-from merkat.sim.workload.jobs import SloConfig, build_workload
-from merkat.sim.workload.swf import SwfTrace
+from merkat.workload.cluster import Cluster
+from merkat.workload.jobs import SloConfig, build_workload
+from merkat.workload.swf import SwfTrace
 
 
 def trace(rows: list[dict[int, float]]) -> SwfTrace:

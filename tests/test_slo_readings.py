@@ -10,18 +10,18 @@ import pytest
 from typer.testing import CliRunner
 
 from merkat.cli import app
-from merkat.sim.batch.baselines import schedule
-from merkat.sim.batch.engine import simulate
-from merkat.sim.cluster import Cluster
-from merkat.sim.experiments import EXPERIMENTS, slo_ablation
-from merkat.sim.experiments.common import Run, execute
-from merkat.sim.experiments.readings import (
+from merkat.experiments import EXPERIMENTS, slo_ablation
+from merkat.experiments.common import Run, execute
+from merkat.experiments.readings import (
     DAMPED,
     EdfKill,
     apply_readings,
     parse_readings,
 )
-from merkat.sim.workload.jobs import Workload
+from merkat.workload.cluster import Cluster
+from merkat.workload.jobs import Workload
+from merkat.worlds.batch.baselines import schedule
+from merkat.worlds.batch.engine import simulate
 
 runner = CliRunner()
 
@@ -147,7 +147,7 @@ def test_bad_reading_or_market_is_one_line_exit_2(args: list[str], message: str,
 
 
 def test_baseline_work_at_deadline_of_a_job_never_started_is_zero() -> None:
-    from merkat.sim.experiments.common import baseline_work_at_deadline
+    from merkat.experiments.common import baseline_work_at_deadline
 
     w = _three_jobs()
     done = baseline_work_at_deadline(w, np.array([0.0, np.nan, 10.0]))

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from merkat.sim.workload.swf import FIELDS, SwfError, read_swf, write_swf
+from merkat.workload.swf import FIELDS, SwfError, read_swf, write_swf
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 

@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from merkat.cli import app
-from merkat.sim.workload import trace_index as ti
-from merkat.sim.workload import traces as tr
+from merkat.workload import trace_index as ti
+from merkat.workload import traces as tr
 
 runner = CliRunner()
 

@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 
 import merkat
 from merkat.cli import app
-from merkat.sim.workload import traces as tr
-from merkat.sim.workload.lublin import write as write_lublin
+from merkat.workload import traces as tr
+from merkat.workload.lublin import write as write_lublin
 
 runner = CliRunner()
 REPO = Path(merkat.__file__).resolve().parents[2]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from merkat.sim.experiments.registry import EXPERIMENTS
-from merkat.sim.experiments.tycoon import funding_jobs
-from merkat.sim.experiments.tycoon_ablation import (
+from merkat.experiments.registry import EXPERIMENTS
+from merkat.experiments.tycoon import funding_jobs
+from merkat.experiments.tycoon_ablation import (
     READINGS,
     ReadingRun,
     _ar_derive,
@@ -18,7 +18,7 @@ from merkat.sim.experiments.tycoon_ablation import (
     synthetic,
     tycoon_funding_ablation,
 )
-from merkat.sim.tycoon import TycoonConfig, TycoonJob
+from merkat.worlds.tycoon.simulator import TycoonConfig, TycoonJob
 
 
 def test_synthetic_series_have_the_stated_properties() -> None:

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from merkat.bank.ledger import AccountKind
+from merkat.experiments import EXPERIMENTS, run_experiment
 from merkat.market.tycoon import charges_by_use, clear_hosts, others_bids
-from merkat.sim.experiments import EXPERIMENTS, run_experiment
-from merkat.sim.tycoon import Boost, TycoonConfig, TycoonJob, TycoonSim, simulate
+from merkat.worlds.tycoon.simulator import Boost, TycoonConfig, TycoonJob, TycoonSim, simulate
 
 SMALL = TycoonConfig(hosts=2, cpus_per_host=2.0, vm_cpus=1.0, interval_s=10.0, reserve=1e-4,
                      settle_every=6, record_every=1)
@@ -133,7 +133,7 @@ def test_funding_and_ar6_contracts(tmp_path: Path) -> None:
 
 
 def test_ar6_scores_one_hour_ahead_on_hourly_means() -> None:
-    from merkat.sim.experiments.tycoon_ar6 import _ar6_host
+    from merkat.experiments.tycoon_ar6 import _ar6_host
 
     rng = np.random.default_rng(5)
     hourly = np.repeat(rng.uniform(0.5, 1.5, 10), 4)  # 40 h of prices held 4 h each

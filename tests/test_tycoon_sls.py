@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from merkat.cli import app
 from merkat.market.best_response import solve
 from merkat.market.sls import ServiceLocationService, SLSError
-from merkat.sim.tycoon import TycoonConfig, TycoonJob, simulate
+from merkat.worlds.tycoon.simulator import TycoonConfig, TycoonJob, simulate
 
 runner = CliRunner()
 

@@ -14,17 +14,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from merkat.backends.sim import RigidApp, SimBackend
 from merkat.bank.memory import MemoryLedger
+from merkat.core.period import MICRO, AppSpec, Platform
 from merkat.market import Hosts
-from merkat.platform.period import MICRO, AppSpec, Platform
 from merkat.runtime.driver import Driver
 from merkat.runtime.economy import Economy
-from merkat.sim.cluster import Cluster
-from merkat.sim.market.trace import MarketConfig, simulate_market
-from merkat.sim.workload.jobs import SloConfig, build_workload
-from merkat.sim.workload.lublin import write as write_lublin
-from merkat.sim.workload.swf import read_swf
 from merkat.web.metrics import MIB, MarketMetrics, MarketSnapshot
 from merkat.web.routes import install
+from merkat.workload.cluster import Cluster
+from merkat.workload.jobs import SloConfig, build_workload
+from merkat.workload.lublin import write as write_lublin
+from merkat.workload.swf import read_swf
+from merkat.worlds.merkat.trace import MarketConfig, simulate_market
 
 NAME = re.compile(r"^merkat_[a-z_]+$")
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from merkat.control.types import Metrics, new_metrics
-from merkat.platform.backend import ApplyReport, Plan
+from merkat.core.backend import ApplyReport, Plan
 
 
 @dataclass
@@ -112,7 +112,7 @@ class TaskFarm:
 
 class AppModel(Protocol):
     """What :class:`SimBackend` needs of an application model: :class:`RigidApp`,
-    :class:`TaskFarm`, or one of a scenario's own (:mod:`merkat.sim.market.scenarios`).
+    :class:`TaskFarm`, or one of a scenario's own (:mod:`merkat.worlds.merkat.scenarios`).
 
     A model of another kind progresses itself: it has ``advance(backend, vms, t0, t1)``
     (``vms``: its ``(id, VM)`` pairs in id order; ``backend.speed(model, vm, t0, t1)`` gives a
@@ -138,7 +138,7 @@ class _VM:
 
 @dataclass
 class SimBackend:
-    """Simulated VMs and applications behind the :class:`~merkat.platform.backend.Backend`
+    """Simulated VMs and applications behind the :class:`~merkat.core.backend.Backend`
     seam. ``bandwidth`` is each host's network bandwidth in MiB/s (1 Gbit/s by default);
     ``trade_memory`` False means memory is reserved as requested (CPU-only markets)."""
 

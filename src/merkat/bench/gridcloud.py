@@ -14,8 +14,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from merkat.gridcloud.run import Config, Group, simulate
-from merkat.gridcloud.users import Load, Strategy
+from merkat.worlds.gridcloud.run import Config, Group, simulate
+from merkat.worlds.gridcloud.users import Load, Strategy
 
 
 def _timed(cfg: Config) -> tuple[dict[str, Any], float, float]:

@@ -27,7 +27,7 @@ from typing import Any
 from merkat.backends.kubernetes.backend import ApplyReport, KubernetesBackend
 from merkat.backends.kubernetes.emulator import KubeEmulator, emulated_client
 from merkat.control.types import Metrics
-from merkat.platform.backend import Plan
+from merkat.core.backend import Plan
 
 NS = "merkat"
 
@@ -70,7 +70,7 @@ def bench_size(nodes: int, pods_per_node: int, *, cores: float = 16.0,
                vm_cores: float = 2.0) -> dict[str, Any]:
     """One cluster size: the three measured periods (see the module docstring)."""
     from merkat.bank.memory import MemoryLedger
-    from merkat.platform.period import AppSpec, Platform
+    from merkat.core.period import AppSpec, Platform
     from merkat.runtime.driver import Driver
     from merkat.runtime.economy import Economy
 

@@ -24,16 +24,16 @@ def run(trace: str, *, jobs: int, interarrival_factor: float, seed: int, hosts: 
         workers: int, admission: float,
         progress_for: Callable[[int], Callable[[int], Any]] | None = None) -> dict[str, Any]:
     """Run and time the market on ``trace`` (a name or an SWF file; FileNotFoundError or
-    :class:`~merkat.sim.workload.swf.SwfError` when it cannot be read). ``progress_for`` is
+    :class:`~merkat.workload.swf.SwfError` when it cannot be read). ``progress_for`` is
     given the number of jobs once the workload is built and returns the callback told of each
     job done (the CLI's bar); ``admission`` 0 makes arrivals wait for the next period."""
-    from merkat.sim.cluster import Cluster
-    from merkat.sim.market.trace import summarize_market
-    from merkat.sim.options import MarketConfig
-    from merkat.sim.parallel import simulate_parallel
-    from merkat.sim.workload.jobs import build_workload
-    from merkat.sim.workload.swf import read_swf
-    from merkat.sim.workload.traces import find_trace
+    from merkat.workload.cluster import Cluster
+    from merkat.workload.jobs import build_workload
+    from merkat.workload.swf import read_swf
+    from merkat.workload.traces import find_trace
+    from merkat.worlds.merkat.options import MarketConfig
+    from merkat.worlds.merkat.parallel import simulate_parallel
+    from merkat.worlds.merkat.trace import summarize_market
 
     tr = read_swf(find_trace(trace))
     cluster = Cluster(hosts, 1, None)

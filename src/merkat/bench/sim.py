@@ -14,13 +14,13 @@ from typing import Any
 def run(path: Path, names: list[str], *, repeat: int, cores: int | None,
         general: bool) -> dict[str, Any]:
     """Read the SWF trace at ``path`` and time each batch scheduler of ``names`` (the best of
-    ``repeat`` runs). ValueError (or :class:`~merkat.sim.workload.swf.SwfError`) naming the
+    ``repeat`` runs). ValueError (or :class:`~merkat.workload.swf.SwfError`) naming the
     trace or ``--cores`` when there is nothing to time."""
-    from merkat.sim.batch.baselines import schedule
-    from merkat.sim.cluster import Cluster
     from merkat.sim.metrics import summarize
-    from merkat.sim.workload.jobs import build_workload
-    from merkat.sim.workload.swf import read_swf
+    from merkat.workload.cluster import Cluster
+    from merkat.workload.jobs import build_workload
+    from merkat.workload.swf import read_swf
+    from merkat.worlds.batch.baselines import schedule
 
     t0, c0 = time.perf_counter(), time.process_time()
     tr = read_swf(path)

@@ -33,10 +33,10 @@ def run(name: str, *, workers: int, jobs: int | None, factors: Any, target: floa
     """Run experiment ``name`` and time it from ``t0`` (``time.perf_counter``) and ``cpu0``
     (:func:`~merkat.bench.common.cpu_seconds`), taken by the caller before its imports.
     ``out``: an absent or empty directory the caller checked, filled only on success. Raises
-    what :func:`~merkat.sim.experiments.run_experiment` raises (FileNotFoundError or
+    what :func:`~merkat.experiments.run_experiment` raises (FileNotFoundError or
     ValueError for bad input, RuntimeError when a run fails)."""
+    from merkat.experiments import run_experiment
     from merkat.outputs import output_dir
-    from merkat.sim.experiments import run_experiment
 
     with ExitStack() as stack:
         # out as `sim experiment --out`: refused when not empty, replaced only on success

@@ -33,7 +33,7 @@ def run(hosts: int, repeat: int, funding: bool) -> dict[str, Any]:
     doc: dict[str, Any] = {"benchmark": "tycoon", "hosts": hosts, "repeat": repeat,
                            "best_response": times, "target_ms": 10.0}
     if funding:
-        from merkat.sim.experiments.tycoon import FundingRun, tycoon_funding
+        from merkat.experiments.tycoon import FundingRun, tycoon_funding
 
         t0 = time.perf_counter()
         row = tycoon_funding(FundingRun("table2-best-response", 0, 2, False))

@@ -26,7 +26,7 @@ def bench_period(
     hosts: int = typer.Option(240, "--hosts", help="Hosts (1 core each)."),
     workers: int = typer.Option(
         1, "--workers", help="Cut the trace where the cluster is empty and run the pieces on "
-        "this many processes (the same results; merkat.sim.parallel).",
+        "this many processes (the same results; merkat.worlds.merkat.parallel).",
     ),
     trace: str = typer.Option(
         "HPC2N-2002-2.2-cln", "--trace", help="A trace name (`merkat traces list`) or an SWF file."
@@ -39,7 +39,7 @@ def bench_period(
     """Time one market run of the themis-fig5 sweep (JSON on stdout)."""
     from merkat.bench.period import run
     from merkat.cli.validate import check_float, check_int
-    from merkat.sim.workload.swf import SwfError
+    from merkat.workload.swf import SwfError
 
     check_float("--interarrival-factor", interarrival_factor, 0, 1000, lo_open=True)
     check_int("--jobs", jobs, 0, 10_000_000)

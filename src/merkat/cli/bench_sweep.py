@@ -42,7 +42,7 @@ def bench_sweep(
         prepare_out_dir(out)  # checked before the run, not after
     t0, cpu0 = time.perf_counter(), cpu_seconds()
     from merkat.bench.sweep import run
-    from merkat.sim.experiments import EXPERIMENTS, FACTORS
+    from merkat.experiments import EXPERIMENTS, FACTORS
 
     if name not in EXPERIMENTS:
         fail(f"unknown experiment {name!r}; known: {', '.join(sorted(EXPERIMENTS))}")

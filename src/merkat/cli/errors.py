@@ -56,7 +56,7 @@ class RunFailure(Exception):
 
 # (module, class) of domain errors that mean "bad input" (exit 2) when they reach the top.
 _BAD_INPUT_CLASSES = (
-    ("merkat.sim.workload.swf", "SwfError"),
+    ("merkat.workload.swf", "SwfError"),
     ("merkat.market.types", "MarketError"),
     ("merkat.bank.errors", "InvalidInput"),
     ("merkat.bank.errors", "UnknownAccount"),

@@ -1,5 +1,5 @@
 """``merkat sim experiment NAME``: reproduce a paper's experiment (see
-:mod:`merkat.sim.experiments`)."""
+:mod:`merkat.experiments`)."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def experiment(
         TimeElapsedColumn,
     )
 
-    from merkat.sim.experiments import EXPERIMENTS, FACTORS, run_experiment
+    from merkat.experiments import EXPERIMENTS, FACTORS, run_experiment
 
     EXPERIMENTS.get(name)  # an unknown name: exit 2, listing the known experiments
     fs = _factors(factors, EXPERIMENTS[name].default_factors or FACTORS)
@@ -104,7 +104,7 @@ def experiment(
         check_choice("--balancer", balancer, BALANCERS)
     readings: dict[str, str] = {}
     if reading:
-        from merkat.sim.experiments.readings import parse_readings
+        from merkat.experiments.readings import parse_readings
 
         if not EXPERIMENTS[name].takes_readings:
             fail(f"--reading: experiment {name!r} takes no readings (slo-fig2 and slo-fig3 do)")
@@ -121,7 +121,7 @@ def experiment(
                  "setup)")
     if period is not None and not 0 < period <= 86400:
         fail(f"--period must be in (0, 86400] seconds, got {period:g}")
-    from merkat.sim.experiments.common import VM_COSTS
+    from merkat.experiments.common import VM_COSTS
 
     if vm_costs is not None and vm_costs not in VM_COSTS:
         fail(f"--vm-costs must be one of {', '.join(VM_COSTS)}, got {vm_costs!r}")

@@ -28,7 +28,7 @@ from merkat.sim.schedulers import (  # light: each entry imports its engine when
     OUTCOMES,
     SCHEDULERS,
 )
-from merkat.sim.workload.traces import HPC2N_NAME, find_trace
+from merkat.workload.traces import HPC2N_NAME, find_trace
 
 app = typer.Typer(
     help="Trace-driven simulator: batch baselines (FCFS, EDF, EASY) on SWF workloads.",
@@ -184,7 +184,7 @@ def lublin_cmd(
     jobtype: str = typer.Option("typeless", "--type", help="typeless | mixed (batch+interactive)."),
 ) -> None:
     """Generate a Lublin-Feitelson workload as SWF."""
-    from merkat.sim.workload import lublin
+    from merkat.workload import lublin
 
     check_int("--jobs", jobs, 1, 10_000_000)
     check_int("--nodes", nodes, 2, 10_000_000)

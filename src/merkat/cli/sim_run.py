@@ -31,7 +31,7 @@ from merkat.defaults import (
     POLICY,
 )
 from merkat.sim.schedulers import SCHEDULERS
-from merkat.sim.workload.traces import find_trace
+from merkat.workload.traces import find_trace
 
 
 def _param_value(text: str) -> Any:
@@ -161,10 +161,10 @@ def run_cmd(
 
     Without --hosts/--cores-per-host the machine is the trace header's MaxProcs as one pool.
     """
-    from merkat.sim.options import MarketConfig, RunOptions
     from merkat.sim.run import run_trace
-    from merkat.sim.workload.jobs import SloConfig
-    from merkat.sim.workload.swf import SwfError
+    from merkat.workload.jobs import SloConfig
+    from merkat.workload.swf import SwfError
+    from merkat.worlds.merkat.options import MarketConfig, RunOptions
 
     check_choice("--scheduler", scheduler, SCHEDULERS)
     if not SCHEDULERS[scheduler].market:  # the market's options mean nothing to a batch run
@@ -182,7 +182,7 @@ def run_cmd(
     charging = CHARGE_BY if charging is None else charging
     balancer = BALANCER if balancer is None else balancer
     check(serial_fraction is None or moldable, "--serial-fraction: only with --moldable")
-    from merkat.sim.market.moldable import SERIAL_FRACTION
+    from merkat.worlds.merkat.moldable import SERIAL_FRACTION
 
     serial_fraction = SERIAL_FRACTION if serial_fraction is None else serial_fraction
     check(0 <= serial_fraction < 1,

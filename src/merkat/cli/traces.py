@@ -2,10 +2,10 @@
 
 ``list`` shows the bundled, cached and ``$MERKAT_TRACES`` traces with their job counts, spans
 and checksums, from a small index rather than by reading every trace
-(:mod:`merkat.sim.workload.trace_index`; ``-o json``: ``{"items": [{"name", "jobs", "span_s",
+(:mod:`merkat.workload.trace_index`; ``-o json``: ``{"items": [{"name", "jobs", "span_s",
 "sha256", "path", "source"}]}``); ``--archive`` adds the archive's traces that ``fetch`` can
 download (``path`` and ``span_s`` null until fetched). ``fetch NAME``
-downloads one into the user cache and checks its SHA-256 (:mod:`merkat.sim.workload.traces`).
+downloads one into the user cache and checks its SHA-256 (:mod:`merkat.workload.traces`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from merkat.cli._common import (
     fail,
     print_table,
 )
-from merkat.sim.workload import traces as tr
+from merkat.workload import traces as tr
 
 app = typer.Typer(
     help="Workload traces: the bundled one, the ones fetched from the archive.",
@@ -40,7 +40,7 @@ def list_cmd(
     output: OutputFormat = OutputOption,
 ) -> None:
     """Traces usable by name with --trace: bundled, cached, in $MERKAT_TRACES."""
-    from merkat.sim.workload.trace_index import Index
+    from merkat.workload.trace_index import Index
 
     index = Index()
     items: list[dict[str, Any]] = []

@@ -118,7 +118,7 @@ def _field(obj: dict[str, Any], key: str, kind: type, where: str, default: Any =
 
 def load_scenario(path: Path) -> tuple[Any, list[Any], list[Any]]:
     """A Tycoon scenario file: ``{"config": {...}, "jobs": [...], "boosts": [...]}``."""
-    from merkat.sim.tycoon import Boost, TycoonConfig, TycoonJob
+    from merkat.worlds.tycoon.simulator import Boost, TycoonConfig, TycoonJob
 
     try:
         data = json.loads(path.read_text())
@@ -211,8 +211,8 @@ def run_cmd(
     charging by use, refunds, boosts; print each job's outcome."""
     from dataclasses import replace
 
-    from merkat.sim.background import PriceFileError, read_price_export
-    from merkat.sim.tycoon import simulate
+    from merkat.worlds.tycoon.background import PriceFileError, read_price_export
+    from merkat.worlds.tycoon.simulator import simulate
 
     if not (math.isfinite(background_scale) and background_scale >= 0):
         fail(f"--background-scale: must be a finite number >= 0, got {background_scale}")

@@ -71,7 +71,7 @@ class Controller(ABC):
     :attr:`Observation.price_history <merkat.control.types.Observation.price_history>`; for
     the others it is empty. What a controller cannot see cannot change its decisions: a
     simulation whose policies ignore the history can be cut wherever the cluster is empty and
-    its pieces run in parallel (:mod:`merkat.sim.parallel`). ``price_history_periods``: how
+    its pieces run in parallel (:mod:`merkat.worlds.merkat.parallel`). ``price_history_periods``: how
     many periods of prices (the current one included) such a controller reads; the platform
     keeps at least that many (``Platform.history_size`` grows to the longest asked for).
     """

@@ -48,7 +48,7 @@ class VMState(Enum):
 class AppStatus(StrEnum):
     """Where an application is in its life: one enum for the platform's status and the
     controller's phase (:attr:`Observation.phase`, derived from its VMs). Allowed moves:
-    :data:`merkat.platform.lifecycle.APP_TRANSITIONS`."""
+    :data:`merkat.core.lifecycle.APP_TRANSITIONS`."""
 
     WAITING = "waiting"  # submitted, no VM yet (queued, postponed)
     RUNNING = "running"  # at least one VM not suspended

@@ -2,7 +2,7 @@
 
 A mechanism turns one period's bids into placements, allocations and prices: the
 :class:`Mechanism` interface is the one call :func:`merkat.market.clear` already answers, so the
-platform (:class:`merkat.platform.period.Platform`, ``market=NAME``) and ``merkat sim run
+platform (:class:`merkat.core.period.Platform`, ``market=NAME``) and ``merkat sim run
 --market NAME`` can run any of them. :data:`MECHANISMS` (a :class:`merkat.registry.Registry`)
 holds them by name; ``@MECHANISMS.register`` adds one (a class with a ``name``),
 :func:`make_mechanism` builds one.

@@ -131,7 +131,7 @@ def sim_experiment(folder: Path) -> Report:
 
 
 def _redraw(name: str, doc: dict[str, Any]) -> list[Figure]:
-    from merkat.sim.experiments import EXPERIMENTS
+    from merkat.experiments import EXPERIMENTS
 
     if name not in EXPERIMENTS:
         return []

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from merkat.control.base import Controller
-from merkat.platform.model import AppSpec
+from merkat.core.model import AppSpec
 
 
 @dataclass(frozen=True)

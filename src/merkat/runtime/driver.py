@@ -1,11 +1,11 @@
 """The driver: the one loop around the period, and the only caller of its decision.
 
-A :class:`Driver` is configured with a :class:`~merkat.platform.period.Platform` (the
+A :class:`Driver` is configured with a :class:`~merkat.core.period.Platform` (the
 decision), a backend (the world: :class:`~merkat.backends.sim.SimBackend`, Kubernetes, local
 processes), an :class:`~merkat.runtime.economy.Economy` on a ledger (the money), a clock
 (:mod:`~merkat.runtime.clock`: virtual or wall) and arrivals (:mod:`~merkat.runtime.arrivals`).
-Trace runs (:mod:`merkat.sim.market.trace`), the scenario experiments
-(:mod:`merkat.sim.market.scenarios`) and the live service are configurations of it.
+Trace runs (:mod:`merkat.worlds.merkat.trace`), the scenario experiments
+(:mod:`merkat.worlds.merkat.scenarios`) and the live service are configurations of it.
 
 One period at time ``t`` (:meth:`Driver.step`):
 
@@ -14,7 +14,7 @@ One period at time ``t`` (:meth:`Driver.step`):
    admission that fails there is withdrawn from the platform: ``Platform.withdraw``);
 2. ``hooks.before_period``; the economy renews the active applications' budgets;
 3. read the balances and, per active application, what the backend reports
-   (:class:`~merkat.platform.period.Observed`); ``platform.decide``;
+   (:class:`~merkat.core.period.Observed`); ``platform.decide``;
 4. the economy charges the bills (charging by measured use: it first settles last period's
    deposits with the CPU the backend measured, ``backend.cpu_used(app)``, read before the
    decision; :mod:`merkat.runtime.metering`); ``platform.withhold`` takes unpaid
@@ -28,8 +28,8 @@ One period at time ``t`` (:meth:`Driver.step`):
 Between periods the applications manager admits (Merkat §4.2.2): with an ``admission``
 interval shorter than the period, at each admission point (a multiple of the interval) after
 an arrival the driver admits it, lets the platform start what can start at the last prices,
-placed beside the running VMs (:meth:`Platform.admit <merkat.platform.period.Platform.admit>`;
-:mod:`merkat.platform.admission`), advances a simulated world to that point, charges the
+placed beside the running VMs (:meth:`Platform.admit <merkat.core.period.Platform.admit>`;
+:mod:`merkat.core.admission`), advances a simulated world to that point, charges the
 prorated bills and applies the plan (:meth:`Driver.admit_between`,
 :meth:`Driver.admission_point`, which the live service calls on its own clock). Without it (``admission=None``) arrivals wait for the next
 period boundary. The world runs: a simulated backend advances its applications to the next
@@ -37,7 +37,7 @@ boundary (``advance(t0, t1)``, when it has one; a VM started between periods is 
 ``boot_s`` after its start), the clock waits until then. With ``skip_idle`` (virtual clocks)
 the driver jumps over idle time to the period of the next arrival (and runs no period while
 nothing is active). Hooks (:class:`Hooks`) see every step: progress, samplers, and ``idle`` — the cut
-points of ``--workers`` (:mod:`merkat.sim.parallel`), which may stop the run.
+points of ``--workers`` (:mod:`merkat.worlds.merkat.parallel`), which may stop the run.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from merkat.control.base import Controller
-from merkat.platform.backend import ApplyReport, Backend, Plan
-from merkat.platform.model import App, AppSpec, Charged, Observed, PeriodRecord
-from merkat.platform.period import Platform
+from merkat.core.backend import ApplyReport, Backend, Plan
+from merkat.core.model import App, AppSpec, Charged, Observed, PeriodRecord
+from merkat.core.period import Platform
 from merkat.runtime.arrivals import Arrival, Arrivals, ListArrivals
 from merkat.runtime.clock import Clock, VirtualClock
 from merkat.runtime.economy import Economy
@@ -193,7 +193,7 @@ class Driver:
              also: tuple[str, ...] = ()) -> ApplyReport:
         """End application ``app_id`` now, at its owner's request (``failed``: its world
         failed it): the platform's end rule (:meth:`Platform.stop
-        <merkat.platform.period.Platform.stop>`, the lifecycle table), its VMs (and the VMs
+        <merkat.core.period.Platform.stop>`, the lifecycle table), its VMs (and the VMs
         ``also`` names) destroyed at once (a destroy that fails is re-issued by the next
         period), its money home with ``economy.return_budgets``. Returns the backend's
         report."""
@@ -249,7 +249,7 @@ class Driver:
         """One admission point at ``a`` (``t1``: the next period boundary): the queued
         applications' start condition at the last prices; those that start are placed,
         charged pro rata and applied (:meth:`Platform.admit
-        <merkat.platform.period.Platform.admit>`). ``before_apply(a)`` runs just before the
+        <merkat.core.period.Platform.admit>`). ``before_apply(a)`` runs just before the
         backend applies the plan. Returns the backend's report, or None when nothing
         started. The live service calls it every admission interval."""
         platform, backend, economy = self.platform, self.backend, self.economy
@@ -277,7 +277,7 @@ class Driver:
 
     def _close_ended(self, apps: list[App]) -> None:
         """The end rule for those of ``apps`` an admission ended (a controller that
-        raised: :mod:`merkat.platform.isolation`): budgets come home."""
+        raised: :mod:`merkat.core.isolation`): budgets come home."""
         if self.economy.return_budgets:
             ended = [a.account for a in apps if not a.active]
             if ended:

@@ -19,7 +19,7 @@ are :class:`MoneyRules` plugins of :data:`ECONOMIES`): ``bid`` — each placed V
 what its VMs use at the clearing's prices (allocation x price, at most the bid), the unspent
 deposit refunded (Tycoon §3). Charges are made before the plan reaches the backend; an
 application that cannot pay its whole bill pays nothing and its VMs do not run
-(:meth:`~merkat.platform.period.Platform.withhold`). No account ever goes negative: every
+(:meth:`~merkat.core.period.Platform.withhold`). No account ever goes negative: every
 movement is checked by the ledger.
 
 Decision (docs/architecture.md): renewals are applied by the driver *before* the period
@@ -46,8 +46,8 @@ from merkat.bank.policies import (
     _digest,
     hold_account,
 )
+from merkat.core.model import App, Charged, Decision, to_micro
 from merkat.defaults import CHARGE_BY, ECONOMY, REDISTRIBUTE_EVERY
-from merkat.platform.model import App, Charged, Decision, to_micro
 from merkat.registry import Registry, UnknownName
 from merkat.runtime.metering import MeteredUse
 

@@ -31,8 +31,8 @@ from typing import Protocol, runtime_checkable
 
 from merkat.bank.ledger import Ledger
 from merkat.bank.policies import ChargeByUse
+from merkat.core.model import Charged, Decision
 from merkat.defaults import MICRO
-from merkat.platform.model import Charged, Decision
 
 
 @runtime_checkable

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from merkat.control.base import Controller
 from merkat.control.registry import PolicyError, make_policy
-from merkat.platform.model import AppSpec
+from merkat.core.model import AppSpec
 from merkat.runtime.arrivals import Arrival
 from merkat.service import files
 from merkat.service.backends import Namespaced

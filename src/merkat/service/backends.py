@@ -1,6 +1,6 @@
 """The backend registry of the live service: a backend by name, built from the config.
 
-A live backend is a :class:`merkat.platform.backend.Backend` (what the period asks of the
+A live backend is a :class:`merkat.core.backend.Backend` (what the period asks of the
 world) plus what the applications manager needs (:class:`LiveBackend`: register how an
 application's VMs start, feed its metrics, reap and restart processes, describe VMs and
 nodes). Register a new one with ``BACKENDS.register(name, factory)`` (a
@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from merkat.control.types import Metrics
-from merkat.platform.backend import Backend, OpReport
+from merkat.core.backend import Backend, OpReport
 from merkat.registry import Registry, UnknownName
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from merkat.platform.period import Platform
+    from merkat.core.period import Platform
     from merkat.runtime.driver import Driver
     from merkat.service.backends import LiveBackend
     from merkat.service.config import ServiceConfig

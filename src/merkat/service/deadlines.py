@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from merkat.platform.lifecycle import ENDED
+from merkat.core.lifecycle import ENDED
 from merkat.service.clusters import platform_metrics
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ created — missing ``files_in``, a command that cannot start, a cgroup that can
 and any VM whose state is ``failed``, such as one whose cgroup vanished). For each,
 :func:`fail_dead` ends its platform through the driver (:meth:`Driver.stop
 <merkat.runtime.driver.Driver.stop>` with ``failed``: the platform's end rule and the lifecycle
-table's :func:`~merkat.platform.lifecycle.app_failure`): its VMs destroyed, its status
+table's :func:`~merkat.core.lifecycle.app_failure`): its VMs destroyed, its status
 ``failed`` with the reason, a ``vm-failed`` event; the manager's next state write ends it in the store (and
 its money goes home, :mod:`merkat.service.money`).
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from merkat.control.types import AppStatus
-from merkat.platform.backend import Plan
-from merkat.platform.lifecycle import app_failure
+from merkat.core.backend import Plan
+from merkat.core.lifecycle import app_failure
 from merkat.service.backends import Failing
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 around the market scheduler's period, on the wall clock.
 
 :class:`Manager` is the live service's configuration of the runtime driver
-(:class:`~merkat.runtime.driver.Driver`: a :class:`~merkat.platform.period.Platform`, the live
+(:class:`~merkat.runtime.driver.Driver`: a :class:`~merkat.core.period.Platform`, the live
 backend, the config's :class:`~merkat.runtime.economy.Economy` on the store's ledger, the wall
 clock), built as the simulator builds its own (docs/service.md). Its life:
 
@@ -37,14 +37,14 @@ from typing import Any
 from merkat.bank.errors import BankError
 from merkat.bank.ledger import AccountKind
 from merkat.bank.money import format_amount
-from merkat.market import NO_HOST, Hosts
-from merkat.platform.backend import ApplyReport
-from merkat.platform.period import (
+from merkat.core.backend import ApplyReport
+from merkat.core.period import (
     ENDED,
     AppStatus,
     PeriodRecord,
     Platform,
 )
+from merkat.market import NO_HOST, Hosts
 from merkat.service import quotas, tenancy, usercmds
 from merkat.service.admit import admit_row, make_controller, register_launcher
 from merkat.service.backends import Elastic, LiveBackend

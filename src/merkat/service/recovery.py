@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from merkat.control.types import AppStatus, VMState
+from merkat.core.backend import Plan, VMPlacement
+from merkat.core.model import VMRecord
+from merkat.core.period import Platform
 from merkat.market import NO_HOST
-from merkat.platform.backend import Plan, VMPlacement
-from merkat.platform.model import VMRecord
-from merkat.platform.period import Platform
 from merkat.service.backends import Adopting, LiveBackend
 from merkat.service.db import PlatformRow, Store, VmRow, vm_number
 from merkat.service.templates import TemplateError

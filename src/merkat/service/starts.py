@@ -1,7 +1,7 @@
 """A VM that did not start is retried and not billed (docs/service.md, "Failed operations").
 
-The backend's :class:`~merkat.platform.backend.ApplyReport` says which operations of a plan
-failed; the platform (:meth:`Platform.settle <merkat.platform.period.Platform.settle>`) places
+The backend's :class:`~merkat.core.backend.ApplyReport` says which operations of a plan
+failed; the platform (:meth:`Platform.settle <merkat.core.period.Platform.settle>`) places
 a VM whose create or resume failed again in the next period, moves a VM whose migration failed
 back to its host and re-issues a failed destroy or suspend. The period charged before the
 backend acted (nothing runs for free), so with charging by bid :func:`refund_failed_starts`
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from merkat.core.backend import ApplyReport
 from merkat.defaults import MICRO
-from merkat.platform.backend import ApplyReport
 from merkat.runtime.driver import Driver
 from merkat.service.backends import Failing
 

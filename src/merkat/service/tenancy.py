@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from merkat.bank.money import format_amount
-from merkat.platform.period import AppStatus, to_micro
+from merkat.core.period import AppStatus, to_micro
 from merkat.service.db import StoreError
 from merkat.service.quotas import check_submit as check_quotas
 

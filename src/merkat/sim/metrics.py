@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from merkat.sim.batch.engine import Schedule
-from merkat.sim.cluster import Cluster
-from merkat.sim.workload.jobs import Workload
+from merkat.workload.cluster import Cluster
+from merkat.workload.jobs import Workload
+from merkat.worlds.batch.engine import Schedule
 
 TAU_S = 10.0
 JOBS_CSV_HEADER = "job_id,submit,start,end,procs,deadline,met,value"

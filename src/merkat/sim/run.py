@@ -1,8 +1,8 @@
 """One simulation run, end to end: trace -> workload -> schedule -> ``jobs.csv`` + ``summary.json``.
 
 :func:`run_trace` is what ``merkat sim run`` calls: it runs the scheduler the options name
-(:mod:`merkat.sim.schedulers`). Its options are :class:`merkat.sim.options.RunOptions`; a batch
-baseline alone on a workload is :func:`merkat.sim.batch.baselines.schedule`.
+(:mod:`merkat.sim.schedulers`). Its options are :class:`merkat.worlds.merkat.options.RunOptions`; a batch
+baseline alone on a workload is :func:`merkat.worlds.batch.baselines.schedule`.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from merkat.outputs import json_safe
-from merkat.sim.cluster import Cluster
 from merkat.sim.metrics import write_jobs_csv
-from merkat.sim.options import RunOptions
 from merkat.sim.schedulers import SCHEDULERS
-from merkat.sim.workload.jobs import build_workload
-from merkat.sim.workload.swf import SwfError, read_swf
+from merkat.workload.cluster import Cluster
+from merkat.workload.jobs import build_workload
+from merkat.workload.swf import SwfError, read_swf
+from merkat.worlds.merkat.options import RunOptions
 
 
 def cluster_for(opts: RunOptions, max_procs: int | None) -> Cluster:
@@ -41,7 +41,7 @@ def run_trace(
 ) -> dict[str, Any]:
     """Read the trace, build the workload, simulate, write ``jobs.csv`` and ``summary.json`` in
     ``opts.out``; return the summary. ``progress_factory(total_jobs)`` may return a progress
-    callback. Raises :class:`merkat.sim.workload.swf.SwfError` / ValueError on bad input."""
+    callback. Raises :class:`merkat.workload.swf.SwfError` / ValueError on bad input."""
     t0 = time.perf_counter()
     trace = read_swf(opts.trace, strict=opts.strict)
     if len(trace) == 0:

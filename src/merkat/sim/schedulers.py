@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from merkat.registry import Registry
 
 if TYPE_CHECKING:
-    from merkat.sim.batch.engine import Schedule
-    from merkat.sim.cluster import Cluster
-    from merkat.sim.options import RunOptions
-    from merkat.sim.workload.jobs import Workload
+    from merkat.workload.cluster import Cluster
+    from merkat.workload.jobs import Workload
+    from merkat.worlds.batch.engine import Schedule
+    from merkat.worlds.merkat.options import RunOptions
 
 OUTCOMES = ("finished", "late", "stopped-deadline", "stopped-budget", "never-started")
 """How a market run's job ends (``jobs.csv``'s ``outcome``; ``summary.json``'s ``outcomes``
@@ -61,8 +61,8 @@ market)."""
 
 @dataclass(frozen=True)
 class Batch:
-    """A batch baseline of :mod:`merkat.sim.batch` (the fast single-pool loop when it
-    applies: :func:`merkat.sim.batch.baselines.schedule`)."""
+    """A batch baseline of :mod:`merkat.worlds.batch` (the fast single-pool loop when it
+    applies: :func:`merkat.worlds.batch.baselines.schedule`)."""
 
     name: str
     summary: str
@@ -70,13 +70,13 @@ class Batch:
 
     def run(self, workload: Workload, cluster: Cluster, opts: RunOptions,
             progress: Callable[[int], None] | None) -> TraceOutcome:
-        from merkat.sim.batch.baselines import schedule
         from merkat.sim.metrics import summarize
+        from merkat.worlds.batch.baselines import schedule
 
         sched = schedule(workload, cluster, self.name, progress, seed=opts.seed)
         summary = summarize(workload, sched, cluster)
         if self.name == "maui":
-            from merkat.sim.batch.maui import ESTIMATES
+            from merkat.worlds.batch.maui import ESTIMATES
 
             given = workload.estimated
             summary["estimates"] = {
@@ -88,7 +88,7 @@ class Batch:
 
 @dataclass(frozen=True)
 class Market:
-    """The market (:mod:`merkat.sim.market.trace`): controllers, the mechanism, the bank."""
+    """The market (:mod:`merkat.worlds.merkat.trace`): controllers, the mechanism, the bank."""
 
     name: str = "market"
     summary: str = "the market: controllers bid for cores every period"
@@ -99,9 +99,9 @@ class Market:
         from dataclasses import replace
 
         from merkat.market.types import balancer_params
-        from merkat.sim.batch.engine import Schedule
-        from merkat.sim.market.trace import summarize_market
-        from merkat.sim.parallel import simulate_parallel
+        from merkat.worlds.batch.engine import Schedule
+        from merkat.worlds.merkat.parallel import simulate_parallel
+        from merkat.worlds.merkat.trace import summarize_market
 
         cfg = replace(opts.market_config, budget_base=opts.slo.budget_base,
                       budget_renewal=opts.slo.budget_renewal,
@@ -113,7 +113,7 @@ class Market:
         summary["market"] = cfg.market
         summary["balancer"] = opts.balancer
         if cfg.moldable:
-            from merkat.sim.market.moldable import MOLD_MAX
+            from merkat.worlds.merkat.moldable import MOLD_MAX
 
             summary["moldable"] = {"speedup": "amdahl", "serial_fraction": cfg.serial_fraction,
                                    "max_vms": f"{MOLD_MAX} x procs"}

@@ -5,8 +5,8 @@ memory, seconds, credits), ``_total`` counters. Labels carry a resource, its uni
 state; never a user or platform id (those belong in the API, not in time-series labels).
 
 Fed once per scheduling period by :meth:`MarketMetrics.observe` with the period's
-:class:`~merkat.platform.period.PeriodRecord` and a :class:`MarketSnapshot` of the state after
-it (:func:`snapshot_of` builds one from a :class:`~merkat.platform.period.Platform`). Gauges are
+:class:`~merkat.core.period.PeriodRecord` and a :class:`MarketSnapshot` of the state after
+it (:func:`snapshot_of` builds one from a :class:`~merkat.core.period.Platform`). Gauges are
 served from the latest snapshot, swapped in one assignment, so a scrape never sees half a
 period. Each :class:`MarketMetrics` owns its registry: two servers (or tests) in one process do
 not share series.
@@ -49,7 +49,7 @@ from prometheus_client.registry import Collector
 from merkat.defaults import MICRO
 
 if TYPE_CHECKING:
-    from merkat.platform.period import PeriodRecord, Platform
+    from merkat.core.period import PeriodRecord, Platform
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MIB = 1024 * 1024
@@ -97,7 +97,7 @@ def snapshot_of(platform: Platform, record: PeriodRecord) -> MarketSnapshot:
     none is in it, so a series does not vanish between scrapes.
     """
     from merkat.control.types import VMState
-    from merkat.platform.period import AppStatus
+    from merkat.core.period import AppStatus
 
     hosts = platform.hosts
     resources = list(record.capacity)

@@ -1,6 +1,6 @@
 """The Kubernetes backend: each merkat VM is a pod, placed by the market, resized in place.
 
-Contract (behind :class:`merkat.platform.backend.Backend`):
+Contract (behind :class:`merkat.core.backend.Backend`):
 
 - **Nodes** are read each period (``GET /api/v1/nodes``, one call): a schedulable, Ready node
   offers its ``status.allocatable``; :meth:`KubernetesBackend.hosts` gives them to the market
@@ -62,10 +62,10 @@ from merkat.backends.kubernetes.objects import (
 from merkat.backends.kubernetes.podexec import ExecResult, exec_in_pod
 from merkat.backends.kubernetes.refusals import RETRY_PERIODS, restart_count, retry_due
 from merkat.control.types import Metrics
+from merkat.core.backend import ApplyReport as ApplyReport
+from merkat.core.backend import OpReport as OpReport
+from merkat.core.backend import Plan
 from merkat.market import Hosts
-from merkat.platform.backend import ApplyReport as ApplyReport
-from merkat.platform.backend import OpReport as OpReport
-from merkat.platform.backend import Plan
 
 RETRYABLE = frozenset({409, 429, 500, 502, 503, 504})
 

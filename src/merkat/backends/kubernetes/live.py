@@ -41,7 +41,7 @@ from merkat.backends.kubernetes.podexec import ExecResult
 from merkat.backends.kubernetes.refusals import shortfall
 from merkat.backends.kubernetes.state import StateVolume, checkpoint_all
 from merkat.control.types import Metrics
-from merkat.platform.backend import ApplyReport, Plan
+from merkat.core.backend import ApplyReport, Plan
 
 DEFAULT_IMAGE = "python:3.12-slim"
 

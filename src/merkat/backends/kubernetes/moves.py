@@ -26,7 +26,7 @@ from typing import Protocol
 
 from merkat.backends.kubernetes.notice import Pods
 from merkat.backends.kubernetes.objects import DEFERRED, Size
-from merkat.platform.backend import OpReport, Plan
+from merkat.core.backend import OpReport, Plan
 
 MOVE_PERIODS = 6  # a resize Deferred this many periods in a row moves its VM (with state:)
 

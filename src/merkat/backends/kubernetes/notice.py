@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from merkat.backends.kubernetes.objects import ApiFailure, PodRecord, PodTemplate, Size
-from merkat.platform.backend import OpReport, Plan, VMPlacement
+from merkat.core.backend import OpReport, Plan, VMPlacement
 
 PREEMPT_AT = "merkat.io/preempt-at"
 NOTICE_LIMIT_S = 120.0  # the server's bound on a template's notice_s (beyond one period)

@@ -134,7 +134,7 @@ def checkpoint(backend: Any, vm: str, state: StateVolume) -> None:
     """Run ``state.checkpoint`` in ``vm``'s pod (at most ``state.timeout`` s and the backend's
     limit); a failure is reported with the next period's operations (``checkpoint``), never
     raised."""
-    from merkat.platform.backend import OpReport
+    from merkat.core.backend import OpReport
 
     if not state.checkpoint:
         return

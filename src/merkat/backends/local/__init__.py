@@ -1,8 +1,8 @@
 """The local backend: every VM is a process tree in its own cgroup on this machine.
 
-:class:`LocalBackend` implements :class:`merkat.platform.backend.Backend`. The machine is split
+:class:`LocalBackend` implements :class:`merkat.core.backend.Backend`. The machine is split
 into logical *nodes* (a cpuset and a share of the memory each, :class:`Node`); the platform's
-host index ``h`` is ``nodes[h]``. For each operation of a :class:`~merkat.platform.backend.Plan`:
+host index ``h`` is ``nodes[h]``. For each operation of a :class:`~merkat.core.backend.Plan`:
 
 - **create** — a cgroup ``merkat/<app>/<vm>`` (the node's cpuset, a ``pids.max``), then the
   VM's command started through :mod:`.sandbox` (a new session inside the group, as its owner,
@@ -23,7 +23,7 @@ gone, and :meth:`LocalBackend.reap_orphans` destroys the groups no platform clai
 
 Without a writable cgroup hierarchy the processes still run, unenforced (:attr:`enforced` is
 False and :attr:`warning` says why). Errors never raise: :meth:`LocalBackend.apply` returns an
-:class:`~merkat.platform.backend.ApplyReport` (each operation done, or failed with the reason;
+:class:`~merkat.core.backend.ApplyReport` (each operation done, or failed with the reason;
 also kept in :attr:`LocalBackend.report`) — errors from the world are data, and the platform
 places a VM whose create or resume failed again in the next period. A create that fails because
 of the template (its launcher or its ``files_in``) is gone for good at once; one that fails in
@@ -60,7 +60,7 @@ from merkat.backends.local.procs import (
     wait_for,
 )
 from merkat.control.types import Metrics
-from merkat.platform.backend import ApplyReport, OpReport, Plan
+from merkat.core.backend import ApplyReport, OpReport, Plan
 
 __all__ = ["Launch", "LocalBackend", "Node", "OpReport", "VMProcess", "pid_alive", "split_machine",
            "wait_for"]

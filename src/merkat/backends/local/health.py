@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from merkat.backends.local.capacity import Node
 from merkat.backends.local.cgroups import CgroupTree, pid_alive
 from merkat.backends.local.procs import VMProcess, _exit_status, _group, _killpg
-from merkat.platform.backend import OpReport
+from merkat.core.backend import OpReport
 
 
 class Supervised(Protocol):
@@ -53,7 +53,7 @@ UNKNOWN_EXIT = -1
 def health_check(b: Supervised) -> list[Any]:
     """Reap ended processes: status 0 → ``exited``; otherwise restarted while it has restarts
     left, and gone for good (``failed``, with the reason) when its restart fails or its
-    restarts are used up. Returns what happened (:class:`~merkat.platform.backend.OpReport`)."""
+    restarts are used up. Returns what happened (:class:`~merkat.core.backend.OpReport`)."""
     out: list[Any] = []
     for vm in list(b.vms.values()):
         if vm.state != "running":

@@ -1,0 +1,171 @@
+"""Admission between periods (Merkat §4.2.2): the applications manager's queue.
+
+Users submit platforms at any time; the applications manager takes them from its queue every
+admission interval (10 s in Merkat), checks their start condition and asks the market
+scheduler for their VMs. Here, at an admission point ``now`` between two periods (the platform's
+:meth:`Platform.admit <merkat.core.period.Platform.admit>` calls :func:`admit`):
+
+1. each application submitted since the last period and still waiting is observed at the
+   **last clearing's prices** and its controller decides (the start condition is the
+   controller's start policy: it starts, or it waits for the next period);
+2. the VMs of the applications that start are placed by worst-fit on the hosts' current load
+   (:func:`~merkat.market.placement.worst_fit_decreasing`: **the running VMs stay where they
+   are**, nothing migrates), and every host's proportional share is recomputed with the
+   newcomers' bids (:func:`~merkat.market.allocation_error.enforceable`): a newcomer shares its host
+   with the VMs already there, as a new process shares a cgroup-enforced machine, until the
+   next period re-clears the whole market; an application whose VMs cannot all be placed (a
+   minimum no host can hold) stays in the queue for the next period;
+3. the newcomers' bills are their bids prorated to what is left of the period
+   (``(until - now) / period``), charged by the driver's economy like a period's; the running
+   applications already paid for the period (by bid: their share changes, their bid does not).
+
+Decisions (docs/simulator-market.md, "Admission between periods"):
+
+- an application's start condition is checked once between periods, at the first admission
+  point after its submission: prices only change when the market clears, so checking again
+  every 10 s until the next period would give the same answer;
+- the market price is not changed by an admission (it is the cluster-wide price of the last
+  clearing; the hosts' shares are what changes);
+- only stateless mechanisms (proportional share, Tycoon's auctions) admit between periods: a
+  stateful one (posted prices) moves its state with every clearing, and a partial clearing
+  would move it; their applications start at the next period boundary, as before.
+
+Pure like the period: no clock, no ledger, no backend, and no record changed: the admission
+is a :class:`~merkat.core.model.Decision` (``admission=True``) that the platform commits
+like a period's (:meth:`Platform.settle <merkat.core.period.Platform.settle>`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from merkat.control.types import AppStatus
+from merkat.core.backend import Plan
+from merkat.core.draft import draft, keep
+from merkat.core.isolation import ask, fail
+from merkat.core.market_input import Run, market_vms, placed, size
+from merkat.core.model import App, AppNext, Decision, Observed, Ops
+from merkat.core.plan import bills_of, make_plan
+from merkat.core.reconcile import Decider, Prices
+from merkat.market import NO_HOST, RESOURCES, Hosts, enforceable, worst_fit_decreasing
+from merkat.market.clear import check_reserve
+from merkat.market.share import FloatArray, IntArray
+
+
+@dataclass(frozen=True)
+class Placement:
+    """An admission's clearing: every VM's host and allocation (the two fields of a
+    :class:`~merkat.market.Clearing` that :func:`~merkat.core.plan.make_plan` reads)."""
+
+    host: IntArray
+    allocation: FloatArray
+    bid: FloatArray  # the market's input: bids and hosts before
+    before: IntArray
+
+
+def place(hosts: Hosts, reserve: FloatArray, runs: Sequence[Run]) -> Placement:
+    """Place ``runs``' new VMs (host ``NO_HOST``) by worst-fit on ``hosts``, the others where
+    they are; each host's proportional share of its VMs' bids (``reserve``: the minimum bid
+    per VM and resource, in market order)."""
+    vms = market_vms(runs, size(runs))
+    check_reserve(vms, reserve)
+    host = worst_fit_decreasing(hosts, vms)
+    allocation, _ = enforceable(hosts, vms, host)
+    return Placement(host, allocation, vms.bid, vms.host)
+
+
+def _revert(nx: AppNext, app: App) -> None:
+    """Back to the queue: the start did not happen (its VMs were never placed)."""
+    keep(nx, ())
+    nx.vm_count = app.vm_count
+    nx.status = AppStatus.WAITING
+    nx.start_time = None
+
+
+@dataclass(frozen=True)
+class Market:
+    """What an admission reads of the platform: its cluster, rules, last prices (and the
+    past ones, the last entry being ``prices``), records and the period's index."""
+
+    hosts: Hosts
+    decider: Decider
+    prices: Prices
+    history: Sequence[Prices]
+    apps: dict[str, App]
+    active: Sequence[App]
+    index: int
+
+
+def admit(market: Market, queued: Sequence[App], now: float, until: float,
+          balances: Mapping[str, int], observed: Mapping[str, Observed]) -> Decision:
+    """The admission point ``now`` (``until``: the next period boundary) of the ``queued``
+    applications (waiting since their submission): see the module docstring. ``balances``
+    and ``observed`` cover them. Returns the decision to charge, apply and commit (its plan
+    creates nothing when nothing starts); it takes every queued application out of the
+    queue."""
+    decider = market.decider
+    period = decider.period
+    nexts: dict[str, AppNext] = {}
+    starting: list[tuple[AppNext, App]] = []
+    refused: list[str] = []
+    ops = Ops()
+    for app in queued:
+        app_id = app.spec.id
+        balance, seen = balances[app.account], observed[app_id]
+        obs = decider.observe(app, now, balance, seen, market.prices, market.history)
+        demand = ask(app.controller, obs)
+        nx = nexts[app_id] = draft(app)
+        if isinstance(demand, str):  # its controller raised: it fails, alone
+            fail(nx, now, demand, ops)
+            continue
+        decider.reconcile(app, nx, demand, now, balance, seen, ops, refused)
+        if nx.status is AppStatus.RUNNING and nx.ids:
+            starting.append((nx, app))
+    const = decider.const
+    newcomers: list[Run] = [(nx, const(app), None) for nx, app in starting]
+    runs: list[Run] = []
+    result = None
+    if newcomers:
+        # the VMs placed by the last clearing (and admissions since) keep their hosts
+        others = [a for a in market.active
+                  if a.status is AppStatus.RUNNING and a.spec.id not in nexts]
+        here = placed([draft(a) for a in others], market.apps, const)
+        while newcomers:  # place them all, or send back those whose VMs do not all fit
+            result = place(market.hosts, decider.reserve_row, here + newcomers)
+            hosts = result.host
+            fits, i = [], size(here)
+            for run in newcomers:
+                n = len(run[0].ids)
+                if (hosts[i:i + n] != NO_HOST).all():
+                    fits.append(run)
+                i += n
+            if len(fits) == len(newcomers):
+                break
+            for nx, app in starting:
+                if all(nx is not run[0] for run in fits):
+                    _revert(nx, app)
+            newcomers = fits
+        runs = here + newcomers
+        nexts.update((run[0].id, run[0]) for run in here)
+    if newcomers and result is not None:
+        plan = make_plan(now, period, runs, result, ops, result.before)
+        bills, usage = bills_of(newcomers, result.host, result.before, result.allocation,
+                                result.bid, market.prices, start=size(here))
+        frac = max(0.0, min(1.0, (until - now) / period))
+        bills = tuple((a, round(x * frac)) for a, x in bills)
+        usage = tuple((a, round(x * frac)) for a, x in usage)
+        alloc = result.allocation.sum(axis=0)
+    else:
+        plan = Plan(time=now, period=period, destroy=tuple(ops.destroy),
+                    suspend=tuple(ops.suspend))
+        bills = usage = ()
+        alloc = np.zeros(len(RESOURCES))
+    return Decision(
+        index=market.index, time=now, plan=plan, bills=bills, usage=usage,
+        refused=tuple(refused), prices=dict(market.prices),
+        allocated={r: float(alloc[k]) for k, r in enumerate(RESOURCES)},
+        bidding=size(newcomers), apps=nexts, admission=True,
+    )

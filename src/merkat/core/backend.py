@@ -1,0 +1,128 @@
+"""The one seam between the market and the world: what a backend is asked to do each period.
+
+The period (:mod:`merkat.core.period`) decides; the runtime driver
+(:mod:`merkat.runtime.driver`) hands the decision's :class:`Plan` to a :class:`Backend`, which
+acts and returns an :class:`ApplyReport`: per operation, done or failed with a reason (Ray
+autoscaler v2 style: a pure decision, then a reconciler). The platform takes VM states from the
+report, so a failed boot or migration is seen (and retried) by the next period instead of
+assumed done. The simulator's backend (:mod:`merkat.backends.sim`) models the VM operations and
+the applications' progress; the live ones manage real processes or pods. All receive the same
+:class:`Plan`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from merkat.control.types import Metrics
+
+
+@dataclass(frozen=True)
+class VMPlacement:
+    """A VM to create (or resume) on host ``host`` (an index into the platform's hosts)."""
+
+    vm: str
+    app: str
+    host: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the backend must do at the start of a period, in this order.
+
+    ``destroy``: VMs to release. ``suspend``: VMs to suspend (they keep their memory image but no
+    host resources). ``create``: new VMs and where. ``resume``: suspended VMs and where they
+    restart. ``migrate``: ``(vm, from_host, to_host)``. ``allocations``: for every VM that runs
+    this period, its allocation of each resource its application trades (CPU in cores, memory
+    in MiB): the limits to enforce. A resource the application does not trade (memory in a
+    CPU-only market) is absent: it is reserved as requested, not limited.
+    """
+
+    time: float
+    period: float
+    destroy: tuple[str, ...] = ()
+    suspend: tuple[str, ...] = ()
+    create: tuple[VMPlacement, ...] = ()
+    resume: tuple[VMPlacement, ...] = ()
+    migrate: tuple[tuple[str, int, int], ...] = ()
+    allocations: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+
+OPS = ("create", "resume", "destroy", "suspend", "migrate", "resize")
+"""The operations a plan asks for (``resize``: a new allocation for a running VM). A backend may
+report more kinds (``bind``, ``lost``...); the platform acts on these six."""
+
+
+@dataclass(frozen=True)
+class OpReport:
+    """One operation's outcome. ``op``: one of :data:`OPS` or a backend's own kind; ``vm``:
+    the VM; ``ok``: done; ``reason``: why it failed (empty when done). ``seconds``: how long it
+    took, ``state`` and ``node``: backend details (e.g. a Kubernetes resize's status)."""
+
+    op: str
+    vm: str
+    ok: bool
+    reason: str = ""
+    seconds: float = 0.0
+    state: str = ""
+    node: str = ""
+
+    @classmethod
+    def of(cls, op: str, vm: str, error: str | None = None, **details: Any) -> OpReport:
+        """The outcome of ``op`` on ``vm``: done when ``error`` is None, else failed with it."""
+        return cls(op, vm, error is None, error or "", **details)
+
+    @property
+    def error(self) -> str | None:
+        """Why it failed, or None when it was done."""
+        return None if self.ok else self.reason
+
+
+@dataclass(frozen=True)
+class ApplyReport:
+    """What a backend did with one plan: one :class:`OpReport` per operation it tried (a
+    backend that reports nothing for an operation is taken to have done it)."""
+
+    time: float
+    ops: tuple[OpReport, ...] = ()
+    api_calls: int = 0
+
+    @property
+    def failed(self) -> tuple[OpReport, ...]:
+        return tuple(o for o in self.ops if not o.ok)
+
+    def counts(self) -> dict[str, int]:
+        """Operations by kind; failed ones as ``KIND-failed``."""
+        out: dict[str, int] = {}
+        for o in self.ops:
+            key = o.op if o.ok else f"{o.op}-failed"
+            out[key] = out.get(key, 0) + 1
+        return out
+
+
+class Backend(Protocol):
+    """What the platform needs from the world: act on a plan, report application metrics."""
+
+    def apply(self, plan: Plan) -> ApplyReport:
+        """Carry out ``plan`` (create, destroy, migrate, suspend, resume, set allocations) and
+        report each operation: done, or failed with a reason. Never raises for a failed
+        operation: errors from the world come back as data, and the platform retries a failed
+        create, resume, migrate, destroy or suspend in the next period."""
+        ...
+
+    def metrics(self, app: str) -> Metrics:
+        """The latest metrics of application ``app`` (progress, rate, tasks left...)."""
+        ...
+
+    def finished(self, app: str) -> bool:
+        """Whether ``app``'s work is complete (its controller will then stop it)."""
+        ...
+
+    def idle(self, app: str) -> frozenset[str]:
+        """The VMs of ``app`` that run no task now (a master-worker's idle workers), which a
+        horizontal policy releases first. Empty when every VM is busy or the notion does not
+        apply (rigid applications)."""
+        ...
+

@@ -1,0 +1,109 @@
+"""After the decision: the bills the economy could not charge (:func:`withhold`, on the
+decision's values), then the decision and the backend's report into the records
+(:func:`settle`), the one place a period's or an admission's outcome changes them.
+
+Nothing was written before the backend acted, so nothing is undone: a VM whose start failed
+is written unplaced (placed again next period), a VM whose migration failed is written on
+the host it stayed on, and a failed destroy or suspend is returned to be re-issued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import replace
+
+from merkat.control.types import AppStatus, VMState
+from merkat.core.backend import ApplyReport
+from merkat.core.draft import copy, install, keep
+from merkat.core.lifecycle import vm_transition
+from merkat.core.model import App, Charged, Decision, Ops, VMRecord
+from merkat.market import NO_HOST
+
+
+def withhold(decision: Decision, unpaid: Collection[str]) -> Decision:
+    """``decision`` without the VMs of the ``unpaid`` applications (ids): an application
+    that had VMs running has them suspended; one whose VMs were only starting goes back to
+    waiting (its start did not happen). Nothing runs for free."""
+    if not unpaid:
+        return decision
+    plan = decision.plan
+    gone: set[str] = set()
+    suspend: list[str] = []
+    starting = {p.vm for p in plan.create} | {p.vm for p in plan.resume}
+    apps = dict(decision.apps)
+    for app_id in sorted(unpaid):
+        nx = apps[app_id] = copy(apps[app_id])
+        gone.update(nx.ids)
+        states, hosts = nx.states, nx.hosts
+        was_running = [k for k, vm_id in enumerate(nx.ids) if vm_id not in starting
+                       and states[k] is not VMState.SUSPENDED and hosts[k] != NO_HOST]
+        if was_running:
+            for k in was_running:
+                states[k] = vm_transition(states[k], VMState.SUSPENDED)
+                nx.allocs[k] = {}
+                suspend.append(nx.ids[k])
+            keep(nx, [k for k, s in enumerate(states) if s is VMState.SUSPENDED])
+            nx.hosts = [NO_HOST] * len(nx.ids)
+            nx.status = AppStatus.SUSPENDED
+            nx.suspensions += 1
+        else:
+            resumed = [k for k, s in enumerate(states) if s is VMState.RESUMING]
+            for k in resumed:  # back to suspended: the resume did not happen
+                states[k] = VMState.SUSPENDED
+                hosts[k] = NO_HOST
+                nx.fresh[k] = True
+            keep(nx, resumed)
+            nx.status = AppStatus.SUSPENDED if resumed else AppStatus.WAITING
+            if not resumed and nx.start_time == decision.time:
+                nx.start_time = None
+    new_plan = replace(
+        plan,
+        suspend=plan.suspend + tuple(suspend),
+        create=tuple(p for p in plan.create if p.vm not in gone),
+        resume=tuple(p for p in plan.resume if p.vm not in gone),
+        migrate=tuple(m for m in plan.migrate if m[0] not in gone),
+        allocations={v: a for v, a in plan.allocations.items() if v not in gone},
+    )
+    return replace(
+        decision, plan=new_plan, apps=apps,
+        bills=tuple(b for b in decision.bills if b[0] not in unpaid),
+        usage=tuple(u for u in decision.usage if u[0] not in unpaid),
+    )
+
+
+def settle(apps: Mapping[str, App], decision: Decision, report: ApplyReport,
+           charged: Charged) -> tuple[list[str], Ops]:
+    """Write ``decision`` (a period's or an admission's), the backend's ``report`` of its plan
+    and the economy's ``charged`` into the records ``apps``; return the failed operations,
+    one line each, and the destroys and suspends to re-issue."""
+    for app_id, nx in decision.apps.items():
+        install(apps[app_id], nx)
+    plan = decision.plan
+    failed = {(o.op, o.vm): o.reason for o in report.ops if not o.ok}
+    failures = [f"{op} {vm_id}: {failed[op, vm_id]}" for op, vm_id in sorted(failed)]
+    retry = Ops()
+    if failed:
+        retry.destroy.extend(v for v in plan.destroy if ("destroy", v) in failed)
+        retry.suspend.extend(v for v in plan.suspend if ("suspend", v) in failed)
+        moves = [m for m in plan.migrate if ("migrate", m[0]) in failed]
+        if moves:
+            where = {vm.id: vm for app_id in decision.apps for vm in apps[app_id].vms}
+            for vm_id, src, _ in moves:
+                where[vm_id].host = src  # it did not move
+    by_app: dict[str, dict[str, VMRecord]] = {}
+    running = VMState.RUNNING
+    for p in plan.create + plan.resume:
+        vms = by_app.get(p.app)
+        if vms is None:
+            vms = by_app[p.app] = {vm.id: vm for vm in apps[p.app].vms}
+        vm = vms[p.vm]
+        op = "resume" if vm.state is VMState.RESUMING else "create"
+        if failed and (op, vm.id) in failed:  # not started: placed again next period
+            vm.host = NO_HOST
+            vm.new = True
+            vm.alloc = {}
+            continue
+        vm.state = vm_transition(vm.state, running)  # booting/resuming take time in the world
+    for app_id, amount in charged.paid.items():
+        apps[app_id].spent += amount
+    return failures, retry

@@ -1,0 +1,113 @@
+"""The market's input from the applications' next states (pure functions of values): which
+VMs bid, one row per VM, and whether two inputs are the same (the clearing cache).
+
+A :data:`Run` is one application's VMs that bid, as the market sees them: its next state
+(:class:`~merkat.core.model.AppNext`), its constant parts and the rows of its VM columns
+that bid (``None``: all of them, the usual case)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+
+from merkat.control.types import AppStatus, VMState
+from merkat.core.model import App, AppConst, AppNext
+from merkat.market import NO_HOST, RESOURCES, VMs
+
+Run = tuple[AppNext, AppConst, "list[int] | None"]
+
+
+def bidding(nexts: Iterable[AppNext], apps: dict[str, App],
+            const_of: Callable[[App], AppConst]) -> list[Run]:
+    """The VMs that bid this period, in runs of one application each (in the order of
+    ``nexts``): a waiting app has no VM, a suspended one only suspended VMs."""
+    runs: list[Run] = []
+    suspended = VMState.SUSPENDED
+    for nx in nexts:
+        if nx.status is AppStatus.RUNNING and nx.ids:
+            rows: list[int] | None = None
+            if suspended in nx.states:
+                rows = [k for k, s in enumerate(nx.states) if s is not suspended]
+                if not rows:
+                    continue
+            app = apps[nx.id]
+            runs.append((nx, app.const or const_of(app), rows))
+    return runs
+
+
+def placed(nexts: Iterable[AppNext], apps: dict[str, App],
+           const_of: Callable[[App], AppConst]) -> list[Run]:
+    """The VMs that run on a host now (placed by the last clearing or an admission since):
+    :func:`bidding` restricted to the VMs with a host."""
+    runs: list[Run] = []
+    for nx, const, rows in bidding(nexts, apps, const_of):
+        hosts = nx.hosts
+        mine = [k for k in (range(len(hosts)) if rows is None else rows) if hosts[k] != NO_HOST]
+        if mine:
+            runs.append((nx, const, mine))
+    return runs
+
+
+def size(runs: Sequence[Run]) -> int:
+    """The number of VMs in ``runs``."""
+    return sum(len(nx.ids) if rows is None else len(rows) for nx, _, rows in runs)
+
+
+def market_vms(runs: Sequence[Run], n: int) -> VMs:
+    """The market's input: one row per bidding VM, application by application. VMs that
+    share one bid mapping (the usual case) share its row."""
+    n_res = len(RESOURCES)
+    ids: list[str] = []
+    hosts: list[int] = []
+    bids: list[float] = []
+    caps: list[list[float]] = []  # one row per application
+    mins: list[list[float]] = []
+    counts: list[int] = []
+    for nx, const, rows in runs:
+        if rows is None:
+            ids += nx.ids
+            hosts += nx.hosts
+            vbids = nx.bids
+        else:
+            ids += [nx.ids[k] for k in rows]
+            hosts += [nx.hosts[k] for k in rows]
+            vbids = [nx.bids[k] for k in rows]
+        first = vbids[0]
+        row = [first.get(r, 0.0) for r in RESOURCES]
+        shared = True
+        for b in vbids:
+            if b is not first:
+                shared = False
+                break
+        if shared:
+            bids += row * len(vbids)
+        else:
+            last_bid = first
+            for b in vbids:
+                if b is not last_bid:
+                    last_bid = b
+                    row = [last_bid.get(r, 0.0) for r in RESOURCES]
+                bids += row
+        caps.append(const.cap_row)
+        mins.append(const.min_row)
+        counts.append(len(vbids))
+    shape = (n, n_res)
+    return VMs(
+        ids=tuple(ids),
+        bid=np.array(bids, dtype=np.float64).reshape(shape),
+        cap=np.repeat(np.array(caps, dtype=np.float64).reshape(-1, n_res), counts, axis=0),
+        host=np.array(hosts, dtype=np.int64),
+        minimum=np.repeat(np.array(mins, dtype=np.float64).reshape(-1, n_res), counts, axis=0),
+    )
+
+
+def same_input(a: VMs, b: VMs) -> bool:
+    """Whether two market inputs are the same arrays (VM ids only name VMs in errors)."""
+    return (
+        len(a) == len(b)
+        and np.array_equal(a.host, b.host)
+        and np.array_equal(a.bid, b.bid)
+        and np.array_equal(a.cap, b.cap)
+        and np.array_equal(a.minimum, b.minimum)
+    )

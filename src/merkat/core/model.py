@@ -1,0 +1,236 @@
+"""The platform's records: applications, VMs, a period's :class:`Decision` and its
+:class:`PeriodRecord` (the data of :mod:`merkat.core.period`).
+
+Performance caches (``App.const``) live on these records
+because they are invalidated by identity when the record changes; they are never part of the
+domain state (``compare=False``, ``repr=False``) and are documented where they are defined.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from merkat.control.base import Controller
+from merkat.control.types import AppStatus, Metrics, VMState
+from merkat.core.backend import Plan
+from merkat.core.lifecycle import ENDED
+from merkat.defaults import MICRO
+from merkat.market import NO_HOST, RESOURCES
+
+
+def to_micro(credits: float) -> int:
+    """Credits (float) to the ledger's integer micro-credits, rounded to the nearest."""
+    return round(credits * MICRO)
+
+
+@dataclass(frozen=True)
+class AppSpec:
+    """An application as submitted (the template of Merkat Fig. 5, reduced to what the
+    period loop needs).
+
+    ``vm_size``: each VM's maximum useful allocation (cores, MiB); ``vm_min``: what a node must
+    hold for one VM (memory); ``size``: VMs to start. ``budget``: initial credits, ``renewal``:
+    credits added per period, never above ``budget_cap`` (default: the initial budget, Themis
+    §III-A). ``trade``: resources the application bids on (others get no bid: CPU-only runs).
+    """
+
+    id: str
+    policy: str
+    size: int
+    vm_size: Mapping[str, float]
+    submit_time: float
+    budget: float
+    renewal: float = 0.0
+    budget_cap: float | None = None
+    deadline: float | None = None
+    vm_min: Mapping[str, float] = field(default_factory=dict)
+    params: Mapping[str, Any] = field(default_factory=dict)
+    owner: str = "users"
+    nvms_max: int = 1_000_000
+    trade: tuple[str, ...] = RESOURCES
+
+
+@dataclass
+class VMRecord:
+    """The platform's view of one VM. ``bid`` and ``alloc`` hold the resources its application
+    trades (:attr:`AppSpec.trade`), in that order; the others are neither bid for nor limited."""
+
+    id: str
+    app: str
+    state: VMState
+    host: int = NO_HOST
+    bid: dict[str, float] = field(default_factory=dict)
+    alloc: dict[str, float] = field(default_factory=dict)
+    new: bool = True  # not placed yet (created or resumed): has no host
+    # What a controller reads of this VM (merkat.control.types.VMInfo): the record itself is
+    # the controller's view; bid and alloc dicts are replaced, never mutated.
+    busy: bool = field(default=True, repr=False, compare=False)
+
+
+@dataclass
+class App:
+    """One application under its controller."""
+
+    spec: AppSpec
+    controller: Controller
+    account: str
+    status: AppStatus = AppStatus.WAITING
+    vms: list[VMRecord] = field(default_factory=list)
+    start_time: float | None = None
+    end_time: float | None = None
+    reason: str = ""
+    suspensions: int = 0
+    resumes: int = 0
+    vm_count: int = 0  # VMs ever created (for unique ids)
+    spent: int = 0  # micro-credits paid (charges net of refunds)
+    broke_since: float | None = None  # since when it cannot pay the reserve for its VMs
+    outcome: str = ""  # how it ended: finished, stopped-deadline, stopped-budget...
+    const: AppConst | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def active(self) -> bool:
+        return self.status not in ENDED
+
+
+@dataclass(frozen=True)
+class PeriodRecord:
+    """What happened in one period."""
+
+    index: int
+    time: float
+    prices: dict[str, float]
+    allocated: dict[str, float]
+    capacity: dict[str, float]
+    running_apps: int
+    waiting_apps: int
+    suspended_apps: int
+    vms: int
+    created: int
+    destroyed: int
+    migrations: int
+    suspended: int
+    resumed: int
+    charged: int  # micro-credits
+    refused: tuple[str, ...] = ()  # "app: action refused while status" (lifecycle table)
+    failed: tuple[str, ...] = ()  # "op vm: reason" for each operation the backend reported failed
+    unpaid: tuple[str, ...] = ()  # applications that could not pay (their VMs did not run)
+    minted: int = 0  # micro-credits minted this period (allowances)
+    redistributed: int = 0  # micro-credits returned to users by the Virtual Bank
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the world reports about one application before a period (read by the driver from
+    the backend): its metrics, its idle VMs (workers with no task) and whether its work is
+    done."""
+
+    metrics: Metrics
+    idle: frozenset[str] = frozenset()
+    finished: bool = False
+
+
+@dataclass(slots=True)
+class AppNext:
+    """What a decision makes of one application, as values: its record's fields after the
+    commit (before the backend's report). The VM columns hold one entry per VM, in order:
+    ``ids``, ``states``, ``bids`` (shared mappings), ``hosts`` (``NO_HOST``: none), ``fresh``
+    (:attr:`VMRecord.new`: to be placed for the first time) and ``allocs``. ``same_vms``: the
+    VMs are the record's own, in its order (none added or dropped); ``moved``: a state, host
+    or ``fresh`` changed (else only bids and allocations may have).
+    :mod:`merkat.core.draft` makes one from a record and writes it into one."""
+
+    id: str
+    status: AppStatus
+    start_time: float | None
+    end_time: float | None
+    reason: str
+    outcome: str
+    suspensions: int
+    resumes: int
+    vm_count: int
+    broke_since: float | None
+    ids: list[str]
+    states: list[VMState]
+    bids: list[dict[str, float]]
+    hosts: list[int]
+    fresh: list[bool]
+    allocs: list[dict[str, float]]
+    same_vms: bool = True
+    moved: bool = False
+
+    @property
+    def active(self) -> bool:
+        return self.status not in ENDED
+
+
+@dataclass
+class Decision:
+    """One period's decision (:meth:`~merkat.core.period.Platform.decide`), or an
+    admission's (:mod:`merkat.core.admission`): what the driver must do and what the
+    platform's records become, as ids and values (no record was changed to make it).
+    ``plan``: the backend's plan (the VMs it starts, ``create`` and ``resume``, and moves,
+    ``migrate``); ``bills``: ``(application id, micro-credits)`` each application's VMs bid for
+    the period (charging by bid); ``usage``: what they use at the clearing's prices (charging
+    by use, at most the bill); ``refused``: actions the lifecycle table refused; ``apps``: by
+    application id, what the decision makes of it (:class:`AppNext`; an application absent is
+    unchanged); ``taken``: the ids it took out of the admission queue. The rest feeds the
+    :class:`PeriodRecord`."""
+
+    index: int
+    time: float
+    plan: Plan
+    bills: tuple[tuple[str, int], ...]
+    usage: tuple[tuple[str, int], ...]
+    refused: tuple[str, ...]
+    prices: dict[str, float]
+    allocated: dict[str, float]
+    bidding: int
+    apps: dict[str, AppNext] = field(default_factory=dict, repr=False)
+    taken: tuple[str, ...] = ()
+    # an admission between periods (merkat.core.admission), not a period: its plan only
+    # starts the admitted applications' VMs, its bills are prorated, it makes no record
+    admission: bool = False
+
+
+@dataclass(frozen=True)
+class Charged:
+    """What the economy charged for a decision: micro-credits paid per application id, the
+    applications that could not pay, the total moved to the provider."""
+
+    paid: Mapping[str, int]
+    unpaid: frozenset[str]
+    total: int
+    minted: int = 0
+    redistributed: int = 0
+
+
+@dataclass(frozen=True)
+class AppConst:
+    """An application's constant observation parts (restricted to the resources it trades)
+    and its VMs' constant market rows (cap and minimum per resource, in market order)."""
+
+    vm_size: dict[str, float]
+    capacity: dict[str, float]
+    bid_min: dict[str, float]
+    cap_row: list[float]
+    min_row: list[float]
+    columns: tuple[tuple[str, int], ...]  # (traded resource, its market column or -1)
+    zero: dict[str, float]  # no allocation (never mutated)
+    history: bool  # the controller reads past prices (Controller.reads_price_history)
+    renewal: float  # credits per period its budget is renewed with (0: none)
+    reserve_cost: int  # micro-credits one VM pays at the reserve price
+
+
+@dataclass
+class Ops:
+    """Operations decided while reconciling, before the market runs."""
+
+    destroy: list[str] = field(default_factory=list)
+    suspend: list[str] = field(default_factory=list)
+
+
+class NonFiniteBid(RuntimeError):
+    """A controller asked for a bid that is NaN or infinite: a bug in its policy. Raised in
+    the period where the bid was made, naming the policy, the application and the VM."""

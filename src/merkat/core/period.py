@@ -1,0 +1,369 @@
+"""One scheduling period, the heart of merkat (docs/architecture.md, "One scheduling period").
+
+The period is a **decision**; the runtime driver (:mod:`merkat.runtime.driver`) is its only
+caller and does every effect. Per period the driver renews the budgets (the economy), reads
+the balances and each active application's :class:`Observed` (metrics, idle VMs, finished)
+from the ledger and the backend, then:
+
+1. :meth:`Platform.decide` — each controller turns an
+   :class:`~merkat.control.types.Observation` into a :class:`~merkat.control.types.Demand`;
+   the lifecycle table (:mod:`merkat.core.lifecycle`) refuses actions not allowed in the
+   application's status; the demand becomes VM records, bids kept within the balance; an
+   application that could not pay the reserve price for its VMs for ``keep_alive`` periods is
+   stopped (``stopped-budget``); :func:`merkat.market.clear` over every VM that bids gives
+   prices, placements, migrations and allocations; out comes a :class:`Decision` (the
+   backend :class:`~merkat.core.backend.Plan`, the bills, the usage, the refusals);
+2. the driver charges the bills (the economy's charging plugin); :meth:`Platform.withhold`
+   takes the VMs of applications that could not pay out of the decision (suspended, or back
+   to waiting: nothing runs for free);
+3. the driver hands the plan to the backend, which reports each operation;
+4. :meth:`Platform.commit` writes the decision into the records with the VM states the
+   report gives (a failed boot or migration is written as not done and retried next period,
+   a failed destroy or suspend is re-issued) and returns the :class:`PeriodRecord`.
+
+The decision is data: :meth:`Platform.decide` computes a :class:`Decision` (ids and values:
+each changed application's next state, :class:`~merkat.core.model.AppNext`) from the
+records without changing them; only :meth:`Platform.commit` (and :meth:`Platform.settle`,
+an admission's commit) writes them (:mod:`merkat.core.commit`). The controllers and a
+stateful market mechanism keep their own memory, which a decision moves; the caches
+(``App.const``, the shared price views, the last clearing) are not records. The parts live
+beside this module: the per-application half (:mod:`~merkat.core.reconcile`), the next
+states (:mod:`~merkat.core.draft`), the market's input
+(:mod:`~merkat.core.market_input`), the plan and bills (:mod:`~merkat.core.plan`),
+admission between periods (:mod:`~merkat.core.admission`).
+
+No clock is read and no ledger or backend is called here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from merkat.control.base import Controller
+from merkat.control.forecast import HISTORY
+from merkat.control.registry import make_policy
+from merkat.control.types import Action, AppStatus, Observation, check_amounts
+from merkat.core import admission, commit
+from merkat.core.backend import ApplyReport
+from merkat.core.draft import draft, install
+from merkat.core.isolation import ask, fail
+from merkat.core.lifecycle import ENDED, app_failure, app_transition
+from merkat.core.market_input import bidding as bidding_vms
+from merkat.core.market_input import market_vms, same_input
+from merkat.core.model import (
+    App,
+    AppNext,
+    AppSpec,
+    Charged,
+    Decision,
+    NonFiniteBid,
+    Observed,
+    Ops,
+    PeriodRecord,
+    VMRecord,
+    to_micro,
+)
+from merkat.core.plan import bills_of, make_plan
+from merkat.core.reconcile import Decider, end
+from merkat.defaults import KEEP_ALIVE, MECHANISM, MICRO, PERIOD_S, RESERVE_PRICE
+from merkat.market import RESOURCES, BalanceParams, Clearing, Hosts, VMs
+from merkat.market.mechanisms import make_mechanism
+
+__all__ = ["ENDED", "MICRO", "App", "AppSpec", "AppStatus", "Charged", "Decision", "NonFiniteBid",
+           "Observed", "PeriodRecord", "Platform", "VMRecord", "to_micro"]
+
+
+@dataclass
+class Platform:
+    """The applications manager and market scheduler of one cluster (Merkat §4): its
+    applications, their VMs and controllers, the last prices. The decision holds no ledger and
+    no backend: the driver (:class:`~merkat.runtime.driver.Driver`) owns them.
+
+    ``hosts`` is the cluster; ``period`` the scheduling period in seconds; ``reserve`` the
+    minimum bid per VM and resource; ``balance`` the load-balancing parameters;
+    ``keep_alive`` how many periods an application may fail to afford the reserve price of
+    its VMs before it is stopped (``stopped-budget``, Merkat §4.2.4 iii).
+    """
+
+    hosts: Hosts
+    period: float = PERIOD_S
+    reserve: Mapping[str, float] = field(
+        default_factory=lambda: dict.fromkeys(RESOURCES, RESERVE_PRICE))
+    balance: BalanceParams = field(default_factory=BalanceParams)
+    provider: str = "provider"
+    keep_alive: int = KEEP_ALIVE
+    history_size: int = HISTORY  # past prices shown: the forecasts' default window
+    market: str = MECHANISM  # the mechanism (merkat.market.mechanisms), by name
+    apps: dict[str, App] = field(default_factory=dict)
+    active: dict[str, App] = field(default_factory=dict)
+    records: list[PeriodRecord] = field(default_factory=list)
+    index: int = 0
+    # applications submitted since the last period (ids): the admission queue
+    queue: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.period > 0:
+            raise ValueError(f"period must be > 0 seconds, got {self.period}")
+        if self.keep_alive < 1:
+            raise ValueError(f"keep_alive must be >= 1 period, got {self.keep_alive}")
+        check_amounts("reserve", self.reserve)
+        self.capacity = {
+            r: float(self.hosts.capacity[:, k].sum()) if len(self.hosts) else 0.0
+            for k, r in enumerate(RESOURCES)
+        }
+        self.prices: dict[str, float] = {r: 0.0 for r in RESOURCES}
+        self.price_history: list[dict[str, float]] = []
+        self.decider = Decider(self.period, self.capacity, self.reserve, self.keep_alive)
+        self._reserve = self.decider.reserve_row
+        self._last_clearing: tuple[Hosts, BalanceParams, np.ndarray, VMs, Clearing] | None = None
+        self._mechanism = make_mechanism(self.market)
+        self._retry = Ops()  # destroy/suspend operations the backend failed: re-issued
+
+    # --- submission -------------------------------------------------------------------
+
+    def submit(self, spec: AppSpec, controller: Controller | None = None,
+               account: str | None = None) -> App:
+        """Admit an application: its record and its controller (its account, named
+        ``account``, default ``app:ID``, is opened and funded by the driver's economy)."""
+        if spec.id in self.apps:
+            raise ValueError(f"application {spec.id!r} already exists")
+        if spec.size < 1:
+            raise ValueError(f"application {spec.id!r}: size must be >= 1")
+        if spec.nvms_max < 1:
+            raise ValueError(f"application {spec.id!r}: nvms_max must be >= 1")
+        if any(r not in spec.vm_size for r in spec.trade):
+            # a resource its VM template does not name is one it does not use: no bid for it
+            # (a CPU-only application under the default trade of every resource)
+            trade = tuple(r for r in spec.trade if r in spec.vm_size)
+            if not trade:
+                raise ValueError(
+                    f"application {spec.id!r}: vm_size names none of the traded resources "
+                    f"({', '.join(spec.trade)})"
+                )
+            spec = replace(spec, trade=trade)
+        try:  # checked here once, not in every observation (before any account exists)
+            check_amounts("vm_size", {r: spec.vm_size.get(r, 0.0) for r in spec.trade})
+            check_amounts("vm_min", spec.vm_min)
+            check_amounts("budget", {"budget": spec.budget, "renewal": spec.renewal})
+        except ValueError as e:
+            raise ValueError(f"application {spec.id!r}: {e}") from None
+        ctl = controller or make_policy(spec.policy, **dict(spec.params))
+        if ctl.reads_price_history:  # keep the prices it reads (at least history_size)
+            self.history_size = max(self.history_size, ctl.price_history_periods)
+        app = App(spec, ctl, account or f"app:{spec.id}")
+        self.apps[spec.id] = app
+        self.active[spec.id] = app
+        self.queue.append(spec.id)
+        return app
+
+    @property
+    def admits_between(self) -> bool:
+        """Whether applications can start between periods (a stateless mechanism; see
+        :mod:`merkat.core.admission`)."""
+        return self._mechanism.stateless
+
+    def queued(self) -> list[App]:
+        """The applications in the admission queue still waiting for their first start."""
+        apps = self.apps
+        return [apps[a] for a in self.queue
+                if apps[a].status is AppStatus.WAITING and apps[a].active]
+
+    def admit(self, now: float, until: float, balances: Mapping[str, int],
+              observed: Mapping[str, Observed]) -> Decision:
+        """An admission point between periods (:func:`merkat.core.admission.admit`): a
+        decision that takes the whole queue, changing no record (:meth:`settle` commits it)."""
+        market = admission.Market(self.hosts, self.decider, self.prices, self.price_history,
+                                  self.apps, tuple(self.active.values()), self.index)
+        decision = admission.admit(market, self.queued(), now, until, balances, observed)
+        decision.taken = tuple(self.queue)
+        return decision
+
+    # --- the decision -----------------------------------------------------------------
+
+    def decide(
+        self, now: float, balances: Mapping[str, int], observed: Mapping[str, Observed]
+    ) -> Decision:
+        """The period at time ``now``: ``balances`` of the active applications' accounts (after
+        this period's renewal), ``observed`` per active application id. Changes no record
+        (see the module docstring): :meth:`commit` writes what it decides."""
+        ops = Ops(list(self._retry.destroy), list(self._retry.suspend))
+        refused: list[str] = []
+        nexts: dict[str, AppNext] = {}
+        decider, prices, history = self.decider, self.prices, self.price_history
+        running = AppStatus.RUNNING
+        for app in self.active.values():
+            app_id = app.spec.id
+            balance = balances[app.account]
+            seen = observed[app_id]
+            since, broke = decider.broke_since(app, balance, now)
+            if broke:
+                nx = nexts[app_id] = draft(app)
+                nx.broke_since = since
+                end(nx, now, f"could not pay the reserve price for {self.keep_alive} periods",
+                    seen.finished, ops, "stopped-budget")
+                continue
+            obs = decider.observe(app, now, balance, seen, prices, history)
+            demand = ask(app.controller, obs)
+            if isinstance(demand, str):  # its controller raised: it fails, alone
+                nx = nexts[app_id] = draft(app)
+                nx.broke_since = since
+                fail(nx, now, demand, ops)
+                continue
+            if demand.action is Action.NONE and app.status is not running:
+                if since != app.broke_since:  # waiting or suspended, and staying so
+                    nx = nexts[app_id] = draft(app)
+                    nx.broke_since = since
+                continue
+            nx = nexts[app_id] = draft(app)
+            nx.broke_since = since
+            decider.reconcile(app, nx, demand, now, balance, seen, ops, refused)
+
+        runs = bidding_vms(nexts.values(), self.apps, decider.const)
+        bidding = sum(len(nx.ids) if rows is None else len(rows) for nx, _, rows in runs)
+        vms = market_vms(runs, bidding)
+        result = self._clear(vms)
+        prices = {r: float(result.price[k]) for k, r in enumerate(RESOURCES)}
+        plan = make_plan(now, self.period, runs, result, ops, vms.host)
+        bills, usage = bills_of(runs, result.host, vms.host, result.allocation, vms.bid, prices)
+        alloc = result.allocation.sum(axis=0) if bidding else np.zeros(len(RESOURCES))
+        return Decision(
+            index=self.index, time=now, plan=plan, bills=bills, usage=usage,
+            refused=tuple(refused), prices=prices,
+            allocated={r: float(alloc[k]) for k, r in enumerate(RESOURCES)}, bidding=bidding,
+            apps=nexts, taken=tuple(self.queue),
+        )
+
+    def stop(self, app_id: str, now: float, reason: str, failed: bool = False
+             ) -> tuple[str, ...]:
+        """End application ``app_id`` now, through the lifecycle table (its owner's STOP, or
+        with ``failed`` a failure of the world: ``app_failure``; ``ValueError`` when refused)
+        and the end rule of a period's STOP; returns its VMs, for the driver to destroy. An
+        effect outside a period (the driver's :meth:`~merkat.runtime.driver.Driver.stop`):
+        written at once."""
+        app = self.apps[app_id]
+        nxt = app_failure(app.status) if failed else app_transition(app.status, Action.STOP)
+        if not isinstance(nxt, AppStatus):
+            raise ValueError(f"application {app_id!r}: {nxt}")
+        ops = Ops()
+        nx = draft(app)
+        end(nx, now, reason, False, ops, "failed" if failed else "")
+        nx.status = nxt  # (STOPPED, or FAILED: the table's answer)
+        install(app, nx)
+        self.active.pop(app_id, None)
+        if app_id in self.queue:
+            self.queue.remove(app_id)
+        return tuple(ops.destroy)
+
+    def withdraw(self, app_id: str) -> None:
+        """Undo the :meth:`submit` of ``app_id`` whose admission could not be completed (its
+        account could not be funded): it never took part in a period."""
+        self.apps.pop(app_id, None)
+        self.active.pop(app_id, None)
+        if app_id in self.queue:
+            self.queue.remove(app_id)
+
+    def reissue(self, report: ApplyReport) -> None:
+        """The destroys and suspends ``report`` says failed are re-issued by the next
+        period (a plan applied outside a period: an end)."""
+        for o in report.failed:
+            if o.op == "destroy":
+                self._retry.destroy.append(o.vm)
+            elif o.op == "suspend":
+                self._retry.suspend.append(o.vm)
+
+    def withhold(self, decision: Decision, unpaid: Collection[str]) -> Decision:
+        """``decision`` without the VMs of the ``unpaid`` applications (ids):
+        :func:`merkat.core.commit.withhold` (no record changes)."""
+        return commit.withhold(decision, unpaid)
+
+    def commit(self, decision: Decision, report: ApplyReport, charged: Charged) -> PeriodRecord:
+        """Write the period's ``decision``, the backend's ``report`` of its plan and the
+        economy's ``charged`` into the platform's records; return (and keep) the period's
+        record."""
+        failures, self._retry = commit.settle(self.apps, decision, report, charged)
+        self._take(decision)
+        self.prices = dict(decision.prices)
+        self.price_history.append(self.prices)
+        del self.price_history[: -self.history_size]
+        self.decider.forget_prices()
+        statuses = [a.status for a in self.active.values()]
+        plan = decision.plan
+        record = PeriodRecord(
+            index=self.index,
+            time=decision.time,
+            prices=dict(decision.prices),
+            allocated=dict(decision.allocated),
+            capacity=dict(self.capacity),
+            running_apps=statuses.count(AppStatus.RUNNING),
+            waiting_apps=statuses.count(AppStatus.WAITING),
+            suspended_apps=statuses.count(AppStatus.SUSPENDED),
+            vms=decision.bidding,
+            created=len(plan.create),
+            destroyed=len(plan.destroy),
+            migrations=len(plan.migrate),
+            suspended=len(plan.suspend),
+            resumed=len(plan.resume),
+            charged=charged.total,
+            refused=decision.refused,
+            failed=tuple(failures),
+            unpaid=tuple(sorted(charged.unpaid)),
+            minted=charged.minted,
+            redistributed=charged.redistributed,
+        )
+        self.records.append(record)
+        self.index += 1
+        return record
+
+    def settle(self, decision: Decision, report: ApplyReport, charged: Charged) -> list[str]:
+        """Commit an admission's ``decision`` (:meth:`admit`): as :meth:`commit`, without a
+        record; the failed destroys and suspends join those the next period re-issues.
+        Returns the failed operations, one line each."""
+        failures, retry = commit.settle(self.apps, decision, report, charged)
+        self._retry.destroy.extend(retry.destroy)
+        self._retry.suspend.extend(retry.suspend)
+        self._take(decision)
+        return failures
+
+    def _take(self, decision: Decision) -> None:
+        """The queue without what ``decision`` took; the applications it ended leave
+        ``active``."""
+        if decision.taken:
+            taken = set(decision.taken)
+            self.queue[:] = [a for a in self.queue if a not in taken]
+        for app_id, nx in decision.apps.items():
+            if nx.status in ENDED:
+                self.active.pop(app_id, None)
+
+    def observe(self, app: App, now: float, balance: int, seen: Observed) -> Observation:
+        """What ``app``'s controller sees this period
+        (:meth:`~merkat.core.reconcile.Decider.observe`)."""
+        return self.decider.observe(app, now, balance, seen, self.prices, self.price_history)
+
+    # --- the market -------------------------------------------------------------------
+
+    def _clear(self, vms: VMs) -> Clearing:
+        """The mechanism's clearing (:func:`merkat.market.clear` by default), or, for a stateless
+        mechanism, the last period's clearing when its input was the same
+        (the same bids, caps, minimums and hosts, on the same cluster with the same reserve and
+        parameters): the clearing is a pure function of that input, so it would be identical.
+        Quiet periods (no arrival, no bid change, no move) are common in long simulations."""
+        last = self._last_clearing
+        mechanism = self._mechanism
+        if not mechanism.stateless:  # its state moves every period: never reuse a clearing
+            return mechanism.clear(self.hosts, vms, reserve_price=self._reserve,
+                                   params=self.balance)
+        if (
+            last is not None
+            and last[0] is self.hosts
+            and last[1] is self.balance
+            and np.array_equal(last[2], self._reserve)
+            and same_input(last[3], vms)
+        ):
+            return last[4]
+        result = mechanism.clear(self.hosts, vms, reserve_price=self._reserve,
+                                 params=self.balance)
+        self._last_clearing = (self.hosts, self.balance, self._reserve.copy(), vms, result)
+        return result

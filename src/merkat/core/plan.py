@@ -1,0 +1,162 @@
+"""Step 4 of a period (:mod:`merkat.core.period`): from the market's clearing to the
+backend's :class:`~merkat.core.backend.Plan` and the bills.
+
+Used by the period and by admissions between periods (:mod:`merkat.core.admission`).
+Pure: it updates the next states it is given (:class:`~merkat.core.model.AppNext`: host,
+allocation), never a record, and returns the plan.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from merkat.control.types import VMState
+from merkat.core.backend import Plan, VMPlacement
+from merkat.core.market_input import Run
+from merkat.core.model import Ops
+from merkat.defaults import MICRO
+from merkat.market import NO_HOST, RESOURCES
+from merkat.market.share import FloatArray, IntArray
+from merkat.market.types import row_sum
+
+
+def make_plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
+              before: IntArray) -> Plan:
+    """The backend's plan for ``runs`` (each application's VMs that bid, in the order the
+    market saw them, on hosts ``before``: the market's input) placed by the clearing
+    ``result``: VMs placed for the first time are created or resumed, VMs on another host
+    migrate, every placed VM's allocation is updated in its next state; ``ops`` adds the
+    destroys and suspends decided before.
+
+    The VMs whose host changes (placed for the first time, moved, or not placed: a new VM
+    has no host) are found with numpy and visited alone; the others only take their
+    allocation, application by application."""
+    create: list[VMPlacement] = []
+    resume: list[VMPlacement] = []
+    migrate: list[tuple[str, int, int]] = []
+    allocations: dict[str, dict[str, float]] = {}
+    host = result.host
+    unplaced = host == NO_HOST
+    hosts: list[int] = host.tolist()
+    changed = np.flatnonzero(unplaced | (host != before)).tolist()
+    if changed:
+        starts: list[int] = []
+        i = 0
+        for nx, _, rows in runs:
+            starts.append(i)
+            i += len(nx.ids) if rows is None else len(rows)
+        for i in changed:
+            h = hosts[i]
+            if h == NO_HOST:  # nowhere to go this period: stays queued (its allocation: below)
+                continue
+            r = bisect_right(starts, i) - 1
+            nx, _, rows = runs[r]
+            k = i - starts[r] if rows is None else rows[i - starts[r]]
+            if nx.fresh[k]:
+                (resume if nx.states[k] is VMState.RESUMING else create).append(
+                    VMPlacement(nx.ids[k], nx.id, h)
+                )
+                nx.fresh[k] = False
+            else:
+                migrate.append((nx.ids[k], nx.hosts[k], h))
+            nx.hosts[k] = h
+            nx.moved = True
+    cols: list[list[float]] = result.allocation.T.tolist()  # one list per resource
+    some_unplaced = bool(unplaced.any())
+    i = 0
+    for nx, const, rows in runs:
+        columns, zero = const.columns, const.zero
+        ids, allocs = nx.ids, nx.allocs
+        j = i + (len(ids) if rows is None else len(rows))
+        at: Sequence[int] = range(j - i) if rows is None else rows  # each row's VM
+        where: Sequence[int] = range(i, j)  # each row's market row
+        if some_unplaced and unplaced[i:j].any():
+            mine, where = [], []
+            for k, m in zip(at, range(i, j), strict=True):
+                if hosts[m] == NO_HOST:  # gets nothing
+                    if allocs[k] != zero:
+                        allocs[k] = zero
+                else:
+                    mine.append(k)
+                    where.append(m)
+            at = mine
+        # a VM's allocation mapping is kept when equal (the controller's view stays valid)
+        if len(columns) == 1 and columns[0][1] >= 0:  # one resource (CPU-only markets)
+            r0, c0 = columns[0][0], cols[columns[0][1]]
+            for k, a0 in zip(at, c0[i:j] if len(at) == j - i else [c0[m] for m in where],
+                             strict=True):
+                old = allocs[k]
+                if old.get(r0) != a0 or len(old) != 1:
+                    allocs[k] = old = {r0: a0}
+                allocations[ids[k]] = old
+        else:
+            for k, m in zip(at, where, strict=True):
+                alloc = {r: cols[c][m] if c >= 0 else 0.0 for r, c in columns}
+                if alloc != allocs[k]:
+                    allocs[k] = alloc
+                allocations[ids[k]] = allocs[k]
+        i = j
+    return Plan(
+        time=now,
+        period=period,
+        destroy=tuple(ops.destroy),
+        suspend=tuple(ops.suspend),
+        create=tuple(create),
+        resume=tuple(resume),
+        migrate=tuple(migrate),
+        allocations=allocations,
+    )
+
+
+def bills_of(
+    runs: Sequence[Run], host: IntArray, before: IntArray, alloc: FloatArray, bid: FloatArray,
+    prices: Mapping[str, float], start: int = 0,
+) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
+    """Per application (id order): the bids of its VMs that have a host (micro-credits,
+    rounded per VM) and what they use at ``prices`` (allocation x price over the resources it
+    trades, rounded per VM, at most the VM's bid). ``runs`` are rows ``start`` on of the
+    market's input (``bid``, hosts ``before``) and of the placement (``host``, ``alloc``), as
+    :func:`make_plan` took them into the next states: a VM the clearing did not place keeps
+    the host it had (and is billed its bid, as it was VM by VM) and uses nothing.
+
+    Vectorised over the VMs (numpy) with the arithmetic of the per-VM sums it replaces: a
+    VM's bid holds its traded resources only, so its row sum is ``sum(vm.bid.values())``
+    (two resources: addition commutes), and a VM's usage adds its traded columns' ``a * p``
+    in trade order; ``np.rint`` rounds half to even as :func:`round` does."""
+    counts = [len(nx.ids) if rows is None else len(rows) for nx, _, rows in runs]
+    n = sum(counts)
+    if not n:
+        return (), ()
+    span = slice(start, start + n)
+    placed = host[span] != NO_HOST
+    hosted = placed | (before[span] != NO_HOST)  # the VMs' hosts after make_plan
+    x = np.rint(row_sum(bid[span]) * MICRO).astype(np.int64)
+    price = np.array([prices[r] for r in RESOURCES])
+    a = alloc[span]
+    used = np.zeros(n)
+    columns = [{k for _, k in const.columns} for _, const, _ in runs]
+    for k in range(len(RESOURCES)):  # column k, for the VMs whose applications trade it
+        traded = [k in c for c in columns]
+        if any(traded):
+            term = a[:, k] * price[k]
+            if not all(traded):
+                term = np.where(np.repeat(traded, counts), term, 0.0)
+            used = used + term
+    u = np.where(placed, np.minimum(np.rint(used * MICRO).astype(np.int64), x), 0)
+    starts = np.cumsum([0, *counts[:-1]])
+    totals = np.add.reduceat(np.where(hosted, x, 0), starts).tolist()
+    uses = np.add.reduceat(np.where(hosted, u, 0), starts).tolist()
+    any_hosted = np.logical_or.reduceat(hosted, starts).tolist()
+    bills: dict[str, int] = {}
+    usage: dict[str, int] = {}
+    for (nx, _, _), p, t, v in zip(runs, any_hosted, totals, uses, strict=True):
+        if p:
+            i = nx.id
+            bills[i] = bills.get(i, 0) + t
+            usage[i] = usage.get(i, 0) + v
+    names = sorted(bills)
+    return tuple((i, bills[i]) for i in names), tuple((i, usage[i]) for i in names)
