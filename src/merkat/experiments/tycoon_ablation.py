@@ -117,7 +117,7 @@ def live_prices() -> np.ndarray:
     """The recorded live run's CPU prices (one column), per period."""
     from merkat.worlds.tycoon.background import read_price_export
 
-    path = Path(__file__).resolve().parents[2] / "data" / "prices" / LIVE_FILE
+    path = Path(__file__).resolve().parents[1] / "data" / "prices" / LIVE_FILE
     return read_price_export(path).cpu.reshape(-1, 1)
 
 

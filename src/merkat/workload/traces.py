@@ -102,7 +102,7 @@ def trace_name(path: str | Path) -> str:
 
 def bundled_dir() -> Path:
     """The traces shipped inside the package."""
-    return Path(__file__).resolve().parents[2] / "data" / "traces"
+    return Path(__file__).resolve().parents[1] / "data" / "traces"
 
 
 def cache_dir() -> Path:
@@ -114,7 +114,7 @@ def cache_dir() -> Path:
 
 def checkout_dir() -> Path:
     """``shared/traces`` beside a development checkout (CI clones it there)."""
-    return Path(__file__).resolve().parents[5] / "shared" / "traces"
+    return Path(__file__).resolve().parents[4] / "shared" / "traces"
 
 
 def search_dirs() -> list[tuple[str, Path]]:
