@@ -16,9 +16,9 @@ from merkat.core.period import AppSpec, Platform
 from merkat.market import Hosts
 from merkat.runtime.driver import Driver
 from merkat.runtime.economy import Economy
-from merkat.worlds.merkat import parallel as segments
 from merkat.workload.cluster import Cluster
 from merkat.workload.jobs import Workload
+from merkat.worlds.merkat import parallel as segments
 from merkat.worlds.merkat.parallel import choose_cuts, cut_candidates, simulate_parallel
 from merkat.worlds.merkat.trace import MarketConfig, MarketOutcome, simulate_market
 
