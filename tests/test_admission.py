@@ -160,3 +160,65 @@ def test_newcomers_share_the_hosts_with_the_running_vms_until_the_period() -> No
     # a's tasks ran in lock-step at full speed from 0 to 30, then at 0.8 of it
     backend.advance(30.0, PERIOD)
     assert backend.apps["a"].work_done == pytest.approx(30.0 + 0.8 * 30.0)
+
+
+def _hosted_shares(platform: Platform) -> tuple[list[float], list[float]]:
+    """Every running VM's CPU allocation in its record, and what re-clearing every host
+    (the per-host proportional share of the running VMs' bids) gives it: the definition an
+    admission point implements while touching only the VMs whose share changes."""
+    from merkat.core.draft import draft
+    from merkat.core.market_input import market_vms, placed, size
+    from merkat.market import enforceable
+
+    apps = [a for a in platform.active.values() if a.status is AppStatus.RUNNING]
+    runs = placed([draft(a) for a in apps], platform.apps, platform.decider.const)
+    vms = market_vms(runs, size(runs))
+    want, _ = enforceable(platform.hosts, vms, vms.host)
+    have = [nx.allocs[k]["cpu"] for nx, _, rows in runs
+            for k in (range(len(nx.ids)) if rows is None else rows)]
+    return have, want[:, 0].tolist()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_an_admission_touches_only_the_vms_whose_share_changes(seed: int) -> None:
+    """At every admission point of a random run on three hosts, the records end as if every
+    host had been re-cleared (bit for bit), while the plan and the decision carry only the
+    newcomers and the running VMs whose allocation changed (those sharing a newcomer's
+    host): the others are neither drafted nor sent to the backend again."""
+    rng = np.random.default_rng(seed)
+    arrivals = [(spec(f"a{k}", float(t), size=int(rng.integers(1, 4)), budget=50.0), 400.0)
+                for k, t in enumerate(sorted(rng.uniform(0.0, 250.0, 8)))]
+    ledger = MemoryLedger()
+    backend = SimBackend(trade_memory=False, boot_s=0.0)
+    platform = Platform(Hosts(("h0", "h1", "h2"), np.array([[2.0, 4096.0]] * 3)),
+                        period=PERIOD, reserve={"cpu": 0.01})
+    items = [Arrival(s.submit_time, s, RigidApp(vms=s.size, work_total=w)) for s, w in arrivals]
+    driver = Driver(platform, backend, Economy(ledger), ListArrivals(items), admission=10.0)
+    checked = untouched = 0
+    admit = platform.admit
+
+    def checking_admit(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal untouched
+        before = {vm.id: vm.alloc for a in platform.active.values() for vm in a.vms}
+        decision = admit(*args, **kwargs)
+        new = set(decision.plan.allocations) - set(before)
+        for vm_id, alloc in decision.plan.allocations.items():
+            if vm_id not in new:  # a running VM is sent again only with a new allocation
+                assert alloc != before[vm_id]
+        untouched += len(set(before) - set(decision.plan.allocations))
+        return decision
+
+    settle = platform.settle
+
+    def checking_settle(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal checked
+        out = settle(*args, **kwargs)
+        have, want = _hosted_shares(platform)
+        assert have == want
+        checked += 1
+        return out
+
+    platform.admit = checking_admit  # type: ignore[method-assign]
+    platform.settle = checking_settle  # type: ignore[method-assign]
+    driver.run(until=6 * PERIOD)
+    assert checked > 0 and untouched > 0

@@ -14,7 +14,11 @@ scheduler for their VMs. Here, at an admission point ``now`` between two periods
    newcomers' bids (:func:`~merkat.market.allocation_error.enforceable`): a newcomer shares its host
    with the VMs already there, as a new process shares a cgroup-enforced machine, until the
    next period re-clears the whole market; an application whose VMs cannot all be placed (a
-   minimum no host can hold) stays in the queue for the next period;
+   minimum no host can hold) stays in the queue for the next period. The running VMs are
+   read from the records (:func:`~merkat.core.market_input.running`) and only those whose
+   allocation changes — the VMs on the hosts that receive newcomers — are drafted, planned
+   and committed (``tests/test_admission.py`` checks the decision against the one that
+   drafts every running application);
 3. the newcomers' bills are their bids prorated to what is left of the period
    (``(until - now) / period``), charged by the driver's economy like a period's; the running
    applications already paid for the period (by bid: their share changes, their bid does not).
@@ -46,11 +50,11 @@ from merkat.control.types import AppStatus
 from merkat.core.backend import Plan
 from merkat.core.draft import draft, keep
 from merkat.core.isolation import ask, fail
-from merkat.core.market_input import Run, market_vms, placed, size
+from merkat.core.market_input import Rows, Run, Running, market_rows, running, size
 from merkat.core.model import App, AppNext, Decision, Observed, Ops
 from merkat.core.plan import bills_of, make_plan
 from merkat.core.reconcile import Decider, Prices
-from merkat.market import NO_HOST, RESOURCES, Hosts, enforceable, worst_fit_decreasing
+from merkat.market import NO_HOST, RESOURCES, Hosts, VMs, enforceable, worst_fit_decreasing
 from merkat.market.clear import check_reserve
 from merkat.market.share import FloatArray, IntArray
 
@@ -66,15 +70,38 @@ class Placement:
     before: IntArray
 
 
-def place(hosts: Hosts, reserve: FloatArray, runs: Sequence[Run]) -> Placement:
-    """Place ``runs``' new VMs (host ``NO_HOST``) by worst-fit on ``hosts``, the others where
-    they are; each host's proportional share of its VMs' bids (``reserve``: the minimum bid
-    per VM and resource, in market order)."""
-    vms = market_vms(runs, size(runs))
+def place(hosts: Hosts, reserve: FloatArray, here: Rows, runs: Sequence[Run]) -> Placement:
+    """Place ``runs``' new VMs (host ``NO_HOST``) by worst-fit on ``hosts`` beside the VMs
+    running there (``here``: their market rows, which stay where they are); each host's
+    proportional share of its VMs' bids (``reserve``: the minimum bid per VM and resource,
+    in market order). The rows are ``here``'s, then ``runs``'."""
+    new = market_rows(runs, size(runs))
+    vms = VMs(here[0] + new[0], *(np.concatenate((a, b)) for a, b in zip(here[1:], new[1:],
+                                                                          strict=True)))
     check_reserve(vms, reserve)
     host = worst_fit_decreasing(hosts, vms)
     allocation, _ = enforceable(hosts, vms, host)
     return Placement(host, allocation, vms.bid, vms.host)
+
+
+def _touched(here: Running, result: Placement) -> tuple[list[Run], IntArray]:
+    """The running applications whose VMs' allocations ``result`` changes, as runs of those
+    VMs only (their next states drafted), and those VMs' rows in ``result``."""
+    rows = np.flatnonzero(here.changed(result.allocation))
+    runs: list[Run] = []
+    if rows.size == 0:
+        return runs, rows
+    counts = [len(r) for _, _, r in here.apps]
+    ends = np.cumsum(counts)
+    cut = np.searchsorted(rows, ends).tolist()  # rows before each application's end
+    rows_l: list[int] = rows.tolist()
+    lo = 0
+    for (app, const, mine), end, hi in zip(here.apps, ends.tolist(), cut, strict=True):
+        if hi > lo:
+            start = end - len(mine)
+            runs.append((draft(app), const, [mine[m - start] for m in rows_l[lo:hi]]))
+        lo = hi
+    return runs, rows
 
 
 def _revert(nx: AppNext, app: App) -> None:
@@ -126,17 +153,16 @@ def admit(market: Market, queued: Sequence[App], now: float, until: float,
             starting.append((nx, app))
     const = decider.const
     newcomers: list[Run] = [(nx, const(app), None) for nx, app in starting]
-    runs: list[Run] = []
     result = None
     if newcomers:
         # the VMs placed by the last clearing (and admissions since) keep their hosts
-        others = [a for a in market.active
-                  if a.status is AppStatus.RUNNING and a.spec.id not in nexts]
-        here = placed([draft(a) for a in others], market.apps, const)
+        here = running([a for a in market.active
+                        if a.status is AppStatus.RUNNING and a.spec.id not in nexts], const)
+        n_here = len(here.odd)
         while newcomers:  # place them all, or send back those whose VMs do not all fit
-            result = place(market.hosts, decider.reserve_row, here + newcomers)
+            result = place(market.hosts, decider.reserve_row, here.vms, newcomers)
             hosts = result.host
-            fits, i = [], size(here)
+            fits, i = [], n_here
             for run in newcomers:
                 n = len(run[0].ids)
                 if (hosts[i:i + n] != NO_HOST).all():
@@ -148,12 +174,17 @@ def admit(market: Market, queued: Sequence[App], now: float, until: float,
                 if all(nx is not run[0] for run in fits):
                     _revert(nx, app)
             newcomers = fits
-        runs = here + newcomers
-        nexts.update((run[0].id, run[0]) for run in here)
     if newcomers and result is not None:
-        plan = make_plan(now, period, runs, result, ops, result.before)
+        # Only the VMs whose allocation changes (those sharing a host with a newcomer) are
+        # drafted, planned and committed; the others keep their records as they are.
+        touched, rows = _touched(here, result)
+        sub = np.concatenate((rows, np.arange(n_here, len(result.host))))
+        placement = Placement(result.host[sub], result.allocation[sub], result.bid[sub],
+                              result.before[sub])
+        plan = make_plan(now, period, touched + newcomers, placement, ops, placement.before)
+        nexts.update((run[0].id, run[0]) for run in touched)
         bills, usage = bills_of(newcomers, result.host, result.before, result.allocation,
-                                result.bid, market.prices, start=size(here))
+                                result.bid, market.prices, start=n_here)
         frac = max(0.0, min(1.0, (until - now) / period))
         bills = tuple((a, round(x * frac)) for a, x in bills)
         usage = tuple((a, round(x * frac)) for a, x in usage)

@@ -10,11 +10,9 @@ has capacity for every resource the VM bids on. A VM that fits nowhere stays unp
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 
-from merkat.market.types import NO_HOST, Hosts, IntArray, VMs, row_sum
+from merkat.market.types import NO_HOST, Hosts, IntArray, VMs, row_max, row_sum
 
 
 def node_load(hosts: Hosts, vms: VMs, host: IntArray) -> np.ndarray:
@@ -30,7 +28,12 @@ def node_load(hosts: Hosts, vms: VMs, host: IntArray) -> np.ndarray:
 def worst_fit_decreasing(hosts: Hosts, vms: VMs) -> IntArray:
     """Return a host index for every VM: current hosts kept, new VMs placed (or ``NO_HOST``).
 
-    Cost: O(n log h) for n new VMs on h nodes, with one heap of nodes keyed by their load.
+    Each new VM (in descending order of total bid, ties in index order) goes to the node
+    with the smallest worst-resource load among those that can hold it, ties to the lowest
+    index: one ``argmin`` over the nodes' loads per VM (numpy), and only the chosen node's
+    row updated, in plain Python floats (the same operations as a heap of ``(load, node)``
+    pairs gives, without building one over every node for a few new VMs). Cost: O(n h) in
+    numpy's inner loop for n new VMs on h nodes.
     """
     host = vms.host.copy()
     new = np.flatnonzero(host == NO_HOST)
@@ -38,65 +41,48 @@ def worst_fit_decreasing(hosts: Hosts, vms: VMs) -> IntArray:
         return host
     cap = hosts.capacity
     placed = host >= 0
-    reserved = np.zeros_like(cap)
-    for r in range(cap.shape[1]):
-        reserved[:, r] = np.bincount(
-            host[placed], weights=vms.minimum[placed, r], minlength=len(hosts)
-        )
-    free = (cap - reserved).tolist()
-    load_r = node_load(hosts, vms, host).tolist()
-    inv_cap = np.where(cap > 0, 1.0 / np.where(cap > 0, cap, 1.0), np.inf).tolist()
-
+    n_res = cap.shape[1]
+    load = node_load(hosts, vms, host)
+    key = row_max(load)  # each node's worst-resource load
+    with np.errstate(divide="ignore"):
+        inv_cap = np.where(cap > 0, 1.0 / np.where(cap > 0, cap, 1.0), np.inf)
     total_bid = row_sum(vms.bid[new])
     order = new[np.argsort(-total_bid, kind="stable")]
-    heap = [(max(lr), h) for h, lr in enumerate(load_r)]
-    heapq.heapify(heap)
     bids = vms.bid[order].tolist()  # rows of the new VMs only, in placement order
-    mins = vms.minimum[order].tolist()
-    n_res = cap.shape[1]
     # Feasibility only needs checking when some VM has a minimum or some node lacks a resource.
     check = bool((vms.minimum[new] > 0).any() or (cap <= 0).any())
-    for k, i in enumerate(order.tolist()):
-        b, mn = bids[k], mins[k]
-        if check:
-            chosen = _pop_feasible(heap, b, mn, free, inv_cap, n_res)
-            if chosen == NO_HOST:
-                continue
-        else:
-            chosen = heap[0][1]
-        host[i] = chosen
-        lh, fh, ih = load_r[chosen], free[chosen], inv_cap[chosen]
+    if check:
+        mins = vms.minimum[order].tolist()
+        reserved = np.zeros_like(cap)
         for r in range(n_res):
-            fh[r] -= mn[r]
+            reserved[:, r] = np.bincount(
+                host[placed], weights=vms.minimum[placed, r], minlength=len(hosts)
+            )
+        free = cap - reserved
+        no_cap = ~(cap > 0)
+    for k, i in enumerate(order.tolist()):
+        b = bids[k]
+        if check:
+            mn = mins[k]
+            fits = np.ones(len(hosts), dtype=np.bool_)
+            for r in range(n_res):
+                fits &= free[:, r] >= mn[r]
+                if b[r]:
+                    fits &= ~no_cap[:, r]
+            ok = np.flatnonzero(fits)
+            if ok.size == 0:
+                continue
+            chosen = int(ok[key[ok].argmin()])
+        else:
+            chosen = int(key.argmin())
+        host[i] = chosen
+        lh = load[chosen].tolist()
+        ih = inv_cap[chosen].tolist()
+        for r in range(n_res):
             if b[r]:
                 lh[r] += b[r] * ih[r]
+        load[chosen] = lh
+        key[chosen] = max(lh)
         if check:
-            heapq.heappush(heap, (max(lh), chosen))
-        else:
-            heapq.heapreplace(heap, (max(lh), chosen))
+            free[chosen] -= mn
     return host
-
-
-def _pop_feasible(
-    heap: list[tuple[float, int]],
-    bid: list[float],
-    minimum: list[float],
-    free: list[list[float]],
-    inv_cap: list[list[float]],
-    n_res: int,
-) -> int:
-    """Pop and return the least loaded node that can hold the VM (``NO_HOST`` if none);
-    the infeasible nodes popped on the way are pushed back."""
-    skipped = []
-    chosen = NO_HOST
-    while heap:
-        entry = heapq.heappop(heap)
-        h = entry[1]
-        fh, ih = free[h], inv_cap[h]
-        if all(minimum[r] <= fh[r] and (bid[r] == 0 or ih[r] != np.inf) for r in range(n_res)):
-            chosen = h
-            break
-        skipped.append(entry)
-    for entry in skipped:
-        heapq.heappush(heap, entry)
-    return chosen
