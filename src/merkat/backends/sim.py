@@ -162,9 +162,14 @@ class SimBackend:
         default_factory=dict, init=False, repr=False, compare=False
     )
     _n_indexed: int = field(default=0, init=False, repr=False, compare=False)
+    # A rigid application's pace while none of its VMs changes (:meth:`_advance_rigid`):
+    # its slowest VM's speed, kept once every VM is ready and none migrates; an operation
+    # or a new allocation mapping for one of its VMs forgets it (apply, _put, _release).
+    _pace: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:  # the private state
         self._live, self._seen, self._by_app, self._n_indexed = {}, 0, {}, 0
+        self._pace = {}
 
     def add_app(self, app_id: str, model: AppModel) -> None:
         consistent = self._seen == len(self.apps)
@@ -223,19 +228,29 @@ class SimBackend:
         for p in plan.resume:
             self._put(p.vm, _VM(p.app, p.host, {}, t + self.resume_s))
             self.counts["resume"] += 1
+        pace = self._pace
         for vm_id, src, dst in plan.migrate:
             vm = self.vms[vm_id]
             mem = self.apps[vm.app].memory
             share = self.bandwidth / max(ops_per_host[src], ops_per_host[dst], 1)
             vm.migrating_until = t + (mem / share if share > 0 else 0.0)
             vm.host = dst
+            pace.pop(vm.app, None)
             self.counts["migration"] += 1
+        vms = self.vms
         for vm_id, alloc in plan.allocations.items():
-            self.vms[vm_id].alloc = alloc
+            vm = vms[vm_id]
+            if vm.alloc is not alloc:  # a mapping is kept while its values do not change
+                vm.alloc = alloc
+                pace.pop(vm.app, None)
         return ApplyReport(t)
 
     def _put(self, vm_id: str, vm: _VM) -> None:
-        replaced = vm_id in self.vms
+        self._pace.pop(vm.app, None)
+        old = self.vms.get(vm_id)
+        if old is not None:
+            self._pace.pop(old.app, None)
+        replaced = old is not None
         self.vms[vm_id] = vm
         self._live[vm.app] = None  # it may progress again
         if replaced:  # keeps its place in ``vms``: let advance regroup
@@ -248,6 +263,7 @@ class SimBackend:
         vm = self.vms.pop(vm_id, None)
         if vm is None:
             return
+        self._pace.pop(vm.app, None)
         group = self._by_app.get(vm.app)
         if group is not None and group.pop(vm_id, None) is not None:
             self._n_indexed -= 1
@@ -272,6 +288,7 @@ class SimBackend:
                 self._by_app.setdefault(vm.app, {})[vm_id] = vm
             self._n_indexed = len(self.vms)
             live.update(dict.fromkeys(self._by_app))
+            self._pace.clear()  # ``vms`` was changed directly: nothing kept is known valid
         by_app = self._by_app
         if len(apps) != self._seen:  # ``apps`` changed directly, not by add_app: rescan it
             live.update(dict.fromkeys(a for a, m in apps.items() if m.finish_time is None))
@@ -321,7 +338,14 @@ class SimBackend:
             model.last_rate = 0.0 if vms else None
             return
         if vms and type(self)._speed is SimBackend._speed:
-            rate, begin = self._rigid_pace(model, vms, t0, t1)
+            app = vms[0][1].app
+            rate = self._pace.get(app, -1.0)
+            if rate >= 0.0:  # every VM ready and none migrating since it was kept
+                begin = t0
+            else:
+                rate, begin = self._rigid_pace(model, vms, t0, t1)
+                if begin <= t0 and all(vm.migrating_until <= t0 for _, vm in vms):
+                    self._pace[app] = rate  # the same at any later t0 while nothing changes
         else:
             rate = min(self._speed(model, vm, t0, t1) for _, vm in vms)
             begin = max([t0] + [vm.ready_at for _, vm in vms])
