@@ -12,7 +12,7 @@ from merkat.core.draft import draft
 from merkat.core.market_input import Run, market_vms
 from merkat.core.model import App, AppSpec, Ops, VMRecord, to_micro
 from merkat.core.period import Platform
-from merkat.core.plan import bills_of, make_plan
+from merkat.core.plan import Bills, bills_of, make_plan
 from merkat.market import NO_HOST, RESOURCES, Hosts
 
 
@@ -116,3 +116,33 @@ def test_plan_and_bills_match_their_per_vm_definitions(seed: int) -> None:
     k = len(runs[0][1])
     tail = bills_of(market[1:], host, vms.host, allocation, vms.bid, prices, start=k)
     assert dict(tail[0]) == {a: b for a, b in want_bills.items() if a != runs[0][0].spec.id}
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_bills_of_a_reused_clearing_are_the_last_ones_only_for_the_same_rows(seed: int
+                                                                               ) -> None:
+    """``Bills`` answers from memory only for the same clearing (identity), the same
+    applications holding the same rows, and the same prices; any other call is computed."""
+    rng = np.random.default_rng(seed)
+    platform = Platform(Hosts(tuple(f"h{k}" for k in range(4)), np.array([[1.0, 4096.0]] * 4)))
+    market = _market(platform, _runs(rng, platform))
+    n = sum(len(nx.ids) for nx, _, _ in market)
+    vms = market_vms(market, n)
+    result = _Placed(rng.integers(0, 4, n), rng.uniform(0.0, 1.0, (n, len(RESOURCES))))
+    prices = {"cpu": 2.0, "memory": 0.001}
+    memo = Bills()
+    first = memo(market, result, vms.host, vms.bid, prices)
+    assert first == bills_of(market, result.host, vms.host, result.allocation, vms.bid, prices)
+    assert memo(market, result, vms.host, vms.bid, dict(prices)) is first  # remembered
+    # the same arrays in a new clearing, other prices, or one VM fewer: computed again
+    again = _Placed(result.host.copy(), result.allocation * 0.5)
+    assert memo(market, again, vms.host, vms.bid, prices) == bills_of(
+        market, again.host, vms.host, again.allocation, vms.bid, prices)
+    cheaper = {"cpu": 1.0, "memory": 0.001}
+    assert memo(market, again, vms.host, vms.bid, cheaper) == bills_of(
+        market, again.host, vms.host, again.allocation, vms.bid, cheaper)
+    nx, const, _ = market[-1]
+    fewer = [*market[:-1], (nx, const, list(range(len(nx.ids) - 1)))]
+    m = n - 1
+    assert memo(fewer, again, vms.host[:m], vms.bid[:m], cheaper) == bills_of(
+        fewer, again.host, vms.host[:m], again.allocation, vms.bid[:m], cheaper)

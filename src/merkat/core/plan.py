@@ -160,3 +160,30 @@ def bills_of(
             usage[i] = usage.get(i, 0) + v
     names = sorted(bills)
     return tuple((i, bills[i]) for i in names), tuple((i, usage[i]) for i in names)
+
+
+class Bills:
+    """:func:`bills_of` for a period, remembering the last answer: a quiet period reuses
+    the last clearing (the same object, for the same bids and hosts:
+    :meth:`Platform._clear <merkat.core.period.Platform._clear>`), and its bills are then
+    those of the last period when the same applications hold the same rows (ids, row
+    counts, traded columns) at the same prices. Not a record: a cache of a pure function,
+    checked by identity of the clearing and equality of everything else it reads."""
+
+    def __init__(self) -> None:
+        self._last: tuple[Any, ...] | None = None
+
+    def __call__(self, runs: Sequence[Run], result: Any, before: IntArray, bid: FloatArray,
+                 prices: Mapping[str, float]
+                 ) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
+        """``bills_of(runs, result.host, before, result.allocation, bid, prices)``."""
+        key = [(nx.id, len(nx.ids) if rows is None else len(rows), const.columns)
+               for nx, const, rows in runs]
+        last = self._last
+        if (last is not None and last[0] is result and last[1] == key and last[2] == prices
+                and np.array_equal(last[3], before) and np.array_equal(last[4], bid)):
+            out: tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] = last[5]
+            return out
+        out = bills_of(runs, result.host, before, result.allocation, bid, prices)
+        self._last = (result, key, dict(prices), before, bid, out)
+        return out
