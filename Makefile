@@ -27,7 +27,7 @@ run: $(STAMP)
 ## PostgreSQL if missing and fails loudly if it cannot; locally they skip without PostgreSQL.)
 test: $(STAMP)
 	PGURL=$$(scripts/postgres.sh --if-available) && \
-	MERKAT_TEST_POSTGRES_URL="$${MERKAT_TEST_POSTGRES_URL:-$$PGURL}" $(BIN)/python -m pytest -n 2 -q
+	MERKAT_TEST_POSTGRES_URL="$${MERKAT_TEST_POSTGRES_URL:-$$PGURL}" $(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
 ## vendor: re-fetch the dashboard's charting library (uPlot, from npm) into the package
 vendor:

@@ -20,12 +20,30 @@ os.environ.setdefault("MERKAT_KUBE_SCHEMA", "1")
 os.environ.pop("COLUMNS", None)
 
 
+CPU_HEAVY_GROUP = "cpu_heavy"
+LOCKING_FIXTURES = ("cpu_heavy", "quiet_machine")  # quiet_machine: test_hostile_http's, per module
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test that takes the ``cpu_heavy`` lock (``LOCKING_FIXTURES``) joins one xdist
+    group: under ``make test`` (``-n 2 --dist loadgroup``) they run one after another on one
+    worker, started first (xdist hands out its largest group first), while the other worker
+    runs everything else. Without the group both workers would pick such tests and one would
+    wait for the lock, idle (docs/testing.md). Runs before xdist's own hook, which reads the
+    mark."""
+    for item in items:
+        if any(f in LOCKING_FIXTURES for f in getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group(CPU_HEAVY_GROUP))
+
+
 @pytest.fixture
 def cpu_heavy() -> Iterator[int]:
     """One CPU-bound end-to-end test at a time (a lock file shared by every pytest process,
     xdist's workers and other runs): the market's VMs outweigh every other process
     (docs/service.md), so two such tests at once would starve the servers and the CLI of a
-    two-CPU machine. Yields the CPU a test pins its VMs to, when it pins them."""
+    two-CPU machine. Yields the CPU a test pins its VMs to, when it pins them. Within one
+    ``make test`` run they never wait for each other: they share one xdist group (above)."""
     import fcntl
 
     with open("/tmp/merkat-e2e-cpu.lock", "w") as f:

@@ -1,6 +1,6 @@
 """Concurrency and crash safety of the persistent ledger (SQLite file and PostgreSQL).
 
-- 8 processes x 2,000 random transfers (each with its own idempotency key, one in ten sent
+- 8 processes x 500 random transfers (each with its own idempotency key, one in ten sent
   twice) on one database: afterwards the audit balances, every acknowledged transfer is in the
   journal exactly once, no refused one is, and every balance equals the initial mint plus the
   acknowledged transfers.
@@ -111,16 +111,19 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[s
 
 
 @pytest.mark.slow
-def test_eight_processes_two_thousand_transfers_each(database: tuple[str, str | None]) -> None:
+def test_eight_processes_five_hundred_transfers_each(database: tuple[str, str | None]) -> None:
+    """All eight run at once on the same 20 accounts (so nearly every transfer contends with
+    another process's); 500 each rather than 2,000 (docs/testing.md): the properties checked
+    do not depend on the count, and 4,000 transfers still refuse some and move most."""
     url, schema = database
     _seed(url, schema)
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(8) as pool:
-        results = pool.map(_worker, [(url, schema, w, 2000) for w in range(8)])
+        results = pool.map(_worker, [(url, schema, w, 500) for w in range(8)])
     acked = [a for r in results for a in r[0]]
     refused = [k for r in results for k in r[1]]
-    assert len(acked) + len(refused) == 16_000
-    assert len(acked) > 10_000  # the test exercises real movement, not just refusals
+    assert len(acked) + len(refused) == 4_000
+    assert len(acked) > 2_500  # the test exercises real movement, not just refusals
     _check(url, schema, acked, refused)
 
 

@@ -120,9 +120,9 @@ def test_bench_sweep_times_the_experiment_and_digests_its_results(tmp_path: Path
     assert (tmp_path / "a" / "results.json").read_bytes() == results
 
 
-def burst_trace(path: Path, bursts: int = 440, per_burst: int = 10) -> str:
+def burst_trace(path: Path, bursts: int = 44, per_burst: int = 10) -> str:
     """An SWF trace of short one-core jobs in bursts four hours apart (the cluster empties
-    between them), long enough for ``--workers 2`` to cut it."""
+    between them): 440 jobs, cut by ``--workers 2`` when a piece may have 200 jobs."""
     from merkat.workload.swf import empty_row, write_swf
 
     rows = []
@@ -137,23 +137,30 @@ def burst_trace(path: Path, bursts: int = 440, per_burst: int = 10) -> str:
     return str(path)
 
 
-def test_market_run_on_two_workers_writes_the_same_files(tmp_path: Path) -> None:
+def test_market_run_on_two_workers_writes_the_same_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's ``--workers 2``, cut where the cluster is empty, writes the bytes of one
+    process. The pieces' minimum size is lowered from 2,000 jobs to 200 (the choice of cuts
+    is made in this process), so 440 jobs are cut in two (docs/testing.md)."""
+    from merkat.worlds.merkat import parallel
+
+    monkeypatch.setattr(parallel, "MIN_JOBS_PER_PIECE", 200)
     trace = burst_trace(tmp_path / "bursts.swf")
     flags = ["--scheduler", "market", "--hosts", "8", "--cores-per-host", "1"]
-    code, out1, err = sim_run(trace, tmp_path / "w1", *flags, "--jobs", "4400")
+    code, out1, err = sim_run(trace, tmp_path / "w1", *flags, "--jobs", "440")
     assert code == 0, err
-    code, out2, err = sim_run(trace, tmp_path / "w2", *flags, "--jobs", "4400", "--workers", "2")
+    code, out2, err = sim_run(trace, tmp_path / "w2", *flags, "--jobs", "440", "--workers", "2")
     assert code == 0, err
     assert (tmp_path / "w1" / "jobs.csv").read_bytes() == (tmp_path / "w2" / "jobs.csv").read_bytes()
     s1, s2 = json.loads(out1), json.loads(out2)
     assert s1["pieces"] == [] and len(s2["pieces"]) == 2  # cut in two, one piece per process
-    assert s2["pieces"][0]["first_job"] == 0 and s2["pieces"][1]["last_job"] == 4399
+    assert s2["pieces"][0]["first_job"] == 0 and s2["pieces"][1]["last_job"] == 439
     assert s2["pieces"][1]["first_job"] == s2["pieces"][0]["last_job"] + 1
     timing = {"wall_s", "simulate_s", "jobs_per_s", "workers", "pieces"}
     assert {k: v for k, v in s1.items() if k not in timing} == {
         k: v for k, v in s2.items() if k not in timing
     }
-    assert s1["jobs"] == 4400 and s1["met_deadlines"] > 0 and s1["ledger_audit_ok"]
+    assert s1["jobs"] == 440 and s1["met_deadlines"] > 0 and s1["ledger_audit_ok"]
 
 
 def test_workers_must_be_positive(trace: str, tmp_path: Path) -> None:
