@@ -24,17 +24,41 @@ CPU_HEAVY_GROUP = "cpu_heavy"
 LOCKING_FIXTURES = ("cpu_heavy", "quiet_machine")  # quiet_machine: test_hostile_http's, per module
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(
+        config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
     """Every test that takes the ``cpu_heavy`` lock (``LOCKING_FIXTURES``) joins one xdist
     group: under ``make test`` (``-n 2 --dist loadgroup``) they run one after another on one
     worker, started first (xdist hands out its largest group first), while the other worker
     runs everything else. Without the group both workers would pick such tests and one would
-    wait for the lock, idle (docs/testing.md). Runs before xdist's own hook, which reads the
-    mark."""
+    wait for the lock, idle (docs/testing.md). The mark goes on before xdist's own hook reads
+    it (a wrapper's first half runs before every hook)."""
     for item in items:
         if any(f in LOCKING_FIXTURES for f in getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group(CPU_HEAVY_GROUP))
+    yield
+    if getattr(config.option, "loadgroup", False):
+        _name_the_groups(items)
+
+
+def _name_the_groups(items: list[pytest.Item]) -> None:
+    """What xdist's ``loadgroup`` does on a worker, done again where it had no effect: the
+    group's name appended to each grouped test's id (``...::test@cpu_heavy``), which is how
+    the controller sees the group. pytest >= 9.2 keeps an item's id in ``_id`` (a
+    ``NodeId``); pytest-xdist 3.8 still writes the old ``_nodeid``, so its groups are
+    silently lost (pytest-dev/pytest-xdist#1386, fix pending in #1388). Nothing to do where
+    xdist's own suffix took."""
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # pytest < 9.2: xdist's own hook works
+        return
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is None or "@" in item.nodeid or not isinstance(getattr(item, "_id", None),
+                                                                   NodeId):
+            continue
+        name = mark.args[0] if mark.args else mark.kwargs.get("name", "default")
+        item._id = NodeId.parse(f"{item.nodeid}@{name}")  # type: ignore[attr-defined]
 
 
 @pytest.fixture
