@@ -12,7 +12,7 @@ import pytest
 
 from merkat.control.types import Action, AppStatus, Demand, Metrics, Observation, VMState
 from merkat.core.backend import ApplyReport, OpReport
-from merkat.core.model import Charged, Decision, NonFiniteBid, Observed, PeriodRecord
+from merkat.core.model import Charged, Decision, Observed, PeriodRecord
 from merkat.core.period import AppSpec, Platform
 from merkat.market import NO_HOST, Hosts
 
@@ -193,13 +193,16 @@ def test_failed_operations_are_written_as_not_done_and_retried() -> None:
     assert decide(p, 120.0).plan.destroy == ("a/vm2",)
 
 
-def test_a_non_finite_bid_raises_before_any_record_changes() -> None:
-    p = platform(("a", Script(start(), keep(["a/vm1"], bid=float("nan")))))
+def test_a_non_finite_bid_fails_its_application_in_the_decision_only() -> None:
+    p = platform(("a", Script(start(), keep(["a/vm1", "a/vm2"], bid=float("nan")))))
     commit(p, decide(p, 0.0))
-    before = snapshot(p)
-    with pytest.raises(NonFiniteBid, match="'a/vm1' of application 'a'"):
-        p.decide(60.0, {"app:a": 10**8}, {"a": Observed(Metrics())})
-    assert snapshot(p) == before
+    d = decide(p, 60.0)  # (no record changed: asserted by decide)
+    nx = d.apps["a"]
+    assert (nx.status, nx.outcome, nx.ids) == (AppStatus.FAILED, "failed", [])
+    assert nx.reason.startswith("controller error: NonFiniteBid: policy 'script' bid "
+                                "{'cpu': nan} for VM 'a/vm1' of application 'a'")
+    assert d.plan.destroy == ("a/vm1",) and not d.plan.create  # the demand's vm2: never made
+    assert d.bills == ()
 
 
 class Checked(Platform):

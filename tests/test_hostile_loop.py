@@ -7,6 +7,7 @@ period conflict with its own idempotency keys."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -555,6 +556,21 @@ def test_a_cpu_only_template_does_not_fail_the_period_for_everyone(manager: Mana
     assert not [e for e in manager.store.events(limit=100) if e["kind"] == "error"]
 
 
+@contextlib.contextmanager
+def _buggy_beside_bob(m: Manager, policy: type[BestEffort], name: str) -> Iterator[None]:
+    """Bob's sleeper ``s`` and alice's platform ``name`` under the plugin ``policy``
+    (registered while the block runs)."""
+    m.store.add_user("bob", budget=100_000_000)
+    POLICIES.register(policy)
+    try:
+        m.submit("bob", parse(SLEEPER))
+        m.submit("alice", parse(SLEEPER.replace("name: s", f"name: {name}")
+                                .replace("best-effort", policy.name)))
+        yield
+    finally:
+        POLICIES.unregister(policy.name)
+
+
 class _Boom(BestEffort):
     """A plugin policy with a bug: it starts, then its ``reconfigure`` divides by zero."""
 
@@ -570,12 +586,7 @@ def test_a_raising_controller_fails_its_platform_only_and_the_loop_goes_on(
     failed and was retried forever, every tenant's market stopped. Now its platform fails
     with the reason; the other user's keeps running and ``/health`` stays 200."""
     m = manager
-    m.store.add_user("bob", budget=100_000_000)
-    POLICIES.register(_Boom)
-    try:
-        m.submit("bob", parse(SLEEPER))
-        m.submit("alice", parse(SLEEPER.replace("name: s", "name: bad")
-                                .replace("best-effort", "boom-test")))
+    with _buggy_beside_bob(m, _Boom, "bad"):
         ticks: list[int] = []
         tick = m.tick
 
@@ -595,8 +606,6 @@ def test_a_raising_controller_fails_its_platform_only_and_the_loop_goes_on(
                 assert m.health.failures == 0
             finally:
                 loop.close()
-    finally:
-        POLICIES.unregister("boom-test")
     assert m.store.platform("s").state == "running"  # type: ignore[union-attr]
     assert str(m.platform.apps["s"].status) == "running"
     reason = "controller error: ZeroDivisionError: float division by zero"
@@ -607,4 +616,32 @@ def test_a_raising_controller_fails_its_platform_only_and_the_loop_goes_on(
                for e in events)
     assert all("failed" not in e["message"] for e in m.store.events(limit=1000, platform="s"))
     assert m.store.ledger.balance("app:bad") == 0  # its budget came home
+    assert m.store.ledger.audit().ok
+
+
+class _NaNBids(BestEffort):
+    """A plugin policy with a bug that raises nothing: it starts, then bids NaN."""
+
+    name = "nan-bids-test"
+
+    def reconfigure(self, obs: Observation) -> Demand:
+        return self.uniform(obs, {r: float("nan") for r in obs.vm_size})
+
+
+def test_a_non_finite_bid_fails_its_platform_only_and_the_periods_go_on(
+        manager: Manager) -> None:
+    """A plugin bidding NaN made ``Platform.decide`` raise ``NonFiniteBid``: every period
+    failed, for every tenant. Now its platform fails with the reason, its money comes home,
+    and the other user's platform keeps running through the next periods."""
+    m = manager
+    with _buggy_beside_bob(m, _NaNBids, "nan"):
+        m.admit()
+        records = [m.tick() for _ in range(3)]
+    assert [r["index"] for r in records] == [records[0]["index"] + k for k in range(3)]
+    row = m.store.platform("nan")
+    assert row is not None and row.state == "failed"
+    assert row.outcome.startswith("controller error: NonFiniteBid: policy 'nan-bids-test' bid")
+    assert m.store.platform("s").state == "running"  # type: ignore[union-attr]
+    assert records[-1]["vms"] == 1  # bob's VM only, still running and billed
+    assert m.store.ledger.balance("app:nan") == 0  # its budget came home
     assert m.store.ledger.audit().ok

@@ -11,7 +11,7 @@ from tests.test_decide import Script, keep, snapshot, start
 from merkat.backends.sim import RigidApp, SimBackend
 from merkat.bank.memory import MemoryLedger
 from merkat.control.base import Controller
-from merkat.control.types import AppStatus, Demand, Metrics, Observation
+from merkat.control.types import Action, AppStatus, Demand, Metrics, Observation
 from merkat.core.backend import ApplyReport
 from merkat.core.model import Charged, Decision, Observed
 from merkat.core.period import AppSpec, Platform
@@ -103,3 +103,58 @@ def test_a_raising_start_at_an_admission_point_fails_it_and_returns_its_budget()
     assert ledger.balance("users") == 7_000_000  # to its owner (good's is all spent on its app)
     rec = driver.step(60.0)  # the period goes on
     assert rec.running_apps == 1 and p.apps["good"].status is AppStatus.RUNNING
+
+
+class BidsNaN(Controller):
+    """Starts, then bids NaN (a bug in user code that raises nothing itself)."""
+
+    name = "bids-nan"
+
+    def reconfigure(self, obs: Observation) -> Demand:
+        return self.uniform(obs, {"cpu": float("nan")})
+
+
+class StartsAtInfinity(BidsNaN):
+    """Asks to start with an infinite bid."""
+
+    name = "bids-inf"
+
+    def on_start(self, obs: Observation) -> Demand:
+        return Demand(Action.START, nvms=2, new_vm_bid={"cpu": float("inf")})
+
+
+def test_a_non_finite_bid_fails_its_application_only() -> None:
+    p, alone = _platform(False), _platform(False)
+    p.submit(AppSpec("nan", "bids-nan", 1, {"cpu": 1.0}, 0.0, 100.0, trade=("cpu",)),
+             BidsNaN())
+    _period(p, 0.0)
+    _period(alone, 0.0)
+    assert p.apps["nan"].status is AppStatus.RUNNING
+    d = _period(p, 60.0)
+    lone_d = _period(alone, 60.0)
+    nan = p.apps["nan"]
+    assert (nan.status, nan.outcome, nan.vms) == (AppStatus.FAILED, "failed", [])
+    assert nan.reason.startswith("controller error: NonFiniteBid: policy 'bids-nan' bid "
+                                 "{'cpu': nan} for VM 'nan/vm1' of application 'nan'")
+    assert d.plan.destroy == ("nan/vm1",)
+    good, lone = p.apps["good"], alone.apps["good"]
+    assert [(v.id, v.host, v.alloc) for v in good.vms] == [
+        (v.id, v.host, v.alloc) for v in lone.vms]
+    assert d.bills == lone_d.bills == (("good", 500_000),)
+    assert p.prices == alone.prices
+
+
+def test_an_infinite_start_bid_at_an_admission_point_fails_it_and_returns_its_budget() -> None:
+    p = Platform(Hosts(("h0", "h1"), np.array([[1.0, 4096.0]] * 2)), period=60.0,
+                 reserve={"cpu": 0.01})
+    ledger = MemoryLedger()
+    driver = Driver(p, SimBackend(), Economy(ledger, return_budgets=True), admission=10.0)
+    driver.submit(AppSpec("inf", "bids-inf", 1, {"cpu": 1.0}, 5.0, 7.0, trade=("cpu",)),
+                  RigidApp(vms=1, work_total=600.0), controller=StartsAtInfinity())
+    assert driver.admission_point(10.0, 60.0) is None  # nothing started, nothing created
+    inf = p.apps["inf"]
+    assert inf.status is AppStatus.FAILED and inf.vms == [] and "inf" not in p.active
+    assert inf.reason.startswith("controller error: NonFiniteBid: policy 'bids-inf' bid "
+                                 "{'cpu': inf} for VM 'inf/vm1'")
+    assert ledger.balance("app:inf") == 0 and ledger.balance("users") == 7_000_000
+    assert driver.step(60.0).running_apps == 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,7 @@ from merkat.control.generic import deadline_metric, late
 from merkat.control.registry import POLICIES
 from merkat.control.types import (
     Action,
+    AppStatus,
     Budget,
     Demand,
     Metrics,
@@ -34,7 +36,7 @@ from merkat.control.types import (
     VMState,
     VMView,
 )
-from merkat.core.period import AppSpec, NonFiniteBid, Platform
+from merkat.core.period import AppSpec, Platform
 from merkat.market import Hosts
 from merkat.runtime.driver import Driver
 from merkat.runtime.economy import Economy
@@ -124,7 +126,7 @@ class _NaNPolicy(Controller):
         return self.uniform(o, {r: math.nan for r in o.vm_size})
 
 
-def test_a_non_finite_bid_is_caught_naming_the_policy_and_the_application() -> None:
+def test_a_non_finite_bid_fails_its_application_naming_the_policy() -> None:
     b = SimBackend()
     p = Platform(one_host(), period=60.0)
     d = Driver(p, b, Economy(MemoryLedger()))
@@ -133,8 +135,11 @@ def test_a_non_finite_bid_is_caught_naming_the_policy_and_the_application() -> N
              controller=_NaNPolicy())  # fmt: skip
     d.step(0.0)  # starts
     b.advance(0.0, 60.0)
-    with pytest.raises(NonFiniteBid, match=r"policy 'nan-policy' bid .* of application 'job-7'"):
-        d.step(60.0)
+    rec = d.step(60.0)  # the period goes on
+    job = p.apps["job-7"]
+    assert job.status is AppStatus.FAILED and job.vms == [] and rec.running_apps == 0
+    assert re.match(r"controller error: NonFiniteBid: policy 'nan-policy' bid .* of "
+                    r"application 'job-7'", job.reason)
 
 
 @pytest.mark.parametrize("policy", TRACE_POLICIES)

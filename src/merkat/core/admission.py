@@ -49,7 +49,7 @@ import numpy as np
 from merkat.control.types import AppStatus
 from merkat.core.backend import Plan
 from merkat.core.draft import draft, keep
-from merkat.core.isolation import ask, fail
+from merkat.core.isolation import ask, fail, reconcile
 from merkat.core.market_input import Rows, Run, Running, market_rows, running, size
 from merkat.core.model import App, AppNext, Decision, Observed, Ops
 from merkat.core.plan import bills_of, make_plan
@@ -148,7 +148,8 @@ def admit(market: Market, queued: Sequence[App], now: float, until: float,
         if isinstance(demand, str):  # its controller raised: it fails, alone
             fail(nx, now, demand, ops)
             continue
-        decider.reconcile(app, nx, demand, now, balance, seen, ops, refused)
+        nx = nexts[app_id] = reconcile(decider, app, nx, demand, now, balance, seen, ops,
+                                       refused)
         if nx.status is AppStatus.RUNNING and nx.ids:
             starting.append((nx, app))
     const = decider.const

@@ -49,7 +49,7 @@ from merkat.control.types import Action, AppStatus, Observation, check_amounts
 from merkat.core import admission, commit
 from merkat.core.backend import ApplyReport
 from merkat.core.draft import draft, install
-from merkat.core.isolation import ask, fail
+from merkat.core.isolation import ask, fail, reconcile
 from merkat.core.lifecycle import ENDED, app_failure, app_transition
 from merkat.core.market_input import bidding as bidding_vms
 from merkat.core.market_input import market_vms, same_input
@@ -218,9 +218,11 @@ class Platform:
                     nx = nexts[app_id] = draft(app)
                     nx.broke_since = since
                 continue
-            nx = nexts[app_id] = draft(app)
+            nx = draft(app)
             nx.broke_since = since
-            decider.reconcile(app, nx, demand, now, balance, seen, ops, refused)
+            # (a bid that is not a finite number fails this application alone)
+            nexts[app_id] = reconcile(decider, app, nx, demand, now, balance, seen, ops,
+                                      refused)
 
         runs = bidding_vms(nexts.values(), self.apps, decider.const)
         bidding = sum(len(nx.ids) if rows is None else len(rows) for nx, _, rows in runs)
