@@ -374,6 +374,8 @@ def test_an_internal_key_collision_fails_that_admission_only(world: Any) -> None
     row = m.store.platform("clash")
     assert row is not None and row.state == "failed" and "idempotency key" in row.outcome
     assert "clash" not in m.platform.active
+    # the backend forgot what the admission told it (LiveBackend.unregister)
+    assert "clash" not in m.backend.launchers and "clash" not in m.backend.monitored  # type: ignore[attr-defined]
     m.tick()
     assert m.store.platform("other").state == "running"  # type: ignore[union-attr]
     assert balance(m, "alice") == 100_000_000 - 1 and m.store.ledger.audit().ok

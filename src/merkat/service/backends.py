@@ -47,6 +47,10 @@ class LiveBackend(Backend, Protocol):
     monitored: dict[str, str]  # per application, the VM whose end is its end
 
     def register(self, app: str, launcher: Callable[[str, str, int], Any]) -> None: ...
+    def unregister(self, app: str) -> None:
+        """Forget what the manager told about ``app`` (its launcher, monitored VM, owner):
+        an admission that failed half-way (:func:`merkat.service.tenancy.forget`)."""
+        ...
     def set_metrics(self, app: str, metrics: Metrics) -> None: ...
     def poll(self) -> list[Any]: ...
     def describe(self, vm: str) -> dict[str, Any] | None: ...
@@ -82,6 +86,16 @@ class Failing(Protocol):
 
     def failed(self) -> dict[str, str]:
         """The VMs that cannot run any more, each with the reason."""
+        ...
+
+
+@runtime_checkable
+class Listing(Protocol):
+    """Lists the VMs it runs (:func:`merkat.service.failures.reconcile` destroys those no
+    platform holds)."""
+
+    def vm_ids(self) -> list[str]:
+        """Every VM created and not destroyed, sorted."""
         ...
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from merkat.control.types import AppStatus
 from merkat.core.backend import Plan
 from merkat.core.lifecycle import app_failure
-from merkat.service.backends import Failing
+from merkat.service.backends import Failing, Listing
 
 if TYPE_CHECKING:
     from merkat.service.context import ManagerState
@@ -106,10 +106,9 @@ def reconcile(m: ManagerState) -> list[str]:
             else:
                 vm.state = VMState.RUNNING
                 done.append(f"{vm.id}: running")
-    runs = getattr(backend, "vms", None)
-    if not isinstance(runs, dict):
+    if not isinstance(backend, Listing):
         return done
-    destroy = tuple(sorted(v for v in runs if v not in held))
+    destroy = tuple(v for v in backend.vm_ids() if v not in held)
     suspend = tuple(sorted(v for v, s in held.items() if s is VMState.SUSPENDED
                            and (backend.describe(v) or {}).get("process") == "running"))
     if destroy or suspend:

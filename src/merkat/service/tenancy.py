@@ -89,7 +89,4 @@ def forget(m: ManagerState, name: str) -> None:
     if name in p.active:
         return
     m.live.pop(name, None)
-    for table in ("launchers", "monitored", "owner_of"):
-        d = getattr(m.backend, table, None)
-        if isinstance(d, dict):
-            d.pop(name, None)
+    m.backend.unregister(name)

@@ -91,6 +91,12 @@ class KubernetesLive:
         self.launchers[app] = launcher
         self.monitored.setdefault(app, f"{app}/vm1")
 
+    def unregister(self, app: str) -> None:
+        """Forget ``app``'s launcher, monitored VM and owner (an admission that failed)."""
+        self.launchers.pop(app, None)
+        self.monitored.pop(app, None)
+        self.owner_of.pop(app, None)
+
     def set_metrics(self, app: str, metrics: Metrics) -> None:
         self.kube.push_metrics(app, metrics)
 

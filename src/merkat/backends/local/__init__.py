@@ -109,8 +109,18 @@ class LocalBackend:
         each VM's environment carries this server's identity (``MERKAT_SERVER``)."""
         self.launchers[app] = with_identity(launcher, self.identity)
 
+    def unregister(self, app: str) -> None:
+        """Forget ``app``'s launcher and monitored VM (an admission that failed)."""
+        self.launchers.pop(app, None)
+        self.monitored.pop(app, None)
+
     def set_metrics(self, app: str, metrics: Metrics) -> None:
         self.metrics_of[app] = metrics
+
+    def vm_ids(self) -> list[str]:
+        """Every VM created and not destroyed, sorted."""
+        with self._lock:
+            return sorted(self.vms)
 
     # --- Backend ---------------------------------------------------------------------------
 
