@@ -12,7 +12,7 @@ from merkat.bank.memory import MemoryLedger
 from merkat.core.period import AppSpec, Platform
 from merkat.market import Hosts
 from merkat.runtime.arrivals import Arrival, ListArrivals
-from merkat.runtime.driver import Driver
+from merkat.runtime.driver import Driver, Ending, Hooks
 from merkat.runtime.economy import Economy
 
 M = 1_000_000
@@ -61,3 +61,51 @@ def test_without_the_rule_the_money_stays_on_the_accounts() -> None:
     d.run()
     assert ledger.balance("app:a") == 50 * M - platform.apps["a"].spent > 0
     assert ledger.balance("alice") == 0
+
+
+class _Flaky(Hooks):
+    """The world's end record (``hooks.ending``) fails once, then is written; what the end
+    rule's transactions did is kept."""
+
+    def __init__(self) -> None:
+        self.fail = True
+        self.written: list[str] = []
+        self.closed_with: list[tuple[str, int]] = []
+
+    def ending(self, driver: Driver, app_id: str) -> Ending:
+        def write(conn: object) -> None:
+            if self.fail:
+                self.fail = False
+                raise RuntimeError("disk full")
+            self.written.append(app_id)
+
+        return Ending(write, f"returned: {app_id}")
+
+    def closed(self, driver: Driver, app_id: str, returned: int) -> None:
+        self.closed_with.append((app_id, returned))
+
+
+def test_the_end_rule_is_one_transaction_with_the_worlds_record_and_is_retried() -> None:
+    """The world's record of the end runs inside the transaction that returns the money: when
+    it fails, nothing moved and the application stays queued; the next period applies it,
+    once."""
+    ledger = MemoryLedger()
+    hooks = _Flaky()
+    platform = Platform(Hosts(("h0",), np.array([[2.0, 4096.0]])), period=60.0,
+                        reserve={"cpu": 0.01})
+    d = Driver(platform, SimBackend(trade_memory=False, boot_s=0.0),
+               Economy(ledger, return_budgets=True), hooks=hooks)
+    d.submit(spec("a", "alice", 50.0), RigidApp(vms=1, work_total=1e9))
+    d.step(0.0)
+    d.stop("a", "stopped by the user")  # the end record fails: queued, not raised here
+    assert d.closing == {"a": ("app:a", 1)} and hooks.written == []
+    left = ledger.balance("app:a")
+    assert left > 0 and ledger.balance("alice") == 0  # nothing moved
+    d.step(60.0)  # the next period applies it
+    assert d.closing == {} and hooks.written == ["a"]
+    assert hooks.closed_with == [("a", left)]
+    assert ledger.balance("app:a") == 0 and ledger.balance("alice") == left
+    assert [(t.payer, t.amount) for t in ledger.history("alice")
+            if t.reason == "returned: a"] == [("app:a", left)]
+    d.step(120.0)
+    assert hooks.closed_with == [("a", left)] and ledger.audit().ok  # never twice

@@ -145,3 +145,24 @@ def test_real_cgroups_count_what_a_throttled_hog_used(tmp_path: Path, cpu_heavy:
         assert b.cpu_used("hog") is None or b.cpu_used("hog") == 0.0
     finally:
         b.close()
+
+
+def test_a_stop_settles_the_open_deposit_on_what_was_used_before_the_money_goes_home(
+        ) -> None:
+    ledger = MemoryLedger()
+    platform = Platform(Hosts(("h0",), np.array([[1.0, 4096.0]])), period=60.0,
+                        reserve={"cpu": 0.01})
+    spec = AppSpec(id="a", policy="best-effort", size=1, vm_size={"cpu": 1.0}, submit_time=0.0,
+                   budget=100.0, trade=("cpu",), owner="alice")
+    d = Driver(platform, Metered(rate=0.25), Economy(ledger, charging="use", metered=True,
+                                                     return_budgets=True))
+    d.submit(spec, RigidApp(vms=1, work_total=1e9))
+    price0 = d.step(0.0).prices["cpu"]
+    assert ledger.balance(hold_account("app:a")) > 0  # the period's deposit, open
+    d.stop("a", "stopped by the user")  # the end rule: settled first, then home
+    app = platform.apps["a"]
+    assert app.spent == round(0.25 * 60.0 * price0 / 60.0 * M) > 0
+    assert ledger.balances(["app:a", hold_account("app:a")]) == {"app:a": 0,
+                                                                  hold_account("app:a"): 0}
+    assert ledger.balance("alice") == 100 * M - app.spent
+    assert ledger.balance("provider") == app.spent and ledger.audit().ok

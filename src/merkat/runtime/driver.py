@@ -22,8 +22,20 @@ One period at time ``t`` (:meth:`Driver.step`):
 5. ``backend.apply(plan)`` → a report; ``platform.commit`` writes the decision into the
    platform's records with the VM states the report gives (the decision changed none);
 6. the Virtual Bank redistributes (closed economy); with ``economy.return_budgets``, the
-   applications that ended in this period give their money back to their owners
-   (:meth:`Economy.close <merkat.runtime.economy.Economy.close>`); ``hooks.after_period``.
+   applications that ended in this period give their money back to their owners (the end
+   rule, :meth:`Driver.close_ended`); ``hooks.after_period``.
+
+The end rule is one path in every world: an application that ends (in a period, by
+:meth:`Driver.stop`, at an admission point, or named by :meth:`Driver.end`) is queued
+(:attr:`Driver.closing`) and :meth:`Driver.close_ended` runs its rule, one transaction per
+application: an open deposit of charging by measured use is settled first
+(:meth:`Economy.settle_ended <merkat.runtime.economy.Economy.settle_ended>`), then
+:meth:`Economy.close <merkat.runtime.economy.Economy.close>` moves what its account and hold
+account hold to its owner **together with the world's own record of the end**
+(``hooks.ending``: the live service writes the platform's ended row in the store, in the same
+database transaction; the simulator writes nothing). A transaction that fails leaves the
+application queued, so that the next period tries again: fully applied or not at all, never
+twice (``hooks.closed`` runs after each one that was applied).
 
 Between periods the applications manager admits (Merkat §4.2.2): with an ``admission``
 interval shorter than the period, at each admission point (a multiple of the interval) after
@@ -42,6 +54,7 @@ points of ``--workers`` (:mod:`merkat.worlds.merkat.parallel`), which may stop t
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,8 +70,26 @@ from merkat.runtime.economy import Economy
 from merkat.runtime.metering import Metered
 
 
+@dataclass(frozen=True)
+class Ending:
+    """The world's record of an application's end (:meth:`Hooks.ending`): ``write(conn)``
+    runs inside the transaction that returns its money (the ledger's ``also``), ``reason``
+    is that transaction's history line (None: ``budget returned``)."""
+
+    write: Callable[[Any], None] | None = None
+    reason: str | None = None
+
+
 class Hooks:
     """Callbacks of a run (all optional; override what you need)."""
+
+    def ending(self, driver: Driver, app_id: str) -> Ending:
+        """The world's record of application ``app_id``'s end, written in the end rule's
+        transaction (:meth:`Driver.close_ended`). Default: nothing."""
+        return Ending()
+
+    def closed(self, driver: Driver, app_id: str, returned: int) -> None:
+        """After the end rule of ``app_id`` was applied (``returned`` micro-credits home)."""
 
     def admitted(self, driver: Driver, arrival: Arrival, app: App | None) -> None:
         """After an arrival is admitted (``app`` is None for an event)."""
@@ -111,6 +142,8 @@ class Driver:
     admission: float | None = None  # seconds between admission points (None: periods only)
     arrivals_now: list[Arrival] = field(default_factory=list, repr=False)
     report: ApplyReport | None = field(default=None, repr=False)  # the last plan's
+    # the ended applications whose end rule has not been applied yet: id -> (account, period)
+    closing: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False)
 
     @property
     def period(self) -> float:
@@ -183,11 +216,61 @@ class Driver:
             charged = Charged(charged.paid, charged.unpaid, charged.total, minted, given)
         record = platform.commit(decision, report, charged)
         if economy.return_budgets:  # the end rule: budgets come home
-            ended = [a.account for a in active if not a.active]
-            if ended:
-                economy.close(ended, record.index)
+            for a in active:
+                if not a.active:
+                    self.end(a.spec.id, a.account, record.index)
+            if self.closing:
+                self.close_ended()  # (with those a failed transaction left: raised here)
         self.hooks.after_period(self, t, record)
         return record
+
+    def end(self, app_id: str, account: str, period: int) -> None:
+        """Queue the end rule of application ``app_id`` (its ``account``; ``period``: the
+        period it ended in, the transaction's), with ``economy.return_budgets``; the
+        platform need not hold it (the live service's platform that could not be admitted
+        again after a restart). :meth:`close_ended` applies it."""
+        if self.economy.return_budgets:
+            self.closing.setdefault(app_id, (account, period))
+
+    def close_ended(self) -> dict[str, int]:
+        """Apply the end rule of every queued application (module doc), each in its own
+        transaction; returns ``{app id: micro-credits returned}``. One that fails stays
+        queued (the next call tries it again) and its error is raised once the others were
+        tried."""
+        economy, platform = self.economy, self.platform
+        meter = self.backend if economy.metered and isinstance(self.backend, Metered) else None
+        out: dict[str, int] = {}
+        error: Exception | None = None
+        for app_id, (account, period) in list(self.closing.items()):
+            try:
+                if economy.metered:  # an open deposit: pay what was used first
+                    paid = economy.settle_ended(
+                        {app_id: meter.cpu_used(app_id) if meter else None}, period)
+                    app = platform.apps.get(app_id)
+                    if app is not None and paid.get(app_id):
+                        app.spent += paid[app_id]
+                ending = self.hooks.ending(self, app_id)
+                returned = economy.close([account], period, also=ending.write,
+                                         reason=ending.reason)
+            except Exception as exc:  # (a database that failed: retried by the next call)
+                error = error or exc
+                continue
+            del self.closing[app_id]
+            out[app_id] = sum(returned.values())
+            self.hooks.closed(self, app_id, out[app_id])
+        if error is not None:
+            raise error
+        return out
+
+    def _close_soon(self, apps: list[App]) -> None:
+        """Queue the end rule of those of ``apps`` that ended and apply it now; a failed
+        transaction stays queued for the next period, which raises it if it fails again."""
+        for a in apps:
+            if not a.active:
+                self.end(a.spec.id, a.account, self.platform.index)
+        if self.closing:
+            with contextlib.suppress(Exception):
+                self.close_ended()
 
     def stop(self, app_id: str, reason: str, failed: bool = False,
              also: tuple[str, ...] = ()) -> ApplyReport:
@@ -195,7 +278,8 @@ class Driver:
         failed it): the platform's end rule (:meth:`Platform.stop
         <merkat.core.period.Platform.stop>`, the lifecycle table), its VMs (and the VMs
         ``also`` names) destroyed at once (a destroy that fails is re-issued by the next
-        period), its money home with ``economy.return_budgets``. Returns the backend's
+        period), its money home with ``economy.return_budgets`` (the end rule; a
+        transaction that fails is tried again by the next period). Returns the backend's
         report."""
         now = self.clock.now()
         app = self.platform.apps[app_id]
@@ -205,8 +289,7 @@ class Driver:
         if destroy:
             report = self.report = self.backend.apply(Plan(now, self.period, destroy=destroy))
             self.platform.reissue(report)
-        if self.economy.return_budgets:
-            self.economy.close([app.account], self.platform.index)
+        self._close_soon([app])
         return report
 
     @property
@@ -262,7 +345,7 @@ class Driver:
         decision = platform.admit(a, t1, balances, observed)
         if not decision.plan.create:  # nothing starts: what the queue decided is committed
             platform.settle(decision, ApplyReport(a), Charged({}, frozenset(), 0))
-            self._close_ended(queued)
+            self._close_soon(queued)
             return None
         accounts = {x: platform.apps[x].account for x, _ in decision.bills}
         charged = economy.charge(decision, accounts)
@@ -272,16 +355,8 @@ class Driver:
             before_apply(a)
         report = self.report = backend.apply(decision.plan)
         platform.settle(decision, report, charged)
-        self._close_ended(queued)
+        self._close_soon(queued)  # (a controller that raised: merkat.core.isolation)
         return report
-
-    def _close_ended(self, apps: list[App]) -> None:
-        """The end rule for those of ``apps`` an admission ended (a controller that
-        raised: :mod:`merkat.core.isolation`): budgets come home."""
-        if self.economy.return_budgets:
-            ended = [a.account for a in apps if not a.active]
-            if ended:
-                self.economy.close(ended, self.platform.index)
 
     def run(self, until: float = math.inf, start: float | None = None) -> float:
         """Run periods from ``start`` (default: the period boundary at or before the first

@@ -185,9 +185,10 @@ class Economy:
     ``bid`` or ``use``; ``redistribute_every``: K, the Virtual Bank's interval in periods
     (closed economy); ``idle_tax_ppm``: the idle tax rate (0: none); ``provider``: the account
     the charges go to; ``return_budgets``: the driver gives an ended application's money back
-    to its owner at the end of the period it ended in (:meth:`close`; off in the simulator's
-    runs, whose books are pinned by the golden digests; the live service returns budgets in
-    the transaction that records the end)."""
+    to its owner by its end rule (:meth:`Driver.close_ended
+    <merkat.runtime.driver.Driver.close_ended>` over :meth:`close`; on live, where the store's
+    record of the end is written in the same transaction; off in the simulator's runs, whose
+    books are pinned by the golden digests)."""
 
     ledger: Ledger
     kind: str = ECONOMY

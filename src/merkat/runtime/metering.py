@@ -19,7 +19,7 @@ An admission between periods deposits its prorated bids; they are settled at the
 period with what was used since. Without a measurement (``cpu_used`` returns None: cgroups not
 writable) an application pays its modelled use (allocation × price), as in the simulator.
 A deposit still open when an application ends is settled by the end rule before its money
-goes home (:func:`merkat.service.money.end_platform`). A deposit made before a server restart
+goes home (the driver's end rule, :meth:`merkat.runtime.driver.Driver.close_ended`). A deposit made before a server restart
 is not remembered: the first settlement after it refunds it whole.
 """
 

@@ -7,8 +7,8 @@ and any VM whose state is ``failed``, such as one whose cgroup vanished). For ea
 :func:`fail_dead` ends its platform through the driver (:meth:`Driver.stop
 <merkat.runtime.driver.Driver.stop>` with ``failed``: the platform's end rule and the lifecycle
 table's :func:`~merkat.core.lifecycle.app_failure`): its VMs destroyed, its status
-``failed`` with the reason, a ``vm-failed`` event; the manager's next state write ends it in the store (and
-its money goes home, :mod:`merkat.service.money`).
+``failed`` with the reason, a ``vm-failed`` event; the driver's end rule writes its end in
+the store and sends its money home in one transaction (:mod:`merkat.service.money`).
 
 Charging stops in the period the failure is seen: the manager looks before the period (after
 the health check), so a platform failed there is not in the period's market; a VM that could
@@ -48,9 +48,10 @@ def fail_dead(m: ManagerState, refund_period: int | None = None) -> list[str]:
             continue
         if not isinstance(app_failure(app.status), AppStatus):
             continue
+        # this period's charge back first: the end rule below sends it home with the rest
+        refunded = _refund(m, name, refund_period) if refund_period is not None else 0
         # the platform's end rule, the lifecycle table's failure: its VMs (and this one)
         m.driver.stop(name, f"VM {vm} {reason}", failed=True, also=(vm,))
-        refunded = _refund(m, name, refund_period) if refund_period is not None else 0
         m._event("vm-failed", f"{vm}: {reason}; platform {name} failed, no charge from this "
                  "period on" + (f" ({refunded / 1e6:g} refunded)" if refunded else ""), name)
         ended.append(name)

@@ -93,11 +93,13 @@ class Manager:
         # service's loop, :meth:`run`, owns the waiting and the queue), as the simulator's.
         from merkat.runtime.clock import FunctionClock
         from merkat.runtime.driver import Driver
-        from merkat.service.money import economy_for
+        from merkat.service.money import StoreEnds, economy_for
 
+        self.ends = StoreEnds(self)  # the end rule's store write (ended row + money home)
         self.driver = Driver(self.platform, backend, economy_for(config, store.ledger),
-                             clock=FunctionClock(clock), admit=register_launcher,
-                             skip_idle=False, admission=config.admission)
+                             clock=FunctionClock(clock), hooks=self.ends,
+                             admit=register_launcher, skip_idle=False,
+                             admission=config.admission)
         self.next_period = clock()  # when the loop runs the next period
         self.live: dict[str, Live] = {}
         self.ended: dict[str, Live] = {}  # the ended platforms' (their last readings)
@@ -406,27 +408,21 @@ class Manager:
             row = self.store.platform(name)
             if row is None:
                 continue
-            values: dict[str, Any] = {"state": state}
-            if app.start_time is not None and row.started is None:
-                values["started"] = app.start_time
+            old = live.state  # (the store's until now: an end rule has written the end)
             if app.status in ENDED:
-                values["ended"] = app.end_time or now
-                values["outcome"] = app.reason or state
-                from merkat.service.money import end_platform
-
-                # the end and the budget's return in one transaction (budgets come home);
-                # if it fails nothing changed, and the next period tries again
-                end_platform(self, name, row.owner, values, app.reason if app.reason and (
-                    app.reason.startswith(state)) else state + (
-                    f" ({app.reason})" if app.reason else ""))
+                if name in self.driver.closing:  # its end rule (the ended row written with
+                    continue  # its money's return, one transaction) failed: next period
                 live.state = state
                 self.ended[name] = self.live.pop(name)  # its last readings (status)
                 usercmds.files_out(self, live.template, live.owner)
             else:
+                values: dict[str, Any] = {"state": state}
+                if app.start_time is not None and row.started is None:
+                    values["started"] = app.start_time
                 self.store.set_platform(name, **values)
                 live.state = state
-            self._plugin(live, name, row.state, state)
-            msg = f"platform {name}: {row.state} -> {state}"
+            self._plugin(live, name, old, state)
+            msg = f"platform {name}: {old} -> {state}"
             if app.reason:
                 msg += f" ({app.reason}; paid {app.spent / 1e6:g})"
             self._event("state", msg, name)
@@ -439,11 +435,12 @@ class Manager:
         usercmds.plugin(self, live.template, live.owner, name, old, new)
 
     def end_failed(self, name: str, owner: str, values: Mapping[str, Any]) -> None:
-        """End platform ``name`` as failed with ``values`` and give its money back to
-        ``owner`` in one transaction (recovery's: :func:`merkat.service.money.end_platform`)."""
-        from merkat.service.money import end_platform
-
-        end_platform(self, name, owner, values, "failed")
+        """End platform ``name`` (not admitted) as failed with ``values`` and give its money
+        back to ``owner`` in one transaction (recovery's: the driver's end rule,
+        :meth:`merkat.service.money.StoreEnds.end_stored`)."""
+        row = self.store.platform(name)
+        account = row.account if row is not None and row.account else f"app:{name}"
+        self.ends.end_stored(name, owner, account, values, "failed")
 
     def _end_row(self, name: str, owner: str, state: str, reason: str) -> None:
         self.store.set_platform(name, state=state, ended=self.clock(), outcome=reason)

@@ -1,16 +1,20 @@
-"""The live service's money rules: its economy, and budgets that come home.
+"""The live service's money rules: its economy, and the store's part in the end rule.
 
 - :func:`economy_for`: the :class:`~merkat.runtime.economy.Economy` of the server's config
   (``economy``: themis or closed; ``charging``: bid or use, on the measured CPU of each VM's
-  cgroup: :mod:`merkat.runtime.metering`, :mod:`merkat.backends.local.metering`).
-- :func:`end_platform`: a platform has ended (finished, stopped by its owner or its controller,
-  failed, deadline passed, out of budget): its ended state is written to the store **in the
-  same database transaction** as the movement that gives its account's balance (and an
-  unsettled deposit) back to its owner (:meth:`Economy.close
-  <merkat.runtime.economy.Economy.close>`, the end rule). Either both are done or neither:
-  a server killed in between finds the platform still active and ends it again. The history
-  line is the ledger's (reason ``returned: platform NAME finished``); the event is
-  ``returned``.
+  cgroup: :mod:`merkat.runtime.metering`, :mod:`merkat.backends.local.metering`), with the end
+  rule on (``return_budgets``).
+- :class:`StoreEnds`: the driver's hooks of the end rule (:meth:`Driver.close_ended
+  <merkat.runtime.driver.Driver.close_ended>`, the same code as the simulator's). A platform
+  has ended (finished, stopped by its owner or its controller, failed, deadline passed, out of
+  budget): its ended row (state, ended, outcome) is written to the store **in the same
+  database transaction** as the movement that gives its account's balance (and an unsettled
+  deposit, settled first) back to its owner (:meth:`Economy.close
+  <merkat.runtime.economy.Economy.close>`). Either both are done or neither: a transaction
+  that fails leaves the platform queued in the driver, still active in the store, and the next
+  period ends it again; a server killed in between finds it still active and ends it again.
+  The history line is the ledger's (reason ``returned: platform NAME finished``); the event
+  is ``returned``.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import update
 
 from merkat.bank.ledger import Ledger
+from merkat.core.period import ENDED
+from merkat.runtime.driver import Driver, Ending, Hooks
 from merkat.runtime.economy import Economy
-from merkat.runtime.metering import Metered
 from merkat.service import schema as s
 
 if TYPE_CHECKING:
@@ -33,11 +38,11 @@ if TYPE_CHECKING:
 def economy_for(config: ServiceConfig, ledger: Ledger) -> Economy:
     """The server's economy: its config's ``economy``, ``charging``, ``redistribute_every``
     and ``provider``. A platform's budget is moved from what its owner holds at admission
-    (``owner_funds``: nothing is minted); budgets are returned by :func:`end_platform` (with
-    the store's end state, in one transaction), not by the driver."""
+    (``owner_funds``: nothing is minted) and goes home by the driver's end rule
+    (``return_budgets``, with the store's end state in one transaction: :class:`StoreEnds`)."""
     return Economy(ledger, kind=config.economy, charging=config.charging,
                    redistribute_every=config.redistribute_every, provider=config.provider,
-                   metered=config.charging == "use", owner_funds=True)
+                   metered=config.charging == "use", owner_funds=True, return_budgets=True)
 
 
 def write_row(name: str, values: Mapping[str, Any]) -> Callable[[Any], None]:
@@ -49,31 +54,58 @@ def write_row(name: str, values: Mapping[str, Any]) -> Callable[[Any], None]:
     return write
 
 
-def end_platform(m: ManagerState, name: str, owner: str, values: Mapping[str, Any],
-                 why: str) -> int:
-    """Write platform ``name``'s end (``values``: state, ended, outcome) and give its money
-    back to ``owner`` in one transaction; an event ``returned`` when anything moved. ``why``:
-    the end in words (``finished``, ``stopped (stopped by the user)``). Returns the micro-credits
-    returned."""
-    economy: Economy = m.driver.economy
-    app = m.platform.apps.get(name)
-    row = m.store.platform(name) if app is None else None
-    account = app.account if app is not None else (
-        row.account if row is not None and row.account else f"app:{name}")
-    ledger = m.store.ledger
-    if not ledger.has_account(account):  # never admitted: nothing to give back
-        m.store.set_platform(name, **values)
-        return 0
-    if economy.metered:  # an open deposit of charging by use: pay what was used first
-        used = m.backend.cpu_used(name) if isinstance(m.backend, Metered) else None
-        paid = economy.settle_ended({name: used}, m.platform.index)
-        app = m.platform.apps.get(name)
-        if app is not None and paid.get(name):
-            app.spent += paid[name]
-    returned = economy.close([account], m.platform.index, also=write_row(name, values),
-                             reason=f"returned: platform {name} {why}")
-    amount = sum(returned.values())
-    if amount:
-        m._event("returned", f"platform {name} returned {amount / 1e6:g} credits to {owner} "
-                 f"({why})", name)
-    return amount
+def why(state: str, reason: str | None) -> str:
+    """A platform's end in words, as its ``returned`` line says it: ``finished``,
+    ``stopped (stopped by the user)``."""
+    if reason and reason.startswith(state):
+        return reason
+    return state + (f" ({reason})" if reason else "")
+
+
+class StoreEnds(Hooks):
+    """The live service's hooks of the driver's end rule (module doc). ``stored[name]``: the
+    end of a platform the driver's platform does not hold (recovery's, which could not be
+    admitted again): its row's values, its end in words and its owner."""
+
+    def __init__(self, m: ManagerState) -> None:
+        self.m = m
+        self.stored: dict[str, tuple[dict[str, Any], str, str]] = {}
+
+    def end_of(self, name: str) -> tuple[dict[str, Any], str, str]:
+        """Platform ``name``'s ended row (state, ended, outcome, and started if the store has
+        none yet), its end in words and its owner."""
+        if name in self.stored:
+            return self.stored[name]
+        m = self.m
+        app = m.platform.apps[name]
+        assert app.status in ENDED, f"{name} has not ended"
+        state = str(app.status)
+        values: dict[str, Any] = {"state": state, "ended": app.end_time or m.clock(),
+                                  "outcome": app.reason or state}
+        row = m.store.platform(name)
+        if app.start_time is not None and row is not None and row.started is None:
+            values["started"] = app.start_time
+        return values, why(state, app.reason), app.spec.owner
+
+    def ending(self, driver: Driver, app_id: str) -> Ending:
+        values, words, _ = self.stored[app_id] = self.end_of(app_id)
+        return Ending(write_row(app_id, values), f"returned: platform {app_id} {words}")
+
+    def closed(self, driver: Driver, app_id: str, returned: int) -> None:
+        _, words, owner = self.stored.pop(app_id)
+        if returned:
+            self.m._event("returned", f"platform {app_id} returned {returned / 1e6:g} "
+                          f"credits to {owner} ({words})", app_id)
+
+    def end_stored(self, name: str, owner: str, account: str, values: Mapping[str, Any],
+                   words: str) -> None:
+        """End platform ``name`` that the driver's platform does not hold (its ``account``)
+        with ``values``, through the driver's end rule; a platform never admitted (no
+        account) only gets its row written. Raises what the transaction raised."""
+        m = self.m
+        if not m.store.ledger.has_account(account):  # never admitted: nothing to give back
+            m.store.set_platform(name, **values)
+            return
+        self.stored[name] = (dict(values), words, owner)
+        m.driver.end(name, account, m.platform.index)
+        m.driver.close_ended()

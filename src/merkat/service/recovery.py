@@ -53,7 +53,8 @@ class Kept(Protocol):
 
     def end_failed(self, name: str, owner: str, values: Mapping[str, Any]) -> None:
         """End platform ``name`` as failed with ``values`` and give its money back to
-        ``owner``, in one transaction (:func:`merkat.service.money.end_platform`)."""
+        ``owner``, in one transaction (the driver's end rule:
+        :meth:`merkat.service.money.StoreEnds.end_stored`)."""
         ...
 
 
