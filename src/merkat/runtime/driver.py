@@ -67,6 +67,7 @@ from merkat.core.period import Platform
 from merkat.runtime.arrivals import Arrival, Arrivals, ListArrivals
 from merkat.runtime.clock import Clock, VirtualClock
 from merkat.runtime.economy import Economy
+from merkat.runtime.loop import run_periods
 from merkat.runtime.metering import Metered
 
 
@@ -361,29 +362,32 @@ class Driver:
     def run(self, until: float = math.inf, start: float | None = None) -> float:
         """Run periods from ``start`` (default: the period boundary at or before the first
         arrival) while ``t < until`` and an arrival is pending or an application is active;
-        return the time it stopped at."""
+        return the time it stopped at. The loop is :func:`merkat.runtime.loop.run_periods`
+        (this driver is its :class:`~merkat.runtime.loop.Periodic`)."""
+        return run_periods(self, until, start)
+
+    # --- the loop's view of this driver (merkat.runtime.loop.Periodic) --------------------
+
+    def busy(self) -> bool:
+        return bool(self.platform.active)
+
+    def idle(self, t: float) -> bool:
+        return self.hooks.idle(self, t)
+
+    def skip(self, t: float, arrival: float) -> float:
+        """The period the arrival at ``arrival`` is admitted in: between periods, or at the
+        next boundary."""
         P = self.period
-        platform, arrivals, clock = self.platform, self.arrivals, self.clock
-        first = arrivals.next_time()
-        t = start if start is not None else (math.floor(first / P) * P if first else 0.0)
+        return max(t, (math.floor if self.admits_between else math.ceil)(arrival / P) * P)
+
+    def period_at(self, t: float) -> bool:
+        self.step(t)
+        return True
+
+    def after(self, t0: float, t1: float) -> None:
+        """Admissions between periods (:meth:`admit_between`), then a simulated world
+        advances to ``t1``."""
+        done = self.admit_between(t0, t1) if self.admits_between else t0
         advance = getattr(self.backend, "advance", None)
-        between = self.admits_between
-        while t < until:
-            nxt = arrivals.next_time()
-            if not platform.active:
-                if nxt is None:
-                    break
-                if self.hooks.idle(self, t):
-                    break
-                if self.skip_idle and nxt > t:  # nothing runs: jump to the next arrival
-                    # (to the period it is admitted in: between periods, or at its end)
-                    t = max(t, (math.floor if between else math.ceil)(nxt / P) * P)
-            clock.wait_until(t)
-            self.admit_due(t)
-            if platform.active or not self.skip_idle:
-                self.step(t)
-            done = self.admit_between(t, t + P) if between else t
-            if advance is not None:
-                advance(done, t + P)
-            t += P
-        return t
+        if advance is not None:
+            advance(done, t1)

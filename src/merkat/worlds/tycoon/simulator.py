@@ -1,8 +1,15 @@
 """The Tycoon grid market in the simulator: per-host auctions, Best Response agents, charging
 by use with refunds, boosting, and jobs funded by transfer tokens (Tycoon §2.2, §3, §5.2).
 
-This is its own driver (a loop over 10-second intervals), not the Merkat period: Tycoon has no
-cluster-wide clearing, placement or controllers. Each interval:
+It runs on the runtime's one period loop (:func:`merkat.runtime.loop.run_periods`, the loop
+of :meth:`Driver.run <merkat.runtime.driver.Driver.run>`): a :class:`TycoonSim` is a
+:class:`~merkat.runtime.loop.Periodic` world with a virtual clock, its jobs as arrivals (at
+their launch times) and a period of ``interval_s`` (10 s). Its period is its own, not the
+Merkat decision (:meth:`Platform.decide <merkat.core.period.Platform.decide>`): Tycoon has no
+cluster-wide clearing, placement or controllers, its agents answer one after the other, and its
+money moves through tokens, sub-accounts and host accounts settled every ``settle_every``
+intervals, not through the driver's :class:`~merkat.runtime.economy.Economy`
+(docs/architecture.md, "The driver and its configurations"). Each interval:
 
 0. the hosts refresh their records in the Service Location Service
    (:mod:`merkat.market.sls`: capacity and the sum of their bids) every ``sls_refresh_s``
@@ -49,6 +56,9 @@ from merkat.defaults import MICRO
 from merkat.market.best_response import damped, solve
 from merkat.market.sls import ServiceLocationService
 from merkat.market.tycoon import charges_by_use, clear_hosts
+from merkat.runtime.arrivals import Arrival, ListArrivals
+from merkat.runtime.clock import VirtualClock
+from merkat.runtime.loop import run_periods
 from merkat.worlds.tycoon.background import PriceSeries
 
 PROVIDER = "provider"
@@ -160,14 +170,25 @@ def _spread(total: int, weights: npt.NDArray[np.float64]) -> list[int]:
 
 
 class TycoonSim:
-    """One run; :meth:`run` returns a :class:`TycoonResult`."""
+    """One run; :meth:`run` returns a :class:`TycoonResult`. The world of the runtime's loop
+    (:class:`~merkat.runtime.loop.Periodic`, module doc)."""
+
+    skip_idle = False  # every interval runs (and is recorded), jobs or not
 
     def __init__(self, config: TycoonConfig, jobs: Sequence[TycoonJob],
                  boosts: Sequence[Boost] = (), background: PriceSeries | None = None) -> None:
         self.cfg = config
         self.background = background
-        self.pending = sorted(enumerate(jobs), key=lambda kv: (kv[1].launch_s, kv[0]))
+        # the jobs arrive at their launch times (equal times: in the order given)
+        self.arrivals = ListArrivals([Arrival(job.launch_s, model=job, index=k)
+                                      for k, job in enumerate(jobs)])
         self.boosts = sorted(boosts, key=lambda b: b.time_s)
+        self.clock = VirtualClock()
+        self.intervals = 0  # the intervals run so far
+        self.prices: list[npt.NDArray[np.float64]] = []  # recorded every record_every
+        self.times: list[float] = []
+        self.bg: npt.NDArray[np.float64] | None = None  # this interval's outside bids
+        self.total = np.zeros(config.hosts)  # this interval's bids per host
         self.ledger = MemoryLedger(journal=True)
         self.capacity = np.full(config.hosts, config.cpus_per_host)
         self.running: list[_Running] = []
@@ -319,57 +340,78 @@ class TycoonSim:
                 return
         raise ValueError(f"boost at {b.time_s} s: user {b.user!r} has no running job")
 
-    # --- the loop --------------------------------------------------------------------------
+    # --- the loop (merkat.runtime.loop.Periodic) ---------------------------------------------
+    @property
+    def period(self) -> float:
+        return self.cfg.interval_s
+
+    def busy(self) -> bool:
+        return bool(self.running)
+
+    def idle(self, t: float) -> bool:
+        return False
+
+    def skip(self, t: float, arrival: float) -> float:
+        return t
+
+    def admit_due(self, now: float) -> None:
+        """The interval at ``now`` begins: the hosts' bids (and the SLS refresh when due),
+        then the jobs due are launched and the boosts due applied."""
+        cfg = self.cfg
+        self.bg = self._background_bids(now)
+        total = self.total = self._total_bids(self.bg)
+        if cfg.sls_refresh_s > 0 and now >= self.refreshed_at + cfg.sls_refresh_s:
+            self.refreshed_at = now
+            self.sls.register_many(self.host_ids, self.capacity, total, now)
+        for arrival in self.arrivals.due(now):
+            if cfg.sls_refresh_s == 0:  # never stale: the hosts' bids as they are now
+                self.sls.register_many(self.host_ids, self.capacity, total, now)
+            self._launch(arrival.index, arrival.model, now, total)
+        while self.boosts and self.boosts[0].time_s <= now:
+            self._boost(self.boosts.pop(0))
+
+    def period_at(self, now: float) -> bool:
+        """The interval at ``now``: every agent answers, the hosts clear, the VMs progress and
+        are charged; the jobs done finish and the others settle when due. False when every
+        running job is out of money and nothing is left to arrive (nothing can progress)."""
+        cfg, total = self.cfg, self.total
+        for r in self.running:
+            self._respond(r, total, now)
+        stalled = self.running and not any(r.bids.any() for r in self.running)
+        if stalled and self.arrivals.next_time() is None and not self.boosts:
+            return False
+        self._interval(now, cfg.interval_s, self.bg)
+        k = self.intervals
+        if cfg.record_every and k % cfg.record_every == 0:
+            self.prices.append(total / self.capacity)
+            self.times.append(now)
+        k = self.intervals = k + 1
+        for r in list(self.running):
+            if (r.remaining <= 0).all():
+                self._finish(r)
+            elif k % cfg.settle_every == 0:
+                self._settle(r, final=False)
+        return True
+
+    def after(self, t0: float, t1: float) -> None:
+        """Nothing happens between two intervals."""
+
     def run(self) -> TycoonResult:
         cfg = self.cfg
-        dt = cfg.interval_s
-        prices: list[npt.NDArray[np.float64]] = []
-        times: list[float] = []
-        k = 0
-        pi = bi = 0
-        while (pi < len(self.pending) or self.running) and k * dt < cfg.until_s:
-            now = k * dt
-            bg = self._background_bids(now)
-            total = self._total_bids(bg)
-            if cfg.sls_refresh_s > 0 and now >= self.refreshed_at + cfg.sls_refresh_s:
-                self.refreshed_at = now
-                self.sls.register_many(self.host_ids, self.capacity, total, now)
-            while pi < len(self.pending) and self.pending[pi][1].launch_s <= now:
-                idx, job = self.pending[pi]
-                if cfg.sls_refresh_s == 0:  # never stale: the hosts' bids as they are now
-                    self.sls.register_many(self.host_ids, self.capacity, total, now)
-                self._launch(idx, job, now, total)
-                pi += 1
-            while bi < len(self.boosts) and self.boosts[bi].time_s <= now:
-                self._boost(self.boosts[bi])
-                bi += 1
-            for r in self.running:
-                self._respond(r, total, now)
-            stalled = self.running and not any(r.bids.any() for r in self.running)
-            if stalled and pi >= len(self.pending) and bi >= len(self.boosts):
-                break  # every running job is out of money: nothing can progress any more
-            self._interval(now, dt, bg)
-            if cfg.record_every and k % cfg.record_every == 0:
-                prices.append(total / self.capacity)
-                times.append(now)
-            k += 1
-            for r in list(self.running):
-                if (r.remaining <= 0).all():
-                    self._finish(r)
-                elif k % cfg.settle_every == 0:
-                    self._settle(r, final=False)
+        run_periods(self, cfg.until_s, start=0.0)
         for r in list(self.running):  # cut at until_s
             self._finish(r)
         audit = self.ledger.audit()
+        prices = self.prices
         return TycoonResult(
             jobs=sorted(self.finished, key=lambda j: j["job"]),
             prices=np.array(prices) if prices else np.zeros((0, cfg.hosts)),
-            price_times=np.array(times),
+            price_times=np.array(self.times),
             audit_ok=audit.ok,
             minted=self.minted / MICRO,
             provider_income=self.ledger.balance(PROVIDER) / MICRO,
             refunded=self.refunded / MICRO,
-            intervals=k,
+            intervals=self.intervals,
         )
 
     def _interval(self, now: float, dt: float,
