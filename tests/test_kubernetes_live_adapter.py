@@ -140,3 +140,13 @@ def test_the_service_config_builds_it_with_one_namespace_or_one_per_user(tmp_pat
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_unregister_forgets_the_launcher_the_monitored_vm_and_the_owner(tmp_path: Path) -> None:
+    _, live = setup(tmp_path)
+    live.register("a", lambda app, vm, i: Launch("echo hi"))
+    live.register("b", lambda app, vm, i: Launch("echo hi"))
+    live.owner_of.update(a="alice", b="bob")
+    live.unregister("a")  # an admission that failed half-way (service/tenancy.py)
+    assert (set(live.launchers), set(live.monitored), live.owner_of) == ({"b"}, {"b"},
+                                                                         {"b": "bob"})
