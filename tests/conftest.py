@@ -32,13 +32,18 @@ def pytest_collection_modifyitems(
     worker, started first (xdist hands out its largest group first), while the other worker
     runs everything else. Without the group both workers would pick such tests and one would
     wait for the lock, idle (docs/testing.md). The mark goes on before xdist's own hook reads
-    it (a wrapper's first half runs before every hook)."""
+    it (a wrapper's first half runs before every hook). Under xdist, the tests marked ``slow``
+    come first in the order the workers report (so xdist hands them out first: no long test
+    left for the end while the other worker has finished); a run in one process keeps the
+    files' order."""
     for item in items:
         if any(f in LOCKING_FIXTURES for f in getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group(CPU_HEAVY_GROUP))
     yield
     if getattr(config.option, "loadgroup", False):
         _name_the_groups(items)
+    if hasattr(config, "workerinput"):  # an xdist worker: hand out the slow tests first
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def _name_the_groups(items: list[pytest.Item]) -> None:

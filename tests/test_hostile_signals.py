@@ -81,6 +81,14 @@ def test_sigterm_stops_the_workers_and_leaves_no_output(
     assert [q.name for q in tmp_path.iterdir()] == []
 
 
+def _has_open(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` holds ``path`` open (its /proc fd links)."""
+    try:
+        return any(os.readlink(f) == str(path) for f in Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:  # gone, or an fd closed while we read
+        return False
+
+
 def test_ctrl_c_is_seen_while_a_bank_command_waits_for_a_locked_database(
     tmp_path: Path,
 ) -> None:
@@ -105,8 +113,12 @@ def test_ctrl_c_is_seen_while_a_bank_command_waits_for_a_locked_database(
         p = subprocess.Popen([sys.executable, "-m", "merkat", "bank", "transfer", "alice", "bob",
                               "1", "--reason", "test"], env=env, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        time.sleep(3.0)
-        assert p.poll() is None  # waiting for the lock
+        # waiting for the lock: it has opened the database (its imports done), then some more
+        end = time.monotonic() + 30
+        while not _has_open(p.pid, db) and p.poll() is None and time.monotonic() < end:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        assert p.poll() is None and _has_open(p.pid, db)
         t0 = time.monotonic()
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=10)

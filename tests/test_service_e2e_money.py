@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.test_service_e2e import ENV, api, cli, free_port, wait
 
 from merkat.service.config import load_config
@@ -34,6 +35,7 @@ def balance(env: dict[str, str], account: str) -> str:
     return str(json.loads(r.stdout)["balance"])
 
 
+@pytest.mark.slow  # a dozen CLI processes
 def test_after_every_platform_ended_each_owner_holds_start_minus_paid(tmp_path: Path) -> None:
     keys = {}
     for user, budget in (("alice", "100"), ("bob", "50")):

@@ -130,6 +130,7 @@ def test_funding_contract(tmp_path: Path) -> None:
     assert t2["3-5"]["cost_per_h"] > t2["1-2"]["cost_per_h"]
 
 
+@pytest.mark.slow
 def test_ar6_contract_on_four_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole experiment (the 40-hour history of all 30 hosts, the fits, results.json, the
     figure) with the fits and scores on the first four hosts' series only: one host's fits

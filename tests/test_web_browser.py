@@ -54,6 +54,7 @@ def server(tmp_path: Path) -> Iterator[tuple[str, str, Any]]:
         yield s.base, s.key, s.manager
 
 
+@pytest.mark.slow  # a browser and a live server: ~11 s
 def test_dashboard_live_in_headless_chromium(server: Any, tmp_path: Path) -> None:
     _need_browser()
     from playwright.sync_api import sync_playwright
