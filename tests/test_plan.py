@@ -12,7 +12,7 @@ from merkat.core.draft import draft
 from merkat.core.market_input import Run, market_vms
 from merkat.core.model import App, AppSpec, Ops, VMRecord, to_micro
 from merkat.core.period import Platform
-from merkat.core.plan import Bills, bills_of, make_plan
+from merkat.core.plan import Bills, Plans, bills_of, make_plan
 from merkat.market import NO_HOST, RESOURCES, Hosts
 
 
@@ -146,3 +146,40 @@ def test_the_bills_of_a_reused_clearing_are_the_last_ones_only_for_the_same_rows
     m = n - 1
     assert memo(fewer, again, vms.host[:m], vms.bid[:m], cheaper) == bills_of(
         fewer, again.host, vms.host[:m], again.allocation, vms.bid[:m], cheaper)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_quiet_period_reuses_the_last_plan_only_when_every_vm_keeps_its_allocation(
+        seed: int) -> None:
+    """``Plans`` gives what ``make_plan`` gives; it reuses the last plan's allocations for
+    the same clearing when no VM moves and every VM holds the mapping the last plan gave it,
+    and computes again when one mapping is another object (equal or not)."""
+    from merkat.core.draft import copy
+
+    rng = np.random.default_rng(seed)
+    platform = Platform(Hosts(tuple(f"h{k}" for k in range(4)), np.array([[1.0, 4096.0]] * 4)))
+    market = _market(platform, _runs(rng, platform))
+    n = sum(len(nx.ids) for nx, _, _ in market)
+    vms = market_vms(market, n)
+    host = np.where(vms.host == NO_HOST, rng.integers(0, 4, n), vms.host)
+    result = _Placed(host, rng.uniform(0.0, 1.0, (n, len(RESOURCES))))
+    memo = Plans()
+    first = memo(0.0, 300.0, market, result, Ops(), vms.host)
+    # the next period: the committed state (hosts as placed), drafted again; the same clearing
+    placed = host.copy()
+    again = [(copy(nx), const, rows) for nx, const, rows in market]
+    second = memo(300.0, 300.0, again, result, Ops(["x"], []), placed)
+    fresh = [(copy(nx), const, rows) for nx, const, rows in market]
+    want = make_plan(300.0, 300.0, fresh, result, Ops(["x"], []), placed)
+    assert second == want and second.destroy == ("x",) and second.time == 300.0
+    assert second.allocations is first.allocations  # reused
+    assert [nx.allocs for nx, _, _ in again] == [nx.allocs for nx, _, _ in fresh]
+    # one VM holds an equal but new mapping: computed again (the same plan's content)
+    nx0 = again[0][0]
+    nx0.allocs[0] = dict(nx0.allocs[0])
+    third = memo(600.0, 300.0, again, result, Ops(), placed)
+    assert third.allocations is not first.allocations
+    assert third.allocations == first.allocations
+    # another clearing: computed again
+    other = _Placed(host, result.allocation * 0.5)
+    assert memo(900.0, 300.0, again, other, Ops(), placed).allocations != first.allocations

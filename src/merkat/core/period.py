@@ -66,7 +66,7 @@ from merkat.core.model import (
     VMRecord,
     to_micro,
 )
-from merkat.core.plan import Bills, make_plan
+from merkat.core.plan import Bills, Plans
 from merkat.core.reconcile import Decider, end
 from merkat.defaults import KEEP_ALIVE, MECHANISM, MICRO, PERIOD_S, RESERVE_PRICE
 from merkat.market import RESOURCES, BalanceParams, Clearing, Hosts, VMs
@@ -121,7 +121,8 @@ class Platform:
         self._last_clearing: tuple[Hosts, BalanceParams, np.ndarray, VMs, Clearing] | None = None
         self._mechanism = make_mechanism(self.market)
         self._retry = Ops()  # destroy/suspend operations the backend failed: re-issued
-        self._bills = Bills()  # the last period's bills, reused with its clearing
+        self._plans = Plans()  # the last period's plan and bills, reused with its
+        self._bills = Bills()  # clearing when nothing they read changed
 
     # --- submission -------------------------------------------------------------------
 
@@ -229,7 +230,7 @@ class Platform:
         vms = market_vms(runs, bidding)
         result = self._clear(vms)
         prices = {r: float(result.price[k]) for k, r in enumerate(RESOURCES)}
-        plan = make_plan(now, self.period, runs, result, ops, vms.host)
+        plan = self._plans(now, self.period, runs, result, ops, vms.host)
         bills, usage = self._bills(runs, result, vms.host, vms.bid, prices)
         alloc = result.allocation.sum(axis=0) if bidding else np.zeros(len(RESOURCES))
         return Decision(

@@ -8,6 +8,7 @@ allocation), never a record, and returns the plan.
 
 from __future__ import annotations
 
+import operator
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -160,6 +161,38 @@ def bills_of(
             usage[i] = usage.get(i, 0) + v
     names = sorted(bills)
     return tuple((i, bills[i]) for i in names), tuple((i, usage[i]) for i in names)
+
+
+class Plans:
+    """:func:`make_plan` for a period, remembering the last plan: when the clearing is the
+    last one (the same object: a quiet period, :meth:`Platform._clear
+    <merkat.core.period.Platform._clear>`), no VM changes host, and the same applications
+    hold the same VMs whose allocation mappings are the ones the last plan gave them
+    (identity: a mapping is kept while its values do not change), every VM keeps its
+    allocation and the plan's ``allocations`` are the last plan's (the same mapping, shared:
+    plans are read, never changed); only the destroys and suspends are new. Checked per
+    application with list comparisons (``ids``, ``allocs``) instead of a visit per VM. Not a
+    record: a cache of a pure function (``tests/test_plan.py`` compares both)."""
+
+    def __init__(self) -> None:
+        self._last: tuple[Any, ...] | None = None
+
+    def __call__(self, now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
+                 before: IntArray) -> Plan:
+        """``make_plan(now, period, runs, result, ops, before)``."""
+        last = self._last
+        if (last is not None and last[0] is result and len(last[1]) == len(runs)
+                and not (result.host != before).any()
+                and all(nx.id == i and rows == r and nx.ids == ids
+                        and all(map(operator.is_, nx.allocs, allocs))
+                        for (nx, _, rows), (i, r, ids, allocs) in zip(runs, last[1],
+                                                                       strict=True))):
+            return Plan(time=now, period=period, destroy=tuple(ops.destroy),
+                        suspend=tuple(ops.suspend), allocations=last[2].allocations)
+        plan = make_plan(now, period, runs, result, ops, before)
+        self._last = (result, [(nx.id, rows, nx.ids, list(nx.allocs)) for nx, _, rows in runs],
+                      plan)
+        return plan
 
 
 class Bills:
