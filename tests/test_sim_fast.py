@@ -44,14 +44,16 @@ def test_fast_loops_match_the_general_engine(case: tuple[Workload, int]) -> None
 def test_hosts_without_memory_limit_behave_as_one_pool(
     case: tuple[Workload, int], hosts: int
 ) -> None:
-    # Tasks may spread over hosts, so H hosts of C cores with no memory limit = a pool of H*C.
+    # Tasks may spread over hosts, so H hosts of C cores with no memory limit = a pool of H*C
+    # (which is why schedule() gives such a cluster the pool's fast loop).
     wl, cap = case
     multi = Cluster(hosts, cap, None)
     pool = Cluster.pool(hosts * cap)
     for s in ("fcfs", "edf", "easy"):
-        a = schedule(wl, multi, s).start
-        b = schedule(wl, pool, s).start
+        a = schedule(wl, multi, s, use_fast=False).start
+        b = schedule(wl, pool, s, use_fast=False).start
         assert np.array_equal(a, b), s
+        assert np.array_equal(schedule(wl, multi, s).start, b), s
 
 
 @settings(max_examples=150, deadline=None)

@@ -178,6 +178,19 @@ class SimBackend:
         if consistent:  # else ``apps`` was changed directly: advance rescans it
             self._seen = len(self.apps)
 
+    def forget(self, app_ids: Sequence[str]) -> None:
+        """Drop ended applications' models (their VMs are gone: ``ValueError`` for one that
+        still has a VM here); the operation counts stay."""
+        for app_id in app_ids:
+            if self._by_app.get(app_id) or (self._n_indexed != len(self.vms) and any(
+                    vm.app == app_id for vm in self.vms.values())):
+                raise ValueError(f"application {app_id!r} still has VMs: it cannot be forgotten")
+        for app_id in app_ids:
+            if self.apps.pop(app_id, None) is not None:  # (keeps _seen == len(apps) if it was)
+                self._seen -= 1
+            self._live.pop(app_id, None)
+            self._by_app.pop(app_id, None)
+
     # --- Backend ---------------------------------------------------------------------
 
     def metrics(self, app: str) -> Metrics:

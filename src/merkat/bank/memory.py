@@ -4,6 +4,9 @@ Balances live in a Python list indexed by account number; a batch (:meth:`transf
 one pass to compute net changes, one check, one pass to apply, and one journal record that
 keeps the batch's moves as given (no per-move objects). ``journal=False`` keeps no journal at
 all (only the minted/burned totals and the single transfers tokens need), for very long runs.
+``remember=N`` (with ``journal=False``) bounds what it keeps per operation: the idempotency
+keys and single transfers of the last ``N`` operations only (a retry replays its key at once;
+a simulation never replays), so that a run's bank grows with its accounts, not its periods.
 """
 
 from __future__ import annotations
@@ -59,8 +62,11 @@ class _Batch:
 class MemoryLedger(Ledger):
     """A :class:`~merkat.bank.ledger.Ledger` held in process memory (lost at exit)."""
 
-    def __init__(self, journal: bool = True) -> None:
+    def __init__(self, journal: bool = True, remember: int | None = None) -> None:
+        if remember is not None and (journal or remember < 1):
+            raise ValueError("remember: a positive count, and only without a journal")
         self._journal = journal
+        self._remember = remember
         self._index: dict[str, int] = {}
         self._accounts: list[Account] = []
         self._bal: list[int] = []
@@ -142,6 +148,9 @@ class MemoryLedger(Ledger):
         self._single[t.id] = t
         if t.idempotency_key is not None:
             self._idem[t.idempotency_key] = (_fp_of(t), t)
+        if self._remember is not None:
+            _keep_last(self._single, self._remember)
+            _keep_last(self._idem, self._remember)
         return t
 
     def _move(
@@ -229,6 +238,8 @@ class MemoryLedger(Ledger):
             self._batch_starts.append(ids.start)
         if idempotency_key is not None:
             self._idem[idempotency_key] = (fp, ids)
+            if self._remember is not None:
+                _keep_last(self._idem, self._remember)
         return ids
 
     def mint_many(
@@ -270,6 +281,8 @@ class MemoryLedger(Ledger):
             self._batch_starts.append(ids.start)
         if idempotency_key is not None:
             self._idem[idempotency_key] = (fp, ids)
+            if self._remember is not None:
+                _keep_last(self._idem, self._remember)
         return ids
 
     # --- journal -----------------------------------------------------------------------
@@ -355,3 +368,9 @@ class MemoryLedger(Ledger):
 
 def _fp_of(t: Transfer) -> str:
     return fingerprint(t.kind.value, [(t.payer, t.payee, t.amount)])
+
+
+def _keep_last(d: dict[Any, Any], n: int) -> None:
+    """Drop the oldest entries of ``d`` (insertion order) beyond the last ``n``."""
+    while len(d) > n:
+        del d[next(iter(d))]

@@ -66,6 +66,7 @@ from merkat.core.model import (
     VMRecord,
     to_micro,
 )
+from merkat.core.period_log import PeriodLog
 from merkat.core.plan import Bills, Plans
 from merkat.core.reconcile import Decider, end
 from merkat.defaults import KEEP_ALIVE, MECHANISM, MICRO, PERIOD_S, RESERVE_PRICE
@@ -99,7 +100,7 @@ class Platform:
     market: str = MECHANISM  # the mechanism (merkat.market.mechanisms), by name
     apps: dict[str, App] = field(default_factory=dict)
     active: dict[str, App] = field(default_factory=dict)
-    records: list[PeriodRecord] = field(default_factory=list)
+    records: PeriodLog = field(default_factory=PeriodLog)  # one per period, as columns
     index: int = 0
     # applications submitted since the last period (ids): the admission queue
     queue: list[str] = field(default_factory=list)
@@ -268,6 +269,20 @@ class Platform:
         self.active.pop(app_id, None)
         if app_id in self.queue:
             self.queue.remove(app_id)
+
+    def forget(self, app_ids: Collection[str]) -> None:
+        """Drop the records of ended applications (``ValueError`` for an active one): a long
+        run keeps what it needs of them elsewhere (:meth:`Driver.forget
+        <merkat.runtime.driver.Driver.forget>`). A destroy of theirs still to be re-issued
+        stays."""
+        for app_id in app_ids:
+            if app_id in self.active:
+                raise ValueError(f"application {app_id!r} is active: it cannot be forgotten")
+        gone = set(app_ids)
+        for app_id in gone:
+            self.apps.pop(app_id, None)
+        if gone.intersection(self.queue):
+            self.queue[:] = [a for a in self.queue if a not in gone]
 
     def reissue(self, report: ApplyReport) -> None:
         """The destroys and suspends ``report`` says failed are re-issued by the next

@@ -105,6 +105,11 @@ class Hooks:
         """No application is active at ``t``: return True to stop the run here."""
         return False
 
+    def ended(self, driver: Driver, apps: list[App]) -> None:
+        """``apps`` ended in the period or admission point just applied (their last plan
+        applied, their money settled): nothing the driver does later reads or changes them,
+        so a run may summarise them and let them go (:meth:`Driver.forget`)."""
+
 
 def admit_sim(backend: Any, arrival: Arrival) -> None:
     """How an application enters a simulated backend: its model is added under its id."""
@@ -216,13 +221,15 @@ class Driver:
         if minted or given:
             charged = Charged(charged.paid, charged.unpaid, charged.total, minted, given)
         record = platform.commit(decision, report, charged)
+        ended = [a for a in active if not a.active]
         if economy.return_budgets:  # the end rule: budgets come home
-            for a in active:
-                if not a.active:
-                    self.end(a.spec.id, a.account, record.index)
+            for a in ended:
+                self.end(a.spec.id, a.account, record.index)
             if self.closing:
                 self.close_ended()  # (with those a failed transaction left: raised here)
         self.hooks.after_period(self, t, record)
+        if ended:
+            self.hooks.ended(self, ended)
         return record
 
     def end(self, app_id: str, account: str, period: int) -> None:
@@ -291,6 +298,7 @@ class Driver:
             report = self.report = self.backend.apply(Plan(now, self.period, destroy=destroy))
             self.platform.reissue(report)
         self._close_soon([app])
+        self._ended([app])
         return report
 
     @property
@@ -347,6 +355,7 @@ class Driver:
         if not decision.plan.create:  # nothing starts: what the queue decided is committed
             platform.settle(decision, ApplyReport(a), Charged({}, frozenset(), 0))
             self._close_soon(queued)
+            self._ended(queued)
             return None
         accounts = {x: platform.apps[x].account for x, _ in decision.bills}
         charged = economy.charge(decision, accounts)
@@ -357,7 +366,27 @@ class Driver:
         report = self.report = backend.apply(decision.plan)
         platform.settle(decision, report, charged)
         self._close_soon(queued)  # (a controller that raised: merkat.core.isolation)
+        self._ended(queued)
         return report
+
+    def _ended(self, apps: list[App]) -> None:
+        """``hooks.ended`` with those of ``apps`` that ended."""
+        ended = [a for a in apps if not a.active]
+        if ended:
+            self.hooks.ended(self, ended)
+
+    def forget(self, apps: list[App]) -> None:
+        """Let ended ``apps`` go: the platform, the backend (when it has ``forget``) and the
+        economy drop what they keep of them (their records, models, controllers, renewals;
+        the bank keeps their accounts). A long run calls it from ``hooks.ended`` once it has
+        summarised them, so that its memory follows the active applications, not every
+        application it ever ran (docs/benchmarks.md, "Memory at trace scale")."""
+        ids = [a.spec.id for a in apps]
+        self.platform.forget(ids)
+        drop = getattr(self.backend, "forget", None)
+        if drop is not None:
+            drop(ids)
+        self.economy.forget([a.account for a in apps])
 
     def run(self, until: float = math.inf, start: float | None = None) -> float:
         """Run periods from ``start`` (default: the period boundary at or before the first

@@ -326,6 +326,13 @@ class Economy:
         self.returned += sum(returned.values())
         return returned
 
+    def forget(self, accounts: Iterable[str]) -> None:
+        """Ended applications' ``accounts``: their renewals stop and the economy forgets their
+        owners (the ledger keeps the accounts and their money)."""
+        for a in accounts:
+            self.allowances.pop(a, None)
+            self.owners.pop(a, None)
+
     def redistribute(self, period: int) -> int:
         """Closed economy: every K periods, the idle tax (if any) then the Virtual Bank's
         redistribution of the provider's income. Returns the micro-credits given to users."""

@@ -195,7 +195,9 @@ def schedule(
 
     ``use_fast=None`` uses :mod:`merkat.worlds.batch.fast` when the cluster is a single pool and the
     scheduler has a fast loop; ``False`` forces the general engine (same result, slower);
-    ``True`` requires the fast loop (ValueError if it does not apply).
+    ``True`` requires the fast loop (ValueError if it does not apply). Hosts without a memory
+    limit are one pool of their cores (a task needs one core, on any host: the same schedule,
+    ``tests/test_sim_fast.py``), so they take the fast loop too.
     """
     SCHEDULERS.get(scheduler)  # an unknown name: the error lists the known ones
     if scheduler == "maui":
@@ -203,7 +205,8 @@ def schedule(
 
         workload = maui_workload(workload, seed)
         scheduler = "easy"
-    can_fast = cluster.is_single_pool and scheduler in FAST_SCHEDULERS
+    can_fast = (cluster.is_single_pool or cluster.memory_per_host is None) \
+        and scheduler in FAST_SCHEDULERS
     if use_fast and not can_fast:
         raise ValueError(f"no fast loop for {scheduler!r} on {cluster}")
     if use_fast is None:

@@ -17,7 +17,8 @@ jobs still to come and on what the empty platform carries over that a controller
   price history is shown only to controllers that declare ``reads_price_history`` (none of the
   registered policies does; a run with such a policy is not cut).
 
-Finished applications stay in the bank and the backend but take no further part. So a run
+Ended applications take no further part (the run summarises and forgets them; their
+accounts stay in the bank). So a run
 started afresh at job ``c`` and the whole run, once both are empty before the same job ``i``
 (``i ≥ c``), go on identically; the whole run's outcome is the first run's up to ``i`` and the
 second's from ``i``, with period records renumbered and operation counts added.
@@ -44,13 +45,12 @@ import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from ctypes import c_byte, c_longlong
-from dataclasses import fields, replace
 from typing import Any
 
 import numpy as np
 
 from merkat.control.registry import POLICIES
-from merkat.core.period import PeriodRecord
+from merkat.core.period_log import PeriodLog
 from merkat.workload.cluster import Cluster
 from merkat.workload.jobs import Workload
 from merkat.worlds.merkat.options import MarketConfig
@@ -138,7 +138,7 @@ class _Handoff:
         self.progress.value = i
 
 
-def _piece(k: int, seg: Segment, workload: Workload, names: tuple[str, ...]) -> dict[str, Any]:
+def _piece(k: int, seg: Segment) -> dict[str, Any]:
     """What the caller needs of a piece that ran from its start to ``seg.stop`` (the merge
     keeps the part from where the piece before it handed over)."""
     return {
@@ -146,7 +146,7 @@ def _piece(k: int, seg: Segment, workload: Workload, names: tuple[str, ...]) -> 
         "start": seg.start,
         "stop": seg.stop,
         "handoff": seg.handoff,
-        "jobs": seg.jobs(workload, names, seg.start, seg.stop),
+        "jobs": seg.jobs(seg.start, seg.stop),
         "records": seg.platform.records,
         "counts": dict(seg.backend.counts),
         "at_idle": seg.at_idle,
@@ -179,9 +179,7 @@ def _child(
                 workload, cluster, cfg, names, board.starts[k], None,
                 _Handoff(board, k, lambda: time.sleep(_POLL_S)), seed=seed,
             )
-        out = _piece(k, seg, workload, names)
-        # as plain tuples: cheaper to pickle
-        out["records"] = [_as_tuple(r) for r in out["records"]]
+        out = _piece(k, seg)  # (its records pickle as columns: PeriodLog)
         out["wall_s"] = time.perf_counter() - t0
         results.put((k, out, None))
         code = 0
@@ -193,13 +191,6 @@ def _child(
     results.close()
     results.join_thread()  # the report is in the pipe
     os._exit(code)
-
-
-_RECORD_FIELDS = tuple(f.name for f in fields(PeriodRecord))
-
-
-def _as_tuple(r: PeriodRecord) -> tuple[Any, ...]:
-    return tuple(getattr(r, f) for f in _RECORD_FIELDS)
 
 
 def _stateless(market: str) -> bool:
@@ -342,7 +333,7 @@ def simulate_parallel(
         board.progress[0].value = n + 1
         collect(block=False)
         t_first = time.perf_counter() - t_wall
-        first = _piece(0, seg0, workload, names)
+        first = _piece(0, seg0)
         chain = [(first, 0)]
         piece = first
         while piece["handoff"] is not None:
@@ -372,28 +363,25 @@ def _merge(
 ) -> MarketOutcome:
     """One outcome from pieces in job order, each valid from its job ``lo``."""
     jobs: dict[str, list[Any]] = {}
-    records: list[PeriodRecord] = []
+    parts: list[tuple[PeriodLog, int]] = []
     counts: dict[str, int] = {}
     audit_ok = True
     money = {"minted": 0, "initial_budgets": 0, "redistributed": 0, "provider": 0}
     for piece, lo in chain:
         n_rec, before, books = piece["at_idle"][lo]  # every piece was idle where its part begins
+        parts.append((piece["records"], n_rec))
         for key in money:
             money[key] += piece["totals"][key] - books[key]
         part = piece["jobs"]
         skip = lo - piece["start"]
         for key, v in part.items():
             jobs.setdefault(key, []).append(v[skip:])
-        for r in piece["records"][n_rec:]:
-            if isinstance(r, tuple):
-                records.append(PeriodRecord(len(records), *r[1:]))
-            else:
-                records.append(r if r.index == len(records) else replace(r, index=len(records)))
         for key, c in piece["counts"].items():
             c -= before.get(key, 0)
             if c:
                 counts[key] = counts.get(key, 0) + c
         audit_ok = audit_ok and piece["audit_ok"]
+    records = PeriodLog.concat(parts)
     cat: dict[str, Any] = {k: np.concatenate(v) for k, v in jobs.items()
                            if k not in ("reasons", "outcomes")}
     reasons = tuple(r for part in jobs["reasons"] for r in part)

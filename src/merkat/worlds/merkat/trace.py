@@ -33,6 +33,7 @@ from merkat.backends.sim import RigidApp, SimBackend
 from merkat.bank.memory import MemoryLedger
 from merkat.control.utility import utility
 from merkat.core.period import App, AppSpec, PeriodRecord, Platform
+from merkat.core.period_log import max_allocated
 from merkat.defaults import MICRO, PERIOD_S
 from merkat.market import Hosts
 from merkat.runtime.arrivals import Arrival, ListArrivals
@@ -43,6 +44,10 @@ from merkat.workload.jobs import Workload
 from merkat.worlds.merkat.fairness import DrfGap
 from merkat.worlds.merkat.moldable import MoldableApp, max_vms
 from merkat.worlds.merkat.options import MarketConfig
+
+LEDGER_REMEMBERS = 1024
+"""The bank of a trace run keeps the idempotency keys of its last operations only
+(:class:`~merkat.bank.memory.MemoryLedger`'s ``remember``): a run never replays one."""
 
 PLENTY_MIB = 1e12
 """Host memory when the cluster has no memory limit (memory is then not traded)."""
@@ -60,7 +65,7 @@ class MarketOutcome:
     work_done: npt.NDArray[np.float64]
     policies: tuple[str, ...]
     reasons: tuple[str, ...]  # why each application ended (its controller's last reason)
-    records: list[PeriodRecord]
+    records: Sequence[PeriodRecord]  # a PeriodLog (merkat.core.period_log): one per period
     counts: dict[str, int]
     suspended_apps: int  # applications suspended at least once
     audit_ok: bool
@@ -154,64 +159,48 @@ class Handoff(Protocol):
 @dataclass
 class Segment:
     """One market run from job ``start`` (the whole run when ``start`` is 0 and nothing handed
-    it over): its platform, backend and bank as they ended, and where it stopped."""
+    it over): its platform, backend and bank as they ended, and where it stopped.
+
+    Each application is summarised into ``table`` (its job's row) when it ends, and the
+    platform, backend and economy forget it (:meth:`Driver.forget
+    <merkat.runtime.driver.Driver.forget>`): the run's memory follows the active
+    applications, not the jobs it ran (docs/benchmarks.md, "Memory at trace scale")."""
 
     platform: Platform
     backend: SimBackend
     economy: Economy
     ids: list[str]
     start: int
+    table: JobTable
     stop: int = 0  # first job not run here (every job from ``start`` when it is len(workload))
     handoff: int | None = None  # the segment that runs the jobs from ``stop`` on
     # Per idle point i (the cluster empty before job i, as a fresh platform): the number of
     # period records and the backend's operation counts then.
     at_idle: dict[int, tuple[int, dict[str, int], dict[str, int]]] = field(default_factory=dict)
     drf: DrfGap | None = None  # the distance to DRF, with MarketConfig.fairness
+    running: dict[str, int] = field(default_factory=dict)  # admitted, not yet summarised: job
 
-    def jobs(
-        self, workload: Workload, names: tuple[str, ...], lo: int, hi: int
-    ) -> dict[str, Any]:
+    def retire(self, apps: Sequence[App]) -> None:
+        """Summarise ended ``apps`` into their jobs' rows (:meth:`JobTable.put`)."""
+        models = self.backend.apps
+        for app in apps:
+            k = self.running.pop(app.spec.id)
+            self.table.put(k, app, models[app.spec.id])
+
+    def jobs(self, lo: int, hi: int) -> dict[str, Any]:
         """Per-job results of jobs ``lo`` to ``hi`` (ran here), as :class:`MarketOutcome`'s
-        fields ``start`` … ``reasons``, plus ``suspended`` (bool per job)."""
-        m = hi - lo
-        start = np.full(m, np.nan)
-        end = np.full(m, np.nan)
-        finished = np.zeros(m, dtype=np.bool_)
-        met = np.zeros(m, dtype=np.bool_)
-        value = np.zeros(m)
-        work = np.zeros(m)
-        suspended = np.zeros(m, dtype=np.bool_)
-        paid = np.zeros(m)
-        outcomes: list[str] = []
-        apps, models, ids = self.platform.apps, self.backend.apps, self.ids
-        for k in range(lo, hi):
-            app = apps[ids[k]]
-            model = models[ids[k]]
-            assert isinstance(model, (RigidApp, MoldableApp))
-            x = k - lo
-            if app.start_time is not None:
-                start[x] = app.start_time
-            done = model.finish_time is not None
-            finished[x] = done
-            end[x] = (
-                model.finish_time if done
-                else (app.end_time if app.end_time is not None else np.nan)
-            )
-            met[x] = done and model.finish_time <= workload.deadline[k] + 1e-9
-            work[x] = model.work_done / model.work_total if model.work_total > 0 else 1.0
-            value[x] = _value(names[k], workload, k, start[x], end[x], done, work[x])
-            suspended[x] = app.suspensions > 0
-            paid[x] = app.spent / MICRO
-            outcomes.append(_outcome(app, done, bool(met[x])))
-        return {
-            "start": start, "end": end, "finished": finished, "met": met, "value": value,
-            "work_done": work, "reasons": tuple(apps[ids[k]].reason for k in range(lo, hi)),
-            "suspended": suspended, "paid": paid, "outcomes": tuple(outcomes),
-        }
+        fields ``start`` … ``reasons``, plus ``suspended`` (bool per job). An application
+        not summarised yet (still active where the run stopped) is summarised now, as it
+        stands."""
+        apps, models = self.platform.apps, self.backend.apps
+        for app_id, k in sorted(self.running.items(), key=lambda x: x[1]):
+            if lo <= k < hi:
+                self.table.put(k, apps[app_id], models[app_id])
+        return self.table.rows(lo, hi)
 
     def outcome(self, workload: Workload, names: tuple[str, ...], wall_s: float) -> MarketOutcome:
         """The :class:`MarketOutcome` of a run that did every job itself."""
-        j = self.jobs(workload, names, 0, len(workload))
+        j = self.jobs(0, len(workload))
         records = self.platform.records
         return MarketOutcome(
             j["start"], j["end"], j["finished"], j["met"], j["value"], j["work_done"], names,
@@ -222,9 +211,60 @@ class Segment:
         )
 
 
+class JobTable:
+    """The per-job results of a run's jobs from ``first`` on (one row per job of the
+    workload, filled when its application ends): what :class:`MarketOutcome` reports of each
+    job, computed from its application's record and model exactly as at the end of the run
+    (the record and the model do not change once the application has ended)."""
+
+    def __init__(self, workload: Workload, names: tuple[str, ...], first: int) -> None:
+        self.w, self.names, self.first = workload, names, first
+        m = len(workload) - first
+        self.start = np.full(m, np.nan)
+        self.end = np.full(m, np.nan)
+        self.finished = np.zeros(m, dtype=np.bool_)
+        self.met = np.zeros(m, dtype=np.bool_)
+        self.value = np.zeros(m)
+        self.work = np.zeros(m)
+        self.suspended = np.zeros(m, dtype=np.bool_)
+        self.paid = np.zeros(m)
+        self.reasons: list[str] = [""] * m
+        self.outcomes: list[str] = [""] * m
+
+    def put(self, k: int, app: App, model: Any) -> None:
+        """Job ``k``'s row from its application ``app`` and its backend ``model``."""
+        assert isinstance(model, (RigidApp, MoldableApp))
+        w, x = self.w, k - self.first
+        start = app.start_time if app.start_time is not None else math.nan
+        done = model.finish_time is not None
+        end = model.finish_time if done else (app.end_time if app.end_time is not None
+                                              else math.nan)
+        self.start[x] = start
+        self.finished[x] = done
+        self.end[x] = end
+        met = self.met[x] = done and model.finish_time <= w.deadline[k] + 1e-9
+        self.work[x] = model.work_done / model.work_total if model.work_total > 0 else 1.0
+        self.value[x] = _value(self.names[k], w, k, self.start[x], self.end[x], done, self.work[x])
+        self.suspended[x] = app.suspensions > 0
+        self.paid[x] = app.spent / MICRO
+        self.reasons[x] = app.reason
+        self.outcomes[x] = _outcome(app, done, bool(met))
+
+    def rows(self, lo: int, hi: int) -> dict[str, Any]:
+        """Jobs ``lo`` to ``hi``: :meth:`Segment.jobs`."""
+        a, b = lo - self.first, hi - self.first
+        return {
+            "start": self.start[a:b].copy(), "end": self.end[a:b].copy(),
+            "finished": self.finished[a:b].copy(), "met": self.met[a:b].copy(),
+            "value": self.value[a:b].copy(), "work_done": self.work[a:b].copy(),
+            "reasons": tuple(self.reasons[a:b]), "suspended": self.suspended[a:b].copy(),
+            "paid": self.paid[a:b].copy(), "outcomes": tuple(self.outcomes[a:b]),
+        }
+
+
 def max_cpu(records: Sequence[PeriodRecord]) -> float:
     """The most CPU allocated in any period (0 without periods)."""
-    return max((r.allocated["cpu"] for r in records), default=0.0)
+    return max_allocated(records, "cpu")
 
 
 def run_segment(
@@ -246,7 +286,7 @@ def run_segment(
     hosts, memory_limited = _hosts(cluster)
     trade_memory = memory_limited if cfg.trade_memory is None else cfg.trade_memory
     trade = ("cpu", "memory") if trade_memory else ("cpu",)
-    ledger = MemoryLedger(journal=False)
+    ledger = MemoryLedger(journal=False, remember=LEDGER_REMEMBERS)
     economy = Economy(ledger, kind=cfg.economy, charging=cfg.charging,
                       redistribute_every=cfg.redistribute_every)
     backend = SimBackend(trade_memory=trade_memory, boot_s=cfg.boot_s, resume_s=cfg.resume_s,
@@ -260,7 +300,7 @@ def run_segment(
         market=cfg.market,
     )
     ids = [str(j) for j in workload.job_id.tolist()]
-    seg = Segment(platform, backend, economy, ids, start,
+    seg = Segment(platform, backend, economy, ids, start, JobTable(workload, names, start),
                   drf=DrfGap() if cfg.fairness else None)
     arrivals = _TraceArrivals(workload, start, ids, names, cfg, trade, seed)
     hooks = _TraceHooks(seg, arrivals, _state(platform), handoff, progress)
@@ -313,8 +353,14 @@ class _TraceHooks(Hooks):
         self.handoff, self.progress = handoff, progress
 
     def admitted(self, driver: Driver, arrival: Arrival, app: App | None) -> None:
+        if app is not None:
+            self.seg.running[app.spec.id] = arrival.index
         if self.progress:
             self.progress(1)
+
+    def ended(self, driver: Driver, apps: list[App]) -> None:
+        self.seg.retire(apps)
+        driver.forget(apps)
 
     def before_period(self, driver: Driver, t: float) -> None:
         if self.handoff is not None:
