@@ -7,7 +7,7 @@ garbled are written in ``docs/control.md``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from itertools import repeat
 
 from merkat.control.types import Amounts, Observation, Sense
@@ -220,8 +220,12 @@ def app_alloc(obs: Observation) -> dict[str, float]:
     active = obs.active_vms
     if not active:
         return dict.fromkeys(obs.resources, 0.0)
-    allocs = [vm.alloc for vm in active]
-    return {r: min([a.get(r, 0.0) for a in allocs]) for r in obs.resources}
+    return least_alloc([vm.alloc for vm in active], obs.resources)
+
+
+def least_alloc(allocs: Sequence[Amounts], resources: Sequence[str]) -> dict[str, float]:
+    """Per resource, the smallest of ``allocs`` (one per active VM, at least one)."""
+    return {r: min([a.get(r, 0.0) for a in allocs]) for r in resources}
 
 
 def current_bid(obs: Observation) -> dict[str, float]:
@@ -229,14 +233,19 @@ def current_bid(obs: Observation) -> dict[str, float]:
     active = obs.active_vms or obs.vms
     if not active:
         return {r: obs.bid_min.get(r, 0.0) for r in obs.resources}
-    n = len(active)
-    bids = [vm.bid for vm in active]
+    return mean_bid([vm.bid for vm in active], obs.resources)
+
+
+def mean_bid(bids: Sequence[Amounts], resources: Sequence[str]) -> dict[str, float]:
+    """Per resource, the mean of ``bids`` (one per active VM, at least one), summed in VM
+    order."""
+    n = len(bids)
     first = bids[0]
     if bids.count(first) == n:
         # The VMs bid alike (Controller.uniform shares one mapping): the same sum of the same
         # values, without one lookup per VM.
-        return {r: sum(repeat(first.get(r, 0.0), n)) / n for r in obs.resources}
-    return {r: sum([b.get(r, 0.0) for b in bids]) / n for r in obs.resources}
+        return {r: sum(repeat(first.get(r, 0.0), n)) / n for r in resources}
+    return {r: sum([b.get(r, 0.0) for b in bids]) / n for r in resources}
 
 
 def alloc_fraction(alloc: Amounts, size: Amounts) -> float:

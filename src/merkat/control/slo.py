@@ -217,7 +217,12 @@ class SLOController(Controller):
         return alloc_fraction(app_alloc(obs), obs.vm_size) < self.min_fraction
 
     def needs_suspend(self, obs: Observation, demand: Demand) -> bool:
-        if not self.suspend_condition(obs):
+        return self.back_off(self.suspend_condition(obs))
+
+    def back_off(self, condition: bool) -> bool:
+        """Lines 9-15 given the suspend condition of this period: suspend once it has held
+        for the random back-off (drawn when it starts to hold), reset when it does not."""
+        if not condition:
             self.backoff, self.waited = None, 0
             return False
         if self.backoff is None:

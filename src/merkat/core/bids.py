@@ -28,10 +28,7 @@ def set_bids(nx: AppNext, trade: tuple[str, ...], demand: Demand) -> None:
     if ids and values.count(new_bid) == len(values):
         # every VM bids alike (Controller.uniform): what the loop below does, in one step
         b = bids.get(ids[0], new_bid)
-        bid = {r: float(b.get(r, 0.0)) for r in trade}
-        if cur[0] == bid:
-            bid = cur[0]
-        nx.bids = [bid] * len(ids)
+        set_uniform(nx, {r: float(b.get(r, 0.0)) for r in trade})
         return
     for k, vm_id in enumerate(ids):
         b = bids.get(vm_id, new_bid)  # Demand.bid_for, inlined
@@ -46,6 +43,15 @@ def set_bids(nx: AppNext, trade: tuple[str, ...], demand: Demand) -> None:
             else:
                 cur[k] = bid
         fresh = False
+
+
+def set_uniform(nx: AppNext, bid: dict[str, float]) -> None:
+    """Every VM of ``nx`` bids ``bid`` (over the resources it trades), one shared mapping:
+    the first VM's own when it is equal."""
+    cur = nx.bids
+    if cur and cur[0] == bid:
+        bid = cur[0]
+    nx.bids = [bid] * len(nx.ids)
 
 
 def within_budget(nx: AppNext, balance: int, reserve: Mapping[str, float], policy: str) -> None:

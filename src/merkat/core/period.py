@@ -45,8 +45,8 @@ import numpy as np
 from merkat.control.base import Controller
 from merkat.control.forecast import HISTORY
 from merkat.control.registry import make_policy
-from merkat.control.types import Action, AppStatus, Observation, check_amounts
-from merkat.core import admission, commit
+from merkat.control.types import Action, AppStatus, Demand, Observation, check_amounts
+from merkat.core import admission, batch, commit
 from merkat.core.backend import ApplyReport
 from merkat.core.draft import draft, install
 from merkat.core.isolation import ask, fail, reconcile
@@ -104,6 +104,9 @@ class Platform:
     index: int = 0
     # applications submitted since the last period (ids): the admission queue
     queue: list[str] = field(default_factory=list)
+    # running applications of a policy with a batched form are decided in one numpy pass
+    # (merkat.core.batch); False: every controller by the scalar path (the reference)
+    batched: bool = True
 
     def __post_init__(self) -> None:
         if not self.period > 0:
@@ -197,19 +200,34 @@ class Platform:
         nexts: dict[str, AppNext] = {}
         decider, prices, history = self.decider, self.prices, self.price_history
         running = AppStatus.RUNNING
+        apps = []
         for app in self.active.values():
-            app_id = app.spec.id
             balance = balances[app.account]
-            seen = observed[app_id]
-            since, broke = decider.broke_since(app, balance, now)
+            apps.append((app, balance, observed[app.spec.id],
+                         *decider.broke_since(app, balance, now)))
+        batched = batch.decide(decider, [
+            (app, policy, balance, seen) for app, balance, seen, _, broke in apps
+            if not broke and (policy := batch.batchable(app)) is not None
+        ], now, prices, history) if self.batched else {}
+        for app, balance, seen, since, broke in apps:
+            app_id = app.spec.id
             if broke:
                 nx = nexts[app_id] = draft(app)
                 nx.broke_since = since
                 end(nx, now, f"could not pay the reserve price for {self.keep_alive} periods",
                     seen.finished, ops, "stopped-budget")
                 continue
-            obs = decider.observe(app, now, balance, seen, prices, history)
-            demand = ask(app.controller, obs)
+            outcome = batched.get(app_id)
+            if isinstance(outcome, dict):  # a batch's bid (merkat.core.batch)
+                nx = nexts[app_id] = draft(app)
+                nx.broke_since = since
+                decider.rebid(app, nx, outcome, balance)
+                continue
+            if outcome is not None:
+                demand: Demand | str = outcome
+            else:
+                obs = decider.observe(app, now, balance, seen, prices, history)
+                demand = ask(app.controller, obs)
             if isinstance(demand, str):  # its controller raised: it fails, alone
                 nx = nexts[app_id] = draft(app)
                 nx.broke_since = since

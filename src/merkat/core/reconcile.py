@@ -27,7 +27,7 @@ from merkat.control.types import (
     new_observation_unchecked,
     new_vm_view,
 )
-from merkat.core.bids import set_bids, within_budget
+from merkat.core.bids import set_bids, set_uniform, within_budget
 from merkat.core.draft import add_vm, keep
 from merkat.core.lifecycle import app_transition, vm_transition
 from merkat.core.model import App, AppConst, AppNext, AppSpec, Observed, Ops, to_micro
@@ -117,6 +117,15 @@ class Decider:
             nvms_max=spec.nvms_max,
         )
 
+    def prices_for(self, trade: tuple[str, ...], prices: Prices,
+                   history: Sequence[Prices]) -> Prices:
+        """``prices`` restricted to ``trade``: the mapping the observations of this period
+        share (checked once)."""
+        shared = self._shared.get(trade)
+        if shared is None or shared[0] is not prices:
+            shared = self._shared_view(trade, prices, history)
+        return shared[1]
+
     def _shared_view(self, trade: tuple[str, ...], prices: Prices,
                      history: Sequence[Prices]) -> Shared:
         """``prices`` and the past prices restricted to ``trade``, built once per period and
@@ -194,6 +203,13 @@ class Decider:
             for _ in range(demand.nvms - n):
                 add_vm(nx, dict(demand.new_vm_bid))
         set_bids(nx, app.spec.trade, demand)
+        within_budget(nx, balance, self.reserve, app.controller.name)
+
+    def rebid(self, app: App, nx: AppNext, bid: dict[str, float], balance: int) -> None:
+        """A running application's demand that keeps its VMs, each bidding ``bid`` (over the
+        resources it trades): :meth:`reconcile` of that demand (a batched policy's,
+        :mod:`merkat.core.batch`)."""
+        set_uniform(nx, bid)
         within_budget(nx, balance, self.reserve, app.controller.name)
 
 

@@ -1,0 +1,247 @@
+"""The batched controllers (issue 28, ``control/batched.py``, ``core/batch.py``) decide
+exactly as the scalar path: the same demands bit for bit and the same controller state, on
+random observations that reach every branch, in one period of a platform mixing batched and
+scalar controllers, and over whole short runs."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+from merkat.control.base import Controller
+from merkat.control.batched import BATCHED, SUSPEND
+from merkat.control.registry import make_policy
+from merkat.control.slo import DeadlineStrict
+from merkat.control.types import Action, AppStatus, Metrics, VMState
+from merkat.core import batch
+from merkat.core.model import App, AppSpec, Observed, VMRecord
+from merkat.core.period import Platform
+from merkat.core.reconcile import Decider
+from merkat.market import Hosts
+from merkat.workload.cluster import Cluster
+from merkat.workload.jobs import Workload
+from merkat.worlds.merkat.options import MarketConfig
+from merkat.worlds.merkat.trace import simulate_market
+
+SLO = ("deadline-strict", "deadline-partial", "performance-strict", "performance-partial")
+
+
+@pytest.fixture(autouse=True)
+def every_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches of any size (the platform's default leaves small ones to the scalar path)."""
+    monkeypatch.setattr(batch, "MIN_BATCH", 1)
+
+
+def _state(ctl: Any) -> tuple[Any, ...]:
+    """Everything a policy keeps between periods (its generator's state included)."""
+    scaler = ctl.scaler
+    return (dict(scaler.history), repr(scaler.wanted), ctl.short, ctl.backoff, ctl.waited,
+            ctl.next_try, json.dumps(ctl.rng.bit_generator.state, sort_keys=True, default=str))
+
+
+def _random_apps(policy: str, trade: tuple[str, ...], n: int, seed: int
+                 ) -> tuple[list[tuple[App, int, Observed]], float]:
+    """``n`` running applications of ``policy`` in random states: finished, hopeless, late,
+    short of budget (Alg. 1's re-split), on or off track, VMs bidding alike or not, with or
+    without a measured rate, controllers with a direction history and a pending back-off."""
+    rng = np.random.default_rng(seed)
+    now = 10_000.0
+    rows = []
+    for i in range(n):
+        size = {"cpu": float(rng.choice([0.5, 1.0, 2.0])),
+                "memory": float(rng.choice([0.0, 512.0, 1024.0]))}
+        ctl = make_policy(policy, seed=int(rng.integers(1 << 30)),
+                          backoff_max=int(rng.integers(0, 4)),
+                          low=float(rng.choice([0.5, 0.75])), high=float(rng.choice([1.0, 1.2])))
+        for r in trade:
+            ctl.scaler.history[r] = int(rng.integers(-1, 2))  # type: ignore[attr-defined]
+        if rng.random() < 0.3:
+            ctl.backoff, ctl.waited = int(rng.integers(0, 3)), int(rng.integers(0, 3))  # type: ignore[attr-defined]
+        spec = AppSpec(f"a{i}", policy, 1, size, 0.0, 100.0,
+                       renewal=float(rng.choice([0.0, 1.0])),
+                       deadline=now + float(rng.choice([-100.0, 5.0, 300.0, 3000.0, 1e5])),
+                       trade=trade)
+        app = App(spec, ctl, f"app:a{i}", AppStatus.RUNNING)
+        nvms = int(rng.integers(1, 5))
+        same = {r: float(rng.choice([0.01, 0.2, 1.5, 40.0])) for r in trade}
+        for k in range(nvms):
+            bid = same if rng.random() < 0.7 else {r: float(rng.uniform(0.01, 3)) for r in trade}
+            alloc = {r: float(rng.choice([0.0, 0.1, 0.5, 1.0, 3.0])) * max(size[r], 1.0)
+                     for r in trade}
+            app.vms.append(VMRecord(f"a{i}/vm{k}", app.spec.id, VMState.RUNNING, host=0,
+                                    bid=bid, alloc=alloc, new=False))
+        total = float(rng.choice([100.0, 1000.0]))
+        done = float(rng.choice([0.0, 0.5, 0.99, 1.0])) * total
+        metrics = Metrics(work_done=done, work_total=total,
+                          progress_rate=None if rng.random() < 0.3 else float(
+                              rng.choice([0.0, 0.05, 0.5, 2.0])),
+                          ideal_rate=float(rng.choice([0.0, 0.2, 1.0])))
+        balance = int(rng.choice([0, 5_000, 300_000, 2_000_000, 1_000_000_000]))
+        rows.append((app, balance, Observed(metrics)))
+    return rows, now
+
+
+@pytest.mark.parametrize("trade", [("cpu",), ("cpu", "memory")])
+@pytest.mark.parametrize("policy", SLO)
+def test_a_batch_decides_as_each_controller_would(policy: str, trade: tuple[str, ...]) -> None:
+    rows, now = _random_apps(policy, trade, 300, seed=len(trade) * 10 + SLO.index(policy))
+    decider = Decider(300.0, {"cpu": 64.0, "memory": 65536.0}, {"cpu": 0.01, "memory": 0.001},
+                      3)
+    prices = {"cpu": 0.37, "memory": 0.0}  # a free resource: share = inf or 0
+    scalar = copy.deepcopy(rows)
+    assert all(batch.batchable(app) is BATCHED.get(policy) for app, _, _ in rows)
+    got = batch.decide(decider, [(app, BATCHED.get(policy), b, seen) for app, b, seen in rows],
+                       now, prices, [prices])
+    assert len(got) == len(rows)  # every one decided by the batch
+    kinds = {"stop": 0, "suspend": 0, "bid": 0, "resplit": 0}
+    for (app, _, _), (twin, balance, seen) in zip(rows, scalar, strict=True):
+        obs = decider.observe(twin, now, balance, seen, prices, [prices])
+        want = twin.controller.decide(obs)
+        mine = got[app.spec.id]
+        if isinstance(mine, dict):
+            assert want.action is Action.NONE and len(want.bids) == len(app.vms)
+            assert [repr(mine[r]) for r in trade] == [repr(want.new_vm_bid[r]) for r in trade]
+            kinds["bid"] += 1
+            cap = twin.controller.vm_bid_max(obs, len(obs.vms))
+            kinds["resplit"] += twin.controller.scaler.wanted > cap  # type: ignore[attr-defined]
+        else:
+            assert (mine.action, mine.reason, mine.nvms) == (want.action, want.reason,
+                                                             want.nvms)
+            kinds["stop" if mine.action is Action.STOP else "suspend"] += 1
+            if mine.action is Action.SUSPEND:
+                assert mine.reason == SUSPEND
+        assert _state(app.controller) == _state(twin.controller)
+    assert min(kinds.values()) > 0, kinds  # every branch was reached
+
+
+class Custom(DeadlineStrict):
+    """A plugin's policy: a subclass of a batched one keeps the scalar path."""
+
+    name = "custom-strict"
+
+
+def _platform(batched: bool) -> Platform:
+    hosts = Hosts(tuple(f"h{k}" for k in range(4)), np.array([[2.0, 4096.0]] * 4))
+    p = Platform(hosts, period=300.0, batched=batched)
+    for i, ctl in enumerate([make_policy("deadline-strict", seed=1), Custom(seed=2),
+                             make_policy("deadline-strict", seed=3, steer="share"),
+                             make_policy("performance-partial", seed=4),
+                             make_policy("best-effort", seed=5)]):
+        p.submit(AppSpec(f"j{i}", ctl.name, 2, {"cpu": 1.0, "memory": 256.0}, 0.0, 50.0,
+                         deadline=3000.0 + 600 * i), ctl)
+    return p
+
+
+def _period(p: Platform, now: float, done: dict[str, float]) -> Any:
+    """One decided and committed period (everything paid, every operation done); the
+    decision, by value."""
+    from merkat.core.backend import ApplyReport
+    from merkat.core.model import Charged
+
+    observed = {i: Observed(Metrics(work_done=done.get(i, 0.0), work_total=900.0,
+                                    progress_rate=0.4 if i in done else None, ideal_rate=1.0))
+                for i in p.active}
+    d = p.decide(now, {a.account: 20_000_000 for a in p.active.values()}, observed)
+    p.commit(d, ApplyReport(now), Charged(dict(d.bills), frozenset(), 0))
+    return (d.plan, d.bills, d.usage, d.prices, d.refused,
+            {i: (nx.status, nx.ids, nx.bids, nx.hosts, nx.allocs, nx.reason)
+             for i, nx in d.apps.items()})
+
+
+def test_one_period_mixing_batched_and_scalar_controllers_is_the_all_scalar_period(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = batch.decide
+
+    def counted(*a: Any) -> Any:
+        out = real(*a)
+        calls.append(len(out))
+        return out
+
+    monkeypatch.setattr(batch, "decide", counted)
+    mixed, scalar = _platform(True), _platform(False)
+    for k in range(8):
+        now = 300.0 * k
+        done = {i: 80.0 * k for i in mixed.active}
+        assert _period(mixed, now, done) == _period(scalar, now, done), f"period {k}"
+    assert sum(calls) >= 2 * 6  # the two batched applications, every running period
+    for i, a in mixed.apps.items():
+        b = scalar.apps[i]
+        assert (a.status, a.outcome, a.reason) == (b.status, b.outcome, b.reason)
+        if isinstance(a.controller, DeadlineStrict) and a.controller.share is None:
+            assert _state(a.controller) == _state(b.controller)
+
+
+def _run_digest(policy: str, monkeypatch: pytest.MonkeyPatch, batched: bool) -> str:
+    if not batched:
+        monkeypatch.setattr(batch, "batchable", lambda app: None)
+    w = Workload.from_arrays(submit=[0, 100, 200, 900, 1000, 4000, 4100, 4200],
+                             run=[900, 600, 1200, 300, 2000, 600, 3000, 450],
+                             procs=[2, 1, 3, 1, 2, 1, 4, 2],
+                             deadline_factor=[1.5, 3.0, 2.0, 1.2, 5.0, 2.5, 1.3, 4.0])
+    out = simulate_market(w, Cluster(3, 2, None), MarketConfig(period=300.0, policy=policy))
+    monkeypatch.undo()
+    h = hashlib.sha256()
+    for a in (out.start, out.end, out.value, out.paid):
+        h.update(np.ascontiguousarray(a).tobytes())
+    h.update(repr([(r.prices, r.allocated, r.vms, r.migrations, r.charged)
+                   for r in out.records]).encode())
+    h.update(json.dumps([out.outcomes, out.bank, out.reasons], sort_keys=True).encode())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("policy", SLO)
+def test_a_short_run_batched_is_the_scalar_run_bit_for_bit(
+        policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = batch.decide
+    monkeypatch.setattr(batch, "decide", lambda *a: calls.append(len(out := real(*a))) or out)
+    batched = _run_digest(policy, monkeypatch, True)
+    assert sum(calls) > 20  # the batch decided most application-periods
+    assert batched == _run_digest(policy, monkeypatch, False)
+
+
+def test_a_batch_that_raises_leaves_its_applications_to_the_scalar_path(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    policy = BATCHED.get("deadline-strict")
+
+    def broken(self: Any, controllers: Any, b: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(type(policy), "decide", broken)
+    rows, now = _random_apps("deadline-strict", ("cpu",), 5, seed=1)
+    decider = Decider(300.0, {"cpu": 8.0, "memory": 0.0}, {"cpu": 0.01}, 3)
+    before = [_state(a.controller) for a, _, _ in rows]
+    assert batch.decide(decider, [(a, policy, b, s) for a, b, s in rows], now,
+                        {"cpu": 0.1, "memory": 0.0}, []) == {}
+    assert [_state(a.controller) for a, _, _ in rows] == before
+
+
+def test_a_group_smaller_than_min_batch_takes_the_scalar_path(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rows, now = _random_apps("deadline-strict", ("cpu",), 5, seed=2)
+    decider = Decider(300.0, {"cpu": 8.0, "memory": 0.0}, {"cpu": 0.01}, 3)
+    policy = BATCHED.get("deadline-strict")
+    for least, decided in ((6, 0), (5, 5)):
+        monkeypatch.setattr(batch, "MIN_BATCH", least)
+        got = batch.decide(decider, [(a, policy, b, s) for a, b, s in copy.deepcopy(rows)],
+                           now, {"cpu": 0.1, "memory": 0.0}, [])
+        assert len(got) == decided
+
+
+def test_only_the_exact_policy_with_the_parameters_the_batch_covers_is_batched() -> None:
+    def app(ctl: Controller, status: AppStatus = AppStatus.RUNNING) -> App:
+        a = App(AppSpec("x", ctl.name, 1, {"cpu": 1.0}, 0.0, 1.0), ctl, "app:x", status)
+        a.vms.append(VMRecord("x/vm1", "x", VMState.RUNNING))
+        return a
+
+    assert batch.batchable(app(make_policy("deadline-strict"))) is BATCHED.get("deadline-strict")
+    assert batch.batchable(app(Custom())) is None
+    assert batch.batchable(app(make_policy("deadline-strict", steer="share"))) is None
+    assert batch.batchable(app(make_policy("best-effort"))) is None
+    assert batch.batchable(app(make_policy("deadline-strict"), AppStatus.SUSPENDED)) is None
