@@ -15,6 +15,7 @@ import pytest
 
 from merkat.control.base import Controller
 from merkat.control.batched import BATCHED, SUSPEND
+from merkat.control.deadline import VerticalDeadline
 from merkat.control.registry import make_policy
 from merkat.control.slo import DeadlineStrict
 from merkat.control.types import Action, AppStatus, Metrics, VMState
@@ -29,6 +30,7 @@ from merkat.worlds.merkat.options import MarketConfig
 from merkat.worlds.merkat.trace import simulate_market
 
 SLO = ("deadline-strict", "deadline-partial", "performance-strict", "performance-partial")
+POLICIES = (*SLO, "vertical-deadline")
 
 
 @pytest.fixture(autouse=True)
@@ -40,8 +42,36 @@ def every_size(monkeypatch: pytest.MonkeyPatch) -> None:
 def _state(ctl: Any) -> tuple[Any, ...]:
     """Everything a policy keeps between periods (its generator's state included)."""
     scaler = ctl.scaler
+    rng = json.dumps(ctl.rng.bit_generator.state, sort_keys=True, default=str)
+    if isinstance(ctl, VerticalDeadline):
+        return (repr(ctl.alloc_est.value), scaler.direction, scaler.run, repr(scaler.wanted),
+                ctl.short, ctl.suspended_at, ctl.suspend_cost, ctl.suspensions, ctl.next_try,
+                rng)
     return (dict(scaler.history), repr(scaler.wanted), ctl.short, ctl.backoff, ctl.waited,
-            ctl.next_try, json.dumps(ctl.rng.bit_generator.state, sort_keys=True, default=str))
+            ctl.next_try, rng)
+
+
+def _controller(policy: str, rng: np.random.Generator, trade: tuple[str, ...]) -> Controller:
+    """A controller of ``policy`` with random parameters and a random past."""
+    seed = int(rng.integers(1 << 30))
+    if policy == "vertical-deadline":
+        vd = VerticalDeadline(seed=seed, abort_hopeless=bool(rng.random() < 0.5),
+                              t_diff=float(rng.choice([0.0, 0.05, 0.5])),
+                              limit=int(rng.integers(1, 4)),
+                              ewma_alpha=float(rng.choice([0.3, 0.5, 1.0])))
+        for r in trade:
+            if rng.random() < 0.8:
+                vd.alloc_est.value[r] = float(rng.choice([0.0, 0.3, 0.99, 1.0, 2.0]))
+        vd.scaler.direction = int(rng.integers(-1, 2))
+        vd.scaler.run = int(rng.integers(0, 4))
+        return vd
+    ctl = make_policy(policy, seed=seed, backoff_max=int(rng.integers(0, 4)),
+                      low=float(rng.choice([0.5, 0.75])), high=float(rng.choice([1.0, 1.2])))
+    for r in trade:
+        ctl.scaler.history[r] = int(rng.integers(-1, 2))  # type: ignore[attr-defined]
+    if rng.random() < 0.3:
+        ctl.backoff, ctl.waited = int(rng.integers(0, 3)), int(rng.integers(0, 3))  # type: ignore[attr-defined]
+    return ctl
 
 
 def _random_apps(policy: str, trade: tuple[str, ...], n: int, seed: int
@@ -55,13 +85,7 @@ def _random_apps(policy: str, trade: tuple[str, ...], n: int, seed: int
     for i in range(n):
         size = {"cpu": float(rng.choice([0.5, 1.0, 2.0])),
                 "memory": float(rng.choice([0.0, 512.0, 1024.0]))}
-        ctl = make_policy(policy, seed=int(rng.integers(1 << 30)),
-                          backoff_max=int(rng.integers(0, 4)),
-                          low=float(rng.choice([0.5, 0.75])), high=float(rng.choice([1.0, 1.2])))
-        for r in trade:
-            ctl.scaler.history[r] = int(rng.integers(-1, 2))  # type: ignore[attr-defined]
-        if rng.random() < 0.3:
-            ctl.backoff, ctl.waited = int(rng.integers(0, 3)), int(rng.integers(0, 3))  # type: ignore[attr-defined]
+        ctl = _controller(policy, rng, trade)
         spec = AppSpec(f"a{i}", policy, 1, size, 0.0, 100.0,
                        renewal=float(rng.choice([0.0, 1.0])),
                        deadline=now + float(rng.choice([-100.0, 5.0, 300.0, 3000.0, 1e5])),
@@ -80,16 +104,17 @@ def _random_apps(policy: str, trade: tuple[str, ...], n: int, seed: int
         metrics = Metrics(work_done=done, work_total=total,
                           progress_rate=None if rng.random() < 0.3 else float(
                               rng.choice([0.0, 0.05, 0.5, 2.0])),
-                          ideal_rate=float(rng.choice([0.0, 0.2, 1.0])))
+                          ideal_rate=None if rng.random() < 0.1 else float(
+                              rng.choice([0.0, 0.2, 1.0])))
         balance = int(rng.choice([0, 5_000, 300_000, 2_000_000, 1_000_000_000]))
         rows.append((app, balance, Observed(metrics)))
     return rows, now
 
 
 @pytest.mark.parametrize("trade", [("cpu",), ("cpu", "memory")])
-@pytest.mark.parametrize("policy", SLO)
+@pytest.mark.parametrize("policy", POLICIES)
 def test_a_batch_decides_as_each_controller_would(policy: str, trade: tuple[str, ...]) -> None:
-    rows, now = _random_apps(policy, trade, 300, seed=len(trade) * 10 + SLO.index(policy))
+    rows, now = _random_apps(policy, trade, 300, seed=len(trade) * 10 + POLICIES.index(policy))
     decider = Decider(300.0, {"cpu": 64.0, "memory": 65536.0}, {"cpu": 0.01, "memory": 0.001},
                       3)
     prices = {"cpu": 0.37, "memory": 0.0}  # a free resource: share = inf or 0
@@ -97,18 +122,22 @@ def test_a_batch_decides_as_each_controller_would(policy: str, trade: tuple[str,
     assert all(batch.batchable(app) is BATCHED.get(policy) for app, _, _ in rows)
     got = batch.decide(decider, [(app, BATCHED.get(policy), b, seen) for app, b, seen in rows],
                        now, prices, [prices])
-    assert len(got) == len(rows)  # every one decided by the batch
-    kinds = {"stop": 0, "suspend": 0, "bid": 0, "resplit": 0}
+    # every one decided by the batch, but those without a rate (the scalar path's)
+    assert set(got) == {a.spec.id for a, _, seen in rows
+                        if seen.metrics.progress_rate is not None
+                        or seen.metrics.ideal_rate is not None} != set()
+    kinds = {"stop": 0, "suspend": 0, "bid": 0, "short": 0}
     for (app, _, _), (twin, balance, seen) in zip(rows, scalar, strict=True):
         obs = decider.observe(twin, now, balance, seen, prices, [prices])
         want = twin.controller.decide(obs)
+        if app.spec.id not in got:
+            continue
         mine = got[app.spec.id]
         if isinstance(mine, dict):
             assert want.action is Action.NONE and len(want.bids) == len(app.vms)
             assert [repr(mine[r]) for r in trade] == [repr(want.new_vm_bid[r]) for r in trade]
             kinds["bid"] += 1
-            cap = twin.controller.vm_bid_max(obs, len(obs.vms))
-            kinds["resplit"] += twin.controller.scaler.wanted > cap  # type: ignore[attr-defined]
+            kinds["short"] += twin.controller.short  # type: ignore[attr-defined]
         else:
             assert (mine.action, mine.reason, mine.nvms) == (want.action, want.reason,
                                                              want.nvms)
@@ -131,7 +160,8 @@ def _platform(batched: bool) -> Platform:
     for i, ctl in enumerate([make_policy("deadline-strict", seed=1), Custom(seed=2),
                              make_policy("deadline-strict", seed=3, steer="share"),
                              make_policy("performance-partial", seed=4),
-                             make_policy("best-effort", seed=5)]):
+                             make_policy("best-effort", seed=5),
+                             make_policy("vertical-deadline", seed=6)]):
         p.submit(AppSpec(f"j{i}", ctl.name, 2, {"cpu": 1.0, "memory": 256.0}, 0.0, 50.0,
                          deadline=3000.0 + 600 * i), ctl)
     return p
@@ -169,11 +199,12 @@ def test_one_period_mixing_batched_and_scalar_controllers_is_the_all_scalar_peri
         now = 300.0 * k
         done = {i: 80.0 * k for i in mixed.active}
         assert _period(mixed, now, done) == _period(scalar, now, done), f"period {k}"
-    assert sum(calls) >= 2 * 6  # the two batched applications, every running period
+    assert sum(calls) >= 3 * 5  # the three batched applications, every running period
     for i, a in mixed.apps.items():
         b = scalar.apps[i]
         assert (a.status, a.outcome, a.reason) == (b.status, b.outcome, b.reason)
-        if isinstance(a.controller, DeadlineStrict) and a.controller.share is None:
+        if isinstance(a.controller, DeadlineStrict | VerticalDeadline) and \
+                a.controller.share is None:
             assert _state(a.controller) == _state(b.controller)
 
 
@@ -195,7 +226,7 @@ def _run_digest(policy: str, monkeypatch: pytest.MonkeyPatch, batched: bool) -> 
     return h.hexdigest()
 
 
-@pytest.mark.parametrize("policy", SLO)
+@pytest.mark.parametrize("policy", POLICIES)
 def test_a_short_run_batched_is_the_scalar_run_bit_for_bit(
         policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []

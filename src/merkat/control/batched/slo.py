@@ -1,43 +1,24 @@
-"""Batched policies: every running application of one built-in policy decided in one numpy
-pass (issue 28).
-
-What it replaces: for a *running* application (every VM active) of a policy registered here,
-the scalar :meth:`Controller.decide <merkat.control.base.Controller.decide>` —
-``on_monitor``, ``stop_reason``, ``reconfigure``, ``needs_suspend`` — called once per
-application with an :class:`~merkat.control.types.Observation`. A :class:`Batch` holds the
-observations of ``n`` such applications as arrays (one row per application, one column per
-resource it trades); :meth:`BatchedPolicy.decide` computes every row's demand at once and
-moves the controllers' own state exactly as the scalar calls would. The scalar path stays the
-reference and runs everything else: waiting and suspended applications (start, resume),
-controllers whose parameters the batch does not cover (``accepts``), custom controllers and
-plugins (the ``Controller`` protocol), all in the same period. The platform's gather and
-dispatch are :mod:`merkat.core.batch`.
-
-Equivalence: each row is computed with the scalar path's operations in the scalar path's
-order (IEEE-754 element-wise operations are the same in numpy and in Python; Python's
-``max(a, b)``/``min(a, b)`` are written :func:`pymax`/:func:`pymin`, which keep their tie and
-NaN rules), so the demands, and the whole run, are bit for bit those of the scalar path.
-``tests/test_batched.py`` pins it: one period and short runs with batched and scalar
-controllers side by side against the all-scalar run, every policy here.
-
-Rare branches go back to the scalar helpers per row, on the same values: Merkat Alg. 1's
-budget re-split (:meth:`MerkatVerticalScaler.resplit
-<merkat.control.generic.MerkatVerticalScaler.resplit>`), the SLO back-off's random draws
-(:meth:`SLOController.back_off <merkat.control.slo.SLOController.back_off>`).
-
-Pure like the rest of ``control/``: no I/O, no clock.
-"""
+"""The batched form of the four SLO policies (:mod:`merkat.control.slo`): see
+:mod:`merkat.control.batched`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import numpy as np
-import numpy.typing as npt
 
 from merkat.control.base import Controller
+from merkat.control.batched.base import (
+    BATCHED,
+    Batch,
+    BatchDemand,
+    FloatArray,
+    gap,
+    pymax,
+    pymin,
+    spend_cap,
+)
 from merkat.control.generic import AGGRESSIVE, MerkatVerticalScaler
 from merkat.control.slo import (
     DeadlinePartial,
@@ -47,98 +28,6 @@ from merkat.control.slo import (
     SLOController,
     SLOKind,
 )
-from merkat.registry import Registry
-
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
-
-SUSPEND = "cannot afford the SLO"
-"""The reason of a suspension a batch decides (the scalar path's, :meth:`Controller.decide
-<merkat.control.base.Controller.decide>`)."""
-
-
-def pymax(a: Any, b: Any) -> Any:
-    """Python's ``max(a, b)`` element-wise: ``b`` where ``b > a``, else ``a`` (the first of
-    equal values, and ``a`` when either is NaN and ``b > a`` is false)."""
-    return np.where(b > a, b, a)
-
-
-def pymin(a: Any, b: Any) -> Any:
-    """Python's ``min(a, b)`` element-wise: ``b`` where ``b < a``, else ``a``."""
-    return np.where(b < a, b, a)
-
-
-@dataclass(frozen=True)
-class Batch:
-    """The observations of ``n`` running applications (every VM active) of one policy that
-    trade the same ``resources`` (in :attr:`Observation.resources
-    <merkat.control.types.Observation.resources>` order), as arrays with one column per
-    application. NaN stands for a value not reported (``None``).
-
-    ``prices``, ``capacity``, ``bid_min``: ``(R,)``; ``vm_size``, ``bid`` (the current bid,
-    :func:`~merkat.control.formulas.mean_bid` over the VMs) and ``alloc`` (the smallest
-    allocation, :func:`~merkat.control.formulas.least_alloc`): ``(R, n)``; ``balance``
-    (credits), ``renewal``, ``deadline``, ``nvms`` (VM count), ``work_done``, ``work_total``,
-    ``progress_rate``, ``ideal_rate``: ``(n,)``; ``state``: ``(k, n)``, what
-    :meth:`BatchedPolicy.state` read of each controller."""
-
-    time: float
-    period: float
-    resources: tuple[str, ...]
-    prices: FloatArray
-    capacity: FloatArray
-    bid_min: FloatArray
-    vm_size: FloatArray
-    bid: FloatArray
-    alloc: FloatArray
-    balance: FloatArray
-    renewal: FloatArray
-    deadline: FloatArray
-    nvms: FloatArray
-    work_done: FloatArray
-    work_total: FloatArray
-    progress_rate: FloatArray
-    ideal_rate: FloatArray
-    state: FloatArray
-
-    def __len__(self) -> int:
-        return len(self.balance)
-
-
-@dataclass
-class BatchDemand:
-    """A batch's demands, one row each: ``stop`` (the reason, or None), else ``suspend``
-    (suspend every VM, :data:`SUSPEND`), else every VM bids ``bid`` (``(R, n)``, the batch's
-    resources) and the VM count is unchanged."""
-
-    stop: list[str | None]
-    suspend: list[bool]
-    bid: FloatArray
-
-
-class BatchedPolicy(Protocol):
-    """The batched form of one registered policy (:data:`BATCHED`, by the policy's name)."""
-
-    name: str
-
-    def accepts(self, controller: Controller) -> bool:
-        """Whether this batch decides for ``controller`` when its application runs (its exact
-        class and the parameters the batch covers); else the scalar path does."""
-
-    def state(self, controller: Controller, resources: tuple[str, ...]) -> list[float]:
-        """What a batch reads of ``controller``'s state and parameters, as numbers (a column
-        of :attr:`Batch.state`)."""
-
-    def decide(self, controllers: Sequence[Controller], batch: Batch) -> BatchDemand:
-        """Every row's demand (row ``i`` is ``controllers[i]``'s application), moving each
-        controller's state as its scalar :meth:`~merkat.control.base.Controller.decide`
-        would."""
-
-
-BATCHED: Registry[BatchedPolicy] = Registry("batched policy")
-"""The batched forms, by the name of the policy they batch (``control/registry.py``'s
-``POLICIES``)."""
-
 
 # --- the SLO policies (merkat.control.slo): SLO Alg. 1 on Merkat Alg. 1 -----------------------
 
@@ -201,14 +90,8 @@ class BatchedSLO:
             else:
                 v, ref = frac, np.ones(n)
                 direction = np.where(v < ref / high, 1, np.where(v > ref / low, -1, 0))
-            t = _gap(v, ref)
-            # --- vm_bid_max (spend_limit over the VMs) ------------------------------------
-            periods = np.ceil(left / b.period)
-            periods = np.where(left > 0, np.where(periods > 1.0, periods, 1.0), horizon)
-            bal = np.where(b.balance > 0.0, b.balance, 0.0)
-            limit = pymin(bal, (bal + b.renewal * (periods - 1)) / periods)
-            nvms = np.where(b.nvms > 1.0, b.nvms, 1.0)
-            cap = np.floor(limit * 1e6 / nvms) / 1e6
+            t = gap(v, ref)
+            cap = spend_cap(b, left, horizon)
             # --- Merkat Alg. 1's step, per resource (MerkatVerticalScaler.step) -----------
             new = np.empty((R, n))
             wanted = np.zeros(n)
@@ -265,14 +148,6 @@ def _alloc_fraction(alloc: FloatArray, size: FloatArray) -> FloatArray:
         x = np.where(s > 0, a / s, np.nan)
         out = np.where(out != out, x, np.where(x < out, x, out))
     return np.where(out != out, 1.0, out)
-
-
-def _gap(v: FloatArray, ref: FloatArray) -> FloatArray:
-    """:func:`~merkat.control.formulas.gap` row-wise."""
-    zero = np.where(v == 0, 0.0, np.inf)
-    inf = np.where(v == ref, 0.0, 1.0)
-    plain = np.abs((ref - v) / ref)
-    return np.where(ref == 0, zero, np.where(np.isinf(ref), inf, plain))
 
 
 def _factor(base: FloatArray, history: Any, sign: int) -> FloatArray:
