@@ -1,11 +1,11 @@
-"""The one period loop (``merkat.runtime.loop.run_periods``, issue 27): the worlds that run on
+"""The one period loop (``merkat.runtime.loop.loop_periods``, issue 27): the worlds that run on
 it (the driver, Tycoon's market) see the same clock, arrivals, idle jumps and stops."""
 
 from __future__ import annotations
 
 from merkat.runtime.arrivals import Arrival, ListArrivals
 from merkat.runtime.clock import VirtualClock
-from merkat.runtime.loop import run_periods
+from merkat.runtime.loop import loop_periods
 from merkat.worlds.tycoon.simulator import TycoonConfig, TycoonJob, simulate
 
 
@@ -51,7 +51,7 @@ class World:
 
 def test_the_loop_jumps_over_idle_time_to_the_next_arrivals_boundary() -> None:
     w = World([0.0, 250.0], period=60.0, skip_idle=True)
-    end = run_periods(w)
+    end = loop_periods(w)
     assert w.log == [("admit", 0.0), ("period", 0.0), ("period", 60.0),
                      ("admit", 300.0), ("period", 300.0), ("period", 360.0)]
     assert end == 420.0 and w.clock.now() == 360.0
@@ -59,7 +59,7 @@ def test_the_loop_jumps_over_idle_time_to_the_next_arrivals_boundary() -> None:
 
 def test_without_skip_idle_every_period_runs_and_time_never_drifts() -> None:
     w = World([0.0, 0.55], period=0.1, skip_idle=False, length=1)
-    run_periods(w)
+    loop_periods(w)
     periods = [t for kind, t in w.log if kind == "period"]
     # start + k × period, not a running sum (0.1 added six times is 0.6000000000000001)
     assert periods == [k * 0.1 for k in range(7)]
@@ -68,10 +68,10 @@ def test_without_skip_idle_every_period_runs_and_time_never_drifts() -> None:
 
 def test_a_period_that_says_stop_ends_the_run_at_its_time() -> None:
     w = World([0.0], period=10.0, skip_idle=True, length=5, stop_at=30.0)
-    assert run_periods(w, until=1000.0) == 30.0
+    assert loop_periods(w, until=1000.0) == 30.0
     assert [t for kind, t in w.log if kind == "period"] == [0.0, 10.0, 20.0]
     w = World([0.0], period=10.0, skip_idle=True, length=5)
-    assert run_periods(w, until=25.0) == 30.0  # the last period starts before until
+    assert loop_periods(w, until=25.0) == 30.0  # the last period starts before until
 
 
 def test_tycoon_runs_on_the_loop_one_interval_per_period_cut_at_until() -> None:

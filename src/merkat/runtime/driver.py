@@ -67,7 +67,7 @@ from merkat.core.period import Platform
 from merkat.runtime.arrivals import Arrival, Arrivals, ListArrivals
 from merkat.runtime.clock import Clock, VirtualClock
 from merkat.runtime.economy import Economy
-from merkat.runtime.loop import run_periods
+from merkat.runtime.loop import loop_periods
 from merkat.runtime.metering import Metered
 
 
@@ -391,9 +391,9 @@ class Driver:
     def run(self, until: float = math.inf, start: float | None = None) -> float:
         """Run periods from ``start`` (default: the period boundary at or before the first
         arrival) while ``t < until`` and an arrival is pending or an application is active;
-        return the time it stopped at. The loop is :func:`merkat.runtime.loop.run_periods`
+        return the time it stopped at. The loop is :func:`merkat.runtime.loop.loop_periods`
         (this driver is its :class:`~merkat.runtime.loop.Periodic`)."""
-        return run_periods(self, until, start)
+        return loop_periods(self, until, start)
 
     # --- the loop's view of this driver (merkat.runtime.loop.Periodic) --------------------
 

@@ -1,6 +1,6 @@
 """The one period loop: a world run period by period on its clock, admitting its arrivals.
 
-:func:`run_periods` is the loop of every periodic world: the Merkat driver
+:func:`loop_periods` is the loop of every periodic world: the Merkat driver
 (:meth:`Driver.run <merkat.runtime.driver.Driver.run>`: the period decision, the backend, the
 economy) and Tycoon's market (:mod:`merkat.worlds.tycoon.simulator`: Best Response bids, an
 auction per host, charging by use, every 10 s). A world is a :class:`Periodic`: its clock
@@ -33,7 +33,7 @@ from merkat.runtime.clock import Clock
 
 
 class Periodic(Protocol):
-    """A world :func:`run_periods` runs (module doc)."""
+    """A world :func:`loop_periods` runs (module doc)."""
 
     @property
     def arrivals(self) -> Arrivals:
@@ -81,7 +81,7 @@ class Periodic(Protocol):
         ...
 
 
-def run_periods(world: Periodic, until: float = math.inf, start: float | None = None
+def loop_periods(world: Periodic, until: float = math.inf, start: float | None = None
                 ) -> float:
     """Run ``world`` period by period (module doc); return the time it stopped at."""
     P = world.period

@@ -1,7 +1,7 @@
 """The Tycoon grid market in the simulator: per-host auctions, Best Response agents, charging
 by use with refunds, boosting, and jobs funded by transfer tokens (Tycoon §2.2, §3, §5.2).
 
-It runs on the runtime's one period loop (:func:`merkat.runtime.loop.run_periods`, the loop
+It runs on the runtime's one period loop (:func:`merkat.runtime.loop.loop_periods`, the loop
 of :meth:`Driver.run <merkat.runtime.driver.Driver.run>`): a :class:`TycoonSim` is a
 :class:`~merkat.runtime.loop.Periodic` world with a virtual clock, its jobs as arrivals (at
 their launch times) and a period of ``interval_s`` (10 s). Its period is its own, not the
@@ -58,7 +58,7 @@ from merkat.market.sls import ServiceLocationService
 from merkat.market.tycoon import charges_by_use, clear_hosts
 from merkat.runtime.arrivals import Arrival, ListArrivals
 from merkat.runtime.clock import VirtualClock
-from merkat.runtime.loop import run_periods
+from merkat.runtime.loop import loop_periods
 from merkat.worlds.tycoon.background import PriceSeries
 
 PROVIDER = "provider"
@@ -398,7 +398,7 @@ class TycoonSim:
 
     def run(self) -> TycoonResult:
         cfg = self.cfg
-        run_periods(self, cfg.until_s, start=0.0)
+        loop_periods(self, cfg.until_s, start=0.0)
         for r in list(self.running):  # cut at until_s
             self._finish(r)
         audit = self.ledger.audit()
