@@ -190,6 +190,7 @@ class SimBackend:
                 self._seen -= 1
             self._live.pop(app_id, None)
             self._by_app.pop(app_id, None)
+            self._pace.pop(app_id, None)
 
     # --- Backend ---------------------------------------------------------------------
 

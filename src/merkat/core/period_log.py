@@ -2,8 +2,8 @@
 
 A run keeps one :class:`~merkat.core.model.PeriodRecord` per period (``Platform.records``,
 ``MarketOutcome.records``): 360,000 of them on the whole HPC2N trace. As objects (a frozen
-dataclass with its ``__dict__``, three dicts and boxed numbers) they take ~1.5 KiB each, half
-a gigabyte for that run; as columns they take ~110 bytes each (docs/benchmarks.md, "Memory
+dataclass with its ``__dict__``, three dicts and boxed numbers) they take ~960 bytes each,
+350 MB for that run; as columns they take ~120 bytes each (docs/benchmarks.md, "Memory
 at trace scale").
 
 :class:`PeriodLog` is a :class:`~collections.abc.Sequence` of period records that stores
