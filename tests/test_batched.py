@@ -16,6 +16,7 @@ import pytest
 from merkat.control.base import Controller
 from merkat.control.batched import BATCHED, SUSPEND
 from merkat.control.deadline import VerticalDeadline
+from merkat.control.generic import MerkatVertical
 from merkat.control.registry import make_policy
 from merkat.control.slo import DeadlineStrict
 from merkat.control.types import Action, AppStatus, Metrics, VMState
@@ -30,7 +31,7 @@ from merkat.worlds.merkat.options import MarketConfig
 from merkat.worlds.merkat.trace import simulate_market
 
 SLO = ("deadline-strict", "deadline-partial", "performance-strict", "performance-partial")
-POLICIES = (*SLO, "vertical-deadline")
+POLICIES = (*SLO, "vertical-deadline", "merkat-vertical")
 
 
 @pytest.fixture(autouse=True)
@@ -47,8 +48,9 @@ def _state(ctl: Any) -> tuple[Any, ...]:
         return (repr(ctl.alloc_est.value), scaler.direction, scaler.run, repr(scaler.wanted),
                 ctl.short, ctl.suspended_at, ctl.suspend_cost, ctl.suspensions, ctl.next_try,
                 rng)
-    return (dict(scaler.history), repr(scaler.wanted), ctl.short, ctl.backoff, ctl.waited,
-            ctl.next_try, rng)
+    return (dict(scaler.history), repr(scaler.wanted), getattr(ctl, "short", None),
+            getattr(ctl, "backoff", None), getattr(ctl, "waited", None),
+            getattr(ctl, "next_try", None), rng)
 
 
 def _controller(policy: str, rng: np.random.Generator, trade: tuple[str, ...]) -> Controller:
@@ -65,8 +67,15 @@ def _controller(policy: str, rng: np.random.Generator, trade: tuple[str, ...]) -
         vd.scaler.direction = int(rng.integers(-1, 2))
         vd.scaler.run = int(rng.integers(0, 4))
         return vd
-    ctl = make_policy(policy, seed=seed, backoff_max=int(rng.integers(0, 4)),
-                      low=float(rng.choice([0.5, 0.75])), high=float(rng.choice([1.0, 1.2])))
+    low, high = float(rng.choice([0.5, 0.75])), float(rng.choice([1.0, 1.2]))
+    if policy == "merkat-vertical":
+        ctl = make_policy(policy, seed=seed, low=low, high=high,
+                          alloc_min=float(rng.choice([0.0, 0.25])))
+        for r in trade:
+            ctl.scaler.history[r] = int(rng.integers(-1, 2))  # type: ignore[attr-defined]
+        return ctl
+    ctl = make_policy(policy, seed=seed, backoff_max=int(rng.integers(0, 4)), low=low,
+                      high=high)
     for r in trade:
         ctl.scaler.history[r] = int(rng.integers(-1, 2))  # type: ignore[attr-defined]
     if rng.random() < 0.3:
@@ -101,7 +110,8 @@ def _random_apps(policy: str, trade: tuple[str, ...], n: int, seed: int
                                     bid=bid, alloc=alloc, new=False))
         total = float(rng.choice([100.0, 1000.0]))
         done = float(rng.choice([0.0, 0.5, 0.99, 1.0])) * total
-        metrics = Metrics(work_done=done, work_total=total,
+        metrics = Metrics(performance=float(rng.random()) if rng.random() < 0.1 else None,
+                          reference=1.0, work_done=done, work_total=total,
                           progress_rate=None if rng.random() < 0.3 else float(
                               rng.choice([0.0, 0.05, 0.5, 2.0])),
                           ideal_rate=None if rng.random() < 0.1 else float(
@@ -123,9 +133,16 @@ def test_a_batch_decides_as_each_controller_would(policy: str, trade: tuple[str,
     got = batch.decide(decider, [(app, BATCHED.get(policy), b, seen) for app, b, seen in rows],
                        now, prices, [prices])
     # every one decided by the batch, but those without a rate (the scalar path's)
+    # the rest: a metric of its own or past the deadline with work left (merkat-vertical)
+    def declined(app: App, seen: Observed) -> bool:
+        m, left = seen.metrics, (app.spec.deadline or 0.0) - now
+        return policy == "merkat-vertical" and m.work_left != 0 and (
+            m.performance is not None or left <= 0)
+
     assert set(got) == {a.spec.id for a, _, seen in rows
-                        if seen.metrics.progress_rate is not None
-                        or seen.metrics.ideal_rate is not None} != set()
+                        if (seen.metrics.progress_rate is not None
+                            or seen.metrics.ideal_rate is not None)
+                        and not declined(a, seen)} != set()
     kinds = {"stop": 0, "suspend": 0, "bid": 0, "short": 0}
     for (app, _, _), (twin, balance, seen) in zip(rows, scalar, strict=True):
         obs = decider.observe(twin, now, balance, seen, prices, [prices])
@@ -137,7 +154,7 @@ def test_a_batch_decides_as_each_controller_would(policy: str, trade: tuple[str,
             assert want.action is Action.NONE and len(want.bids) == len(app.vms)
             assert [repr(mine[r]) for r in trade] == [repr(want.new_vm_bid[r]) for r in trade]
             kinds["bid"] += 1
-            kinds["short"] += twin.controller.short  # type: ignore[attr-defined]
+            kinds["short"] += getattr(twin.controller, "short", True)
         else:
             assert (mine.action, mine.reason, mine.nvms) == (want.action, want.reason,
                                                              want.nvms)
@@ -145,6 +162,8 @@ def test_a_batch_decides_as_each_controller_would(policy: str, trade: tuple[str,
             if mine.action is Action.SUSPEND:
                 assert mine.reason == SUSPEND
         assert _state(app.controller) == _state(twin.controller)
+    if policy == "merkat-vertical":  # it never suspends
+        kinds["suspend"] += 1
     assert min(kinds.values()) > 0, kinds  # every branch was reached
 
 
@@ -161,7 +180,8 @@ def _platform(batched: bool) -> Platform:
                              make_policy("deadline-strict", seed=3, steer="share"),
                              make_policy("performance-partial", seed=4),
                              make_policy("best-effort", seed=5),
-                             make_policy("vertical-deadline", seed=6)]):
+                             make_policy("vertical-deadline", seed=6),
+                             make_policy("merkat-vertical", seed=7)]):
         p.submit(AppSpec(f"j{i}", ctl.name, 2, {"cpu": 1.0, "memory": 256.0}, 0.0, 50.0,
                          deadline=3000.0 + 600 * i), ctl)
     return p
@@ -199,11 +219,11 @@ def test_one_period_mixing_batched_and_scalar_controllers_is_the_all_scalar_peri
         now = 300.0 * k
         done = {i: 80.0 * k for i in mixed.active}
         assert _period(mixed, now, done) == _period(scalar, now, done), f"period {k}"
-    assert sum(calls) >= 3 * 5  # the three batched applications, every running period
+    assert sum(calls) >= 4 * 5  # the four batched applications, every running period
     for i, a in mixed.apps.items():
         b = scalar.apps[i]
         assert (a.status, a.outcome, a.reason) == (b.status, b.outcome, b.reason)
-        if isinstance(a.controller, DeadlineStrict | VerticalDeadline) and \
+        if isinstance(a.controller, DeadlineStrict | VerticalDeadline | MerkatVertical) and \
                 a.controller.share is None:
             assert _state(a.controller) == _state(b.controller)
 
@@ -255,10 +275,13 @@ def test_a_batch_that_raises_leaves_its_applications_to_the_scalar_path(
 
 def test_a_group_smaller_than_min_batch_takes_the_scalar_path(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    rows, now = _random_apps("deadline-strict", ("cpu",), 5, seed=2)
+    rows, now = _random_apps("deadline-strict", ("cpu",), 8, seed=2)
+    rows = [(a, b, s) for a, b, s in rows if s.metrics.progress_rate is not None
+            or s.metrics.ideal_rate is not None]
     decider = Decider(300.0, {"cpu": 8.0, "memory": 0.0}, {"cpu": 0.01}, 3)
     policy = BATCHED.get("deadline-strict")
-    for least, decided in ((6, 0), (5, 5)):
+    n = len(rows)
+    for least, decided in ((n + 1, 0), (n, n)):
         monkeypatch.setattr(batch, "MIN_BATCH", least)
         got = batch.decide(decider, [(a, policy, b, s) for a, b, s in copy.deepcopy(rows)],
                            now, {"cpu": 0.1, "memory": 0.0}, [])

@@ -55,7 +55,7 @@ class _Group:
         self.resources = resources
         self.apps: list[App] = []
         # per application: balance, renewal, deadline, VMs, work done and total, progress
-        # and ideal rates, then per resource its VM size, current bid, allocation, then the
+        # and ideal rates, the generic metric, then per resource its VM size, current bid, allocation, then the
         # controller's state (BatchedPolicy.state)
         self.rows: list[list[float]] = []
 
@@ -103,6 +103,7 @@ def decide(decider: Decider, rows: Sequence[tuple[App, BatchedPolicy, int, Obser
             balance / MICRO, const.renewal, spec.deadline, float(len(vms)), m.work_done,
             m.work_total, _NAN if m.progress_rate is None else m.progress_rate,
             _NAN if m.ideal_rate is None else m.ideal_rate,
+            _NAN if m.performance is None else m.performance,
             *[size[r] for r in res], *[cur[r] for r in res], *[low[r] for r in res],
             *policy.state(app.controller, res),
         ])
@@ -122,8 +123,8 @@ def decide(decider: Decider, rows: Sequence[tuple[App, BatchedPolicy, int, Obser
             bid_min=np.array([float(reserve.get(r, 0.0)) for r in res]),
             balance=cols[0], renewal=cols[1], deadline=cols[2], nvms=cols[3],
             work_done=cols[4], work_total=cols[5], progress_rate=cols[6], ideal_rate=cols[7],
-            vm_size=cols[8:8 + R], bid=cols[8 + R:8 + 2 * R], alloc=cols[8 + 2 * R:8 + 3 * R],
-            state=cols[8 + 3 * R:],
+            performance=cols[8], vm_size=cols[9:9 + R], bid=cols[9 + R:9 + 2 * R],
+            alloc=cols[9 + 2 * R:9 + 3 * R], state=cols[9 + 3 * R:],
         )
         apps = group.apps
         try:
@@ -132,7 +133,10 @@ def decide(decider: Decider, rows: Sequence[tuple[App, BatchedPolicy, int, Obser
             continue
         bids = result.bid.T.tolist()
         at = [res.index(r) for r in trade]
+        declined = result.declined or [False] * len(apps)
         for i, app in enumerate(apps):
+            if declined[i]:
+                continue
             reason = result.stop[i]
             if reason is not None:
                 out[app.spec.id] = Demand(Action.STOP, reason=reason)

@@ -8,8 +8,9 @@ application with an :class:`~merkat.control.types.Observation`. A :class:`Batch`
 observations of ``n`` such applications as arrays (one entry per application; per resource it
 trades, one row of those); :meth:`BatchedPolicy.decide` computes every application's demand
 at once and moves the controllers' own state exactly as the scalar calls would. The forms:
-the four SLO policies (``slo.py``: :class:`BatchedSLO`) and ``vertical-deadline``
-(``deadline.py``: :class:`BatchedVerticalDeadline`); ``base.py`` holds the data, the
+the four SLO policies (``slo.py``: :class:`BatchedSLO`), ``vertical-deadline``
+(``deadline.py``: :class:`BatchedVerticalDeadline`) and ``merkat-vertical`` on a trace job
+(``generic.py``: :class:`BatchedMerkatVertical`); ``base.py`` holds the data, the
 interface, the registry :data:`BATCHED` and the shared element-wise helpers. The scalar path stays the
 reference and runs everything else: waiting and suspended applications (start, resume),
 controllers whose parameters the batch does not cover (``accepts``), custom controllers and
@@ -44,7 +45,8 @@ from merkat.control.batched.base import (
     spend_cap,
 )
 from merkat.control.batched.deadline import BatchedVerticalDeadline
+from merkat.control.batched.generic import BatchedMerkatVertical
 from merkat.control.batched.slo import BatchedSLO
 
-__all__ = ["BATCHED", "SUSPEND", "Batch", "BatchDemand", "BatchedPolicy", "BatchedSLO",
-           "BatchedVerticalDeadline", "gap", "pymax", "pymin", "spend_cap"]
+__all__ = ["BATCHED", "SUSPEND", "Batch", "BatchDemand", "BatchedMerkatVertical",
+           "BatchedPolicy", "BatchedSLO", "BatchedVerticalDeadline", "gap", "pymax", "pymin", "spend_cap"]

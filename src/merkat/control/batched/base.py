@@ -46,7 +46,8 @@ class Batch:
     :func:`~merkat.control.formulas.mean_bid` over the VMs) and ``alloc`` (the smallest
     allocation, :func:`~merkat.control.formulas.least_alloc`): ``(R, n)``; ``balance``
     (credits), ``renewal``, ``deadline``, ``nvms`` (VM count), ``work_done``, ``work_total``,
-    ``progress_rate``, ``ideal_rate``: ``(n,)``; ``state``: ``(k, n)``, what
+    ``progress_rate``, ``ideal_rate``, ``performance`` (the generic metric v): ``(n,)``;
+    ``state``: ``(k, n)``, what
     :meth:`BatchedPolicy.state` read of each controller."""
 
     time: float
@@ -67,6 +68,7 @@ class Batch:
     progress_rate: FloatArray
     ideal_rate: FloatArray
     state: FloatArray
+    performance: FloatArray
 
     def __len__(self) -> int:
         return len(self.balance)
@@ -74,13 +76,15 @@ class Batch:
 
 @dataclass
 class BatchDemand:
-    """A batch's demands, one row each: ``stop`` (the reason, or None), else ``suspend``
-    (suspend every VM, :data:`SUSPEND`), else every VM bids ``bid`` (``(R, n)``, the batch's
-    resources) and the VM count is unchanged."""
+    """A batch's demands, one row each: ``declined`` (the batch does not cover this
+    application's case: the scalar path decides, the batch moved none of its state), else
+    ``stop`` (the reason, or None), else ``suspend`` (suspend every VM, :data:`SUSPEND`), else
+    every VM bids ``bid`` (``(R, n)``, the batch's resources) and the VM count is unchanged."""
 
     stop: list[str | None]
     suspend: list[bool]
     bid: FloatArray
+    declined: list[bool] | None = None
 
 
 class BatchedPolicy(Protocol):

@@ -96,7 +96,7 @@ class BatchedSLO:
             new = np.empty((R, n))
             wanted = np.zeros(n)
             for j in range(R):
-                new[j] = _alg1(b.bid[j], direction, t, b.alloc[j], min_fraction * b.vm_size[j],
+                new[j] = alg1(b.bid[j], direction, t, b.alloc[j], min_fraction * b.vm_size[j],
                                b.vm_size[j], b.prices[j], b.bid_min[j], history[j])
                 wanted = new[j].copy() if j == 0 else wanted + new[j]
             short = wanted > cap * (1 + 1e-12)
@@ -157,7 +157,7 @@ def _factor(base: FloatArray, history: Any, sign: int) -> FloatArray:
     return out
 
 
-def _alg1(b: FloatArray, direction: Any, t: FloatArray, a: FloatArray, amin: FloatArray,
+def alg1(b: FloatArray, direction: Any, t: FloatArray, a: FloatArray, amin: FloatArray,
           amax: FloatArray, price: float, floor: float, history: Any) -> FloatArray:
     """One resource's new bid of :meth:`MerkatVerticalScaler.step` (lines 8-18), row-wise."""
     share = b / price if price > 0 else np.where(b > 0, np.inf, 0.0)

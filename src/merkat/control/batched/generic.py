@@ -1,0 +1,82 @@
+"""The batched form of ``merkat-vertical`` (:class:`~merkat.control.generic.MerkatVertical`,
+``steer="scale"``) on an application that reports its progress and a deadline (a trace job):
+see :mod:`merkat.control.batched`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from merkat.control.base import Controller
+from merkat.control.batched.base import BATCHED, Batch, BatchDemand, gap, pymax, spend_cap
+from merkat.control.batched.slo import alg1
+from merkat.control.generic import MerkatVertical, MerkatVerticalScaler
+
+
+class BatchedMerkatVertical:
+    """Merkat Alg. 1 on the progress rate against the rate the deadline needs
+    (:func:`~merkat.control.generic.deadline_metric`), row-wise: stop when the work is done,
+    keep the current bid without a measured rate, else one Alg. 1 step
+    (:class:`~merkat.control.generic.MerkatVerticalScaler`). Declined (the scalar path
+    decides): an application with a generic metric of its own (``metrics.performance``) or
+    past its deadline with work left (its best-effort bid)."""
+
+    name = "merkat-vertical"
+
+    def accepts(self, controller: Controller) -> bool:
+        return type(controller) is MerkatVertical and controller.share is None
+
+    def state(self, controller: Controller, resources: tuple[str, ...]) -> list[float]:
+        c: MerkatVertical = controller  # type: ignore[assignment]
+        hist = c.scaler.history
+        return [c.low, c.high, c.alloc_min, c.horizon, *[hist.get(r, 0) for r in resources]]
+
+    def decide(self, controllers: Sequence[Controller], batch: Batch) -> BatchDemand:
+        b = batch
+        R, n = b.vm_size.shape
+        low, high, alloc_min, horizon = b.state[:4]
+        history = b.state[4:]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            work = pymax(0.0, b.work_total - b.work_done)
+            left = b.deadline - b.time
+            finished = work <= 0
+            declined = ~finished & ((b.performance == b.performance) | ((left <= 0) & (work > 0)))
+            rate = b.progress_rate
+            stepped = ~finished & ~declined & (rate == rate) & (left > 0)
+            ref = work / left  # deadline_metric: higher is better
+            direction = np.where(rate < ref / high, 1, np.where(rate > ref / low, -1, 0))
+            t = gap(rate, ref)
+            cap = spend_cap(b, left, horizon)
+            new = np.empty((R, n))
+            wanted = np.zeros(n)
+            for j in range(R):
+                new[j] = alg1(b.bid[j], direction, t, b.alloc[j], alloc_min * b.vm_size[j],
+                              b.vm_size[j], b.prices[j], b.bid_min[j], history[j])
+                wanted = new[j].copy() if j == 0 else wanted + new[j]
+        names = b.resources
+        floors = dict(zip(names, b.bid_min.tolist(), strict=True))
+        for i in np.flatnonzero(stepped & (wanted > cap)).tolist():  # lines 19-25
+            split = MerkatVerticalScaler.resplit(
+                dict(zip(names, new[:, i].tolist(), strict=True)), float(cap[i]),
+                dict(zip(names, b.alloc[:, i].tolist(), strict=True)),
+                dict(zip(names, b.vm_size[:, i].tolist(), strict=True)), floors)
+            new[:, i] = [split[r] for r in names]
+        up, down = (new > b.bid).tolist(), (new < b.bid).tolist()
+        step_l, wanted_l = stepped.tolist(), wanted.tolist()
+        for i, c in enumerate(controllers):  # the state the scalar calls leave
+            if step_l[i]:
+                scaler = c.scaler  # type: ignore[attr-defined]
+                scaler.wanted = wanted_l[i]
+                hist = scaler.history
+                for j, r in enumerate(names):
+                    if up[j][i]:
+                        hist[r] = 1
+                    elif down[j][i]:
+                        hist[r] = -1
+        bid = np.where(stepped, new, b.bid)  # no metric: the current bid (Controller.keep)
+        stop: list[str | None] = ["finished" if f else None for f in finished.tolist()]
+        return BatchDemand(stop, [False] * n, bid, declined.tolist())
+
+
+BATCHED.register(BatchedMerkatVertical())
