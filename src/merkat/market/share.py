@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from merkat.market import share_kernel
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
@@ -75,16 +77,31 @@ def proportional_share(
     m = np.asarray(caps, dtype=np.float64)
     cap_g = np.atleast_1d(np.asarray(capacity, dtype=np.float64))
     n, n_groups = b.shape[0], cap_g.shape[0]
+    if n == 0 or not b.any():
+        # No VM, or no bid at all (an untraded resource): nothing is allocated, every price is
+        # 0 and all the capacity is left (what the general rule below gives, without the work).
+        return Shares(np.zeros(n), np.zeros(n_groups), np.zeros(n, dtype=np.bool_),
+                      np.zeros(n_groups), cap_g.copy())
+    if n >= share_kernel.MIN_VMS and n_groups > 0 and share_kernel.enabled():
+        # (group indices checked: the compiled loop does not check its bounds)
+        g = np.zeros(n, dtype=np.int64) if group is None else np.asarray(group, dtype=np.int64)
+        if group is None or (g.shape == (n,) and g.min() >= 0 and g.max() < n_groups):
+            return Shares(*share_kernel.compiled_share(b, m, cap_g, g, 1.0 + _RTOL, _TINY))
+    return proportional_share_numpy(b, m, cap_g, group)
 
+
+def proportional_share_numpy(
+    b: FloatArray, m: FloatArray, cap_g: FloatArray, group: npt.ArrayLike | None
+) -> Shares:
+    """The reference of :func:`proportional_share` (its arguments converted, at least one
+    positive bid), vectorised with numpy; :mod:`merkat.market.share_kernel` is its compiled
+    twin, tested equal byte for byte."""
+    n, n_groups = b.shape[0], cap_g.shape[0]
     price = np.zeros(n_groups)
     uncapped_bids = np.zeros(n_groups)
     capacity_left = cap_g.copy()
     allocation = np.zeros(n)
     capped = np.zeros(n, dtype=np.bool_)
-    if n == 0 or not b.any():
-        # No VM, or no bid at all (an untraded resource): nothing is allocated, every price is
-        # 0 and all the capacity is left (what the general rule below gives, without the work).
-        return Shares(allocation, price, capped, uncapped_bids, capacity_left)
     single = group is None or n_groups == 1
 
     # Bid per unit of cap: the VMs with the highest ratio reach their cap first.
