@@ -37,7 +37,9 @@ class Plan:
     restart. ``migrate``: ``(vm, from_host, to_host)``. ``allocations``: for every VM that runs
     this period, its allocation of each resource its application trades (CPU in cores, memory
     in MiB): the limits to enforce. A resource the application does not trade (memory in a
-    CPU-only market) is absent: it is reserved as requested, not limited.
+    CPU-only market) is absent: it is reserved as requested, not limited. An admission's plan
+    (between periods) lists only the newcomers and the VMs whose allocation it changes; a VM
+    not listed keeps the allocation it has.
     """
 
     time: float
