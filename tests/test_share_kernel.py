@@ -10,7 +10,7 @@ import pytest
 
 from merkat.market import share, share_kernel
 
-pytestmark = pytest.mark.skipif(not share_kernel.enabled(), reason="MERKAT_KERNELS=numpy")
+pytestmark = pytest.mark.skipif(not share_kernel.available(), reason="numba not installed")
 
 
 def _market(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
@@ -36,14 +36,19 @@ def _bytes(s: share.Shares) -> list[bytes]:
 @pytest.mark.parametrize("seed", range(200))
 def test_the_compiled_share_is_the_numpy_reference_byte_for_byte(seed: int) -> None:
     b, m, cap, group = _market(seed)
-    got = share.proportional_share(b, m, cap, group)
-    want = share.proportional_share_numpy(b, m, np.atleast_1d(cap), group)
+    cap_g = np.atleast_1d(cap)
+    g = np.zeros(len(b), dtype=np.int64) if group is None else group
+    got = share.Shares(*share_kernel.compiled_share(b, m, cap_g, g, 1.0 + share._RTOL,
+                                                     share._TINY))
+    want = share.proportional_share_numpy(b, m, cap_g, group)
     assert _bytes(got) == _bytes(want)
 
 
 def test_the_kernel_serves_large_markets_and_checks_its_groups(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """A market of MIN_VMS VMs or more goes to the kernel; group indices out of range go to
-    the reference (whose error or answer they get), never into the compiled loop."""
+    """With MERKAT_KERNELS=numba a market of MIN_VMS VMs or more goes to the kernel; group
+    indices out of range go to the reference (whose error or answer they get), never into
+    the compiled loop; without it, every market goes to the reference."""
+    monkeypatch.setenv("MERKAT_KERNELS", "numba")
     calls = []
     real = share_kernel.compiled_share
     monkeypatch.setattr(share_kernel, "compiled_share",
@@ -56,3 +61,6 @@ def test_the_kernel_serves_large_markets_and_checks_its_groups(monkeypatch) -> N
     with pytest.raises((IndexError, ValueError)):
         share.proportional_share(np.ones(n), np.ones(n), [4.0, 4.0], np.arange(n) - 1)
     assert calls == [1]
+    monkeypatch.delenv("MERKAT_KERNELS")
+    share.proportional_share(np.ones(n), np.ones(n), [4.0, 4.0], np.arange(n) % 2)
+    assert calls == [1]  # the default: the reference

@@ -2,11 +2,17 @@
 
 What it replaces: the vectorised body of :func:`merkat.market.share.proportional_share`
 (segmented and single-market), which stays the reference (:func:`~merkat.market.share.
-proportional_share_numpy`). ``proportional_share`` calls :func:`compiled_share` for markets of
-:data:`MIN_VMS` VMs or more when numba can be imported (a normal dependency) and
-``MERKAT_KERNELS`` is not ``numpy``; the period clears every node this way (the load
-balancer's start, the enforceable allocation, admissions), ~40 numpy calls of ~1-3 µs each on
-a few hundred VMs.
+proportional_share_numpy`) and the default. ``proportional_share`` calls
+:func:`compiled_share` for markets of :data:`MIN_VMS` VMs or more when ``MERKAT_KERNELS=numba``
+and numba can be imported (the optional extra ``merkat[kernels]``); the period clears every
+node this way (the load balancer's start, the enforceable allocation, admissions).
+
+Opt-in, not the default, because it does not pay in the default install
+(docs/benchmarks.md, "The market's side of the period"): it saves ~30 % of a clearing
+(~0.6 ms of ~2 ms on the recorded clearings of ``bench period --jobs 2000``), but importing
+numba adds ~125 MiB of resident memory and loading the cached kernel ~45 MiB more (issue 28's
+target is 500 MiB for the whole trace), and a cold start costs ~1 s of CPU per process (4.7 s
+the first time, before the on-disk cache exists).
 
 Bit for bit the reference: the same IEEE operations in the same order — the VMs sorted by
 group then decreasing bid per unit of cap (ties in input order: a stable sort, as
@@ -16,12 +22,10 @@ it), each group's total bid summed in input order (as ``bincount``), ``max(x, 0)
 NaN, the subnormal-price rule, non-finite allocations set to 0. ``tests/test_share_kernel.py``
 runs both on random markets (caps binding or not, zero and infinite caps, zero capacity, empty
 groups, subnormal prices) and compares every output array byte for byte, signs of zeros
-included.
+included; ``themis-fig5 --jobs 300`` gives the same ``results.json`` with either.
 
 Compiled on first use and cached on disk (``cache=True``: numba's cache beside this module,
-or the user's cache directory when it is not writable); a cold start costs the numba import
-(~0.3 s of CPU) and loading the cached machine code (~0.4-0.7 s), once per process
-(docs/benchmarks.md, "The market's kernels").
+or the user's cache directory when it is not writable).
 """
 
 from __future__ import annotations
@@ -40,16 +44,22 @@ _tried = False
 
 
 def enabled() -> bool:
-    """Whether the compiled kernel is used: numba importable and ``MERKAT_KERNELS`` not
-    ``numpy`` (the environment variable that selects the reference, read once)."""
+    """Whether :func:`~merkat.market.share.proportional_share` uses the compiled kernel:
+    ``MERKAT_KERNELS=numba`` (read at each call) and numba importable."""
+    if os.environ.get("MERKAT_KERNELS", "").strip().lower() != "numba":
+        return False
+    return available()
+
+
+def available() -> bool:
+    """Whether the kernel can run (numba importable; built or loaded on the first call)."""
     global _kernel, _tried
     if not _tried:
         _tried = True
-        if os.environ.get("MERKAT_KERNELS", "").strip().lower() != "numpy":
-            try:
-                _kernel = _build()
-            except ImportError:  # pragma: no cover - numba is a dependency
-                _kernel = None
+        try:
+            _kernel = _build()
+        except ImportError:  # numba is an optional extra: merkat[kernels]
+            _kernel = None
     return _kernel is not None
 
 
@@ -58,7 +68,7 @@ def compiled_share(b: Any, m: Any, cap_g: Any, g: Any, limit: float, tiny: float
     """``(allocation, price, capped, uncapped_bids, capacity_left)`` of the segmented
     proportional share (``g``: each VM's group, int64; ``cap_g``: each group's capacity;
     ``limit``: ``1 + rtol``; ``tiny``: the smallest normal float): see the module docstring.
-    Call only when :func:`enabled`."""
+    Call only when :func:`available`."""
     n, n_groups = b.shape[0], cap_g.shape[0]
     allocation = np.zeros(n)
     capped = np.zeros(n, dtype=np.bool_)
