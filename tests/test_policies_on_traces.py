@@ -36,6 +36,7 @@ from merkat.control.types import (
     VMState,
     VMView,
 )
+from merkat.core import batch
 from merkat.core.period import AppSpec, Platform
 from merkat.market import Hosts
 from merkat.runtime.driver import Driver
@@ -208,6 +209,9 @@ def bids(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, set[float]]]:
         return d
 
     monkeypatch.setattr(Controller, "decide", spy)
+    # the batched forms (merkat.core.batch) decide without Controller.decide: off here, so
+    # every decision is seen (tests/test_batched.py pins the two paths equal)
+    monkeypatch.setattr(batch, "batchable", lambda app: None)
     yield seen
 
 
