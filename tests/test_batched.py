@@ -288,6 +288,19 @@ def test_a_group_smaller_than_min_batch_takes_the_scalar_path(
         assert len(got) == decided
 
 
+def test_a_nan_metric_takes_the_scalar_path() -> None:
+    """A world (or a user) reporting NaN is decided as the scalar path decides (a batch reads
+    NaN as a value not reported)."""
+    rows, now = _random_apps("deadline-strict", ("cpu",), 4, seed=5)
+    nan = float("nan")
+    rows = [(a, b, Observed(Metrics(work_done=1.0, work_total=10.0, progress_rate=nan,
+                                    ideal_rate=1.0))) for a, b, _ in rows]
+    decider = Decider(300.0, {"cpu": 8.0, "memory": 0.0}, {"cpu": 0.01}, 3)
+    policy = BATCHED.get("deadline-strict")
+    assert batch.decide(decider, [(a, policy, b, s) for a, b, s in rows], now,
+                        {"cpu": 0.1, "memory": 0.0}, []) == {}
+
+
 def test_only_the_exact_policy_with_the_parameters_the_batch_covers_is_batched() -> None:
     def app(ctl: Controller, status: AppStatus = AppStatus.RUNNING) -> App:
         a = App(AppSpec("x", ctl.name, 1, {"cpu": 1.0}, 0.0, 1.0), ctl, "app:x", status)

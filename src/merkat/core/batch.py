@@ -9,7 +9,7 @@ What it replaces: for those applications, the scalar path of :meth:`Platform.dec
 each), :func:`~merkat.core.isolation.ask` (the controller's ``decide``) and the
 :class:`~merkat.control.types.Demand` of a uniform bid. Everything else takes the scalar path,
 in the same period: an application that waits or is suspended, has a suspended VM, lacks the
-metrics the batch reads (a deadline, a work count, a rate), trades a resource outside
+metrics the batch reads (a deadline, a work count, a rate) or reports one as NaN, trades a resource outside
 :data:`~merkat.market.RESOURCES`, or whose controller the batch does not accept (custom
 controllers, plugins, parameters it does not cover). ``tests/test_batched.py`` pins the two
 paths equal (:attr:`Platform.batched <merkat.core.period.Platform.batched>` turns this one
@@ -22,6 +22,7 @@ applications to the scalar path, where an error fails that application alone
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -60,6 +61,11 @@ class _Group:
         self.rows: list[list[float]] = []
 
 
+def _nan(*values: float | None) -> bool:
+    """Whether any of ``values`` is NaN."""
+    return any(v is not None and v != v for v in values)
+
+
 def batchable(app: App) -> BatchedPolicy | None:
     """The batched form that decides for ``app`` this period, or None (the scalar path)."""
     ctl = app.controller
@@ -80,8 +86,11 @@ def decide(decider: Decider, rows: Sequence[tuple[App, BatchedPolicy, int, Obser
     for app, policy, balance, seen in rows:
         spec, m = app.spec, seen.metrics
         if (spec.deadline is None or m.work_total is None
-                or (m.progress_rate is None and m.ideal_rate is None)):
+                or (m.progress_rate is None and m.ideal_rate is None)
+                or not math.isfinite(spec.deadline)):  # (the scalar spend limit raises)
             continue
+        if _nan(m.work_done, m.work_total, m.progress_rate, m.ideal_rate, m.performance):
+            continue  # NaN stands for None in a batch: a NaN reported takes the scalar path
         vms = app.vms
         if any(vm.state is suspended for vm in vms):
             continue
