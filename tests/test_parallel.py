@@ -56,9 +56,13 @@ def same(a: MarketOutcome, b: MarketOutcome) -> None:
 CLUSTER = Cluster(6, 2, 2048.0)  # memory traded: migrations, suspensions, resumptions
 
 
+PER_BURST = 12  # 4 bursts of 12: ~60 suspensions and ~1,000 migrations in one process (24
+# a burst gave 20x the suspensions at 3x the cost: docs/testing.md)
+
+
 @pytest.fixture(scope="module")
 def mixed() -> tuple[Workload, tuple[str, ...], MarketOutcome]:
-    w = bursts()
+    w = bursts(per_burst=PER_BURST)
     names = tuple(POLICIES[k % 4] for k in range(len(w)))
     return w, names, simulate_market(w, CLUSTER, policies=names, seed=5)
 
@@ -66,11 +70,11 @@ def mixed() -> tuple[Workload, tuple[str, ...], MarketOutcome]:
 @pytest.mark.parametrize(
     "cuts",
     [
-        [24],  # exactly where the second burst starts: the cluster is empty there
-        [30],  # inside a burst: piece 0 runs on to the next common idle point
-        [24, 48, 72],  # four pieces, one per burst
-        [10, 60],  # both inside bursts
-        [90],  # inside the last burst: no later idle point, piece 0 does everything
+        [12],  # exactly where the second burst starts: the cluster is empty there
+        [15],  # inside a burst: piece 0 runs on to the next common idle point
+        [12, 24, 36],  # four pieces, one per burst
+        [5, 30],  # both inside bursts
+        [45],  # inside the last burst: no later idle point, piece 0 does everything
     ],
 )
 def test_a_cut_run_gives_the_outcome_of_one_process(
@@ -83,12 +87,13 @@ def test_a_cut_run_gives_the_outcome_of_one_process(
 
 
 def test_workers_on_a_trace_sized_run_cut_automatically(monkeypatch: pytest.MonkeyPatch) -> None:
-    w = bursts(n_bursts=3, per_burst=20, seed=3)
+    w = bursts(n_bursts=3, per_burst=PER_BURST, seed=3)
     monkeypatch.setattr(segments, "MIN_JOBS_PER_PIECE", 10)
     steps: list[int] = []
     one = simulate_market(w, CLUSTER, seed=1)
     par = simulate_parallel(w, CLUSTER, seed=1, workers=3, progress=steps.append)
     same(one, par)
+    assert [(p["first_job"], p["last_job"]) for p in par.pieces] == [(0, 11), (12, 23), (24, 35)]
     assert sum(steps) == len(w)  # the progress of every piece, each job once
 
 
@@ -135,7 +140,7 @@ def test_a_failing_piece_is_reported_not_waited_for(
 
     monkeypatch.setattr(segments, "run_segment", broken)
     with pytest.raises(RuntimeError, match=r"piece 1 of the market run failed(.|\n)*injected"):
-        simulate_parallel(w, CLUSTER, MarketConfig(), names, 0, None, 2, [30])
+        simulate_parallel(w, CLUSTER, MarketConfig(), names, 0, None, 2, [15])
 
 
 class _Probe(Controller):
