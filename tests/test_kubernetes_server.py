@@ -21,7 +21,7 @@ import yaml
 from merkat.backends.kubernetes.emulator import KubeEmulator, kubeconfig
 from merkat.backends.kubernetes.emulator_http import serve
 from merkat.backends.kubernetes.objects import cores_to_millis, cpu_millis
-from test_service_e2e import ENV, ROOT, cli, free_port  # the service's end-to-end helpers
+from test_service_e2e import ENV, ROOT, _up, api, cli, free_port  # the service's e2e helpers
 from test_service_e2e import wait as _wait
 
 pytestmark = pytest.mark.kubernetes
@@ -78,6 +78,7 @@ def test_merkat_server_on_the_emulated_cluster(cluster: Any, tmp_path: Path) -> 
     proc = server()
     env = {**ENV, "MERKAT_URL": f"http://127.0.0.1:{port}", "MERKAT_TOKEN": key}
     try:
+        wait(lambda: _up(env))  # polled through the API: a CLI process per poll costs ~0.5 s
         nodes = wait(lambda: (r := cli("nodes", "-o", "json", env=env)).returncode == 0
                      and json.loads(r.stdout)["items"])
         assert [n["name"] for n in nodes] == ["node-0", "node-1"]
@@ -102,11 +103,15 @@ def test_merkat_server_on_the_emulated_cluster(cluster: Any, tmp_path: Path) -> 
         assert c["command"][:2] == ["/bin/sh", "-c"] and "merkat.examples.solver" in c["command"][2]
 
         # What `merkat platform show` reports is what the pod's spec holds (poll until a period
-        # boundary does not fall between the two reads).
-        def consistent() -> bool:
+        # boundary does not fall between the two reads): polled through the API until it
+        # holds, then read through the CLI.
+        def consistent(via_cli: bool = True) -> bool:
             for name in ("spin-a", "spin-b", "spin-c"):
-                r = cli("platform", "show", name, "-o", "json", env=env)
-                vms = json.loads(r.stdout)["vms"]
+                if via_cli:
+                    r = cli("platform", "show", name, "-o", "json", env=env)
+                    vms = json.loads(r.stdout)["vms"]
+                else:
+                    vms = api(env, f"/platforms/{name}")["vms"]
                 spec = pods()[vms[0]["id"]]["spec"]
                 limits = spec["containers"][0]["resources"]["limits"]
                 if cpu_millis(limits["cpu"]) != cores_to_millis(vms[0]["allocation"]["cpu"]):
@@ -115,6 +120,7 @@ def test_merkat_server_on_the_emulated_cluster(cluster: Any, tmp_path: Path) -> 
                     return False
             return True
 
+        wait(lambda: consistent(via_cli=False))
         wait(consistent)
         # Three 2-core platforms on two 2-core nodes: the market shares a node.
         assert len({p["spec"]["nodeName"] for p in pods().values()}) == 2
@@ -125,12 +131,14 @@ def test_merkat_server_on_the_emulated_cluster(cluster: Any, tmp_path: Path) -> 
         proc.kill()
         proc.wait()
         proc = server()
+        wait(lambda: _up(env))
         shown = wait(lambda: (r := cli("platform", "show", "spin-a", "-o", "json", env=env))
                      .returncode == 0 and json.loads(r.stdout))
         assert shown["state"] == "running" and shown["vms"][0]["adopted"] is True
         assert {vm: p["metadata"]["uid"] for vm, p in pods().items()} == uids
         r = cli("events", "-n", "1000", "-o", "json", env=env)  # 3 charges a period after it
         assert "1 VM(s) re-adopted (0 frozen), 0 started again" in r.stdout
+        wait(lambda: consistent(via_cli=False))
         wait(consistent)
     finally:
         proc.send_signal(signal.SIGINT)
