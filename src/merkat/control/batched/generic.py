@@ -10,8 +10,8 @@ import numpy as np
 
 from merkat.control.base import Controller
 from merkat.control.batched.base import BATCHED, Batch, BatchDemand, gap, pymax, spend_cap
-from merkat.control.batched.slo import alg1
-from merkat.control.generic import MerkatVertical, MerkatVerticalScaler
+from merkat.control.batched.slo import alg1_rows, resplit_rows
+from merkat.control.generic import MerkatVertical
 
 
 class BatchedMerkatVertical:
@@ -34,7 +34,7 @@ class BatchedMerkatVertical:
 
     def decide(self, controllers: Sequence[Controller], batch: Batch) -> BatchDemand:
         b = batch
-        R, n = b.vm_size.shape
+        n = b.vm_size.shape[1]
         low, high, alloc_min, horizon = b.state[:4]
         history = b.state[4:]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -48,20 +48,9 @@ class BatchedMerkatVertical:
             direction = np.where(rate < ref / high, 1, np.where(rate > ref / low, -1, 0))
             t = gap(rate, ref)
             cap = spend_cap(b, left, horizon)
-            new = np.empty((R, n))
-            wanted = np.zeros(n)
-            for j in range(R):
-                new[j] = alg1(b.bid[j], direction, t, b.alloc[j], alloc_min * b.vm_size[j],
-                              b.vm_size[j], b.prices[j], b.bid_min[j], history[j])
-                wanted = new[j].copy() if j == 0 else wanted + new[j]
+            new, wanted = alg1_rows(b, direction, t, alloc_min, history)
         names = b.resources
-        floors = dict(zip(names, b.bid_min.tolist(), strict=True))
-        for i in np.flatnonzero(stepped & (wanted > cap)).tolist():  # lines 19-25
-            split = MerkatVerticalScaler.resplit(
-                dict(zip(names, new[:, i].tolist(), strict=True)), float(cap[i]),
-                dict(zip(names, b.alloc[:, i].tolist(), strict=True)),
-                dict(zip(names, b.vm_size[:, i].tolist(), strict=True)), floors)
-            new[:, i] = [split[r] for r in names]
+        resplit_rows(b, new, cap, np.flatnonzero(stepped & (wanted > cap)).tolist())  # 19-25
         up, down = (new > b.bid).tolist(), (new < b.bid).tolist()
         step_l, wanted_l = stepped.tolist(), wanted.tolist()
         for i, c in enumerate(controllers):  # the state the scalar calls leave

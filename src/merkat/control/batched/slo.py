@@ -60,7 +60,7 @@ class BatchedSLO:
     def decide(self, controllers: Sequence[Controller], batch: Batch) -> BatchDemand:
         b = batch
         kind = self.kind
-        R, n = b.vm_size.shape
+        n = b.vm_size.shape[1]
         low, high, min_fraction, horizon = b.state[:4]
         history = b.state[4:]
         inf = np.inf
@@ -93,12 +93,7 @@ class BatchedSLO:
             t = gap(v, ref)
             cap = spend_cap(b, left, horizon)
             # --- Merkat Alg. 1's step, per resource (MerkatVerticalScaler.step) -----------
-            new = np.empty((R, n))
-            wanted = np.zeros(n)
-            for j in range(R):
-                new[j] = alg1(b.bid[j], direction, t, b.alloc[j], min_fraction * b.vm_size[j],
-                               b.vm_size[j], b.prices[j], b.bid_min[j], history[j])
-                wanted = new[j].copy() if j == 0 else wanted + new[j]
+            new, wanted = alg1_rows(b, direction, t, min_fraction, history)
             short = wanted > cap * (1 + 1e-12)
             if kind is SLOKind.DEADLINE_STRICT:
                 condition = short & (direction > 0)
@@ -112,15 +107,7 @@ class BatchedSLO:
                 stops[i] = "finished" if fin[i] else late_reason
         over = wanted > cap
         if over.any():  # lines 19-25, the budget re-split: the scalar helper on these rows
-            names = b.resources
-            floors = dict(zip(names, b.bid_min.tolist(), strict=True))
-            for i in np.flatnonzero(over).tolist():
-                if stops[i] is None:
-                    split = MerkatVerticalScaler.resplit(
-                        dict(zip(names, new[:, i].tolist(), strict=True)), float(cap[i]),
-                        dict(zip(names, b.alloc[:, i].tolist(), strict=True)),
-                        dict(zip(names, b.vm_size[:, i].tolist(), strict=True)), floors)
-                    new[:, i] = [split[r] for r in names]
+            resplit_rows(b, new, cap, [i for i in np.flatnonzero(over).tolist() if stops[i] is None])
         up, down = (new > b.bid).tolist(), (new < b.bid).tolist()
         wanted_l, short_l, cond_l = wanted.tolist(), short.tolist(), condition.tolist()
         suspend = [False] * n
@@ -176,3 +163,32 @@ def alg1(b: FloatArray, direction: Any, t: FloatArray, a: FloatArray, amin: Floa
 
 for _kind in SLOKind:
     BATCHED.register(BatchedSLO(_kind))
+
+
+def alg1_rows(b: Batch, direction: FloatArray, t: FloatArray, min_fraction: Any,
+              history: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Merkat Alg. 1's step (:func:`alg1`) for every row, resource by resource: the new bids
+    (resources × rows) and each row's total over its resources, summed in the scalar path's
+    order (the first resource, then each next one added)."""
+    R, n = b.vm_size.shape
+    new = np.empty((R, n))
+    wanted = np.zeros(n)
+    for j in range(R):
+        new[j] = alg1(b.bid[j], direction, t, b.alloc[j], min_fraction * b.vm_size[j],
+                      b.vm_size[j], b.prices[j], b.bid_min[j], history[j])
+        wanted = new[j].copy() if j == 0 else wanted + new[j]
+    return new, wanted
+
+
+def resplit_rows(b: Batch, new: FloatArray, cap: FloatArray, rows: list[int]) -> None:
+    """Alg. 1's lines 19-25 on ``rows`` (their bids over the spending cap): each row's bids
+    re-split within its cap by the scalar helper
+    (:meth:`~merkat.control.generic.MerkatVerticalScaler.resplit`), written into ``new``."""
+    names = b.resources
+    floors = dict(zip(names, b.bid_min.tolist(), strict=True))
+    for i in rows:
+        split = MerkatVerticalScaler.resplit(
+            dict(zip(names, new[:, i].tolist(), strict=True)), float(cap[i]),
+            dict(zip(names, b.alloc[:, i].tolist(), strict=True)),
+            dict(zip(names, b.vm_size[:, i].tolist(), strict=True)), floors)
+        new[:, i] = [split[r] for r in names]
