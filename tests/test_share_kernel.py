@@ -64,3 +64,26 @@ def test_the_kernel_serves_large_markets_and_checks_its_groups(monkeypatch) -> N
     monkeypatch.delenv("MERKAT_KERNELS")
     share.proportional_share(np.ones(n), np.ones(n), [4.0, 4.0], np.arange(n) % 2)
     assert calls == [1]  # the default: the reference
+
+
+def test_an_unknown_kernel_choice_is_bad_input_naming_the_variable(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A typo in MERKAT_KERNELS is refused with the values it takes, not silently ignored;
+    the command line exits 2 with one line."""
+    from merkat.market import share_kernel
+    from merkat.market.types import MarketError
+
+    monkeypatch.setenv("MERKAT_KERNELS", "numbaa")
+    with pytest.raises(MarketError, match="MERKAT_KERNELS: must be one of numpy, numba, got 'numbaa'"):
+        share_kernel.enabled()
+    monkeypatch.setenv("MERKAT_KERNELS", "NumPy")
+    assert share_kernel.enabled() is False
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "merkat", "bench", "period", "--jobs", "20"],
+                       capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "MERKAT_KERNELS": "numbaa"})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("error: MERKAT_KERNELS: must be one of")
+    assert "Traceback" not in r.stderr

@@ -45,9 +45,17 @@ _tried = False
 
 def enabled() -> bool:
     """Whether :func:`~merkat.market.share.proportional_share` uses the compiled kernel:
-    ``MERKAT_KERNELS=numba`` (read at each call) and numba importable."""
-    if os.environ.get("MERKAT_KERNELS", "").strip().lower() != "numba":
+    ``MERKAT_KERNELS=numba`` (read at each call) and numba importable. Unset, empty or
+    ``numpy`` selects the reference; any other value is bad input (:class:`MarketError`
+    naming the variable and the values it takes: a typo never silently falls back)."""
+    choice = os.environ.get("MERKAT_KERNELS", "").strip().lower()
+    if choice in ("", "numpy"):
         return False
+    if choice != "numba":
+        from merkat.market.types import MarketError
+
+        raise MarketError("MERKAT_KERNELS", f"must be one of numpy, numba, got {choice!r} "
+                          "(unset means numpy)")
     return available()
 
 
