@@ -85,7 +85,8 @@ def install() -> None:
     patch(admission, "make_plan", "plan and bills")
     patch(admission, "bills_of", "plan and bills")
     patch(period, "bidding_vms", "market input")
-    patch(admission, "running", "market input")
+    from merkat.core import running
+    patch(running.RunningRows, "__call__", "market input")
     patch(admission, "place", "clearing")
     patch(reconcile.Decider, "observe", "observe")
     patch(reconcile.Decider, "reconcile", "reconcile")

@@ -15,7 +15,8 @@ scheduler for their VMs. Here, at an admission point ``now`` between two periods
    with the VMs already there, as a new process shares a cgroup-enforced machine, until the
    next period re-clears the whole market; an application whose VMs cannot all be placed (a
    minimum no host can hold) stays in the queue for the next period. The running VMs are
-   read from the records (:func:`~merkat.core.market_input.running`) and only those whose
+   read from the records (:func:`~merkat.core.running.running`, each application's rows
+   kept while its records do not change) and only those whose
    allocation changes — the VMs on the hosts that receive newcomers — are drafted, planned
    and committed (``tests/test_admission.py`` checks the decision against the one that
    drafts every running application);
@@ -50,10 +51,11 @@ from merkat.control.types import AppStatus
 from merkat.core.backend import Plan
 from merkat.core.draft import draft, keep
 from merkat.core.isolation import ask, fail, reconcile
-from merkat.core.market_input import Rows, Run, Running, market_rows, running, size
+from merkat.core.market_input import Rows, Run, market_rows, size
 from merkat.core.model import App, AppNext, Decision, Observed, Ops
 from merkat.core.plan import bills_of, make_plan
 from merkat.core.reconcile import Decider, Prices
+from merkat.core.running import Running, RunningRows
 from merkat.market import NO_HOST, RESOURCES, Hosts, VMs, enforceable, worst_fit_decreasing
 from merkat.market.clear import check_reserve
 from merkat.market.share import FloatArray, IntArray
@@ -115,7 +117,8 @@ def _revert(nx: AppNext, app: App) -> None:
 @dataclass(frozen=True)
 class Market:
     """What an admission reads of the platform: its cluster, rules, last prices (and the
-    past ones, the last entry being ``prices``), records and the period's index."""
+    past ones, the last entry being ``prices``), records, the period's index and the
+    running VMs' rows kept from the last admission point (:class:`RunningRows`)."""
 
     hosts: Hosts
     decider: Decider
@@ -124,6 +127,7 @@ class Market:
     apps: dict[str, App]
     active: Sequence[App]
     index: int
+    running: RunningRows
 
 
 def admit(market: Market, queued: Sequence[App], now: float, until: float,
@@ -157,8 +161,9 @@ def admit(market: Market, queued: Sequence[App], now: float, until: float,
     result = None
     if newcomers:
         # the VMs placed by the last clearing (and admissions since) keep their hosts
-        here = running([a for a in market.active
-                        if a.status is AppStatus.RUNNING and a.spec.id not in nexts], const)
+        here = market.running([a for a in market.active
+                               if a.status is AppStatus.RUNNING and a.spec.id not in nexts],
+                              const)
         n_here = len(here.odd)
         while newcomers:  # place them all, or send back those whose VMs do not all fit
             result = place(market.hosts, decider.reserve_row, here.vms, newcomers)

@@ -7,12 +7,9 @@ that bid (``None``: all of them, the usual case)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from merkat.control.types import AppStatus, VMState
 from merkat.core.model import App, AppConst, AppNext
@@ -124,105 +121,4 @@ def same_input(a: VMs, b: VMs) -> bool:
         and np.array_equal(a.bid, b.bid)
         and np.array_equal(a.cap, b.cap)
         and np.array_equal(a.minimum, b.minimum)
-    )
-
-
-@dataclass(frozen=True)
-class Running:
-    """The VMs that run on a host now, read from the records (nothing drafted): per
-    application its record, constant parts and the indexes of those VMs (``apps``, in
-    market order), their market rows (``vms``: unchecked columns) and their current allocations in the
-    market's columns (``current``; NaN where the record has none; ``traded`` marks the
-    columns each row's application trades). ``odd`` marks a row whose allocation mapping is
-    not of its application's shape (a resource missing or extra, or one outside the market
-    not at 0): :func:`changed` counts it as changed."""
-
-    apps: list[tuple[App, AppConst, list[int]]]
-    vms: Rows
-    current: FloatArray
-    traded: npt.NDArray[np.bool_]
-    odd: npt.NDArray[np.bool_]
-
-    def changed(self, allocation: FloatArray) -> npt.NDArray[np.bool_]:
-        """Per row, whether its allocation in ``allocation`` (market columns) is not the one
-        its record holds: exactly the VMs :func:`~merkat.core.plan.make_plan` gives a new
-        allocation mapping (a mapping is kept when equal)."""
-        differs = (allocation[: len(self.odd)] != self.current) & self.traded
-        out: npt.NDArray[np.bool_] = self.odd | differs.any(axis=1)
-        return out
-
-
-def running(apps: Iterable[App], const_of: Callable[[App], AppConst]) -> Running:
-    """:func:`placed` of the running ``apps`` read from their records in one pass, without
-    drafting their next states, and their current allocations (an admission point re-clears
-    the hosts and then touches only the VMs whose allocation changed)."""
-    n_res = len(RESOURCES)
-    nan = math.nan
-    suspended = VMState.SUSPENDED
-    members: list[tuple[App, AppConst, list[int]]] = []
-    ids: list[str] = []
-    hosts: list[int] = []
-    bids: list[float] = []
-    cur_rows: list[int] = []  # the current allocations, (row, market column, value)
-    cur_cols: list[int] = []
-    cur_vals: list[float] = []
-    odd: list[bool] = []
-    caps: list[list[float]] = []
-    mins: list[list[float]] = []
-    traded: list[list[bool]] = []
-    counts: list[int] = []
-    for app in apps:
-        vms = app.vms
-        rows = [k for k, vm in enumerate(vms) if vm.host != NO_HOST and vm.state is not suspended]
-        if not rows:
-            continue
-        const = app.const or const_of(app)
-        columns = const.columns
-        width = len(columns)
-        mine = [False] * n_res
-        for _, c in columns:
-            if c >= 0:
-                mine[c] = True
-        mine_vms = vms if len(rows) == len(vms) else [vms[k] for k in rows]
-        ids += [vm.id for vm in mine_vms]
-        hosts += [vm.host for vm in mine_vms]
-        first = mine_vms[0].bid
-        if all(vm.bid is first for vm in mine_vms):  # one shared bid mapping: one row
-            bids += [first.get(r, 0.0) for r in RESOURCES] * len(mine_vms)
-        else:
-            for vm in mine_vms:
-                bids += [vm.bid.get(r, 0.0) for r in RESOURCES]
-        allocs = [vm.alloc for vm in mine_vms]
-        at = len(odd)  # this application's first row
-        odd += [len(a) != width for a in allocs]
-        for r, c in columns:
-            got = [a.get(r, nan) for a in allocs]
-            if c >= 0:
-                cur_rows += range(at, at + len(got))
-                cur_cols += [c] * len(got)
-                cur_vals += got
-            else:  # outside the market: its allocation is 0
-                for k, a in enumerate(got):
-                    if a != 0.0:
-                        odd[at + k] = True
-        members.append((app, const, rows))
-        caps.append(const.cap_row)
-        mins.append(const.min_row)
-        traded.append(mine)
-        counts.append(len(rows))
-    n = len(ids)
-    shape = (n, n_res)
-    market = (
-        tuple(ids),
-        np.array(bids, dtype=np.float64).reshape(shape),
-        np.repeat(np.array(caps, dtype=np.float64).reshape(-1, n_res), counts, axis=0),
-        np.array(hosts, dtype=np.int64),
-        np.repeat(np.array(mins, dtype=np.float64).reshape(-1, n_res), counts, axis=0),
-    )
-    current = np.zeros(shape)
-    current[np.array(cur_rows, dtype=np.int64), np.array(cur_cols, dtype=np.int64)] = cur_vals
-    return Running(
-        members, market, current,
-        np.repeat(np.array(traded, dtype=np.bool_).reshape(-1, n_res), counts, axis=0),
-        np.array(odd, dtype=np.bool_),
     )

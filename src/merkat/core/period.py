@@ -69,6 +69,7 @@ from merkat.core.model import (
 from merkat.core.period_log import PeriodLog
 from merkat.core.plan import Bills, Plans
 from merkat.core.reconcile import Decider, end
+from merkat.core.running import RunningRows
 from merkat.defaults import KEEP_ALIVE, MECHANISM, MICRO, PERIOD_S, RESERVE_PRICE
 from merkat.market import RESOURCES, BalanceParams, Clearing, Hosts, VMs
 from merkat.market.mechanisms import make_mechanism
@@ -127,6 +128,7 @@ class Platform:
         self._retry = Ops()  # destroy/suspend operations the backend failed: re-issued
         self._plans = Plans()  # the last period's plan and bills, reused with its
         self._bills = Bills()  # clearing when nothing they read changed
+        self._running = RunningRows()  # the running VMs' rows, kept between admissions
 
     # --- submission -------------------------------------------------------------------
 
@@ -182,7 +184,8 @@ class Platform:
         """An admission point between periods (:func:`merkat.core.admission.admit`): a
         decision that takes the whole queue, changing no record (:meth:`settle` commits it)."""
         market = admission.Market(self.hosts, self.decider, self.prices, self.price_history,
-                                  self.apps, tuple(self.active.values()), self.index)
+                                  self.apps, tuple(self.active.values()), self.index,
+                                  self._running)
         decision = admission.admit(market, self.queued(), now, until, balances, observed)
         decision.taken = tuple(self.queue)
         return decision
