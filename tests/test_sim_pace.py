@@ -2,13 +2,15 @@
 (merkat.backends.sim: ready, not migrating, the same allocation mappings): a run gives
 bit for bit what the pace recomputed at every advance gives (a backend whose ``_speed`` is
 its own takes the path without the kept pace), with boots, migrations, admissions between
-periods, new allocations and ends."""
+periods, new allocations and ends; the applications at a kept pace advanced together
+(merkat.backends.sim_pace), in one numpy pass or in a loop, give the same bits."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from merkat.backends import sim_pace
 from merkat.backends.sim import _VM, RigidApp, SimBackend
 from merkat.bank.memory import MemoryLedger
 from merkat.core.period import AppSpec, Platform
@@ -42,8 +44,11 @@ def _run(backend: SimBackend, seed: int) -> list[tuple[float, float | None, floa
     return [(m.work_done, m.finish_time, m.last_rate) for m in backend.apps.values()]
 
 
+@pytest.mark.parametrize("min_vector", [1, 10**9])  # the numpy pass, the loop
 @pytest.mark.parametrize("seed", range(5))
-def test_the_kept_pace_gives_the_recomputed_run_bit_for_bit(seed: int) -> None:
+def test_the_kept_pace_gives_the_recomputed_run_bit_for_bit(
+        seed: int, min_vector: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sim_pace, "MIN_VECTOR", min_vector)
     kept, recomputed = SimBackend(), Recomputing()
     assert _run(kept, seed) == _run(recomputed, seed)
     assert kept.counts == recomputed.counts and kept.counts["migration"] > 0

@@ -29,8 +29,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from merkat.control.types import Metrics, new_metrics
+from merkat.backends.sim_pace import advance_paced
+from merkat.control.types import AppStatus, Metrics, new_metrics
 from merkat.core.backend import ApplyReport, Plan
+from merkat.core.model import App, Observed
 
 
 @dataclass
@@ -61,13 +63,35 @@ class RigidApp:
             or m.work_total is not self.work_total
             or m.progress_rate is not self.last_rate
         ):
-            m = self._metrics = new_metrics(
-                work_done=self.work_done,
-                work_total=self.work_total,
-                progress_rate=self.last_rate,
-                ideal_rate=1.0,
-            )
+            m = self._metrics = _rigid_metrics(self.work_done, self.work_total, self.last_rate)
         return m
+
+
+_RIGID_METRICS = vars(new_metrics(ideal_rate=1.0)).copy()
+_new, _set = object.__new__, object.__setattr__
+_NO_VMS: frozenset[str] = frozenset()
+
+
+def _observed(metrics: Metrics, finished: bool) -> Observed:
+    """``Observed(metrics, frozenset(), finished)`` without the frozen dataclass's
+    ``__init__`` (its three ``object.__setattr__``)."""
+    o: Observed = _new(Observed)
+    _set(o, "__dict__", {"metrics": metrics, "idle": _NO_VMS, "finished": finished})
+    return o
+
+
+def _rigid_metrics(work_done: float, work_total: float, rate: float | None) -> Metrics:
+    """``new_metrics(work_done=, work_total=, progress_rate=rate, ideal_rate=1.0)``, made by
+    copying that record's fields (in their declared order) and setting the three that vary:
+    the same record for less (a rigid application's metrics change every period it runs).
+    ``tests/test_sim_observe.py`` compares the two."""
+    values = _RIGID_METRICS.copy()
+    values["work_done"] = work_done
+    values["work_total"] = work_total
+    values["progress_rate"] = rate
+    m: Metrics = _new(Metrics)
+    _set(m, "__dict__", values)
+    return m
 
 
 @dataclass
@@ -166,14 +190,19 @@ class SimBackend:
     # its slowest VM's speed, kept once every VM is ready and none migrates; an operation
     # or a new allocation mapping for one of its VMs forgets it (apply, _put, _release).
     _pace: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # A rigid application's last report (:meth:`observe`), reused while it is the same.
+    _observed: dict[str, Observed] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:  # the private state
         self._live, self._seen, self._by_app, self._n_indexed = {}, 0, {}, 0
-        self._pace = {}
+        self._pace, self._observed = {}, {}
 
     def add_app(self, app_id: str, model: AppModel) -> None:
         consistent = self._seen == len(self.apps)
         self.apps[app_id] = model
+        self._pace.pop(app_id, None)  # (a model given again under the same id)
         self._live[app_id] = None
         if consistent:  # else ``apps`` was changed directly: advance rescans it
             self._seen = len(self.apps)
@@ -191,6 +220,7 @@ class SimBackend:
             self._live.pop(app_id, None)
             self._by_app.pop(app_id, None)
             self._pace.pop(app_id, None)
+            self._observed.pop(app_id, None)
 
     # --- Backend ---------------------------------------------------------------------
 
@@ -202,6 +232,38 @@ class SimBackend:
 
     def finished(self, app: str) -> bool:
         return self.apps[app].finish_time is not None
+
+    def observe(self, apps: Sequence[App]) -> dict[str, Observed]:
+        """``{app id: Observed}`` for ``apps`` (:class:`merkat.runtime.observe.Observes`): as
+        ``metrics``, ``idle`` (running applications) and ``finished`` give them, a rigid
+        application's in one step and its last report reused while its metrics record and
+        its finish are the same (waiting, suspended)."""
+        models, live, kept = self.apps, self._live, self._observed
+        running = AppStatus.RUNNING
+        out: dict[str, Observed] = {}
+        for a in apps:
+            app_id = a.spec.id
+            model = models[app_id]
+            if type(model) is not RigidApp:
+                out[app_id] = Observed(
+                    self.metrics(app_id),
+                    self.idle(app_id) if a.status == running else frozenset(),
+                    self.finished(app_id),
+                )
+                continue
+            m = model._metrics  # (RigidApp.metrics, inlined)
+            done, rate = model.work_done, model.last_rate
+            if m is None or m.work_done is not done or m.progress_rate is not rate \
+                    or m.work_total is not model.work_total:
+                m = model._metrics = _rigid_metrics(done, model.work_total, rate)
+            finished = model.finish_time is not None
+            if not finished and app_id not in live:
+                live[app_id] = None  # (as metrics does)
+            seen = kept.get(app_id)
+            if seen is None or seen.metrics is not m or seen.finished is not finished:
+                seen = kept[app_id] = _observed(m, finished)
+            out[app_id] = seen
+        return out
 
     def idle(self, app: str) -> frozenset[str]:
         """A task farm's workers without a task, a self-advancing model's VMs outside its
@@ -308,11 +370,20 @@ class SimBackend:
             live.update(dict.fromkeys(a for a, m in apps.items() if m.finish_time is None))
             self._seen = len(apps)
         # Each application progresses on its own: the order they are visited in is irrelevant.
+        # Those at a kept pace (rigid, nothing changed since it was kept) go together.
+        pace = self._pace if t1 != t0 and type(self)._speed is SimBackend._speed else {}
+        paced: list[RigidApp] = []
+        rates: list[float] = []
         done = []
         for app_id in live:
             model = apps.get(app_id)
             if model is None or model.finish_time is not None:
                 done.append(app_id)
+                continue
+            rate = pace.get(app_id, -1.0)
+            if rate >= 0.0:  # (a kept pace is a rigid application's whose VMs are all there)
+                paced.append(model)  # type: ignore[arg-type]  # (a RigidApp)
+                rates.append(rate)
                 continue
             group = by_app.get(app_id)
             vms = list(group.items()) if group else []
@@ -327,6 +398,8 @@ class SimBackend:
                 own(self, sorted(vms), t0, t1)
             if not vms:  # no VM (waiting, suspended, stopped): a fixed point until it has one
                 done.append(app_id)
+        if paced:
+            advance_paced(paced, rates, t0, t1)
         for app_id in done:
             del live[app_id]
 

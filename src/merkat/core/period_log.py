@@ -76,24 +76,27 @@ class PeriodLog(Sequence[PeriodRecord]):
     def __len__(self) -> int:
         return self._n
 
-    def _fits(self, r: PeriodRecord) -> bool:
+    def _fits(self, values: dict[str, Any]) -> bool:
+        """Whether the columns hold the record whose fields are ``values`` exactly."""
         keys = self._keys
         if keys is None:
-            keys = tuple(r.prices)
+            keys = tuple(values["prices"])
         for name in _DICTS:
-            d = getattr(r, name)
+            d = values[name]
             if d.__class__ is not dict or tuple(d) != keys:
                 return False
-            if any(v.__class__ is not float for v in d.values()):
-                return False
-        if r.time.__class__ is not float:
+            for v in d.values():
+                if v.__class__ is not float:
+                    return False
+        if values["time"].__class__ is not float:
             return False
-        return all(getattr(r, name).__class__ is int for name in _INTS)
+        return all(values[name].__class__ is int for name in _INTS)
 
     def append(self, r: PeriodRecord) -> None:
         """Keep ``r`` (reading it back gives an equal record)."""
         i = self._n
-        if not self._fits(r):
+        values = vars(r)
+        if not self._fits(values):
             self._whole[i] = r
             self._append_blank()
             return
@@ -101,14 +104,18 @@ class PeriodLog(Sequence[PeriodRecord]):
             self._keys = tuple(r.prices)
             self._dicts = {name: [array("d", [0.0] * i) for _ in self._keys]
                            for name in _DICTS}
-        for name in _DICTS:
-            for col, v in zip(self._dicts[name], getattr(r, name).values(), strict=True):
+        for name, cols in self._dicts.items():
+            for col, v in zip(cols, values[name].values(), strict=True):
                 col.append(v)
         self._floats["time"].append(r.time)
         for name, icol in self._ints.items():
-            icol.append(getattr(r, name))
+            x = values[name]
+            try:
+                icol.data.append(x)
+            except OverflowError:  # (int32 no longer holds it: widened)
+                icol.append(x)
         for name in _TUPLES:
-            t = getattr(r, name)
+            t = values[name]
             if t:
                 self._tuples[name][i] = t
         self._n += 1

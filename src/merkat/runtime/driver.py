@@ -62,13 +62,14 @@ from typing import Any
 
 from merkat.control.base import Controller
 from merkat.core.backend import ApplyReport, Backend, Plan
-from merkat.core.model import App, AppSpec, Charged, Observed, PeriodRecord
+from merkat.core.model import App, AppSpec, Charged, PeriodRecord
 from merkat.core.period import Platform
 from merkat.runtime.arrivals import Arrival, Arrivals, ListArrivals
 from merkat.runtime.clock import Clock, VirtualClock
 from merkat.runtime.economy import Economy
 from merkat.runtime.loop import loop_periods
 from merkat.runtime.metering import Metered
+from merkat.runtime.observe import observe
 
 
 @dataclass(frozen=True)
@@ -197,15 +198,7 @@ class Driver:
         minted = economy.renew(platform.index, [a.account for a in active])
         ledger = economy.ledger
         balances = ledger.balances([a.account for a in active]) if active else {}
-        observed = {}
-        for a in active:
-            app_id = a.spec.id
-            running = a.status == "running"
-            observed[app_id] = Observed(
-                backend.metrics(app_id),
-                backend.idle(app_id) if running else frozenset(),
-                backend.finished(app_id),
-            )
+        observed = observe(backend, active)
         measured = None
         if economy.metered:  # charging by measured use: the CPU used since the last period
             meter = backend if isinstance(backend, Metered) else None
@@ -221,7 +214,8 @@ class Driver:
         if minted or given:
             charged = Charged(charged.paid, charged.unpaid, charged.total, minted, given)
         record = platform.commit(decision, report, charged)
-        ended = [a for a in active if not a.active]
+        # (only an end leaves ``active`` during a period, and nothing joins it)
+        ended = [a for a in active if not a.active] if len(platform.active) < len(active) else []
         if economy.return_budgets:  # the end rule: budgets come home
             for a in ended:
                 self.end(a.spec.id, a.account, record.index)
@@ -349,8 +343,7 @@ class Driver:
         if not queued:
             return None
         balances = economy.ledger.balances([app.account for app in queued])
-        observed = {app.spec.id: Observed(backend.metrics(app.spec.id), frozenset(),
-                                          backend.finished(app.spec.id)) for app in queued}
+        observed = observe(backend, queued)  # (none is running: no idle VMs)
         decision = platform.admit(a, t1, balances, observed)
         if not decision.plan.create:  # nothing starts: what the queue decided is committed
             platform.settle(decision, ApplyReport(a), Charged({}, frozenset(), 0))

@@ -1,0 +1,78 @@
+"""The simulated backend's rigid applications at a kept pace, advanced together.
+
+:meth:`SimBackend.advance <merkat.backends.sim.SimBackend.advance>` keeps a rigid
+application's pace (its slowest VM's speed) while none of its VMs changes: every VM ready, none
+migrating, the same allocation mappings. Such an application progresses from ``t0`` to ``t1``
+at that pace from ``t0`` on, which is the tail of ``SimBackend._advance_rigid`` with
+``begin = t0``::
+
+    usable = max(0.0, t1 - t0)
+    left = work_total - work_done
+    if rate > 0 and rate * usable >= left:   # it finishes in this interval
+        finish_time = t0 + left / rate; work_done = work_total
+    else:
+        work_done += rate * usable
+    last_rate = rate * usable / (t1 - t0)
+
+:func:`advance_paced` does it for all of them at once, without the per-application call, VM
+list and dispatch of the general path: a group of at least :data:`MIN_VECTOR` applications in
+one numpy pass over their ``work_done``/``work_total`` (each element the same IEEE operations
+in the same order as the scalar lines above, so the same bits), a smaller one in a plain loop
+of those lines. ``tests/test_sim_pace.py`` pins both against the recomputed reference, bit
+for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+
+class Progress(Protocol):
+    """What the pass reads and writes of a rigid application (``RigidApp``)."""
+
+    work_done: float
+    work_total: float
+    finish_time: float | None
+    last_rate: float | None
+
+MIN_VECTOR = 32
+"""The smallest group advanced in one numpy pass: a pass costs ~10 µs whatever its size and
+~0.2 µs per application (gathering and writing back), the loop ~0.5 µs per application."""
+
+
+def advance_paced(models: Sequence[Progress], rates: Sequence[float],
+                  t0: float, t1: float) -> None:
+    """Advance each of ``models`` from ``t0`` to ``t1`` (``t1 != t0``) at its kept pace
+    ``rates[k]`` (>= 0), from ``t0`` on: the module docstring's lines."""
+    usable = max(0.0, t1 - t0)
+    span = t1 - t0
+    if len(models) < MIN_VECTOR:
+        for model, rate in zip(models, rates, strict=True):
+            left = model.work_total - model.work_done
+            step = rate * usable
+            if rate > 0 and step >= left:
+                model.finish_time = t0 + left / rate
+                model.work_done = model.work_total
+            else:
+                model.work_done += step
+            model.last_rate = step / span
+        return
+    pace = np.array(rates, dtype=float)
+    done = np.array([m.work_done for m in models], dtype=float)
+    total = np.array([m.work_total for m in models], dtype=float)
+    steps = pace * usable
+    left = total - done
+    finishing = (pace > 0) & (steps >= left)
+    for model, d, r in zip(models, (done + steps).tolist(), (steps / span).tolist(),
+                           strict=True):
+        model.work_done = d
+        model.last_rate = r
+    if finishing.any():
+        lefts = left.tolist()
+        for k in np.flatnonzero(finishing).tolist():
+            model = models[k]
+            model.finish_time = t0 + lefts[k] / rates[k]
+            model.work_done = model.work_total
