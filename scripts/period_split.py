@@ -79,7 +79,7 @@ def install() -> None:
     patch(period, "market_vms", "market input")
     patch(admission, "market_rows", "market input")
     from merkat.core import batch, plan
-    patch(batch, "decide", "controllers")
+    patch(batch, "decide", "controllers (batched)")
     patch(plan.Plans, "__call__", "plan and bills")
     patch(plan.Bills, "__call__", "plan and bills")
     patch(admission, "make_plan", "plan and bills")

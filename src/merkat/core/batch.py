@@ -26,11 +26,14 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
+from merkat.control.base import Controller
 from merkat.control.batched import BATCHED, SUSPEND, Batch, BatchedPolicy
 from merkat.control.formulas import least_alloc, mean_bid
 from merkat.control.types import Action, AppStatus, Demand, VMState
-from merkat.core.model import App, Observed
+from merkat.core.draft import bidding
+from merkat.core.model import App, AppNext, Observed
 from merkat.core.reconcile import Decider, Prices
 from merkat.defaults import MICRO
 from merkat.market import RESOURCES
@@ -39,13 +42,70 @@ Outcome = Demand | dict[str, float]
 """A batched application's demand: a stop or a suspension, or its VMs' one bid (a mapping
 over the resources it trades; the VM count unchanged)."""
 
-_NAN = float("nan")
-
-MIN_BATCH = 16
+MIN_BATCH = 8
 """The fewest applications a batch decides for; smaller groups take the scalar path (a numpy
 pass costs about as much as a hundred small operations whatever its size, and a running
 application's scalar decision about twenty; docs/benchmarks.md, "Where a period's time
 goes")."""
+
+_FITS_VMS = 4
+"""Up to this many VMs, whether an application's balance pays its new bids as they are is
+found in the batch's numpy pass (:func:`decide`'s ``ready``), the rest by
+:func:`~merkat.core.bids.within_budget`."""
+
+_EXACT = float(2 ** 53)  # balances (micro-credits) a float holds exactly
+
+
+class Lane:
+    """What a batch reads of one application that never changes, read once and kept on its
+    record (``App.lane``, a cache like ``App.const``, valid while ``controller`` is the
+    application's): its batched form (``policy``, None: the scalar path), whether its spec
+    lets a batch decide for it (``ok``: a finite deadline, every traded resource a market
+    one), its group (``key``: the form's name and the traded resources), the batch's
+    resources (``res``, :attr:`Observation.resources
+    <merkat.control.types.Observation.resources>`' order) and where each traded resource's
+    bid is in them (``at``), and its constant row (``fixed``: renewal, deadline, the VM size
+    per resource, the controller's parameters, :attr:`BatchedPolicy.fixed`).
+
+    What it replaces: the per-period gather of those values from the spec, the constant
+    parts and the controller, and :func:`batchable`'s registry look-up and ``accepts``;
+    ``tests/test_batched.py`` pins the batched period equal to the scalar one."""
+
+    __slots__ = ("at", "controller", "fixed", "key", "ok", "policy", "res")
+
+    def __init__(self, app: App) -> None:
+        ctl = app.controller
+        self.controller: Controller = ctl
+        policy = BATCHED.get(ctl.name) if ctl.name in BATCHED else None
+        self.policy: BatchedPolicy | None = (
+            policy if policy is not None and policy.accepts(ctl) else None)
+        spec = app.spec
+        trade = spec.trade
+        self.ok = (self.policy is not None and spec.deadline is not None
+                   and math.isfinite(spec.deadline)  # (the scalar spend limit raises)
+                   and all(r in RESOURCES for r in trade))
+        self.res: tuple[str, ...] = tuple(r for r in RESOURCES if r in trade)
+        self.key = (ctl.name, trade)
+        self.at = [self.res.index(r) for r in trade] if self.ok else []
+        self.fixed: list[float] = []
+
+    def fill(self, app: App, decider: Decider) -> None:
+        """Read :attr:`fixed` (a batch's first use of this lane)."""
+        if self.policy is None:
+            return
+        const = app.const or decider.const(app)
+        size = const.vm_size
+        self.fixed = [const.renewal, float(app.spec.deadline),  # type: ignore[arg-type]
+                      *[size[r] for r in self.res],
+                      *self.policy.state(self.controller, self.res)[:self.policy.fixed]]
+
+
+def lane(app: App) -> Lane:
+    """``app``'s :class:`Lane` (built on first use)."""
+    ln: Lane | None = app.lane
+    if ln is None or ln.controller is not app.controller:
+        ln = app.lane = Lane(app)
+    return ln
 
 
 class _Group:
@@ -55,104 +115,156 @@ class _Group:
         self.policy = policy
         self.resources = resources
         self.apps: list[App] = []
-        # per application: balance, renewal, deadline, VMs, work done and total, progress
-        # and ideal rates, the generic metric, then per resource its VM size, current bid, allocation, then the
-        # controller's state (BatchedPolicy.state)
-        self.rows: list[list[float]] = []
-
-
-def _nan(*values: float | None) -> bool:
-    """Whether any of ``values`` is NaN."""
-    return any(v is not None and v != v for v in values)
+        self.lanes: list[Lane] = []
+        self.balances: list[int] = []
+        # per application: balance (credits), VMs, work done and total, progress and ideal
+        # rates, the generic metric (None: NaN), then per resource its current bid and
+        # allocation, then the controller's live state (BatchedPolicy.live)
+        self.rows: list[list[float | None]] = []
+        self.fixed: list[list[float]] = []  # Lane.fixed
 
 
 def batchable(app: App) -> BatchedPolicy | None:
     """The batched form that decides for ``app`` this period, or None (the scalar path)."""
-    ctl = app.controller
-    name = ctl.name
-    if name not in BATCHED or app.status is not AppStatus.RUNNING or not app.vms:
+    if app.status is not AppStatus.RUNNING or not app.vms:
         return None
-    policy = BATCHED.get(name)
-    return policy if policy.accepts(ctl) else None
+    ln: Lane | None = app.lane
+    if ln is None or ln.controller is not app.controller:
+        ln = lane(app)
+    return ln.policy
 
 
 def decide(decider: Decider, rows: Sequence[tuple[App, BatchedPolicy, int, Observed]],
-           now: float, prices: Prices, history: Sequence[Prices]) -> dict[str, Outcome]:
+           now: float, prices: Prices, history: Sequence[Prices],
+           ready: dict[str, AppNext] | None = None) -> dict[str, Outcome]:
     """The outcomes of the applications of ``rows`` (each with the batched form
     :func:`batchable` gave it, its balance in micro-credits and what the world reports) that a
-    batch decided, by application id; those absent take the scalar path."""
+    batch decided, by application id; those absent take the scalar path. ``ready``, when
+    given, receives the next state of each application whose new bid, on each of its VMs, its
+    balance pays as it is (:func:`~merkat.core.draft.bidding`: what
+    :meth:`Decider.rebid <merkat.core.reconcile.Decider.rebid>` makes of a draft, since
+    :func:`~merkat.core.bids.within_budget` changes nothing), by id."""
     groups: dict[tuple[str, tuple[str, ...]], _Group] = {}
     suspended = VMState.SUSPENDED
     for app, policy, balance, seen in rows:
-        spec, m = app.spec, seen.metrics
-        if (spec.deadline is None or m.work_total is None
-                or (m.progress_rate is None and m.ideal_rate is None)
-                or not math.isfinite(spec.deadline)):  # (the scalar spend limit raises)
+        ln: Lane | None = app.lane
+        if ln is None or ln.controller is not app.controller:
+            ln = lane(app)
+        if not ln.ok:
             continue
-        if _nan(m.work_done, m.work_total, m.progress_rate, m.ideal_rate, m.performance):
+        if not ln.fixed:
+            ln.fill(app, decider)
+        m = seen.metrics
+        done, total, rate, ideal, perf = (m.work_done, m.work_total, m.progress_rate,
+                                          m.ideal_rate, m.performance)
+        if total is None or (rate is None and ideal is None):
+            continue
+        if done != done or total != total or rate != rate or ideal != ideal or perf != perf:
             continue  # NaN stands for None in a batch: a NaN reported takes the scalar path
         vms = app.vms
-        if any(vm.state is suspended for vm in vms):
-            continue
-        trade = spec.trade
-        key = (policy.name, trade)
-        group = groups.get(key)
-        if group is None:
-            if any(r not in RESOURCES for r in trade):
+        res = ln.res
+        if len(vms) == 1:  # mean_bid and least_alloc of one VM
+            vm = vms[0]
+            if vm.state is suspended:
                 continue
-            resources = tuple(r for r in RESOURCES if r in trade)  # Observation.resources
-            group = groups[key] = _Group(policy, resources)
-        const = app.const or decider.const(app)
-        res = group.resources
+            bid, alloc = vm.bid, vm.alloc
+            cur = [0.0 + bid.get(r, 0.0) for r in res]  # (sum() adds from 0)
+            low = [alloc.get(r, 0.0) for r in res]
+        else:
+            if any(vm.state is suspended for vm in vms):
+                continue
+            cur = list(mean_bid([vm.bid for vm in vms], res).values())
+            low = list(least_alloc([vm.alloc for vm in vms], res).values())
+        group = groups.get(ln.key)
+        if group is None:
+            group = groups[ln.key] = _Group(policy, res)
         group.apps.append(app)
-        size = const.vm_size
-        cur = mean_bid([vm.bid for vm in vms], res)
-        low = least_alloc([vm.alloc for vm in vms], res)
-        group.rows.append([
-            balance / MICRO, const.renewal, spec.deadline, float(len(vms)), m.work_done,
-            m.work_total, _NAN if m.progress_rate is None else m.progress_rate,
-            _NAN if m.ideal_rate is None else m.ideal_rate,
-            _NAN if m.performance is None else m.performance,
-            *[size[r] for r in res], *[cur[r] for r in res], *[low[r] for r in res],
-            *policy.state(app.controller, res),
-        ])
+        group.lanes.append(ln)
+        group.balances.append(balance)
+        group.fixed.append(ln.fixed)
+        group.rows.append([balance / MICRO, float(len(vms)), done, total, rate, ideal, perf,
+                           *cur, *low, *policy.live(app.controller, res)])
     out: dict[str, Outcome] = {}
     for (_, trade), group in groups.items():
         if len(group.apps) < MIN_BATCH:  # the scalar path is faster (docs/benchmarks.md)
             continue
-        mine = decider.prices_for(trade, prices, history)
-        res = group.resources
-        reserve = decider.reserve
-        cols = np.array(group.rows, dtype=np.float64).T
-        R = len(res)
-        batch = Batch(
-            time=now, period=decider.period, resources=res,
-            prices=np.array([mine[r] for r in res]),
-            capacity=np.array([decider.capacity[r] for r in res]),
-            bid_min=np.array([float(reserve.get(r, 0.0)) for r in res]),
-            balance=cols[0], renewal=cols[1], deadline=cols[2], nvms=cols[3],
-            work_done=cols[4], work_total=cols[5], progress_rate=cols[6], ideal_rate=cols[7],
-            performance=cols[8], vm_size=cols[9:9 + R], bid=cols[9 + R:9 + 2 * R],
-            alloc=cols[9 + 2 * R:9 + 3 * R], state=cols[9 + 3 * R:],
-        )
-        apps = group.apps
-        try:
-            result = group.policy.decide([a.controller for a in apps], batch)
-        except Exception:  # a bug of the batched form: the scalar path decides for them
-            continue
-        bids = result.bid.T.tolist()
-        at = [res.index(r) for r in trade]
-        declined = result.declined or [False] * len(apps)
-        for i, app in enumerate(apps):
-            if declined[i]:
-                continue
-            reason = result.stop[i]
-            if reason is not None:
-                out[app.spec.id] = Demand(Action.STOP, reason=reason)
-            elif result.suspend[i]:
-                out[app.spec.id] = Demand(Action.SUSPEND, nvms=len(app.vms), reason=SUSPEND)
-            else:
-                row = bids[i]
-                out[app.spec.id] = {r: row[k] for r, k in zip(trade, at, strict=True)}
+        _decide_group(decider, group, trade, now, prices, history, out, ready)
     return out
 
+
+def _decide_group(decider: Decider, group: _Group, trade: tuple[str, ...], now: float,
+                  prices: Prices, history: Sequence[Prices], out: dict[str, Outcome],
+                  ready: dict[str, AppNext] | None) -> None:
+    """One group's batch, its outcomes into ``out`` (and ``ready``: see :func:`decide`)."""
+    mine = decider.prices_for(trade, prices, history)
+    res = group.resources
+    reserve = decider.reserve
+    cols = np.array(group.rows, dtype=np.float64).T  # (None: NaN)
+    fixed = np.array(group.fixed, dtype=np.float64).T
+    R = len(res)
+    batch = Batch(
+        time=now, period=decider.period, resources=res,
+        prices=np.array([mine[r] for r in res]),
+        capacity=np.array([decider.capacity[r] for r in res]),
+        bid_min=np.array([float(reserve.get(r, 0.0)) for r in res]),
+        balance=cols[0], renewal=fixed[0], deadline=fixed[1], nvms=cols[1],
+        work_done=cols[2], work_total=cols[3], progress_rate=cols[4], ideal_rate=cols[5],
+        performance=cols[6], vm_size=fixed[2:2 + R], bid=cols[7:7 + R],
+        alloc=cols[7 + R:7 + 2 * R],
+        state=np.concatenate((fixed[2 + R:], cols[7 + 2 * R:])),
+    )
+    apps = group.apps
+    try:
+        result = group.policy.decide([a.controller for a in apps], batch)
+    except Exception:  # a bug of the batched form: the scalar path decides for them
+        return
+    at = group.lanes[0].at
+    n = len(apps)
+    stops, suspends = result.stop, result.suspend
+    other = np.array([r is not None for r in stops], dtype=bool) | np.array(suspends, dtype=bool)
+    if result.declined is not None:
+        other |= np.array(result.declined, dtype=bool)
+    plain = ~other
+    # the usual row: every VM bids the new bid (a mapping over the traded resources)
+    if at == list(range(R)):
+        values: list[list[float]] = result.bid.T.tolist()
+    else:
+        values = result.bid[at].T.tolist()
+    fits = (_fitting(result.bid, at, batch.nvms, group.balances) & plain).tolist()
+    for i, app, row, ok, usual in zip(range(n), apps, values, fits, plain.tolist(),
+                                      strict=True):
+        app_id = app.spec.id
+        if usual:
+            bid = out[app_id] = dict(zip(trade, row, strict=True))
+            if ok and ready is not None:
+                ready[app_id] = bidding(app, bid)
+            continue
+        if result.declined is not None and result.declined[i]:
+            continue
+        reason = stops[i]
+        if reason is not None:
+            out[app_id] = Demand(Action.STOP, reason=reason)
+        else:  # (suspends[i])
+            out[app_id] = Demand(Action.SUSPEND, nvms=len(app.vms), reason=SUSPEND)
+
+
+def _fitting(new: np.ndarray, at: list[int], nvms: np.ndarray, balances: list[int]
+             ) -> npt.NDArray[np.bool_]:
+    """Per row, whether :func:`~merkat.core.bids.within_budget` leaves the bids of its
+    ``nvms`` VMs (each bidding ``new``'s column, its values in ``at``'s order) as they are:
+    their total, summed as it sums them (each VM's values from 0, then VM after VM), is
+    finite and at most the balance (micro-credits, rounded as :func:`to_micro
+    <merkat.core.model.to_micro>` rounds). Rows of more than :data:`_FITS_VMS` VMs, or of a
+    balance a float does not hold exactly, are False (within_budget decides)."""
+    x = 0.0 + new[at[0]]
+    for k in at[1:]:
+        x = x + new[k]
+    total = 0.0 + x
+    for k in range(2, _FITS_VMS + 1):
+        total = np.where(nvms >= k, total + x, total)
+    bal = np.array(balances, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ok = (np.isfinite(total) & (nvms <= _FITS_VMS) & (bal < _EXACT)
+              & ((total <= 0) | (np.rint(total * MICRO) <= bal)))
+    out: npt.NDArray[np.bool_] = ok
+    return out

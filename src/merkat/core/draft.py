@@ -38,6 +38,35 @@ def draft(app: App) -> AppNext:
     )
 
 
+def bidding(app: App, bid: dict[str, float]) -> AppNext:
+    """``draft(app)`` whose every VM bids ``bid`` (``set_uniform``: one shared mapping, the
+    first VM's own when it is equal), in one pass: a batched application's next state
+    (:mod:`merkat.core.batch`; ``tests/test_batched.py`` pins the period equal to the
+    scalar path's)."""
+    vms = app.vms
+    old: dict[str, float] | None = None
+    if len(vms) == 1:  # the usual trace job
+        vm = vms[0]
+        old = vm.bid
+        ids, states, hosts, fresh, allocs = [vm.id], [vm.state], [vm.host], [vm.new], [vm.alloc]
+    else:
+        ids, states, hosts, fresh, allocs = [], [], [], [], []
+        for vm in vms:
+            ids.append(vm.id)
+            states.append(vm.state)
+            hosts.append(vm.host)
+            fresh.append(vm.new)
+            allocs.append(vm.alloc)
+        old = vms[0].bid if vms else None
+    if old is not None and old == bid:
+        bid = old
+    return AppNext(
+        app.spec.id, app.status, app.start_time, app.end_time, app.reason, app.outcome,
+        app.suspensions, app.resumes, app.vm_count, app.broke_since,
+        ids, states, [bid] * len(ids), hosts, fresh, allocs,
+    )
+
+
 def copy(nx: AppNext) -> AppNext:
     """An independent copy of ``nx`` (its columns copied; mappings shared)."""
     return AppNext(

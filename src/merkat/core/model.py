@@ -88,6 +88,8 @@ class App:
     broke_since: float | None = None  # since when it cannot pay the reserve for its VMs
     outcome: str = ""  # how it ended: finished, stopped-deadline, stopped-budget...
     const: AppConst | None = field(default=None, repr=False, compare=False)
+    # what a batch reads of it that never changes (merkat.core.batch.Lane): a cache
+    lane: Any = field(default=None, repr=False, compare=False)
 
     @property
     def active(self) -> bool:

@@ -204,14 +204,18 @@ class Platform:
         decider, prices, history = self.decider, self.prices, self.price_history
         running = AppStatus.RUNNING
         apps = []
+        rows = []  # the batch's candidates (merkat.core.batch)
+        batchable = batch.batchable if self.batched else None
+        broke_since = decider.broke_since
         for app in self.active.values():
             balance = balances[app.account]
-            apps.append((app, balance, observed[app.spec.id],
-                         *decider.broke_since(app, balance, now)))
-        batched = batch.decide(decider, [
-            (app, policy, balance, seen) for app, balance, seen, _, broke in apps
-            if not broke and (policy := batch.batchable(app)) is not None
-        ], now, prices, history) if self.batched else {}
+            seen = observed[app.spec.id]
+            since, broke = broke_since(app, balance, now)
+            apps.append((app, balance, seen, since, broke))
+            if batchable is not None and not broke and (policy := batchable(app)) is not None:
+                rows.append((app, policy, balance, seen))
+        ready: dict[str, AppNext] = {}  # next states a batch made (its bids paid as they are)
+        batched = batch.decide(decider, rows, now, prices, history, ready) if rows else {}
         for app, balance, seen, since, broke in apps:
             app_id = app.spec.id
             if broke:
@@ -219,6 +223,11 @@ class Platform:
                 nx.broke_since = since
                 end(nx, now, f"could not pay the reserve price for {self.keep_alive} periods",
                     seen.finished, ops, "stopped-budget")
+                continue
+            made = ready.get(app_id)
+            if made is not None:
+                nexts[app_id] = made
+                made.broke_since = since
                 continue
             outcome = batched.get(app_id)
             if isinstance(outcome, dict):  # a batch's bid (merkat.core.batch)

@@ -91,6 +91,9 @@ class BatchedPolicy(Protocol):
     """The batched form of one registered policy (:data:`BATCHED`, by the policy's name)."""
 
     name: str
+    fixed: int
+    """How many leading entries of :meth:`state` are the controller's parameters, which never
+    change (:mod:`merkat.core.batch` reads them once per application)."""
 
     def accepts(self, controller: Controller) -> bool:
         """Whether this batch decides for ``controller`` when its application runs (its exact
@@ -99,6 +102,9 @@ class BatchedPolicy(Protocol):
     def state(self, controller: Controller, resources: tuple[str, ...]) -> list[float]:
         """What a batch reads of ``controller``'s state and parameters, as numbers (a column
         of :attr:`Batch.state`)."""
+
+    def live(self, controller: Controller, resources: tuple[str, ...]) -> list[float]:
+        """``state(controller, resources)[fixed:]``: the part of the state a period moves."""
 
     def decide(self, controllers: Sequence[Controller], batch: Batch) -> BatchDemand:
         """Every row's demand (row ``i`` is ``controllers[i]``'s application), moving each

@@ -36,12 +36,18 @@ class BatchedVerticalDeadline:
     def accepts(self, controller: Controller) -> bool:
         return type(controller) is VerticalDeadline and controller.share is None
 
+    fixed = 6
+
     def state(self, controller: Controller, resources: tuple[str, ...]) -> list[float]:
         c: VerticalDeadline = controller  # type: ignore[assignment]
-        s, est = c.scaler, c.alloc_est.value
+        s = c.scaler
         return [s.t_diff, s.limit, c.alloc_est.alpha, c.max_alloc_tol, c.horizon,
-                c.abort_hopeless, s.direction, s.run,
-                *[est.get(r, np.nan) for r in resources]]
+                c.abort_hopeless, *self.live(c, resources)]
+
+    def live(self, controller: Controller, resources: tuple[str, ...]) -> list[float]:
+        c: VerticalDeadline = controller  # type: ignore[assignment]
+        s, est = c.scaler, c.alloc_est.value
+        return [s.direction, s.run, *[est.get(r, np.nan) for r in resources]]
 
     def decide(self, controllers: Sequence[Controller], batch: Batch) -> BatchDemand:
         b = batch

@@ -27,10 +27,15 @@ class BatchedMerkatVertical:
     def accepts(self, controller: Controller) -> bool:
         return type(controller) is MerkatVertical and controller.share is None
 
+    fixed = 4
+
     def state(self, controller: Controller, resources: tuple[str, ...]) -> list[float]:
         c: MerkatVertical = controller  # type: ignore[assignment]
-        hist = c.scaler.history
-        return [c.low, c.high, c.alloc_min, c.horizon, *[hist.get(r, 0) for r in resources]]
+        return [c.low, c.high, c.alloc_min, c.horizon, *self.live(c, resources)]
+
+    def live(self, controller: Controller, resources: tuple[str, ...]) -> list[float]:
+        hist = controller.scaler.history  # type: ignore[attr-defined]
+        return [hist.get(r, 0) for r in resources]
 
     def decide(self, controllers: Sequence[Controller], batch: Batch) -> BatchDemand:
         b = batch

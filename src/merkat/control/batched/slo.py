@@ -52,10 +52,15 @@ class BatchedSLO:
     def accepts(self, controller: Controller) -> bool:
         return type(controller) is self.cls and getattr(controller, "share", None) is None
 
+    fixed = 4
+
     def state(self, controller: Controller, resources: tuple[str, ...]) -> list[float]:
         c: SLOController = controller  # type: ignore[assignment]
-        hist = c.scaler.history
-        return [c.low, c.high, c.min_fraction, c.horizon, *[hist.get(r, 0) for r in resources]]
+        return [c.low, c.high, c.min_fraction, c.horizon, *self.live(c, resources)]
+
+    def live(self, controller: Controller, resources: tuple[str, ...]) -> list[float]:
+        hist = controller.scaler.history  # type: ignore[attr-defined]
+        return [hist.get(r, 0) for r in resources]
 
     def decide(self, controllers: Sequence[Controller], batch: Batch) -> BatchDemand:
         b = batch
