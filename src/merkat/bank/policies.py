@@ -155,8 +155,21 @@ class ChargeByBid:
     def plan(
         bills: Sequence[tuple[str, int]], balances: Mapping[str, int], provider: str
     ) -> tuple[list[Move], list[int], list[int]]:
-        paid, unpaid = _affordable(bills, balances)
-        moves = [(bills[k][0], provider, bills[k][1]) for k in paid if bills[k][1] > 0]
+        """``(moves, paid, unpaid)``: :func:`_affordable`'s greedy choice and the paid
+        bills' moves to ``provider``, made in the same pass."""
+        left = dict(balances)
+        moves: list[Move] = []
+        paid: list[int] = []
+        unpaid: list[int] = []
+        for k, (account, amount) in enumerate(bills):
+            have = left[account]
+            if have >= amount:
+                left[account] = have - amount
+                paid.append(k)
+                if amount > 0:
+                    moves.append((account, provider, amount))
+            else:
+                unpaid.append(k)
         return moves, paid, unpaid
 
     def apply(self, ledger: Ledger, period: int, bills: Sequence[tuple[str, int]],
@@ -169,7 +182,7 @@ class ChargeByBid:
         ids = ledger.transfer_many(
             moves, "charge by bid", period, f"charge-by-bid/{self.provider}/{period}{tag}"
         )
-        return ChargeResult(tuple(paid), tuple(unpaid), sum(m[2] for m in moves), ids)
+        return ChargeResult(tuple(paid), tuple(unpaid), sum([m[2] for m in moves]), ids)
 
 
 def hold_account(application: str) -> str:

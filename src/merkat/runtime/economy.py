@@ -71,8 +71,9 @@ class Charging(Protocol):
 
     ``charge(ledger, period, bills, usage, tag)``: ``bills`` are ``(account, micro-credits)``
     (one per application, the bids of its placed VMs), ``usage[k]`` what bill ``k``'s VMs used
-    at the clearing's prices; ``tag`` makes the transactions' idempotency keys unique (an
-    admission between periods). Returns ``(paid, unpaid)``: the amount paid per bill index, and
+    at the clearing's prices (a plugin whose class sets ``reads_usage = False`` is given
+    ``()`` instead: :class:`ByBid`); ``tag`` makes the transactions' idempotency keys
+    unique (an admission between periods). Returns ``(paid, unpaid)``: the amount paid per bill index, and
     the indexes of the bills that could not be paid (they pay nothing). All or nothing per
     transaction; never a negative balance."""
 
@@ -92,6 +93,7 @@ class ByBid:
     """``bid``: each placed VM pays its bid for the period (Merkat §2.2)."""
 
     name: ClassVar[str] = "bid"
+    reads_usage: ClassVar[bool] = False
 
     def __init__(self, provider: str) -> None:
         self.policy = ChargeByBid(provider)
@@ -250,7 +252,61 @@ class Economy:
 
     def renew(self, period: int, accounts: Iterable[str]) -> int:
         """Move this period's renewals of ``accounts`` (the active applications) from their
-        owners (themis: minted into the owners first). Returns the micro-credits minted."""
+        owners (themis: minted into the owners first). Returns the micro-credits minted.
+
+        One pass over the due accounts, in name order, with one read of their balances:
+        each account's renewal ``x = min(rate, cap - balance)`` (if positive) is both what
+        its owner is minted for it (themis) and the credit manager's move, ``min(x, what
+        the owner has left)``. This replaces asking :meth:`Allowance.due
+        <merkat.bank.policies.Allowance.due>` per account, reading the balances twice and
+        :meth:`CreditManager.plan <merkat.bank.policies.CreditManager.plan>` (kept as
+        :meth:`renew_reference`, which an owner that is itself a renewed account takes: the
+        mint changes its balance between the two reads). ``tests/test_economy_renew.py``
+        pins the two equal: the same mints, moves, balances and transfer ids."""
+        allowances = self.allowances
+        due = sorted({a for a in accounts if a in allowances})
+        if not due:
+            return 0
+        ledger, owners = self.ledger, self.owners
+        balances = ledger.balances(due)
+        need: dict[str, int] = {}
+        wants: list[tuple[str, str, int]] = []
+        for a in due:
+            allowance = allowances[a]
+            x = allowance.cap - balances[a]
+            if x > allowance.rate:
+                x = allowance.rate
+            if x > 0:
+                owner = owners[a]
+                need[owner] = need.get(owner, 0) + x
+                wants.append((owner, a, x))
+        if not need.keys().isdisjoint(balances):  # an owner renewed too: the reference
+            return self.renew_reference(period, due)
+        minted = 0
+        if self._rules.mints_allowances and need:
+            ledger.mint_many(sorted(need.items()), "allowance", period, f"allowance/{period}")
+            minted = sum(need.values())
+            self.minted += minted
+            moves = wants  # each owner was just given at least what her accounts want
+        else:  # what each owner has, given in name order of her accounts
+            left = ledger.balances(need)
+            moves = []
+            for owner, a, x in wants:
+                have = left[owner]
+                if x > have:
+                    x = have
+                if x > 0:
+                    left[owner] = have - x
+                    moves.append((owner, a, x))
+        if moves:
+            ledger.transfer_many(moves, "credit manager", period, f"credit-manager/{period}")
+        return minted
+
+    def renew_reference(self, period: int, accounts: Iterable[str]) -> int:
+        """:meth:`renew` as the policies state it, one step at a time (the reference its
+        single pass is tested against): each due account asked its :class:`Allowance`, the
+        owners minted what they need (themis), the balances read again and
+        :meth:`CreditManager.plan <merkat.bank.policies.CreditManager.plan>`."""
         due = {a: self.allowances[a] for a in accounts if a in self.allowances}
         if not due:
             return 0
@@ -287,15 +343,18 @@ class Economy:
         tag = f"/admission@{decision.time!r}" if decision.admission else ""
         if self._meter is not None:
             return self._meter.charge(self.ledger, decision, accounts, measured, tag)
-        bills = [(accounts[a], x) for a, x in decision.bills]
-        ids = [a for a, _ in decision.bills]
-        if not bills:
+        given = decision.bills
+        if not given:
             return Charged({}, frozenset(), 0)
-        usage = dict(decision.usage)
-        paid_k, unpaid_k = self._charging.charge(self.ledger, period, bills,
-                                                 [usage.get(a, 0) for a in ids], tag)
-        paid = {ids[k]: x for k, x in paid_k.items()}
-        return Charged(paid, frozenset(ids[k] for k in unpaid_k), sum(paid.values()))
+        bills = [(accounts[a], x) for a, x in given]
+        charging = self._charging
+        usage: Sequence[int] = ()  # (charging by bid does not read it)
+        if getattr(charging, "reads_usage", True):
+            used = dict(decision.usage)
+            usage = [used.get(a, 0) for a, _ in given]
+        paid_k, unpaid_k = charging.charge(self.ledger, period, bills, usage, tag)
+        paid = {given[k][0]: x for k, x in paid_k.items()}
+        return Charged(paid, frozenset(given[k][0] for k in unpaid_k), sum(paid.values()))
 
     def settle_ended(self, measured: Mapping[str, float | None], period: int) -> dict[str, int]:
         """Charging by measured use: settle the open deposits of the applications ``measured``
