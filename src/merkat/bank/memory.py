@@ -1,8 +1,10 @@
 """The in-memory ledger, for the simulator: the same contract as the SQL ledger, at memory speed.
 
 Balances live in a Python list indexed by account number; a batch (:meth:`transfer_many`) is
-one pass to compute net changes, one check, one pass to apply, and one journal record that
-keeps the batch's moves as given (no per-move objects). ``journal=False`` keeps no journal at
+one pass that applies its moves, one check that no payer is overdrawn (the batch is undone and
+refused if one is: all or nothing, as the net-change check it replaces), and one journal
+record that keeps the batch's moves as given (no per-move objects). An idempotency key
+remembers a hash of its operation's moves (:func:`_witness`), not their SHA-256. ``journal=False`` keeps no journal at
 all (only the minted/burned totals and the single transfers tokens need), for very long runs.
 ``remember=N`` (with ``journal=False``) bounds what it keeps per operation: the idempotency
 keys and single transfers of the last ``N`` operations only (a retry replays its key at once;
