@@ -147,7 +147,7 @@ def test_a_lane_keeps_the_parameters_and_reads_the_moving_state(policy: str) -> 
     form = BATCHED.get(policy)
     ctl = make_policy(policy, seed=3)
     res = ("cpu", "memory")
-    assert form.state(ctl, res) == form.state(ctl, res)[:form.fixed] + form.live(ctl, res)
+    assert form.state(ctl, res) == form.state(ctl, res)[:form.fixed] + form.live([ctl], res)[0]
     spec = AppSpec("a", policy, 1, {"cpu": 1.0, "memory": 64.0}, 0.0, 10.0, deadline=900.0)
     app = App(spec, ctl, "app:a", AppStatus.RUNNING)
     app.vms.append(VMRecord("a/vm1", "a", VMState.RUNNING, host=0, new=False))

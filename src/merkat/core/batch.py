@@ -111,15 +111,15 @@ def lane(app: App) -> Lane:
 class _Group:
     """The rows of one batch, as lists, gathered application by application."""
 
-    def __init__(self, policy: BatchedPolicy, resources: tuple[str, ...]) -> None:
+    def __init__(self, policy: BatchedPolicy, lane: Lane) -> None:
         self.policy = policy
-        self.resources = resources
+        self.resources = lane.res
+        self.at = lane.at
         self.apps: list[App] = []
-        self.lanes: list[Lane] = []
         self.balances: list[int] = []
         # per application: balance (credits), VMs, work done and total, progress and ideal
         # rates, the generic metric (None: NaN), then per resource its current bid and
-        # allocation, then the controller's live state (BatchedPolicy.live)
+        # allocation
         self.rows: list[list[float | None]] = []
         self.fixed: list[list[float]] = []  # Lane.fixed
 
@@ -167,23 +167,27 @@ def decide(decider: Decider, rows: Sequence[tuple[App, BatchedPolicy, int, Obser
             vm = vms[0]
             if vm.state is suspended:
                 continue
-            bid, alloc = vm.bid, vm.alloc
-            cur = [0.0 + bid.get(r, 0.0) for r in res]  # (sum() adds from 0)
-            low = [alloc.get(r, 0.0) for r in res]
+            if len(res) == 1:  # (one traded resource: the trace jobs' CPU)
+                r = res[0]
+                row = [balance / MICRO, 1.0, done, total, rate, ideal, perf,
+                       0.0 + vm.bid.get(r, 0.0), vm.alloc.get(r, 0.0)]  # (sum() adds from 0)
+            else:
+                bid, alloc = vm.bid, vm.alloc
+                row = [balance / MICRO, 1.0, done, total, rate, ideal, perf,
+                       *[0.0 + bid.get(r, 0.0) for r in res], *[alloc.get(r, 0.0) for r in res]]
         else:
             if any(vm.state is suspended for vm in vms):
                 continue
-            cur = list(mean_bid([vm.bid for vm in vms], res).values())
-            low = list(least_alloc([vm.alloc for vm in vms], res).values())
+            row = [balance / MICRO, float(len(vms)), done, total, rate, ideal, perf,
+                   *mean_bid([vm.bid for vm in vms], res).values(),
+                   *least_alloc([vm.alloc for vm in vms], res).values()]
         group = groups.get(ln.key)
         if group is None:
-            group = groups[ln.key] = _Group(policy, res)
+            group = groups[ln.key] = _Group(policy, ln)
         group.apps.append(app)
-        group.lanes.append(ln)
         group.balances.append(balance)
         group.fixed.append(ln.fixed)
-        group.rows.append([balance / MICRO, float(len(vms)), done, total, rate, ideal, perf,
-                           *cur, *low, *policy.live(app.controller, res)])
+        group.rows.append(row)
     out: dict[str, Outcome] = {}
     for (_, trade), group in groups.items():
         if len(group.apps) < MIN_BATCH:  # the scalar path is faster (docs/benchmarks.md)
@@ -199,8 +203,11 @@ def _decide_group(decider: Decider, group: _Group, trade: tuple[str, ...], now: 
     mine = decider.prices_for(trade, prices, history)
     res = group.resources
     reserve = decider.reserve
+    apps = group.apps
+    controllers = [a.controller for a in apps]
     cols = np.array(group.rows, dtype=np.float64).T  # (None: NaN)
     fixed = np.array(group.fixed, dtype=np.float64).T
+    live = np.array(group.policy.live(controllers, res), dtype=np.float64).T
     R = len(res)
     batch = Batch(
         time=now, period=decider.period, resources=res,
@@ -210,15 +217,13 @@ def _decide_group(decider: Decider, group: _Group, trade: tuple[str, ...], now: 
         balance=cols[0], renewal=fixed[0], deadline=fixed[1], nvms=cols[1],
         work_done=cols[2], work_total=cols[3], progress_rate=cols[4], ideal_rate=cols[5],
         performance=cols[6], vm_size=fixed[2:2 + R], bid=cols[7:7 + R],
-        alloc=cols[7 + R:7 + 2 * R],
-        state=np.concatenate((fixed[2 + R:], cols[7 + 2 * R:])),
+        alloc=cols[7 + R:7 + 2 * R], state=np.concatenate((fixed[2 + R:], live)),
     )
-    apps = group.apps
     try:
-        result = group.policy.decide([a.controller for a in apps], batch)
+        result = group.policy.decide(controllers, batch)
     except Exception:  # a bug of the batched form: the scalar path decides for them
         return
-    at = group.lanes[0].at
+    at = group.at
     n = len(apps)
     stops, suspends = result.stop, result.suspend
     other = np.array([r is not None for r in stops], dtype=bool) | np.array(suspends, dtype=bool)

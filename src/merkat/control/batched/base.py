@@ -103,8 +103,10 @@ class BatchedPolicy(Protocol):
         """What a batch reads of ``controller``'s state and parameters, as numbers (a column
         of :attr:`Batch.state`)."""
 
-    def live(self, controller: Controller, resources: tuple[str, ...]) -> list[float]:
-        """``state(controller, resources)[fixed:]``: the part of the state a period moves."""
+    def live(self, controllers: Sequence[Controller], resources: tuple[str, ...]
+             ) -> list[list[float]]:
+        """Per controller, ``state(controller, resources)[fixed:]``: the part of the state a
+        period moves."""
 
     def decide(self, controllers: Sequence[Controller], batch: Batch) -> BatchDemand:
         """Every row's demand (row ``i`` is ``controllers[i]``'s application), moving each

@@ -42,12 +42,15 @@ class BatchedVerticalDeadline:
         c: VerticalDeadline = controller  # type: ignore[assignment]
         s = c.scaler
         return [s.t_diff, s.limit, c.alloc_est.alpha, c.max_alloc_tol, c.horizon,
-                c.abort_hopeless, *self.live(c, resources)]
+                c.abort_hopeless, *self.live([c], resources)[0]]
 
-    def live(self, controller: Controller, resources: tuple[str, ...]) -> list[float]:
-        c: VerticalDeadline = controller  # type: ignore[assignment]
-        s, est = c.scaler, c.alloc_est.value
-        return [s.direction, s.run, *[est.get(r, np.nan) for r in resources]]
+    def live(self, controllers: Sequence[Controller], resources: tuple[str, ...]
+             ) -> list[list[float]]:
+        out = []
+        for c in controllers:
+            s, est = c.scaler, c.alloc_est.value  # type: ignore[attr-defined]
+            out.append([s.direction, s.run, *[est.get(r, np.nan) for r in resources]])
+        return out
 
     def decide(self, controllers: Sequence[Controller], batch: Batch) -> BatchDemand:
         b = batch

@@ -10,7 +10,7 @@ import numpy as np
 
 from merkat.control.base import Controller
 from merkat.control.batched.base import BATCHED, Batch, BatchDemand, gap, pymax, spend_cap
-from merkat.control.batched.slo import alg1_rows, resplit_rows
+from merkat.control.batched.slo import alg1_rows, history_rows, resplit_rows
 from merkat.control.generic import MerkatVertical
 
 
@@ -31,11 +31,11 @@ class BatchedMerkatVertical:
 
     def state(self, controller: Controller, resources: tuple[str, ...]) -> list[float]:
         c: MerkatVertical = controller  # type: ignore[assignment]
-        return [c.low, c.high, c.alloc_min, c.horizon, *self.live(c, resources)]
+        return [c.low, c.high, c.alloc_min, c.horizon, *self.live([c], resources)[0]]
 
-    def live(self, controller: Controller, resources: tuple[str, ...]) -> list[float]:
-        hist = controller.scaler.history  # type: ignore[attr-defined]
-        return [hist.get(r, 0) for r in resources]
+    def live(self, controllers: Sequence[Controller], resources: tuple[str, ...]
+             ) -> list[list[float]]:
+        return history_rows(controllers, resources)
 
     def decide(self, controllers: Sequence[Controller], batch: Batch) -> BatchDemand:
         b = batch

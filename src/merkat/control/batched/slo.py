@@ -56,11 +56,11 @@ class BatchedSLO:
 
     def state(self, controller: Controller, resources: tuple[str, ...]) -> list[float]:
         c: SLOController = controller  # type: ignore[assignment]
-        return [c.low, c.high, c.min_fraction, c.horizon, *self.live(c, resources)]
+        return [c.low, c.high, c.min_fraction, c.horizon, *self.live([c], resources)[0]]
 
-    def live(self, controller: Controller, resources: tuple[str, ...]) -> list[float]:
-        hist = controller.scaler.history  # type: ignore[attr-defined]
-        return [hist.get(r, 0) for r in resources]
+    def live(self, controllers: Sequence[Controller], resources: tuple[str, ...]
+             ) -> list[list[float]]:
+        return history_rows(controllers, resources)
 
     def decide(self, controllers: Sequence[Controller], batch: Batch) -> BatchDemand:
         b = batch
@@ -130,6 +130,17 @@ class BatchedSLO:
             c.short = short_l[i]  # type: ignore[attr-defined]
             suspend[i] = c.back_off(cond_l[i])  # type: ignore[attr-defined]
         return BatchDemand(stops, suspend, new)
+
+
+def history_rows(controllers: Sequence[Controller], resources: tuple[str, ...]
+             ) -> list[list[float]]:
+    """Per controller, its scaler's last direction per resource (Merkat Alg. 1's history)."""
+    if len(resources) == 1:
+        r = resources[0]
+        return [[c.scaler.history.get(r, 0)] for c in controllers]  # type: ignore[attr-defined]
+    return [[h.get(r, 0) for r in resources]
+            for h in [c.scaler.history for c in controllers]]  # type: ignore[attr-defined]
+
 
 
 def _alloc_fraction(alloc: FloatArray, size: FloatArray) -> FloatArray:
