@@ -221,12 +221,16 @@ def test_sim_backend_advances_only_applications_that_can_progress() -> None:
     )
     assert list(b._live) == ["a7"]
     b.advance(200.0, 300.0)
-    assert list(b._live) == ["a7"] and b.apps["a7"].work_done == pytest.approx(50.0)
-    b.apply(Plan(time=300.0, period=100.0, suspend=("v",)))
-    b.advance(300.0, 400.0)  # once more, to see it has no VM left: its rate is reset
+    assert b.apps["a7"].work_done == pytest.approx(50.0)
+    assert not b._live and list(b._pace) == ["a7"]  # it goes on at its kept pace
+    b.advance(300.0, 350.0)
+    assert b.apps["a7"].work_done == pytest.approx(75.0)
+    b.apply(Plan(time=350.0, period=100.0, suspend=("v",)))
+    assert list(b._live) == ["a7"] and not b._pace  # its pace forgotten
+    b.advance(350.0, 400.0)  # once more, to see it has no VM left: its rate is reset
     assert b.apps["a7"].last_rate is None and len(b._live) == 0
     b.advance(400.0, 500.0)
-    assert b.apps["a7"].work_done == pytest.approx(50.0)
+    assert b.apps["a7"].work_done == pytest.approx(75.0)
 
 
 def test_submission_refuses_a_bad_vm_size_before_touching_the_bank() -> None:

@@ -27,6 +27,22 @@ class Recomputing(SimBackend):
         return super()._speed(model, vm, t0, t1)
 
 
+class Checked(SimBackend):
+    """The backend under test, checking after each advance that an application is either
+    advanced on its own (``_live``) or at its kept pace (``_pace``), never both, and that
+    every unfinished application with all its VMs is one of them."""
+
+    def advance(self, t0: float, t1: float) -> None:
+        super().advance(t0, t1)
+        live, pace = set(self._live), set(self._pace)
+        assert not live & pace
+        for app_id, model in self.apps.items():
+            if model.finish_time is None and len(self._by_app.get(app_id, ())) >= model.vms:
+                assert app_id in live | pace
+            if app_id in pace:
+                assert model.finish_time is None
+
+
 def _run(backend: SimBackend, seed: int) -> list[tuple[float, float | None, float | None]]:
     rng = np.random.default_rng(seed)
     platform = Platform(Hosts(("h0", "h1", "h2"), np.array([[1.0, 4096.0]] * 3)),
@@ -49,7 +65,7 @@ def _run(backend: SimBackend, seed: int) -> list[tuple[float, float | None, floa
 def test_the_kept_pace_gives_the_recomputed_run_bit_for_bit(
         seed: int, min_vector: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sim_pace, "MIN_VECTOR", min_vector)
-    kept, recomputed = SimBackend(), Recomputing()
+    kept, recomputed = Checked(), Recomputing()
     assert _run(kept, seed) == _run(recomputed, seed)
     assert kept.counts == recomputed.counts and kept.counts["migration"] > 0
     assert kept._pace and not recomputed._pace  # the pace was kept, and used

@@ -178,6 +178,8 @@ class SimBackend:
     # last seen), so that :meth:`advance` does not scan every application ever added. An
     # application without VMs leaves it once advanced (advancing it again would change
     # nothing) and comes back when a VM is created or resumed for it, or when it is observed.
+    # One at a kept pace (``_pace``) is not in it: the two are the applications that may
+    # progress, and an application leaves ``_pace`` for ``_live`` when its pace is forgotten.
     _live: dict[str, None] = field(default_factory=dict, init=False, repr=False, compare=False)
     _seen: int = field(default=0, init=False, repr=False, compare=False)
     # ``vms`` grouped by application (each group in ``vms`` order), kept up to date by apply
@@ -188,7 +190,8 @@ class SimBackend:
     _n_indexed: int = field(default=0, init=False, repr=False, compare=False)
     # A rigid application's pace while none of its VMs changes (:meth:`_advance_rigid`):
     # its slowest VM's speed, kept once every VM is ready and none migrates; an operation
-    # or a new allocation mapping for one of its VMs forgets it (apply, _put, _release).
+    # or a new allocation mapping for one of its VMs forgets it (apply, _put, _release:
+    # _unpace). These applications advance together (merkat.backends.sim_pace).
     _pace: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
     # A rigid application's last report (:meth:`observe`), reused while it is the same.
     _observed: dict[str, Observed] = field(
@@ -226,7 +229,7 @@ class SimBackend:
 
     def metrics(self, app: str) -> Metrics:
         model = self.apps[app]
-        if model.finish_time is None and app not in self._live:
+        if model.finish_time is None and app not in self._live and app not in self._pace:
             self._live[app] = None  # more work after finishing (e.g. TaskFarm.add_tasks)
         return model.metrics()
 
@@ -238,7 +241,7 @@ class SimBackend:
         ``metrics``, ``idle`` (running applications) and ``finished`` give them, a rigid
         application's in one step and its last report reused while its metrics record and
         its finish are the same (waiting, suspended)."""
-        models, live, kept = self.apps, self._live, self._observed
+        models, live, kept, pace = self.apps, self._live, self._observed, self._pace
         running = AppStatus.RUNNING
         out: dict[str, Observed] = {}
         for a in apps:
@@ -257,7 +260,7 @@ class SimBackend:
                     or m.work_total is not model.work_total:
                 m = model._metrics = _rigid_metrics(done, model.work_total, rate)
             finished = model.finish_time is not None
-            if not finished and app_id not in live:
+            if not finished and app_id not in live and app_id not in pace:
                 live[app_id] = None  # (as metrics does)
             seen = kept.get(app_id)
             if seen is None or seen.metrics is not m or seen.finished is not finished:
@@ -304,28 +307,40 @@ class SimBackend:
         for p in plan.resume:
             self._put(p.vm, _VM(p.app, p.host, {}, t + self.resume_s))
             self.counts["resume"] += 1
-        pace = self._pace
+        pace, live = self._pace, self._live
         for vm_id, src, dst in plan.migrate:
             vm = self.vms[vm_id]
             mem = self.apps[vm.app].memory
             share = self.bandwidth / max(ops_per_host[src], ops_per_host[dst], 1)
             vm.migrating_until = t + (mem / share if share > 0 else 0.0)
             vm.host = dst
-            pace.pop(vm.app, None)
+            if pace.pop(vm.app, None) is not None:  # (_unpace, inlined)
+                live[vm.app] = None
             self.counts["migration"] += 1
         vms = self.vms
         for vm_id, alloc in plan.allocations.items():
             vm = vms[vm_id]
             if vm.alloc is not alloc:  # a mapping is kept while its values do not change
                 vm.alloc = alloc
-                pace.pop(vm.app, None)
+                if pace.pop(vm.app, None) is not None:
+                    live[vm.app] = None
         return ApplyReport(t)
 
+    def _unpace(self, app_id: str) -> None:
+        """Forget ``app_id``'s kept pace: it advances on its own again."""
+        if self._pace.pop(app_id, None) is not None:
+            self._live[app_id] = None
+
+    def _unpace_all(self) -> None:
+        """Forget every kept pace."""
+        self._live.update(dict.fromkeys(self._pace))
+        self._pace.clear()
+
     def _put(self, vm_id: str, vm: _VM) -> None:
-        self._pace.pop(vm.app, None)
+        self._unpace(vm.app)
         old = self.vms.get(vm_id)
         if old is not None:
-            self._pace.pop(old.app, None)
+            self._unpace(old.app)
         replaced = old is not None
         self.vms[vm_id] = vm
         self._live[vm.app] = None  # it may progress again
@@ -339,7 +354,7 @@ class SimBackend:
         vm = self.vms.pop(vm_id, None)
         if vm is None:
             return
-        self._pace.pop(vm.app, None)
+        self._unpace(vm.app)
         group = self._by_app.get(vm.app)
         if group is not None and group.pop(vm_id, None) is not None:
             self._n_indexed -= 1
@@ -364,31 +379,34 @@ class SimBackend:
                 self._by_app.setdefault(vm.app, {})[vm_id] = vm
             self._n_indexed = len(self.vms)
             live.update(dict.fromkeys(self._by_app))
-            self._pace.clear()  # ``vms`` was changed directly: nothing kept is known valid
+            self._unpace_all()  # ``vms`` was changed directly: nothing kept is known valid
         by_app = self._by_app
         if len(apps) != self._seen:  # ``apps`` changed directly, not by add_app: rescan it
+            self._unpace_all()
             live.update(dict.fromkeys(a for a, m in apps.items() if m.finish_time is None))
             self._seen = len(apps)
         # Each application progresses on its own: the order they are visited in is irrelevant.
-        # Those at a kept pace (rigid, nothing changed since it was kept) go together.
-        pace = self._pace if t1 != t0 and type(self)._speed is SimBackend._speed else {}
-        paced: list[RigidApp] = []
-        rates: list[float] = []
+        # Those at a kept pace (rigid, nothing changed since it was kept) go together; one
+        # that finishes leaves them.
+        pace = self._pace
+        if pace:
+            ids = list(pace)
+            rigid: list[RigidApp] = [apps[a] for a in ids]  # type: ignore[misc]  # (kept for these)
+            for k in advance_paced(rigid, list(pace.values()), t0, t1):
+                del pace[ids[k]]
         done = []
         for app_id in live:
             model = apps.get(app_id)
             if model is None or model.finish_time is not None:
                 done.append(app_id)
                 continue
-            rate = pace.get(app_id, -1.0)
-            if rate >= 0.0:  # (a kept pace is a rigid application's whose VMs are all there)
-                paced.append(model)  # type: ignore[arg-type]  # (a RigidApp)
-                rates.append(rate)
-                continue
             group = by_app.get(app_id)
             vms = list(group.items()) if group else []
             if isinstance(model, RigidApp):
                 self._advance_rigid(model, vms, t0, t1)
+                if app_id in pace:  # its pace is kept from now on: it joins them
+                    done.append(app_id)
+                    continue
             elif isinstance(model, TaskFarm):
                 self._advance_farm(model, vms, t0, t1)
             else:
@@ -398,8 +416,6 @@ class SimBackend:
                 own(self, sorted(vms), t0, t1)
             if not vms:  # no VM (waiting, suspended, stopped): a fixed point until it has one
                 done.append(app_id)
-        if paced:
-            advance_paced(paced, rates, t0, t1)
         for app_id in done:
             del live[app_id]
 
@@ -424,15 +440,12 @@ class SimBackend:
         if len(vms) < model.vms:
             model.last_rate = 0.0 if vms else None
             return
+        keep = False
         if vms and type(self)._speed is SimBackend._speed:
-            app = vms[0][1].app
-            rate = self._pace.get(app, -1.0)
-            if rate >= 0.0:  # every VM ready and none migrating since it was kept
-                begin = t0
-            else:
-                rate, begin = self._rigid_pace(model, vms, t0, t1)
-                if begin <= t0 and all(vm.migrating_until <= t0 for _, vm in vms):
-                    self._pace[app] = rate  # the same at any later t0 while nothing changes
+            rate, begin = self._rigid_pace(model, vms, t0, t1)
+            # the same at any later t0 while nothing changes (a NaN is never kept)
+            keep = begin <= t0 and rate >= 0.0 and all(
+                vm.migrating_until <= t0 for _, vm in vms)
         else:
             rate = min(self._speed(model, vm, t0, t1) for _, vm in vms)
             begin = max([t0] + [vm.ready_at for _, vm in vms])
@@ -444,6 +457,8 @@ class SimBackend:
         else:
             model.work_done += rate * usable
         model.last_rate = rate * usable / (t1 - t0)
+        if keep and model.finish_time is None:
+            self._pace[vms[0][1].app] = rate
 
     def _rigid_pace(
         self, model: RigidApp, vms: list[tuple[str, _VM]], t0: float, t1: float

@@ -44,22 +44,25 @@ MIN_VECTOR = 32
 
 
 def advance_paced(models: Sequence[Progress], rates: Sequence[float],
-                  t0: float, t1: float) -> None:
-    """Advance each of ``models`` from ``t0`` to ``t1`` (``t1 != t0``) at its kept pace
-    ``rates[k]`` (>= 0), from ``t0`` on: the module docstring's lines."""
+                  t0: float, t1: float) -> list[int]:
+    """Advance each of ``models`` from ``t0`` to ``t1`` at its kept pace ``rates[k]`` (>= 0),
+    from ``t0`` on: the module docstring's lines. Returns the positions of those that
+    finished. (``t1 == t0`` raises ``ZeroDivisionError``, as the scalar lines do.)"""
     usable = max(0.0, t1 - t0)
     span = t1 - t0
-    if len(models) < MIN_VECTOR:
-        for model, rate in zip(models, rates, strict=True):
+    finished: list[int] = []
+    if len(models) < MIN_VECTOR or span == 0.0:
+        for k, (model, rate) in enumerate(zip(models, rates, strict=True)):
             left = model.work_total - model.work_done
             step = rate * usable
             if rate > 0 and step >= left:
                 model.finish_time = t0 + left / rate
                 model.work_done = model.work_total
+                finished.append(k)
             else:
                 model.work_done += step
             model.last_rate = step / span
-        return
+        return finished
     pace = np.array(rates, dtype=float)
     done = np.array([m.work_done for m in models], dtype=float)
     total = np.array([m.work_total for m in models], dtype=float)
@@ -72,7 +75,9 @@ def advance_paced(models: Sequence[Progress], rates: Sequence[float],
         model.last_rate = r
     if finishing.any():
         lefts = left.tolist()
-        for k in np.flatnonzero(finishing).tolist():
+        finished = np.flatnonzero(finishing).tolist()
+        for k in finished:
             model = models[k]
             model.finish_time = t0 + lefts[k] / rates[k]
             model.work_done = model.work_total
+    return finished
