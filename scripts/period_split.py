@@ -76,7 +76,8 @@ def install() -> None:
     for mod in (period, admission):
         patch(mod, "ask", "controllers")
         patch(mod, "draft", "reconcile")
-    patch(period, "market_vms", "market input")
+    from merkat.core import market_input
+    patch(market_input.MarketInput, "__call__", "market input")
     patch(admission, "market_rows", "market input")
     from merkat.core import batch, plan
     patch(batch, "decide", "controllers (batched)")

@@ -51,8 +51,8 @@ from merkat.core.backend import ApplyReport
 from merkat.core.draft import draft, install
 from merkat.core.isolation import ask, fail, reconcile
 from merkat.core.lifecycle import ENDED, app_failure, app_transition
+from merkat.core.market_input import MarketInput, same_input
 from merkat.core.market_input import bidding as bidding_vms
-from merkat.core.market_input import market_vms, same_input
 from merkat.core.model import (
     App,
     AppNext,
@@ -129,6 +129,7 @@ class Platform:
         self._plans = Plans()  # the last period's plan and bills, reused with its
         self._bills = Bills()  # clearing when nothing they read changed
         self._running = RunningRows()  # the running VMs' rows, kept between admissions
+        self._input = MarketInput()  # the last market input, reused when the same
 
     # --- submission -------------------------------------------------------------------
 
@@ -258,7 +259,7 @@ class Platform:
 
         runs = bidding_vms(nexts.values(), self.apps, decider.const)
         bidding = sum(len(nx.ids) if rows is None else len(rows) for nx, _, rows in runs)
-        vms = market_vms(runs, bidding)
+        vms = self._input(runs, bidding)
         result = self._clear(vms)
         prices = {r: float(result.price[k]) for k, r in enumerate(RESOURCES)}
         plan = self._plans(now, self.period, runs, result, ops, vms.host)
@@ -409,7 +410,7 @@ class Platform:
             and last[0] is self.hosts
             and last[1] is self.balance
             and np.array_equal(last[2], self._reserve)
-            and same_input(last[3], vms)
+            and (last[3] is vms or same_input(last[3], vms))
         ):
             return last[4]
         result = mechanism.clear(self.hosts, vms, reserve_price=self._reserve,

@@ -214,7 +214,8 @@ class Bills:
                for nx, const, rows in runs]
         last = self._last
         if (last is not None and last[0] is result and last[1] == key and last[2] == prices
-                and np.array_equal(last[3], before) and np.array_equal(last[4], bid)):
+                and (last[3] is before or np.array_equal(last[3], before))
+                and (last[4] is bid or np.array_equal(last[4], bid))):
             out: tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] = last[5]
             return out
         out = bills_of(runs, result.host, before, result.allocation, bid, prices)

@@ -27,7 +27,7 @@ from merkat.control.types import VMState
 from merkat.core.market_input import Rows
 from merkat.core.model import App, AppConst
 from merkat.market import NO_HOST, RESOURCES
-from merkat.market.types import FloatArray
+from merkat.market.types import FloatArray, IntArray
 
 
 @dataclass(frozen=True)
@@ -57,24 +57,20 @@ class Running:
 
 @dataclass(frozen=True)
 class _Chunk:
-    """One application's part of :class:`Running`: the indexes of its running VMs and, per
-    VM, its id and host, and flat (``len(RESOURCES)`` values a VM) its bid, cap and minimum
-    rows, current allocations (0 in the columns it does not trade) and the columns it
-    trades; which rows are odd."""
+    """One application's part of :class:`Running`: the indexes of its running VMs, their
+    ids, and per VM one row of ``num`` (its bid, cap, minimum and current allocation in the
+    market's columns: 0 where it does not trade; ``len(RESOURCES)`` values each), of
+    ``flags`` (the columns it trades, then whether its allocation is odd) and its host."""
 
     rows: list[int]
     ids: list[str]
-    hosts: list[int]
-    bids: list[float]
-    caps: list[float]
-    mins: list[float]
-    current: list[float]
-    traded: list[bool]
-    odd: list[bool]
+    num: FloatArray
+    flags: npt.NDArray[np.bool_]
+    hosts: IntArray
 
 
 _key = operator.attrgetter("id", "host", "state", "bid", "alloc")
-"""What a VM's rows are made of (a tuple compared in C)."""
+"""What a VM's rows are made of (a tuple made and compared in C)."""
 
 
 def _chunk(app: App, const: AppConst) -> _Chunk | None:
@@ -94,26 +90,34 @@ def _chunk(app: App, const: AppConst) -> _Chunk | None:
             mine[c] = True
     mine_vms = vms if len(rows) == len(vms) else [vms[k] for k in rows]
     n = len(mine_vms)
+    num = np.zeros((n, 4 * n_res))
     first = mine_vms[0].bid
     if all(vm.bid is first for vm in mine_vms):  # one shared bid mapping: one row
-        bids = [first.get(r, 0.0) for r in RESOURCES] * n
+        num[:, :n_res] = [first.get(r, 0.0) for r in RESOURCES]
     else:
-        bids = []
-        for vm in mine_vms:
-            bids += [vm.bid.get(r, 0.0) for r in RESOURCES]
+        num[:, :n_res] = [[vm.bid.get(r, 0.0) for r in RESOURCES] for vm in mine_vms]
+    num[:, n_res:2 * n_res] = const.cap_row
+    num[:, 2 * n_res:3 * n_res] = const.min_row
     allocs = [vm.alloc for vm in mine_vms]
+    flags = np.zeros((n, n_res + 1), dtype=np.bool_)
+    flags[:, :n_res] = mine
     odd = [len(a) != width for a in allocs]
-    current = [0.0] * (n_res * n)
     for r, c in columns:
         got = [a.get(r, nan) for a in allocs]
         if c >= 0:
-            current[c::n_res] = got
+            num[:, 3 * n_res + c] = got
         else:  # outside the market: its allocation is 0
             for k, a in enumerate(got):
                 if a != 0.0:
                     odd[k] = True
-    return _Chunk(rows, [vm.id for vm in mine_vms], [vm.host for vm in mine_vms], bids,
-                  const.cap_row * n, const.min_row * n, current, mine * n, odd)
+    flags[:, n_res] = odd
+    return _Chunk(rows, [vm.id for vm in mine_vms], num, flags,
+                  np.array([vm.host for vm in mine_vms], dtype=np.int64))
+
+
+_NONE = _Chunk([], [], np.zeros((0, 4 * len(RESOURCES))),
+               np.zeros((0, len(RESOURCES) + 1), dtype=np.bool_), np.zeros(0, dtype=np.int64))
+"""No row (what :class:`RunningRows` joins when no application runs a VM on a host)."""
 
 
 class RunningRows:
@@ -121,9 +125,11 @@ class RunningRows:
     application's chunk is read again only when its record is not the one seen last time or
     one of its VM records' ids, hosts, states, bid or allocation mappings changed (checked
     with one key per VM, a tuple made and compared in C, instead of the rows' per-VM reads
-    and lookups; ~5x less per call at the admission points of ``bench period``).
-    Applications not in a call are forgotten. Not a record: a cache of a pure function
-    (``tests/test_running.py`` compares it with a fresh one, bit for bit)."""
+    and lookups), and the chunks' arrays are joined (one ``concatenate`` per array) instead
+    of built from lists of every VM's values; ~2x less per call at the admission points of
+    ``bench period`` (docs/benchmarks.md, issue 28, twelfth session). Applications not in a
+    call are forgotten. Not a record: a cache of a pure function (``tests/test_running.py``
+    compares it with a fresh one, bit for bit)."""
 
     def __init__(self) -> None:
         self._chunks: dict[str, tuple[App, list[tuple[Any, ...]], _Chunk | None]] = {}
@@ -133,14 +139,8 @@ class RunningRows:
         old = self._chunks
         kept: dict[str, tuple[App, list[tuple[Any, ...]], _Chunk | None]] = {}
         members: list[tuple[App, AppConst, list[int]]] = []
+        chunks: list[_Chunk] = [_NONE]
         ids: list[str] = []
-        hosts: list[int] = []
-        bids: list[float] = []
-        caps: list[float] = []
-        mins: list[float] = []
-        current: list[float] = []
-        traded: list[bool] = []
-        odd: list[bool] = []
         for app in apps:
             app_id = app.spec.id
             key = list(map(_key, app.vms))
@@ -151,29 +151,17 @@ class RunningRows:
             else:
                 chunk = _chunk(app, const)
             kept[app_id] = (app, key, chunk)
-            if chunk is None:
-                continue
-            members.append((app, const, chunk.rows))
-            ids += chunk.ids
-            hosts += chunk.hosts
-            bids += chunk.bids
-            caps += chunk.caps
-            mins += chunk.mins
-            current += chunk.current
-            traded += chunk.traded
-            odd += chunk.odd
+            if chunk is not None:
+                members.append((app, const, chunk.rows))
+                chunks.append(chunk)
+                ids += chunk.ids
         self._chunks = kept
-        shape = (len(ids), len(RESOURCES))
-        market = (
-            tuple(ids),
-            np.array(bids, dtype=np.float64).reshape(shape),
-            np.array(caps, dtype=np.float64).reshape(shape),
-            np.array(hosts, dtype=np.int64),
-            np.array(mins, dtype=np.float64).reshape(shape),
-        )
-        return Running(members, market, np.array(current, dtype=np.float64).reshape(shape),
-                       np.array(traded, dtype=np.bool_).reshape(shape),
-                       np.array(odd, dtype=np.bool_))
+        n_res = len(RESOURCES)
+        num = np.concatenate([c.num for c in chunks])
+        flags = np.concatenate([c.flags for c in chunks])
+        market = (tuple(ids), num[:, :n_res], num[:, n_res:2 * n_res],
+                  np.concatenate([c.hosts for c in chunks]), num[:, 2 * n_res:3 * n_res])
+        return Running(members, market, num[:, 3 * n_res:], flags[:, :n_res], flags[:, n_res])
 
 
 def running(apps: Iterable[App], const_of: Callable[[App], AppConst]) -> Running:

@@ -1,0 +1,125 @@
+"""The period's market input (merkat.core.market_input): ``MarketInput`` reuses the last
+input only when every application bids with the same VMs, hosts, bid mappings and rows, and
+otherwise gives what ``market_vms`` gives, bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from merkat.control.registry import make_policy
+from merkat.control.types import AppStatus, VMState
+from merkat.core import market_input
+from merkat.core.draft import draft
+from merkat.core.market_input import MarketInput, Run, bidding, market_vms, size
+from merkat.core.model import App, AppSpec, VMRecord
+from merkat.core.period import Platform
+from merkat.market import NO_HOST, Hosts, VMs
+
+
+def _same(a: VMs, b: VMs) -> None:
+    assert a.ids == b.ids
+    for x, y in ((a.bid, b.bid), (a.cap, b.cap), (a.host, b.host), (a.minimum, b.minimum)):
+        assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+
+
+def _apps(rng: np.random.Generator) -> list[App]:
+    apps = []
+    for a in range(4):
+        trade = ("cpu",) if a % 2 else ("memory", "cpu")
+        spec = AppSpec(f"a{a}", "best-effort", 1, {"cpu": 1.0, "memory": 512.0}, 0.0, 100.0,
+                       trade=trade, vm_min={"memory": 64.0 * a})
+        app = App(spec, make_policy("best-effort"), f"app:a{a}", status=AppStatus.RUNNING)
+        shared = {r: float(rng.uniform(0.01, 2.0)) for r in trade}
+        for v in range(int(rng.integers(1, 5))):
+            own = {r: float(rng.uniform(0.01, 2.0)) for r in trade}
+            state = VMState.SUSPENDED if rng.random() < 0.15 else VMState.RUNNING
+            host = int(rng.integers(0, 3)) if rng.random() < 0.8 else NO_HOST
+            app.vms.append(VMRecord(f"a{a}/vm{v}", spec.id, state, host=host,
+                                    bid=shared if rng.random() < 0.7 else own))
+        apps.append(app)
+    return apps
+
+
+def _runs(platform: Platform, apps: list[App]) -> list[Run]:
+    return bidding([draft(a) for a in apps], {a.spec.id: a for a in apps},
+                   platform.decider.const)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_last_input_is_reused_only_for_the_same_vms_hosts_and_bid_mappings(
+        seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    platform = Platform(Hosts(("h0", "h1", "h2"), np.array([[2.0, 4096.0]] * 3)))
+    apps = _apps(rng)
+    memo = MarketInput()
+    runs = _runs(platform, apps)
+    first = memo(runs, size(runs))
+    _same(first, market_vms(runs, size(runs)))
+    again = _runs(platform, apps)  # the next period drafts the same records again
+    assert memo(again, size(again)) is first
+    for nx, _, _ in again:  # make_plan moves the next states' hosts after the clearing
+        nx.hosts[:] = [0] * len(nx.hosts)
+    assert memo(_runs(platform, apps), size(runs)) is first  # (the copy it kept, not those)
+
+    def changed(write) -> None:  # type: ignore[no-untyped-def]
+        write()
+        runs = _runs(platform, apps)
+        got = memo(runs, size(runs))
+        assert got is not first
+        _same(got, market_vms(runs, size(runs)))
+        assert memo(_runs(platform, apps), size(runs)) is got
+
+    vm = apps[0].vms[0]
+    changed(lambda: setattr(vm, "bid", dict(vm.bid)))  # an equal mapping, another object
+    changed(lambda: setattr(vm, "bid", {r: 3.0 for r in vm.bid}))
+    changed(lambda: setattr(apps[1].vms[0], "host", 2 if apps[1].vms[0].host != 2 else 1))
+    changed(lambda: setattr(apps[2].vms[0], "state",
+                            VMState.SUSPENDED if apps[2].vms[0].state is VMState.RUNNING
+                            else VMState.RUNNING))
+    changed(lambda: apps[3].vms.append(VMRecord("a3/vm9", "a3", VMState.BOOTING,
+                                                bid=apps[3].vms[0].bid)))
+    changed(lambda: apps.pop(1))
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_every_period_of_a_run_gets_the_input_market_vms_gives(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random applications on six hosts over twelve periods (arrivals, rebids, migrations,
+    ends): the platform's input against a fresh ``market_vms`` at every period, and the last
+    one is reused in some periods."""
+    from merkat.backends.sim import RigidApp, SimBackend
+    from merkat.bank.memory import MemoryLedger
+    from merkat.runtime.arrivals import Arrival, ListArrivals
+    from merkat.runtime.driver import Driver
+    from merkat.runtime.economy import Economy
+
+    calls = reused = 0
+    cached = MarketInput.__call__
+
+    def checking(self, runs, n):  # type: ignore[no-untyped-def]
+        nonlocal calls, reused
+        last = self._last
+        out = cached(self, runs, n)
+        _same(out, market_input.market_vms(runs, n))
+        calls += 1
+        reused += last is not None and out is last[1]
+        return out
+
+    monkeypatch.setattr(MarketInput, "__call__", checking)
+    rng = np.random.default_rng(seed)
+    period = 60.0
+    items = []
+    for k, t in enumerate(sorted(rng.uniform(0.0, 3 * period, 16))):
+        n = int(rng.integers(1, 4))
+        policy = "best-effort" if k % 4 else "deadline-strict"  # (rebids every period)
+        spec = AppSpec(f"a{k}", policy, n, {"cpu": 1.0}, float(t), float(rng.uniform(2, 60)),
+                       deadline=float(t + rng.uniform(60, 900)), trade=("cpu",))
+        items.append(Arrival(spec.submit_time, spec,
+                             RigidApp(vms=n, work_total=float(rng.uniform(30, 1500)))))
+    platform = Platform(Hosts(tuple(f"h{k}" for k in range(6)), np.array([[2.0, 4096.0]] * 6)),
+                        period=period, reserve={"cpu": 0.01})
+    driver = Driver(platform, SimBackend(trade_memory=False, boot_s=0.0),
+                    Economy(MemoryLedger()), ListArrivals(items), admission=10.0)
+    driver.run(until=12 * period)
+    assert calls >= 8 and 0 < reused < calls
