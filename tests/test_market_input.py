@@ -15,6 +15,7 @@ from merkat.core.market_input import MarketInput, Run, bidding, market_vms, size
 from merkat.core.model import App, AppSpec, VMRecord
 from merkat.core.period import Platform
 from merkat.market import NO_HOST, Hosts, VMs
+from test_market_support import random_run
 
 
 def _same(a: VMs, b: VMs) -> None:
@@ -88,12 +89,6 @@ def test_every_period_of_a_run_gets_the_input_market_vms_gives(
     """Random applications on six hosts over twelve periods (arrivals, rebids, migrations,
     ends): the platform's input against a fresh ``market_vms`` at every period, and the last
     one is reused in some periods."""
-    from merkat.backends.sim import RigidApp, SimBackend
-    from merkat.bank.memory import MemoryLedger
-    from merkat.runtime.arrivals import Arrival, ListArrivals
-    from merkat.runtime.driver import Driver
-    from merkat.runtime.economy import Economy
-
     calls = reused = 0
     cached = MarketInput.__call__
 
@@ -107,19 +102,6 @@ def test_every_period_of_a_run_gets_the_input_market_vms_gives(
         return out
 
     monkeypatch.setattr(MarketInput, "__call__", checking)
-    rng = np.random.default_rng(seed)
-    period = 60.0
-    items = []
-    for k, t in enumerate(sorted(rng.uniform(0.0, 3 * period, 16))):
-        n = int(rng.integers(1, 4))
-        policy = "best-effort" if k % 4 else "deadline-strict"  # (rebids every period)
-        spec = AppSpec(f"a{k}", policy, n, {"cpu": 1.0}, float(t), float(rng.uniform(2, 60)),
-                       deadline=float(t + rng.uniform(60, 900)), trade=("cpu",))
-        items.append(Arrival(spec.submit_time, spec,
-                             RigidApp(vms=n, work_total=float(rng.uniform(30, 1500)))))
-    platform = Platform(Hosts(tuple(f"h{k}" for k in range(6)), np.array([[2.0, 4096.0]] * 6)),
-                        period=period, reserve={"cpu": 0.01})
-    driver = Driver(platform, SimBackend(trade_memory=False, boot_s=0.0),
-                    Economy(MemoryLedger()), ListArrivals(items), admission=10.0)
-    driver.run(until=12 * period)
+    random_run(seed, apps=16, over=3, periods=12, work=1500.0,
+               best_effort=lambda k, rng: k % 4 != 0)
     assert calls >= 8 and 0 < reused < calls

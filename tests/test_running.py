@@ -15,6 +15,7 @@ from merkat.core.model import App, AppSpec, VMRecord
 from merkat.core.period import Platform
 from merkat.core.running import Running, RunningRows, running
 from merkat.market import NO_HOST, Hosts
+from test_market_support import random_run
 
 
 def _same(a: Running, b: Running) -> None:
@@ -35,12 +36,6 @@ def test_every_admission_point_of_a_run_reads_the_rows_a_fresh_read_gives(
     newcomers (after the periods' commits, rebids and migrations and the admissions'
     settles), and it does keep rows (many applications' records did not change since the
     last point)."""
-    from merkat.backends.sim import RigidApp, SimBackend
-    from merkat.bank.memory import MemoryLedger
-    from merkat.runtime.arrivals import Arrival, ListArrivals
-    from merkat.runtime.driver import Driver
-    from merkat.runtime.economy import Economy
-
     calls = apps_read = built = 0
     cached = RunningRows.__call__
     build = running_mod._chunk
@@ -62,22 +57,8 @@ def test_every_admission_point_of_a_run_reads_the_rows_a_fresh_read_gives(
         return out
 
     monkeypatch.setattr(RunningRows, "__call__", checking)
-    rng = np.random.default_rng(seed)
-    period = 60.0
-    items = []
-    for k, t in enumerate(sorted(rng.uniform(0.0, 5 * period, 40))):
-        size = int(rng.integers(1, 4))
-        policy = "best-effort" if rng.random() < 0.3 else "deadline-strict"
-        spec = AppSpec(f"a{k}", policy, size, {"cpu": 1.0}, float(t),
-                       float(rng.uniform(2.0, 60.0)), deadline=float(t + rng.uniform(60, 900)),
-                       trade=("cpu",), owner="alice")
-        items.append(Arrival(spec.submit_time, spec,
-                             RigidApp(vms=size, work_total=float(rng.uniform(30, 400)))))
-    platform = Platform(Hosts(tuple(f"h{k}" for k in range(6)), np.array([[2.0, 4096.0]] * 6)),
-                        period=period, reserve={"cpu": 0.01})
-    driver = Driver(platform, SimBackend(trade_memory=False, boot_s=0.0),
-                    Economy(MemoryLedger()), ListArrivals(items), admission=10.0)
-    driver.run(until=8 * period)
+    platform = random_run(seed, apps=40, over=5, periods=8, work=400.0,
+                          best_effort=lambda k, rng: bool(rng.random() < 0.3))
     records = platform.records
     assert sum(r.migrations for r in records) > 0
     assert calls > 10 and built < apps_read, (calls, built, apps_read)
