@@ -211,6 +211,42 @@ class Ledger(ABC):
         replays: what it writes commits with the moves, and if it raises nothing moves (the
         live service ends a platform and returns its budget this way)."""
 
+    def pay_each(
+        self,
+        bills: Sequence[tuple[str, int]],
+        payee: str,
+        reason: str,
+        period: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> tuple[list[int], list[int], int, Sequence[int]]:
+        """Pay each ``(account, amount)`` of ``bills`` to ``payee``, greedily in input order:
+        a bill its account still covers (after the bills before it) is paid, the others are
+        skipped; all the payments in one transaction (:meth:`transfer_many`, a bill of 0 is
+        paid without a move). Returns ``(paid, unpaid, total, ids)``: the indexes of the
+        paid and the skipped bills, the micro-credits moved and the transfer ids. Amounts
+        must be non-negative ints (``InvalidInput`` naming ``bills[k].amount``).
+
+        This is the reference (the balances read, the choice made, then the batch applied);
+        a ledger may do it in one pass with the same result (the in-memory ledger's)."""
+        for k, (_, amount) in enumerate(bills):
+            if isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
+                raise InvalidInput(f"bills[{k}].amount",
+                                   f"must be a non-negative integer, got {amount!r}")
+        left = self.balances({account for account, _ in bills})
+        paid: list[int] = []
+        unpaid: list[int] = []
+        moves: list[Move] = []
+        for k, (account, amount) in enumerate(bills):
+            if left[account] >= amount:
+                left[account] -= amount
+                paid.append(k)
+                if amount > 0:
+                    moves.append((account, payee, amount))
+            else:
+                unpaid.append(k)
+        ids = self.transfer_many(moves, reason, period, idempotency_key)
+        return paid, unpaid, sum([m[2] for m in moves]), ids
+
     @abstractmethod
     def mint_many(
         self,

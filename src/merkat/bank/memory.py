@@ -3,9 +3,10 @@
 Balances live in a Python list indexed by account number; a batch (:meth:`transfer_many`) is
 one pass that applies its moves, one check that no payer is overdrawn (the batch is undone and
 refused if one is: all or nothing, as the net-change check it replaces), and one journal
-record that keeps the batch's moves as given (no per-move objects). An idempotency key
-remembers a hash of its operation's moves (:func:`_witness`), not their SHA-256. ``journal=False`` keeps no journal at
-all (only the minted/burned totals and the single transfers tokens need), for very long runs.
+record that keeps the batch's moves as given (no per-move objects); a period's charge is one
+pass (:meth:`pay_each`). An idempotency key remembers a hash of its operation's moves
+(:mod:`merkat.bank.witness`), not their SHA-256. ``journal=False`` keeps no journal at all
+(only the minted/burned totals and the single transfers tokens need), for very long runs.
 ``remember=N`` (with ``journal=False``) bounds what it keeps per operation: the idempotency
 keys and single transfers of the last ``N`` operations only (a retry replays its key at once;
 a simulation never replays), so that a run's bank grows with its accounts, not its periods.
@@ -46,9 +47,9 @@ from merkat.bank.ledger import (
     check_reason,
     check_total,
     check_transfer_id,
-    fingerprint,
     replayed_message,
 )
+from merkat.bank.witness import NO_KEY, Witness, keep_last, witness, witness_of
 
 
 @dataclass(frozen=True)
@@ -59,31 +60,6 @@ class _Batch:
     reason: str
     period: int | None
     key: str | None
-
-
-_Witness = tuple[str, int | str]
-"""An operation as its idempotency key remembers it: its kind and the hash of its moves
-(:func:`_witness`)."""
-
-
-def _witness(kind: str, moves: Sequence[Any]) -> _Witness:
-    """What an idempotency key remembers of an operation: its kind and Python's hash of its
-    moves as tuples (a few µs: the moves are strings and ints, already hashed once). This
-    replaces the SHA-256 :func:`~merkat.bank.ledger.fingerprint` of the moves' text (~17 µs
-    for 50 moves, three times a period in a simulation) in this in-process ledger, which never
-    compares across processes (the SQL ledger stores the fingerprint). A reuse of the key for
-    other moves is told from a retry as before, but for a 64-bit hash collision (2**-64).
-    ``tests/test_bank_ledger.py``'s idempotency tests pin it; moves that are not tuples of
-    hashables (bad input, raised precisely later) fall back to the fingerprint."""
-    try:
-        return kind, hash(tuple(map(tuple, moves)))
-    except TypeError:
-        if kind == "batch":
-            check_moves(moves)  # bad input raises its precise InvalidInput here
-        return kind, fingerprint(kind, moves)
-
-
-_NO_KEY: _Witness = ("", "")
 
 
 class MemoryLedger(Ledger):
@@ -101,7 +77,7 @@ class MemoryLedger(Ledger):
         self._single: dict[int, Transfer] = {}
         self._batches: list[_Batch] = []
         self._batch_starts: list[int] = []
-        self._idem: dict[str, tuple[_Witness, Transfer | range]] = {}
+        self._idem: dict[str, tuple[Witness, Transfer | range]] = {}
         self._keys: dict[str, bytes] = {}
         self._redeemed: dict[int, Redemption] = {}
         self._minted = 0
@@ -173,9 +149,9 @@ class MemoryLedger(Ledger):
 
     # --- movements ---------------------------------------------------------------------
 
-    def _replay(self, key: str | None, witness: _Witness) -> Transfer | range | None:
+    def _replay(self, key: str | None, witness: Witness) -> Transfer | range | None:
         """The result of the operation ``key`` named before, if any; raises
-        ``IdempotencyConflict`` if it was another operation (another :func:`_witness`)."""
+        ``IdempotencyConflict`` if it was another operation (another :func:`~merkat.bank.witness.witness`)."""
         if key is None or key not in self._idem:
             return None
         old, result = self._idem[key]
@@ -187,10 +163,10 @@ class MemoryLedger(Ledger):
         self._next_id += 1
         self._single[t.id] = t
         if t.idempotency_key is not None:
-            self._idem[t.idempotency_key] = (_witness_of(t), t)
+            self._idem[t.idempotency_key] = (witness_of(t), t)
         if self._remember is not None:
-            _keep_last(self._single, self._remember)
-            _keep_last(self._idem, self._remember)
+            keep_last(self._single, self._remember)
+            keep_last(self._idem, self._remember)
         return t
 
     def _move(
@@ -206,7 +182,7 @@ class MemoryLedger(Ledger):
         src = None if payer is None else self._id(payer, "payer" if payee else "account")
         dst = None if payee is None else self._id(payee, "payee" if payer else "account")
         t = Transfer(self._next_id, kind, payer, payee, amount, reason, period, key)
-        old = self._replay(key, _witness_of(t)) if key is not None else None
+        old = self._replay(key, witness_of(t)) if key is not None else None
         if old is not None:
             assert isinstance(old, Transfer)
             return old
@@ -236,7 +212,7 @@ class MemoryLedger(Ledger):
         check_period(period)
         check_key(idempotency_key)
         moves = tuple(moves)
-        fp = _witness("batch", moves) if idempotency_key is not None else _NO_KEY
+        fp = witness("batch", moves) if idempotency_key is not None else NO_KEY
         old = self._replay(idempotency_key, fp)
         if old is not None:
             assert isinstance(old, range)
@@ -269,18 +245,74 @@ class MemoryLedger(Ledger):
             if isinstance(exc, TypeError | KeyError | ValueError | _Overdrawn):
                 self._refuse(moves)  # raises the precise error
             raise
+        return self._journal_batch(moves, reason, period, idempotency_key, fp)
+
+    def _journal_batch(self, moves: tuple[Move, ...], reason: str, period: int | None,
+                       key: str | None, fp: Witness) -> range:
+        """The transfer ids of the batch ``moves`` just applied, journaled and remembered
+        under ``key``."""
         ids = range(self._next_id, self._next_id + len(moves))
         self._next_id += len(moves)
         if self._journal:
-            self._batches.append(
-                _Batch(ids.start, TransferKind.transfer, moves, reason, period, idempotency_key)
-            )
+            self._batches.append(_Batch(ids.start, TransferKind.transfer, moves, reason, period,
+                                        key))
             self._batch_starts.append(ids.start)
-        if idempotency_key is not None:
-            self._idem[idempotency_key] = (fp, ids)
+        if key is not None:
+            self._idem[key] = (fp, ids)
             if self._remember is not None:
-                _keep_last(self._idem, self._remember)
+                keep_last(self._idem, self._remember)
         return ids
+
+    def pay_each(
+        self,
+        bills: Sequence[tuple[str, int]],
+        payee: str,
+        reason: str,
+        period: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> tuple[list[int], list[int], int, Sequence[int]]:
+        """:meth:`Ledger.pay_each <merkat.bank.ledger.Ledger.pay_each>` in one pass: each
+        bill is checked, chosen and taken from its account's balance as it comes, the payee
+        credited once. This replaces the reference's six passes (check the amounts, gather
+        the accounts, read their balances, choose, apply, check) for a period's charge.
+        Anything unusual (bad input, an unknown account, a bill of the payee's own account,
+        a key used before) undoes what was taken and takes the reference, which gives its
+        precise error or result; ``tests/test_economy_renew.py`` pins the two equal."""
+        check_reason(reason)
+        check_period(period)
+        check_key(idempotency_key)
+        index, bal = self._index, self._bal
+        if payee not in index or idempotency_key in self._idem:
+            return super().pay_each(bills, payee, reason, period, idempotency_key)
+        paid: list[int] = []
+        unpaid: list[int] = []
+        moves: list[Move] = []
+        total = 0
+        try:
+            for k, (account, amount) in enumerate(bills):
+                if amount.__class__ is not int or amount < 0 or account == payee:
+                    raise TypeError
+                i = index[account]
+                have = bal[i]
+                if have >= amount:
+                    paid.append(k)
+                    if amount:
+                        bal[i] = have - amount
+                        total += amount
+                        moves.append((account, payee, amount))
+                else:
+                    unpaid.append(k)
+        except (TypeError, KeyError, ValueError):
+            for account, _, amount in moves:
+                bal[index[account]] += amount
+            return super().pay_each(bills, payee, reason, period, idempotency_key)
+        if not moves:
+            return paid, unpaid, 0, range(self._next_id, self._next_id)
+        bal[index[payee]] += total
+        batch = tuple(moves)
+        fp = witness("batch", batch) if idempotency_key is not None else NO_KEY
+        return paid, unpaid, total, self._journal_batch(batch, reason, period,
+                                                        idempotency_key, fp)
 
     def _refuse(self, moves: Sequence[Move]) -> None:
         """Raise what is wrong with the batch ``moves`` (applied to no balance): the precise
@@ -321,7 +353,7 @@ class MemoryLedger(Ledger):
         except (TypeError, ValueError, KeyError):
             check_credits(credits)  # raises the precise InvalidInput (an unknown account: below)
             targets = None
-        fp = _witness("mint-batch", credits) if idempotency_key is not None else _NO_KEY
+        fp = witness("mint-batch", credits) if idempotency_key is not None else NO_KEY
         old = self._replay(idempotency_key, fp)
         if old is not None:
             assert isinstance(old, range)
@@ -348,7 +380,7 @@ class MemoryLedger(Ledger):
         if idempotency_key is not None:
             self._idem[idempotency_key] = (fp, ids)
             if self._remember is not None:
-                _keep_last(self._idem, self._remember)
+                keep_last(self._idem, self._remember)
         return ids
 
     # --- journal -----------------------------------------------------------------------
@@ -432,16 +464,6 @@ class MemoryLedger(Ledger):
         pass
 
 
-def _witness_of(t: Transfer) -> _Witness:
-    return t.kind.value, hash((t.payer, t.payee, t.amount))
-
-
 class _Overdrawn(Exception):
     """A batch overdraws an account (raised and caught inside :meth:`MemoryLedger.transfer_many`,
     which then raises the precise ``InsufficientFunds``)."""
-
-
-def _keep_last(d: dict[Any, Any], n: int) -> None:
-    """Drop the oldest entries of ``d`` (insertion order) beyond the last ``n``."""
-    while len(d) > n:
-        del d[next(iter(d))]

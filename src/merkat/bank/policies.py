@@ -176,13 +176,10 @@ class ChargeByBid:
               tag: str = "") -> ChargeResult:
         """Charge ``bills`` in one transaction (idempotency key: the provider, the period and
         ``tag``, which tells an admission's charge between periods from the period's)."""
-        _check_entries(bills, "bills")
-        balances = ledger.balances({a for a, _ in bills})
-        moves, paid, unpaid = self.plan(bills, balances, self.provider)
-        ids = ledger.transfer_many(
-            moves, "charge by bid", period, f"charge-by-bid/{self.provider}/{period}{tag}"
-        )
-        return ChargeResult(tuple(paid), tuple(unpaid), sum([m[2] for m in moves]), ids)
+        paid, unpaid, total, ids = ledger.pay_each(  # (= plan, then one transaction)
+            bills, self.provider, "charge by bid", period,
+            f"charge-by-bid/{self.provider}/{period}{tag}")
+        return ChargeResult(tuple(paid), tuple(unpaid), total, ids)
 
 
 def hold_account(application: str) -> str:

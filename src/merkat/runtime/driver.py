@@ -195,9 +195,9 @@ class Driver:
         platform, backend, economy = self.platform, self.backend, self.economy
         self.hooks.before_period(self, t)
         active = list(platform.active.values())
-        minted = economy.renew(platform.index, [a.account for a in active])
-        ledger = economy.ledger
-        balances = ledger.balances([a.account for a in active]) if active else {}
+        names = [a.account for a in active]
+        minted = economy.renew(platform.index, names)
+        balances = economy.ledger.balances(names) if active else {}
         observed = observe(backend, active)
         measured = None
         if economy.metered:  # charging by measured use: the CPU used since the last period
