@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -232,18 +232,8 @@ class Ledger(ABC):
             if isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
                 raise InvalidInput(f"bills[{k}].amount",
                                    f"must be a non-negative integer, got {amount!r}")
-        left = self.balances({account for account, _ in bills})
-        paid: list[int] = []
-        unpaid: list[int] = []
-        moves: list[Move] = []
-        for k, (account, amount) in enumerate(bills):
-            if left[account] >= amount:
-                left[account] -= amount
-                paid.append(k)
-                if amount > 0:
-                    moves.append((account, payee, amount))
-            else:
-                unpaid.append(k)
+        paid, unpaid = affordable(bills, self.balances({account for account, _ in bills}))
+        moves = [(bills[k][0], payee, bills[k][1]) for k in paid if bills[k][1] > 0]
         ids = self.transfer_many(moves, reason, period, idempotency_key)
         return paid, unpaid, sum([m[2] for m in moves]), ids
 
@@ -379,6 +369,23 @@ def check_total(total: int, added: int) -> None:
 TOKEN_ACCOUNT = re.compile(r"/token-[0-9]+$")
 """Names of token-funded sub-accounts (``<payee>/token-<transfer id>``): reserved, only a
 redemption creates them."""
+
+
+def affordable(
+    entries: Sequence[tuple[str, int]], balances: Mapping[str, int]
+) -> tuple[list[int], list[int]]:
+    """Greedy in input order: an entry is paid if its account still covers it (after the
+    entries before it). Returns the indexes of the paid and the unpaid entries."""
+    left = dict(balances)
+    paid: list[int] = []
+    unpaid: list[int] = []
+    for k, (account, amount) in enumerate(entries):
+        if left[account] >= amount:
+            left[account] -= amount
+            paid.append(k)
+        else:
+            unpaid.append(k)
+    return paid, unpaid
 
 
 def fingerprint(kind: str, moves: Iterable[tuple[str | None, str | None, int]]) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 
 from merkat.bank.errors import InvalidInput
 from merkat.bank.ledger import AccountKind, Ledger, Move
+from merkat.bank.ledger import affordable as _affordable
 
 PPM = 1_000_000
 
@@ -118,22 +119,6 @@ class ChargeResult:
     unpaid: tuple[int, ...]
     total: int
     transfer_ids: Sequence[int] = field(default=(), repr=False)
-
-
-def _affordable(
-    entries: Sequence[tuple[str, int]], balances: Mapping[str, int]
-) -> tuple[list[int], list[int]]:
-    """Greedy in input order: an entry is paid if its account still covers it."""
-    left = dict(balances)
-    paid: list[int] = []
-    unpaid: list[int] = []
-    for k, (account, amount) in enumerate(entries):
-        if left[account] >= amount:
-            left[account] -= amount
-            paid.append(k)
-        else:
-            unpaid.append(k)
-    return paid, unpaid
 
 
 def _check_entries(entries: Sequence[tuple[str, int]], name: str) -> None:
