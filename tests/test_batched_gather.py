@@ -75,6 +75,9 @@ def test_fitting_is_within_budget_changing_nothing() -> None:
             micro = to_micro(total) if np.isfinite(total) and total < 1e15 else 0
             balances.append(max(0, micro + int(rng.integers(-1, 2))))
         got = batch._fitting(new, at, nvms, balances).tolist()
+        one = np.flatnonzero(nvms == 1)  # a batch of one-VM applications only: the same
+        assert batch._fitting(new[:, one], at, nvms[one], [balances[i] for i in one]
+                              ).tolist() == [got[i] for i in one]
         for i in range(n):
             bid = {r: float(new[k, i]) for r, k in zip(trade, at, strict=True)}
             app = App(spec, make_policy("deadline-strict"), "app:a", AppStatus.RUNNING)

@@ -225,26 +225,31 @@ def _decide_group(decider: Decider, group: _Group, trade: tuple[str, ...], now: 
         return
     at = group.at
     n = len(apps)
-    stops, suspends = result.stop, result.suspend
-    other = np.array([r is not None for r in stops], dtype=bool) | np.array(suspends, dtype=bool)
-    if result.declined is not None:
-        other |= np.array(result.declined, dtype=bool)
-    plain = ~other
+    stops, suspends, declined = result.stop, result.suspend, result.declined
+    if stops.count(None) == n and True not in suspends and (declined is None
+                                                            or True not in declined):
+        plain = [True] * n  # (the usual period: every row a bid)
+        fits = _fitting(result.bid, at, batch.nvms, group.balances).tolist()
+    else:
+        other = (np.array([r is not None for r in stops], dtype=bool)
+                 | np.array(suspends, dtype=bool))
+        if declined is not None:
+            other |= np.array(declined, dtype=bool)
+        plain = (~other).tolist()
+        fits = (_fitting(result.bid, at, batch.nvms, group.balances) & ~other).tolist()
     # the usual row: every VM bids the new bid (a mapping over the traded resources)
     if at == list(range(R)):
         values: list[list[float]] = result.bid.T.tolist()
     else:
         values = result.bid[at].T.tolist()
-    fits = (_fitting(result.bid, at, batch.nvms, group.balances) & plain).tolist()
-    for i, app, row, ok, usual in zip(range(n), apps, values, fits, plain.tolist(),
-                                      strict=True):
+    for i, app, row, ok, usual in zip(range(n), apps, values, fits, plain, strict=True):
         app_id = app.spec.id
         if usual:
             bid = out[app_id] = dict(zip(trade, row, strict=True))
             if ok and ready is not None:
                 ready[app_id] = bidding(app, bid)
             continue
-        if result.declined is not None and result.declined[i]:
+        if declined is not None and declined[i]:
             continue
         reason = stops[i]
         if reason is not None:
@@ -265,7 +270,7 @@ def _fitting(new: np.ndarray, at: list[int], nvms: np.ndarray, balances: list[in
     for k in at[1:]:
         x = x + new[k]
     total = 0.0 + x
-    for k in range(2, _FITS_VMS + 1):
+    for k in range(2, min(int(nvms.max()), _FITS_VMS) + 1):  # (none when every row has 1 VM)
         total = np.where(nvms >= k, total + x, total)
     bal = np.array(balances, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):

@@ -146,10 +146,12 @@ def history_rows(controllers: Sequence[Controller], resources: tuple[str, ...]
 def _alloc_fraction(alloc: FloatArray, size: FloatArray) -> FloatArray:
     """:func:`~merkat.control.formulas.alloc_fraction` row-wise (columns: the resources):
     the smallest ``a/s`` over the resources with ``s > 0``, in order (1 when none)."""
-    out: FloatArray = np.full(alloc.shape[1], np.nan)
+    out: FloatArray | None = None  # (none yet: the first resource's fraction is taken)
     for a, s in zip(alloc, size, strict=True):
         x = np.where(s > 0, a / s, np.nan)
-        out = np.where(out != out, x, np.where(x < out, x, out))
+        out = x if out is None else np.where(out != out, x, np.where(x < out, x, out))
+    if out is None:
+        return np.ones(alloc.shape[1])
     return np.where(out != out, 1.0, out)
 
 
