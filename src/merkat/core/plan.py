@@ -67,7 +67,11 @@ def make_plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: 
             nx.hosts[k] = h
             nx.moved = True
     cols: list[list[float]] = result.allocation.T.tolist()  # one list per resource
-    some_unplaced = bool(unplaced.any())
+    # the unplaced rows, ascending: an application holds one when the next one not
+    # before its first row is before its end (a pointer, not a slice of the mask per run)
+    nowhere: list[int] = np.flatnonzero(unplaced).tolist()
+    nowhere.append(len(hosts))
+    p = 0
     i = 0
     for nx, const, rows in runs:
         columns, zero = const.columns, const.zero
@@ -75,7 +79,9 @@ def make_plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: 
         j = i + (len(ids) if rows is None else len(rows))
         at: Sequence[int] = range(j - i) if rows is None else rows  # each row's VM
         where: Sequence[int] = range(i, j)  # each row's market row
-        if some_unplaced and unplaced[i:j].any():
+        while nowhere[p] < i:
+            p += 1
+        if nowhere[p] < j:
             mine, where = [], []
             for k, m in zip(at, range(i, j), strict=True):
                 if hosts[m] == NO_HOST:  # gets nothing
