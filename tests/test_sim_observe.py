@@ -73,6 +73,32 @@ def test_one_call_reports_what_three_calls_per_application_report(
     assert reused > 0  # waiting and suspended applications' reports were kept
     broke = platform.apps["a1"], platform.apps["a7"]
     assert all(a.suspensions == 1 and a.outcome == "stopped-budget" for a in broke)
+    plain = _Plain(backend)  # a backend without the one call is asked three times
+    every = list(platform.apps.values())
+    assert not isinstance(plain, Observes) and plain.calls == 0
+    assert observe(plain, every) == observe(backend, every) and plain.calls >= 2 * len(every)
+
+
+class _Plain:
+    """The backend seam without ``observe``, counting its calls."""
+
+    def __init__(self, backend: SimBackend) -> None:
+        self.backend, self.calls = backend, 0
+
+    def apply(self, plan: Any) -> Any:
+        return self.backend.apply(plan)
+
+    def metrics(self, app: str) -> Any:
+        self.calls += 1
+        return self.backend.metrics(app)
+
+    def idle(self, app: str) -> frozenset[str]:
+        self.calls += 1
+        return self.backend.idle(app)
+
+    def finished(self, app: str) -> bool:
+        self.calls += 1
+        return self.backend.finished(app)
 
 
 def test_a_rigid_applications_metrics_are_new_metrics_record() -> None:
