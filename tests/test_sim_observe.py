@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import merkat.runtime.driver as driver_module
-from merkat.backends.sim import RigidApp, SimBackend, TaskFarm, _rigid_metrics
+from merkat.backends.sim import RigidApp, SimBackend, TaskFarm
+from merkat.backends.sim_models import _rigid_metrics
 from merkat.bank.memory import MemoryLedger
 from merkat.control.types import new_metrics
 from merkat.core.model import App, Observed

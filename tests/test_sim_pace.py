@@ -3,7 +3,8 @@
 bit for bit what the pace recomputed at every advance gives (a backend whose ``_speed`` is
 its own takes the path without the kept pace), with boots, migrations, admissions between
 periods, new allocations and ends; the applications at a kept pace advanced together
-(merkat.backends.sim_pace), in one numpy pass or in a loop, give the same bits."""
+(merkat.backends.sim_pace), in one numpy pass or in a loop, give the same bits; an apply that
+gets the last plan's allocations again with no VM put or released since skips them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from merkat.backends import sim_pace
 from merkat.backends.sim import _VM, RigidApp, SimBackend
 from merkat.bank.memory import MemoryLedger
+from merkat.core.backend import ApplyReport, Plan
 from merkat.core.period import AppSpec, Platform
 from merkat.market import Hosts
 from merkat.runtime.arrivals import Arrival, ListArrivals
@@ -21,16 +23,28 @@ from merkat.runtime.economy import Economy
 
 
 class Recomputing(SimBackend):
-    """The reference: every advance recomputes every VM's speed."""
+    """The reference: every advance recomputes every VM's speed, every apply visits every
+    allocation."""
 
     def _speed(self, model, vm: _VM, t0: float, t1: float) -> float:  # type: ignore[no-untyped-def]
         return super()._speed(model, vm, t0, t1)
+
+    def apply(self, plan: Plan) -> ApplyReport:
+        self._applied = None  # (never the same mapping: nothing skipped)
+        return super().apply(plan)
 
 
 class Checked(SimBackend):
     """The backend under test, checking after each advance that an application is either
     advanced on its own (``_live``) or at its kept pace (``_pace``), never both, and that
     every unfinished application with all its VMs is one of them."""
+
+    skipped = 0  # applies that found every VM holding its mapping already
+
+    def apply(self, plan: Plan) -> ApplyReport:
+        if plan.allocations is self._applied and self._changes == self._stamp:
+            self.skipped += 1
+        return super().apply(plan)
 
     def advance(self, t0: float, t1: float) -> None:
         super().advance(t0, t1)
@@ -69,3 +83,4 @@ def test_the_kept_pace_gives_the_recomputed_run_bit_for_bit(
     assert _run(kept, seed) == _run(recomputed, seed)
     assert kept.counts == recomputed.counts and kept.counts["migration"] > 0
     assert kept._pace and not recomputed._pace  # the pace was kept, and used
+    assert kept.skipped > 0  # (quiet periods: the last plan's allocations again)

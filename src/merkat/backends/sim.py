@@ -9,11 +9,12 @@ VM operations (SLO paper §4.3; Themis §IV-B):
 - **resource allocation**: an application's speed is its CPU fraction, degraded in proportion
   to its memory fraction when it has less memory than it needs.
 
-Applications:
+Applications (their models in :mod:`merkat.backends.sim_models`, exported here):
 
 - :class:`RigidApp` — an iterative application with one task per VM that progresses in
   lock-step: the slowest VM sets the pace, and it progresses only when all its VMs run. Work is
-  counted in seconds at full size (its ideal run time).
+  counted in seconds at full size (its ideal run time). Those at a kept pace advance together
+  (:mod:`merkat.backends.sim_pace`).
 - :class:`TaskFarm` — a master-worker bag of tasks; each worker (VM) takes the next task and
   runs it at its speed.
 
@@ -24,131 +25,21 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
+from merkat.backends.sim_models import (
+    AppModel,
+    RigidApp,
+    TaskFarm,
+    _observed,
+    _rigid_metrics,
+)
 from merkat.backends.sim_pace import advance_paced
-from merkat.control.types import AppStatus, Metrics, new_metrics
+from merkat.control.types import AppStatus, Metrics
 from merkat.core.backend import ApplyReport, Plan
 from merkat.core.model import App, Observed
-
-
-@dataclass
-class RigidApp:
-    """``vms`` tasks in lock-step; ``work_total`` seconds of work at full size.
-
-    ``cpu`` and ``memory`` are one VM's full size (cores, MiB); speed is the smallest of its
-    VMs' ``alloc_cpu / cpu`` times ``min(1, alloc_memory / memory)`` when memory counts.
-    """
-
-    vms: int
-    work_total: float
-    cpu: float = 1.0
-    memory: float = 0.0
-    work_done: float = 0.0
-    finish_time: float | None = None
-    last_rate: float | None = None
-    _metrics: Metrics | None = field(default=None, init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        self._metrics = None
-
-    def metrics(self) -> Metrics:
-        m = self._metrics  # unchanged while the app waits or is suspended: reuse it
-        if (
-            m is None
-            or m.work_done is not self.work_done
-            or m.work_total is not self.work_total
-            or m.progress_rate is not self.last_rate
-        ):
-            m = self._metrics = _rigid_metrics(self.work_done, self.work_total, self.last_rate)
-        return m
-
-
-_RIGID_METRICS = vars(new_metrics(ideal_rate=1.0)).copy()
-_new, _set = object.__new__, object.__setattr__
-_NO_VMS: frozenset[str] = frozenset()
-
-
-def _observed(metrics: Metrics, finished: bool) -> Observed:
-    """``Observed(metrics, frozenset(), finished)`` without the frozen dataclass's
-    ``__init__`` (its three ``object.__setattr__``)."""
-    o: Observed = _new(Observed)
-    _set(o, "__dict__", {"metrics": metrics, "idle": _NO_VMS, "finished": finished})
-    return o
-
-
-def _rigid_metrics(work_done: float, work_total: float, rate: float | None) -> Metrics:
-    """``new_metrics(work_done=, work_total=, progress_rate=rate, ideal_rate=1.0)``, made by
-    copying that record's fields (in their declared order) and setting the three that vary:
-    the same record for less (a rigid application's metrics change every period it runs).
-    ``tests/test_sim_observe.py`` compares the two."""
-    values = _RIGID_METRICS.copy()
-    values["work_done"] = work_done
-    values["work_total"] = work_total
-    values["progress_rate"] = rate
-    m: Metrics = _new(Metrics)
-    _set(m, "__dict__", values)
-    return m
-
-
-@dataclass
-class TaskFarm:
-    """A bag of tasks (durations in seconds at full speed) served by its VMs (workers)."""
-
-    tasks: Sequence[float]
-    cpu: float = 1.0
-    memory: float = 0.0
-    queue: deque[float] = field(default_factory=deque)
-    running: dict[str, list[float]] = field(default_factory=dict)  # vm -> [remaining, total]
-    done: int = 0
-    finish_time: float | None = None
-    last_rate: float | None = None
-
-    def __post_init__(self) -> None:
-        self.queue = deque(self.tasks)
-        self.total_time = float(sum(self.tasks))
-
-    def add_tasks(self, tasks: Sequence[float]) -> None:
-        self.queue.extend(tasks)
-        self.total_time += float(sum(tasks))
-        self.finish_time = None
-
-    @property
-    def tasks_left(self) -> int:
-        return len(self.queue) + len(self.running)
-
-    def metrics(self) -> Metrics:
-        times = list(self.queue) + [t for _, t in self.running.values()]
-        avg = sum(times) / len(times) if times else 0.0
-        total = self.done + self.tasks_left
-        return Metrics(
-            work_done=float(self.done),
-            work_total=float(total),
-            progress_rate=self.last_rate,
-            tasks_left=self.tasks_left,
-            task_time_avg=avg,
-            task_time_max=max(times, default=0.0),
-        )
-
-
-class AppModel(Protocol):
-    """What :class:`SimBackend` needs of an application model: :class:`RigidApp`,
-    :class:`TaskFarm`, or one of a scenario's own (:mod:`merkat.worlds.merkat.scenarios`).
-
-    A model of another kind progresses itself: it has ``advance(backend, vms, t0, t1)``
-    (``vms``: its ``(id, VM)`` pairs in id order; ``backend.speed(model, vm, t0, t1)`` gives a
-    VM's speed), ``busy_vms()`` (the VMs running work; the others are idle) and
-    ``interrupt(vm_id)`` (a VM is released under its work)."""
-
-    cpu: float
-    memory: float
-    finish_time: float | None
-    last_rate: float | None
-
-    def metrics(self) -> Metrics: ...
 
 
 @dataclass
@@ -197,10 +88,17 @@ class SimBackend:
     _observed: dict[str, Observed] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    # The allocations mapping last applied and the count of VMs put or released then
+    # (``_changes``): a plan that gives the same mapping again with no VM put or released
+    # since changes no allocation (a quiet period reuses the last plan's mapping).
+    _applied: object = field(default=None, init=False, repr=False, compare=False)
+    _changes: int = field(default=0, init=False, repr=False, compare=False)
+    _stamp: int = field(default=-1, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:  # the private state
         self._live, self._seen, self._by_app, self._n_indexed = {}, 0, {}, 0
         self._pace, self._observed = {}, {}
+        self._applied, self._changes, self._stamp = None, 0, -1
 
     def add_app(self, app_id: str, model: AppModel) -> None:
         consistent = self._seen == len(self.apps)
@@ -317,13 +215,17 @@ class SimBackend:
             if pace.pop(vm.app, None) is not None:  # (_unpace, inlined)
                 live[vm.app] = None
             self.counts["migration"] += 1
+        allocations = plan.allocations
+        if allocations is self._applied and self._changes == self._stamp:
+            return ApplyReport(t)  # every VM holds its mapping already
         vms = self.vms
-        for vm_id, alloc in plan.allocations.items():
+        for vm_id, alloc in allocations.items():
             vm = vms[vm_id]
             if vm.alloc is not alloc:  # a mapping is kept while its values do not change
                 vm.alloc = alloc
                 if pace.pop(vm.app, None) is not None:
                     live[vm.app] = None
+        self._applied, self._stamp = allocations, self._changes
         return ApplyReport(t)
 
     def _unpace(self, app_id: str) -> None:
@@ -337,6 +239,7 @@ class SimBackend:
         self._pace.clear()
 
     def _put(self, vm_id: str, vm: _VM) -> None:
+        self._changes += 1
         self._unpace(vm.app)
         old = self.vms.get(vm_id)
         if old is not None:
@@ -354,6 +257,7 @@ class SimBackend:
         vm = self.vms.pop(vm_id, None)
         if vm is None:
             return
+        self._changes += 1
         self._unpace(vm.app)
         group = self._by_app.get(vm.app)
         if group is not None and group.pop(vm_id, None) is not None:
@@ -380,6 +284,7 @@ class SimBackend:
             self._n_indexed = len(self.vms)
             live.update(dict.fromkeys(self._by_app))
             self._unpace_all()  # ``vms`` was changed directly: nothing kept is known valid
+            self._changes += 1
         by_app = self._by_app
         if len(apps) != self._seen:  # ``apps`` changed directly, not by add_app: rescan it
             self._unpace_all()
@@ -518,3 +423,6 @@ class SimBackend:
             if speed.get(vm_id, 0.0) > 0 and seg_start[vm_id] < t1:
                 task[0] = max(0.0, task[0] - (t1 - seg_start[vm_id]) * speed[vm_id])
         model.last_rate = (model.done - done_before) / (t1 - t0)
+
+
+__all__ = ["AppModel", "RigidApp", "SimBackend", "TaskFarm"]
