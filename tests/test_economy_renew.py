@@ -165,6 +165,19 @@ def test_transfer_many_is_the_net_check(batches: list) -> None:
         assert ledger.audit().ok
 
 
+def test_a_payer_may_dip_within_a_batch_but_not_end_below_zero() -> None:
+    ledger = MemoryLedger()
+    for n in "abc":
+        ledger.create_account(n, AccountKind.user)
+    ledger.mint_many([("a", 10), ("c", 10)], "start")
+    ledger.transfer_many([("a", "b", 15), ("c", "a", 10)], "t")  # a: 10 -> -5 -> 5
+    assert ledger.balances() == {"a": 5, "b": 15, "c": 0}
+    with pytest.raises(InsufficientFunds) as err:  # a: 5 -> -10 -> -3: refused whole
+        ledger.transfer_many([("a", "c", 15), ("b", "a", 7)], "t")
+    assert (err.value.account, err.value.balance, err.value.needed) == ("a", 5, 8)
+    assert ledger.balances() == {"a": 5, "b": 15, "c": 0} and ledger.audit().ok
+
+
 def test_a_refused_batch_moves_nothing() -> None:
     ledger = MemoryLedger()
     for n in "ab":

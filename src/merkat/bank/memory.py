@@ -225,17 +225,21 @@ class MemoryLedger(Ledger):
             return range(self._next_id, self._next_id)
         index, bal = self._index, self._bal
         k = -1
+        dipped = False  # a payer went below zero on the way (else none ends below it)
         try:  # applied move by move, checked after, undone if anything is wrong (below)
             for k, (payer, payee, amount) in enumerate(moves):  # noqa: B007
                 if amount.__class__ is not int or amount <= 0 or payer == payee:
                     raise TypeError
-                i, j = index[payer], index[payee]
-                bal[i] -= amount
+                i = index[payer]
+                j = index[payee]
+                left = bal[i] - amount
+                bal[i] = left
                 bal[j] += amount
+                if left < 0:
+                    dipped = True
             k = len(moves)
-            for payer, _, _ in moves:
-                if bal[index[payer]] < 0:
-                    raise _Overdrawn
+            if dipped and any(bal[index[payer]] < 0 for payer, _, _ in moves):
+                raise _Overdrawn
             if also is not None:  # if it raises, nothing moved
                 also(None)
         except BaseException as exc:
