@@ -6,6 +6,7 @@ controller, the next states a batch makes directly (``ready``) are those the per
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -160,6 +161,11 @@ def test_a_lane_keeps_the_parameters_and_reads_the_moving_state(policy: str) -> 
     assert lane is not None and lane.fixed == []
     lane.fill(app, decider)
     assert lane.fixed == [0.0, 900.0, 1.0, 64.0, *form.state(ctl, res)[:form.fixed]]
+    app.spec = replace(spec, deadline=1200.0)  # a new spec: a new lane
+    assert batch.batchable(app) is form and app.lane is not lane
+    lane = app.lane
+    lane.fill(app, decider)
+    assert lane.fixed[1] == 1200.0
     twin = copy.deepcopy(ctl)  # a new controller: a new lane
     app.controller = twin
     assert batch.batchable(app) is form and app.lane is not lane

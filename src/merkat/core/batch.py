@@ -58,8 +58,8 @@ _EXACT = float(2 ** 53)  # balances (micro-credits) a float holds exactly
 
 class Lane:
     """What a batch reads of one application that never changes, read once and kept on its
-    record (``App.lane``, a cache like ``App.const``, valid while ``controller`` is the
-    application's): its batched form (``policy``, None: the scalar path), whether its spec
+    record (``App.lane``, a cache like ``App.const``, valid while ``controller`` and ``spec``
+    are the application's): its batched form (``policy``, None: the scalar path), whether its spec
     lets a batch decide for it (``ok``: a finite deadline, every traded resource a market
     one), its group (``key``: the form's name and the traded resources), the batch's
     resources (``res``, :attr:`Observation.resources
@@ -71,11 +71,12 @@ class Lane:
     parts and the controller, and :func:`batchable`'s registry look-up and ``accepts``;
     ``tests/test_batched.py`` pins the batched period equal to the scalar one."""
 
-    __slots__ = ("at", "controller", "fixed", "key", "ok", "policy", "res")
+    __slots__ = ("at", "controller", "fixed", "key", "ok", "policy", "res", "spec")
 
     def __init__(self, app: App) -> None:
         ctl = app.controller
         self.controller: Controller = ctl
+        self.spec = app.spec
         policy = BATCHED.get(ctl.name) if ctl.name in BATCHED else None
         self.policy: BatchedPolicy | None = (
             policy if policy is not None and policy.accepts(ctl) else None)
@@ -103,7 +104,7 @@ class Lane:
 def lane(app: App) -> Lane:
     """``app``'s :class:`Lane` (built on first use)."""
     ln: Lane | None = app.lane
-    if ln is None or ln.controller is not app.controller:
+    if ln is None or ln.controller is not app.controller or ln.spec is not app.spec:
         ln = app.lane = Lane(app)
     return ln
 
@@ -129,7 +130,7 @@ def batchable(app: App) -> BatchedPolicy | None:
     if app.status is not AppStatus.RUNNING or not app.vms:
         return None
     ln: Lane | None = app.lane
-    if ln is None or ln.controller is not app.controller:
+    if ln is None or ln.controller is not app.controller or ln.spec is not app.spec:
         ln = lane(app)
     return ln.policy
 
@@ -148,7 +149,7 @@ def decide(decider: Decider, rows: Sequence[tuple[App, BatchedPolicy, int, Obser
     suspended = VMState.SUSPENDED
     for app, policy, balance, seen in rows:
         ln: Lane | None = app.lane
-        if ln is None or ln.controller is not app.controller:
+        if ln is None or ln.controller is not app.controller or ln.spec is not app.spec:
             ln = lane(app)
         if not ln.ok:
             continue
