@@ -193,6 +193,15 @@ def test_a_refused_batch_moves_nothing() -> None:
 
     with pytest.raises(RuntimeError):
         ledger.transfer_many([("a", "b", 5)], "t", also=fail)
+
+    class Odd(str):  # a name whose comparison fails half-way through a charge
+        def __eq__(self, other: object) -> bool:
+            raise RuntimeError("interrupted")
+
+        __hash__ = str.__hash__
+
+    with pytest.raises(RuntimeError):
+        ledger.pay_each([("a", 5), (Odd("a"), 1)], "b", "charge")
     assert ledger.balances() == {"a": 10, "b": 0}
     assert ledger.audit().ok
 

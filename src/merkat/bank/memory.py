@@ -306,9 +306,11 @@ class MemoryLedger(Ledger):
                         moves.append((account, payee, amount))
                 else:
                     unpaid.append(k)
-        except (TypeError, KeyError, ValueError):
+        except BaseException as exc:  # (an interrupt too: nothing stays half taken)
             for account, _, amount in moves:
                 bal[index[account]] += amount
+            if not isinstance(exc, TypeError | KeyError | ValueError):
+                raise
             return super().pay_each(bills, payee, reason, period, idempotency_key)
         if not moves:
             return paid, unpaid, 0, range(self._next_id, self._next_id)
