@@ -14,7 +14,7 @@ from merkat.core.draft import draft
 from merkat.core.market_input import MarketInput, Run, bidding, market_vms, size
 from merkat.core.model import App, AppSpec, VMRecord
 from merkat.core.period import Platform
-from merkat.market import NO_HOST, Hosts, VMs
+from merkat.market import NO_HOST, RESOURCES, Hosts, VMs
 from test_market_support import random_run
 
 
@@ -22,6 +22,24 @@ def _same(a: VMs, b: VMs) -> None:
     assert a.ids == b.ids
     for x, y in ((a.bid, b.bid), (a.cap, b.cap), (a.host, b.host), (a.minimum, b.minimum)):
         assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+
+
+def _reference(runs: list[Run], n: int) -> VMs:
+    """The market's input VM by VM (the code before the flat lists): each application's
+    rows, its bid mapping's row repeated when all its VMs share it."""
+    ids, hosts, bids, caps, mins = [], [], [], [], []
+    for nx, const, rows in runs:
+        at = range(len(nx.ids)) if rows is None else rows
+        for k in at:
+            ids.append(nx.ids[k])
+            hosts.append(nx.hosts[k])
+            bids.append([nx.bids[k].get(r, 0.0) for r in RESOURCES])
+            caps.append(const.cap_row)
+            mins.append(const.min_row)
+    shape = (n, len(RESOURCES))
+    return VMs(tuple(ids), np.array(bids, dtype=np.float64).reshape(shape),
+               np.array(caps, dtype=np.float64).reshape(shape),
+               np.array(hosts, dtype=np.int64), np.array(mins, dtype=np.float64).reshape(shape))
 
 
 def _apps(rng: np.random.Generator) -> list[App]:
@@ -57,6 +75,7 @@ def test_the_last_input_is_reused_only_for_the_same_vms_hosts_and_bid_mappings(
     runs = _runs(platform, apps)
     first = memo(runs, size(runs))
     _same(first, market_vms(runs, size(runs)))
+    _same(first, _reference(runs, size(runs)))
     again = _runs(platform, apps)  # the next period drafts the same records again
     assert memo(again, size(again)) is first
     for nx, _, _ in again:  # make_plan moves the next states' hosts after the clearing
@@ -69,6 +88,7 @@ def test_the_last_input_is_reused_only_for_the_same_vms_hosts_and_bid_mappings(
         got = memo(runs, size(runs))
         assert got is not first
         _same(got, market_vms(runs, size(runs)))
+        _same(got, _reference(runs, size(runs)))
         assert memo(_runs(platform, apps), size(runs)) is got
 
     vm = apps[0].vms[0]
@@ -97,6 +117,7 @@ def test_every_period_of_a_run_gets_the_input_market_vms_gives(
         last = self._last
         out = cached(self, runs, n)
         _same(out, market_input.market_vms(runs, n))
+        _same(out, _reference(runs, n))
         calls += 1
         reused += last is not None and out is last[1]
         return out

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -68,79 +67,86 @@ Rows = tuple[tuple[str, ...], FloatArray, FloatArray, IntArray, FloatArray]
 arguments of :class:`~merkat.market.VMs`)."""
 
 
-def market_rows(runs: Sequence[Run], n: int) -> Rows:
-    """:func:`market_vms`'s columns (to join them with others before one check)."""
-    n_res = len(RESOURCES)
+Flat = tuple[list[tuple[str, AppConst, int]], list[str], list[int], list[dict[str, float]]]
+"""``runs`` flattened in the market's order: per application its id, constant parts and
+number of rows, then per row its VM's id, host and bid mapping (new lists)."""
+
+
+def _flat(runs: Sequence[Run]) -> Flat:
+    shape: list[tuple[str, AppConst, int]] = []
     ids: list[str] = []
     hosts: list[int] = []
-    bids: list[float] = []
-    caps: list[list[float]] = []  # one row per application
-    mins: list[list[float]] = []
-    counts: list[int] = []
+    bids: list[dict[str, float]] = []
     for nx, const, rows in runs:
         if rows is None:
             ids += nx.ids
             hosts += nx.hosts
-            vbids = nx.bids
+            bids += nx.bids
+            shape.append((nx.id, const, len(nx.ids)))
         else:
             ids += [nx.ids[k] for k in rows]
             hosts += [nx.hosts[k] for k in rows]
-            vbids = [nx.bids[k] for k in rows]
-        first = vbids[0]
-        row = [first.get(r, 0.0) for r in RESOURCES]
-        shared = True
-        for b in vbids:
-            if b is not first:
-                shared = False
-                break
-        if shared:
-            bids += row * len(vbids)
-        else:
-            last_bid = first
-            for b in vbids:
-                if b is not last_bid:
-                    last_bid = b
-                    row = [last_bid.get(r, 0.0) for r in RESOURCES]
-                bids += row
-        caps.append(const.cap_row)
-        mins.append(const.min_row)
-        counts.append(len(vbids))
-    shape = (n, n_res)
+            bids += [nx.bids[k] for k in rows]
+            shape.append((nx.id, const, len(rows)))
+    return shape, ids, hosts, bids
+
+
+def _rows(flat: Flat, n: int) -> Rows:
+    """The market's columns of ``flat``: a bid mapping's row is read once for the VMs that
+    share it (one after the other: the usual case is one mapping per application)."""
+    shape, ids, hosts, vbids = flat
+    n_res = len(RESOURCES)
+    bids: list[float] = []
+    last: dict[str, float] | None = None
+    row: list[float] = []
+    for b in vbids:
+        if b is not last:
+            last = b
+            row = [b.get(r, 0.0) for r in RESOURCES]
+        bids += row
+    counts = [k for _, _, k in shape]
     return (
         tuple(ids),
-        np.array(bids, dtype=np.float64).reshape(shape),
-        np.repeat(np.array(caps, dtype=np.float64).reshape(-1, n_res), counts, axis=0),
+        np.array(bids, dtype=np.float64).reshape((n, n_res)),
+        np.repeat(np.array([c.cap_row for _, c, _ in shape], dtype=np.float64)
+                  .reshape(-1, n_res), counts, axis=0),
         np.array(hosts, dtype=np.int64),
-        np.repeat(np.array(mins, dtype=np.float64).reshape(-1, n_res), counts, axis=0),
+        np.repeat(np.array([c.min_row for _, c, _ in shape], dtype=np.float64)
+                  .reshape(-1, n_res), counts, axis=0),
     )
+
+
+def market_rows(runs: Sequence[Run], n: int) -> Rows:
+    """:func:`market_vms`'s columns (to join them with others before one check)."""
+    return _rows(_flat(runs), n)
 
 
 class MarketInput:
     """:func:`market_vms` for a period, remembering the last input: when the same
-    applications bid with the same VMs (ids), on the same hosts, with the same bid mappings
-    (identity: a mapping is replaced, never changed, and an equal bid keeps its mapping,
-    :func:`~merkat.core.bids.set_uniform`) and the same constant rows, the input is the last
-    one, and the last :class:`~merkat.market.VMs` is returned (the same object: no array
-    built or checked again, and the platform's clearing cache sees it at once). Checked per
-    application with list comparisons in C instead of the rows' per-VM reads; a quiet
-    period (no arrival, no rebid, no move) is most periods of a long run. Not a record: a
-    cache of a pure function (``tests/test_market_input.py`` compares both)."""
+    applications (ids, constant parts, row counts) bid with the same VMs (ids), on the same
+    hosts, with the same bid mappings (identity: a mapping is replaced, never changed, and
+    an equal bid keeps its mapping, :func:`~merkat.core.bids.set_uniform`), the input is the
+    last one, and the last :class:`~merkat.market.VMs` is returned (the same object: no array
+    built or checked again, and the platform's clearing cache sees it at once). The runs are
+    flattened once (lists joined in C, no per-VM read) and compared as whole lists; a
+    different input is built from the same flat lists. A quiet period (no arrival, no
+    rebid, no move) is most periods of a long run. Not a record: a cache of a pure function
+    (``tests/test_market_input.py`` compares both)."""
 
     def __init__(self) -> None:
-        self._last: tuple[list[tuple[Any, ...]], VMs] | None = None
+        self._last: tuple[Flat, VMs] | None = None
 
     def __call__(self, runs: Sequence[Run], n: int) -> VMs:
         """``market_vms(runs, n)``."""
+        flat = _flat(runs)
         last = self._last
-        if (last is not None and len(last[0]) == len(runs)
-                and all(nx.id == i and const is c and rows == r and nx.ids == ids
-                        and nx.hosts == hosts and all(map(operator.is_, nx.bids, bids))
-                        for (nx, const, rows), (i, c, r, ids, hosts, bids)
-                        in zip(runs, last[0], strict=True))):
-            return last[1]
-        vms = market_vms(runs, n)
-        self._last = ([(nx.id, const, None if rows is None else list(rows), list(nx.ids),
-                        list(nx.hosts), list(nx.bids)) for nx, const, rows in runs], vms)
+        if last is not None:
+            shape, ids, hosts, bids = last[0]
+            if (flat[0] == shape and flat[1] == ids and flat[2] == hosts
+                    and all(map(operator.is_, flat[3], bids))):
+                return last[1]
+        vms = VMs(*_rows(flat, n))
+        self._last = (flat, vms)
         return vms
 
 
