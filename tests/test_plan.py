@@ -183,3 +183,49 @@ def test_a_quiet_period_reuses_the_last_plan_only_when_every_vm_keeps_its_alloca
     # another clearing: computed again
     other = _Placed(host, result.allocation * 0.5)
     assert memo(900.0, 300.0, again, other, Ops(), placed).allocations != first.allocations
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_one_column_pass_gives_the_per_application_loop_s_plan(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every application trades the CPU only and every VM is placed (the usual market):
+    ``make_plan`` takes one pass over the joined VMs; the plan, the next states' mappings
+    (the ones kept, by identity, and the ones replaced) and the allocations' order are the
+    per-application loop's."""
+    from merkat.core import plan as plan_mod
+    from merkat.core.draft import copy
+
+    rng = np.random.default_rng(seed)
+    platform = Platform(Hosts(tuple(f"h{k}" for k in range(4)), np.array([[1.0, 4096.0]] * 4)))
+    runs = []
+    for a in range(int(rng.integers(1, 8))):
+        spec = AppSpec(f"a{a}", "best-effort", 1, {"cpu": 1.0}, 0.0, 100.0, trade=("cpu",))
+        app = App(spec, make_policy("best-effort"), f"app:a{a}")
+        for v in range(int(rng.integers(1, 5))):
+            vm = VMRecord(f"a{a}/vm{v}", spec.id, VMState.RUNNING, bid={"cpu": 0.5})
+            if rng.random() < 0.8:
+                vm.host, vm.new = int(rng.integers(0, 4)), False
+                vm.alloc = {"cpu": float(rng.choice([0.25, 0.5]))}
+                if rng.random() < 0.1:
+                    vm.alloc = {"cpu": 0.25, "memory": 1.0}  # not of its shape: replaced
+            app.vms.append(vm)
+        runs.append((app, app.vms))
+    market = _market(platform, runs)
+    n = sum(len(nx.ids) for nx, _, _ in market)
+    vms = market_vms(market, n)
+    host = np.where(vms.host == NO_HOST, rng.integers(0, 4, n), vms.host)
+    allocation = np.zeros((n, len(RESOURCES)))
+    allocation[:, 0] = rng.choice([0.25, 0.5, 1.0], n)
+    result = _Placed(host, allocation)
+    fast = [(copy(nx), const, rows) for nx, const, rows in market]
+    slow = [(copy(nx), const, rows) for nx, const, rows in market]
+    assert plan_mod._one_column(fast) == ("cpu", 0)
+    got = make_plan(0.0, 300.0, fast, result, Ops(), vms.host)
+    monkeypatch.setattr(plan_mod, "_one_column", lambda runs: None)
+    want = make_plan(0.0, 300.0, slow, result, Ops(), vms.host)
+    assert got == want and list(got.allocations) == list(want.allocations)
+    for (f, _, _), (s, _, _), (orig, _, _) in zip(fast, slow, market, strict=True):
+        assert f.allocs == s.allocs and f.hosts == s.hosts and f.fresh == s.fresh
+        # the same mappings kept (the record's own) and the same ones replaced
+        assert [a is o for a, o in zip(f.allocs, orig.allocs, strict=True)] == [
+            a is o for a, o in zip(s.allocs, orig.allocs, strict=True)]

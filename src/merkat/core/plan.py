@@ -70,10 +70,13 @@ def make_plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: 
     # the unplaced rows, ascending: an application holds one when the next one not
     # before its first row is before its end (a pointer, not a slice of the mask per run)
     nowhere: list[int] = np.flatnonzero(unplaced).tolist()
+    one = _one_column(runs) if not nowhere else None
+    if one is not None:  # the usual market: every VM placed, one resource, one column
+        allocations = _one_column_allocations(runs, one[0], cols[one[1]])
     nowhere.append(len(hosts))
     p = 0
     i = 0
-    for nx, const, rows in runs:
+    for nx, const, rows in runs if one is None else ():
         columns, zero = const.columns, const.zero
         ids, allocs = nx.ids, nx.allocs
         j = i + (len(ids) if rows is None else len(rows))
@@ -117,6 +120,46 @@ def make_plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: 
         migrate=tuple(migrate),
         allocations=allocations,
     )
+
+
+def _one_column(runs: Sequence[Run]) -> tuple[str, int] | None:
+    """``(resource, market column)`` when every run holds all its application's VMs and
+    every application trades that one resource, in the market (else None)."""
+    if not runs:
+        return None
+    first = runs[0][1].columns
+    if len(first) != 1 or first[0][1] < 0:
+        return None
+    for _, const, rows in runs:
+        if rows is not None or const.columns != first:
+            return None
+    return first[0]
+
+
+def _one_column_allocations(runs: Sequence[Run], r0: str, col: list[float]
+                            ) -> dict[str, dict[str, float]]:
+    """:func:`make_plan`'s allocations when :func:`_one_column` gives ``(r0, c)`` and every
+    VM is placed (``col``: column c of the clearing's allocations, market order): every
+    VM's mapping ``{r0: a}``, the one it holds kept when equal — the per-application loop's
+    result, from one pass over the VMs joined in market order (the runs' own lists are
+    changed only where a mapping is replaced). ``tests/test_plan.py`` checks both paths."""
+    ids: list[str] = []
+    allocs: list[dict[str, float]] = []
+    for nx, _, _ in runs:
+        ids += nx.ids
+        allocs += nx.allocs
+    new = [m for m, (old, a0) in enumerate(zip(allocs, col, strict=True))
+           if old.get(r0) != a0 or len(old) != 1]
+    if new:
+        starts: list[int] = []
+        i = 0
+        for nx, _, _ in runs:
+            starts.append(i)
+            i += len(nx.ids)
+        for m in new:
+            r = bisect_right(starts, m) - 1
+            allocs[m] = runs[r][0].allocs[m - starts[r]] = {r0: col[m]}
+    return dict(zip(ids, allocs, strict=True))
 
 
 def bills_of(
