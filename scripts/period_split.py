@@ -3,7 +3,7 @@
 Usage: ``PYTHONPATH=src python scripts/period_split.py [--jobs N] [--admission S]``
 
 Wraps the functions of each part of a period (controllers, reconcile, market input,
-clearing, load balancing, plan and bills, commit, admission points, backend advance and apply,
+clearing, load balancing, plan and bills, commit, admission points, backend advance, apply and reports,
 bank) with a CPU-time counter (``time.process_time``) that charges each part its *own* time
 (a part called inside another is subtracted from the caller), per top-level phase: the
 periods (``Driver.step``) and the admission points between them. Prints one JSON object:
@@ -70,6 +70,7 @@ def install() -> None:
     patch(driver.Driver, "admission_point", "driver (admission)", top="admission point")
     patch(sim.SimBackend, "advance", "backend advance", top="between periods")
     patch(sim.SimBackend, "apply", "backend apply")
+    patch(sim.SimBackend, "observe", "backend reports")  # (the driver's one call per period)
     for name in ("renew", "charge", "redistribute", "close"):
         patch(economy.Economy, name, "bank")
     patch(memory.MemoryLedger, "balances", "bank")
