@@ -3,8 +3,8 @@
 Usage: ``PYTHONPATH=src python scripts/period_split.py [--jobs N] [--admission S]``
 
 Wraps the functions of each part of a period (controllers, reconcile, market input,
-clearing, load balancing, plan and bills, commit, admission points, backend advance, apply and reports,
-bank) with a CPU-time counter (``time.process_time``) that charges each part its *own* time
+clearing, load balancing, plan and bills, commit, admission points, backend advance, apply
+and reports, bank) with a CPU-time counter (``time.process_time``) that charges each part its *own* time
 (a part called inside another is subtracted from the caller), per top-level phase: the
 periods (``Driver.step``) and the admission points between them. Prints one JSON object:
 per part its seconds, share of the total and microseconds per period and per
