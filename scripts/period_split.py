@@ -2,15 +2,14 @@
 
 Usage: ``PYTHONPATH=src python scripts/period_split.py [--jobs N] [--admission S]``
 
-Wraps the functions of each part of a period (controllers, reconcile, market input,
-clearing, load balancing, plan and bills, commit, admission points, backend advance, apply
-and reports, bank) with a CPU-time counter (``time.process_time``) that charges each part its *own* time
-(a part called inside another is subtracted from the caller), per top-level phase: the
-periods (``Driver.step``) and the admission points between them. Prints one JSON object:
-per part its seconds, share of the total and microseconds per period and per
-application-period (the active applications a period decides for). The counters cost a few
-per cent; the relative split is what it is for (docs/benchmarks.md, "Where a period's time
-goes").
+Wraps the functions of each part of a period (controllers, reconcile, market input, clearing,
+load balancing, plan and bills, commit, admission points, backend advance, apply and reports,
+bank) with a CPU-time counter (``time.process_time``) that charges each part its *own* time (a
+part called inside another is subtracted from the caller), per top-level phase: the periods
+(``Driver.step``) and the admission points between them. Prints one JSON object: per part its
+seconds, share of the total and microseconds per period and per application-period (the active
+applications a period decides for). The counters cost a few per cent; the relative split is
+what it is for (docs/benchmarks.md, "Where a period's time goes").
 """
 
 from __future__ import annotations
