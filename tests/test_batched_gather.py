@@ -31,7 +31,7 @@ def every_size(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _apps(policy: str, trade: tuple[str, ...], n: int, seed: int
           ) -> list[tuple[App, int, Observed]]:
-    """Running applications of 1 to 6 VMs bidding alike, on track, with balances around
+    """Running applications of 1 to 40 VMs bidding alike, on track, with balances around
     what their next bids cost (so that some must be scaled down, some not)."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -41,7 +41,7 @@ def _apps(policy: str, trade: tuple[str, ...], n: int, seed: int
                        deadline=20_000.0, trade=trade)
         app = App(spec, ctl, f"app:a{i}", AppStatus.RUNNING)
         bid = {r: float(rng.choice([0.05, 0.3, 1.7])) for r in trade}
-        for k in range(int(rng.integers(1, 7))):
+        for k in range(int(rng.choice([1, 2, 3, 4, 5, 6, 9, 40]))):
             app.vms.append(VMRecord(f"a{i}/vm{k}", spec.id, VMState.RUNNING, host=0, bid=bid,
                                     alloc={r: 0.5 * spec.vm_size[r] for r in trade},
                                     new=False))
@@ -120,14 +120,47 @@ def test_the_next_states_a_batch_makes_are_the_periods(policy: str,
         decider.rebid(app, want, bids[app.spec.id], balance)
         got = ready.get(app.spec.id)
         kept = want.bids[0] is bids[app.spec.id] or want.bids[0] is app.vms[0].bid
-        if got is None:  # the balance does not pay the bids as they are, or > 4 VMs
-            scaled += not kept
-            assert len(app.vms) > batch._FITS_VMS or not kept
+        if got is None:  # the balance does not pay the bids as they are
+            scaled += 1
+            assert not kept
             continue
         assert got == want
         assert [id(b) for b in got.bids] == [id(b) for b in want.bids]  # shared alike
         assert [list(b) for b in got.bids] == [list(trade)] * len(app.vms)
     assert len(ready) > 20 and scaled > 5, (len(ready), scaled)
+
+
+def test_pays_is_within_budget_changing_nothing() -> None:
+    """Many VMs (beyond ``_FITS_VMS``): ``pays`` against ``draft`` + ``Decider.rebid`` with
+    balances one micro-credit either side of the total as ``within_budget`` sums it, NaN and
+    infinite bids, one and two traded resources."""
+    rng = np.random.default_rng(11)
+    decider = Decider(300.0, {"cpu": 1.0, "memory": 1.0}, {"cpu": 0.01, "memory": 0.001}, 3)
+    spec = AppSpec("a", "deadline-strict", 1, {"cpu": 1.0, "memory": 1.0}, 0.0, 10.0)
+    checked = {True: 0, False: 0}
+    for trade in (("cpu",), ("cpu", "memory"), ("memory", "cpu")):
+        for i in range(300):
+            values = rng.choice([0.1, 0.3, 1 / 3, 0.7, 1e-7, 2.5], size=2) * rng.uniform(0.5, 2)
+            if i < 4:
+                values[0] = [np.nan, np.inf, 0.0, 1e300][i]
+            bid = {r: float(v) for r, v in zip(trade, values, strict=False)}
+            nvms = int(rng.integers(5, 200))
+            total = 0.0
+            for _ in range(nvms):
+                total += sum(bid.values())
+            micro = to_micro(total) if np.isfinite(total) and total < 1e15 else 0
+            balance = max(0, micro + int(rng.integers(-1, 2)))
+            app = App(spec, make_policy("deadline-strict"), "app:a", AppStatus.RUNNING)
+            app.vms = [VMRecord(f"a/vm{k}", "a", VMState.RUNNING, bid={}) for k in range(nvms)]
+            nx = draft(app)
+            try:
+                decider.rebid(app, nx, bid, balance)
+                same = all(b is bid for b in nx.bids)
+            except RuntimeError:  # a bid that is not a finite number (NonFiniteBid)
+                same = False
+            assert batch.pays(bid, nvms, balance) is same, (bid, nvms, balance)
+            checked[same] += 1
+    assert min(checked.values()) > 200, checked
 
 
 def test_bidding_is_draft_then_set_uniform() -> None:

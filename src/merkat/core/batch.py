@@ -33,7 +33,7 @@ from merkat.control.batched import BATCHED, SUSPEND, Batch, BatchedPolicy
 from merkat.control.formulas import least_alloc, mean_bid
 from merkat.control.types import Action, AppStatus, Demand, VMState
 from merkat.core.draft import bidding
-from merkat.core.model import App, AppNext, Observed
+from merkat.core.model import App, AppNext, Observed, VMRecord, to_micro
 from merkat.core.reconcile import Decider, Prices
 from merkat.defaults import MICRO
 from merkat.market import RESOURCES
@@ -177,11 +177,12 @@ def decide(decider: Decider, rows: Sequence[tuple[App, BatchedPolicy, int, Obser
                 row = [balance / MICRO, 1.0, done, total, rate, ideal, perf,
                        *[0.0 + bid.get(r, 0.0) for r in res], *[alloc.get(r, 0.0) for r in res]]
         else:
-            if any(vm.state is suspended for vm in vms):
+            columns = _columns(vms)
+            if columns is None:
                 continue
+            bids, allocs = columns
             row = [balance / MICRO, float(len(vms)), done, total, rate, ideal, perf,
-                   *mean_bid([vm.bid for vm in vms], res).values(),
-                   *least_alloc([vm.alloc for vm in vms], res).values()]
+                   *mean_bid(bids, res).values(), *least_alloc(allocs, res).values()]
         group = groups.get(ln.key)
         if group is None:
             group = groups[ln.key] = _Group(policy, ln)
@@ -243,11 +244,13 @@ def _decide_group(decider: Decider, group: _Group, trade: tuple[str, ...], now: 
         values: list[list[float]] = result.bid.T.tolist()
     else:
         values = result.bid[at].T.tolist()
+    balances = group.balances
     for i, app, row, ok, usual in zip(range(n), apps, values, fits, plain, strict=True):
         app_id = app.spec.id
         if usual:
             bid = out[app_id] = dict(zip(trade, row, strict=True))
-            if ok and ready is not None:
+            if ready is not None and (ok or (len(app.vms) > _FITS_VMS
+                                            and pays(bid, len(app.vms), balances[i]))):
                 ready[app_id] = bidding(app, bid)
             continue
         if declined is not None and declined[i]:
@@ -257,6 +260,36 @@ def _decide_group(decider: Decider, group: _Group, trade: tuple[str, ...], now: 
             out[app_id] = Demand(Action.STOP, reason=reason)
         else:  # (suspends[i])
             out[app_id] = Demand(Action.SUSPEND, nvms=len(app.vms), reason=SUSPEND)
+
+
+def _columns(vms: Sequence[VMRecord]
+             ) -> tuple[list[dict[str, float]], list[dict[str, float]]] | None:
+    """The bids and allocations of ``vms``, in order, read in one pass; None when one of them is suspended (the scalar path). What it replaces: an ``any`` over the
+    states and a comprehension per column (``tests/test_batched.py`` pins the rows)."""
+    suspended = VMState.SUSPENDED
+    bids: list[dict[str, float]] = []
+    allocs: list[dict[str, float]] = []
+    for vm in vms:
+        if vm.state is suspended:
+            return None
+        bids.append(vm.bid)
+        allocs.append(vm.alloc)
+    return bids, allocs
+
+
+def pays(bid: dict[str, float], nvms: int, balance: int) -> bool:
+    """Whether :func:`~merkat.core.bids.within_budget` leaves ``nvms`` VMs each bidding
+    ``bid`` as they are (the next state :func:`~merkat.core.draft.bidding` makes is then
+    :meth:`Decider.rebid <merkat.core.reconcile.Decider.rebid>`'s): the same sums in the same
+    order (the mapping's values from 0, then VM after VM), finite and at most ``balance``
+    (micro-credits). What it replaces, for applications of more than :data:`_FITS_VMS` VMs:
+    a :func:`~merkat.core.draft.draft` of every VM column, ``set_uniform`` and
+    ``within_budget``; ``tests/test_batched_gather.py`` pins it against them."""
+    x = sum(bid.values())
+    total = 0.0
+    for _ in range(nvms):
+        total += x
+    return math.isfinite(total) and (total <= 0 or to_micro(total) <= balance)
 
 
 def _fitting(new: np.ndarray, at: list[int], nvms: np.ndarray, balances: list[int]
