@@ -32,7 +32,7 @@ from merkat.control.base import Controller
 from merkat.control.batched import BATCHED, SUSPEND, Batch, BatchedPolicy
 from merkat.control.formulas import least_alloc, mean_bid
 from merkat.control.types import Action, AppStatus, Demand, VMState
-from merkat.core.draft import bidding
+from merkat.core.draft import Columns, bidding, rebid_columns
 from merkat.core.model import App, AppNext, Observed, VMRecord, to_micro
 from merkat.core.reconcile import Decider, Prices
 from merkat.defaults import MICRO
@@ -123,6 +123,9 @@ class _Group:
         # allocation
         self.rows: list[list[float | None]] = []
         self.fixed: list[list[float]] = []  # Lane.fixed
+        # the VM columns of the applications of more than one VM, read by the gather
+        # (_columns) and reused for their next states (None: one VM)
+        self.columns: list[Columns | None] = []
 
 
 def batchable(app: App) -> BatchedPolicy | None:
@@ -164,6 +167,7 @@ def decide(decider: Decider, rows: Sequence[tuple[App, BatchedPolicy, int, Obser
             continue  # NaN stands for None in a batch: a NaN reported takes the scalar path
         vms = app.vms
         res = ln.res
+        columns: Columns | None = None
         if len(vms) == 1:  # mean_bid and least_alloc of one VM
             vm = vms[0]
             if vm.state is suspended:
@@ -180,9 +184,9 @@ def decide(decider: Decider, rows: Sequence[tuple[App, BatchedPolicy, int, Obser
             columns = _columns(vms)
             if columns is None:
                 continue
-            bids, allocs = columns
             row = [balance / MICRO, float(len(vms)), done, total, rate, ideal, perf,
-                   *mean_bid(bids, res).values(), *least_alloc(allocs, res).values()]
+                   *mean_bid(columns[2], res).values(),
+                   *least_alloc(columns[5], res).values()]
         group = groups.get(ln.key)
         if group is None:
             group = groups[ln.key] = _Group(policy, ln)
@@ -190,6 +194,7 @@ def decide(decider: Decider, rows: Sequence[tuple[App, BatchedPolicy, int, Obser
         group.balances.append(balance)
         group.fixed.append(ln.fixed)
         group.rows.append(row)
+        group.columns.append(columns)
     out: dict[str, Outcome] = {}
     for (_, trade), group in groups.items():
         if len(group.apps) < MIN_BATCH:  # the scalar path is faster (docs/benchmarks.md)
@@ -251,7 +256,9 @@ def _decide_group(decider: Decider, group: _Group, trade: tuple[str, ...], now: 
             bid = out[app_id] = dict(zip(trade, row, strict=True))
             if ready is not None and (ok or (len(app.vms) > _FITS_VMS
                                             and pays(bid, len(app.vms), balances[i]))):
-                ready[app_id] = bidding(app, bid)
+                columns = group.columns[i]
+                ready[app_id] = (bidding(app, bid) if columns is None
+                                 else rebid_columns(app, bid, columns))
             continue
         if declined is not None and declined[i]:
             continue
@@ -262,19 +269,31 @@ def _decide_group(decider: Decider, group: _Group, trade: tuple[str, ...], now: 
             out[app_id] = Demand(Action.SUSPEND, nvms=len(app.vms), reason=SUSPEND)
 
 
-def _columns(vms: Sequence[VMRecord]
-             ) -> tuple[list[dict[str, float]], list[dict[str, float]]] | None:
-    """The bids and allocations of ``vms``, in order, read in one pass; None when one of them is suspended (the scalar path). What it replaces: an ``any`` over the
-    states and a comprehension per column (``tests/test_batched.py`` pins the rows)."""
+def _columns(vms: Sequence[VMRecord]) -> Columns | None:
+    """The VM columns of ``vms`` (:data:`~merkat.core.draft.Columns`), read in one pass; None
+    when one of them is suspended (the scalar path). What it replaces: an ``any`` over the
+    states and a comprehension per column for the row (the current bid and the least
+    allocation), then :func:`~merkat.core.draft.bidding`'s own pass over the records for
+    the next state (:func:`~merkat.core.draft.rebid_columns` reuses these lists);
+    ``tests/test_batched_gather.py`` pins the next states equal to ``draft`` + ``rebid``."""
     suspended = VMState.SUSPENDED
+    ids: list[str] = []
+    states: list[VMState] = []
     bids: list[dict[str, float]] = []
+    hosts: list[int] = []
+    fresh: list[bool] = []
     allocs: list[dict[str, float]] = []
     for vm in vms:
-        if vm.state is suspended:
+        state = vm.state
+        if state is suspended:
             return None
+        ids.append(vm.id)
+        states.append(state)
         bids.append(vm.bid)
+        hosts.append(vm.host)
+        fresh.append(vm.new)
         allocs.append(vm.alloc)
-    return bids, allocs
+    return ids, states, bids, hosts, fresh, allocs
 
 
 def pays(bid: dict[str, float], nvms: int, balance: int) -> bool:

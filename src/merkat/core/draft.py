@@ -44,22 +44,33 @@ def bidding(app: App, bid: dict[str, float]) -> AppNext:
     (:mod:`merkat.core.batch`; ``tests/test_batched.py`` pins the period equal to the
     scalar path's)."""
     vms = app.vms
-    old: dict[str, float] | None = None
     if len(vms) == 1:  # the usual trace job
         vm = vms[0]
-        old = vm.bid
-        ids, states, hosts, fresh, allocs = [vm.id], [vm.state], [vm.host], [vm.new], [vm.alloc]
-    else:
-        ids, states, hosts, fresh, allocs = [], [], [], [], []
-        for vm in vms:
-            ids.append(vm.id)
-            states.append(vm.state)
-            hosts.append(vm.host)
-            fresh.append(vm.new)
-            allocs.append(vm.alloc)
-        old = vms[0].bid if vms else None
-    if old is not None and old == bid:
-        bid = old
+        return rebid_columns(app, bid, ([vm.id], [vm.state], [vm.bid], [vm.host], [vm.new],
+                                        [vm.alloc]))
+    ids, states, hosts, fresh, allocs = [], [], [], [], []
+    for vm in vms:
+        ids.append(vm.id)
+        states.append(vm.state)
+        hosts.append(vm.host)
+        fresh.append(vm.new)
+        allocs.append(vm.alloc)
+    return rebid_columns(app, bid, (ids, states, [vm.bid for vm in vms[:1]], hosts, fresh,
+                                    allocs))
+
+
+Columns = tuple[list[str], list[VMState], list[dict[str, float]], list[int], list[bool],
+                list[dict[str, float]]]
+"""An application's VM columns read from its records, in :class:`AppNext`'s order (ids,
+states, bids, hosts, fresh, allocations); the bids need only the first VM's."""
+
+
+def rebid_columns(app: App, bid: dict[str, float], columns: Columns) -> AppNext:
+    """:func:`bidding` of ``app`` from its VM ``columns`` already read (new lists, read from
+    its records since they last changed: the batch's gather, :mod:`merkat.core.batch`)."""
+    ids, states, bids, hosts, fresh, allocs = columns
+    if bids and bids[0] == bid:
+        bid = bids[0]
     return AppNext(
         app.spec.id, app.status, app.start_time, app.end_time, app.reason, app.outcome,
         app.suspensions, app.resumes, app.vm_count, app.broke_since,
