@@ -32,7 +32,7 @@ from merkat.control.base import Controller
 from merkat.control.batched import BATCHED, SUSPEND, Batch, BatchedPolicy
 from merkat.control.formulas import least_alloc, mean_bid
 from merkat.control.types import Action, AppStatus, Demand, VMState
-from merkat.core.draft import Columns, bidding, rebid_columns
+from merkat.core.draft import Columns, bidding, columns, rebid_columns
 from merkat.core.model import App, AppNext, Observed, VMRecord, to_micro
 from merkat.core.reconcile import Decider, Prices
 from merkat.defaults import MICRO
@@ -276,24 +276,7 @@ def _columns(vms: Sequence[VMRecord]) -> Columns | None:
     allocation), then :func:`~merkat.core.draft.bidding`'s own pass over the records for
     the next state (:func:`~merkat.core.draft.rebid_columns` reuses these lists);
     ``tests/test_batched_gather.py`` pins the next states equal to ``draft`` + ``rebid``."""
-    suspended = VMState.SUSPENDED
-    ids: list[str] = []
-    states: list[VMState] = []
-    bids: list[dict[str, float]] = []
-    hosts: list[int] = []
-    fresh: list[bool] = []
-    allocs: list[dict[str, float]] = []
-    for vm in vms:
-        state = vm.state
-        if state is suspended:
-            return None
-        ids.append(vm.id)
-        states.append(state)
-        bids.append(vm.bid)
-        hosts.append(vm.host)
-        fresh.append(vm.new)
-        allocs.append(vm.alloc)
-    return ids, states, bids, hosts, fresh, allocs
+    return columns(vms, VMState.SUSPENDED)
 
 
 def pays(bid: dict[str, float], nvms: int, balance: int) -> bool:
