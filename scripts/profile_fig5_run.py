@@ -1,0 +1,37 @@
+"""One market run of themis-fig5 under cProfile (CPU time): the run at inter-arrival factor
+``F`` (HPC2N's first 1,000 jobs, vertical-deadline, 240 hosts × 1 core). Prints the run's CPU
+seconds and outcome, writes the profile to ``/tmp/f5_F.prof`` (read it with ``pstats``).
+
+    PYTHONPATH=src python scripts/profile_fig5_run.py 0.2 [--no-profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import time
+
+from merkat.experiments.common import execute
+from merkat.experiments.themis import _fig5_runs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("factor", type=float, help="the inter-arrival factor (0.1-1.0)")
+    ap.add_argument("--no-profile", action="store_true", help="time the run only")
+    args = ap.parse_args()
+    run = next(r for r in _fig5_runs(1, None, (args.factor,)) if r.label == "market")
+    pr = None if args.no_profile else cProfile.Profile(time.process_time)
+    t0 = time.process_time()
+    if pr is not None:
+        pr.enable()
+    out = execute(run)
+    if pr is not None:
+        pr.disable()
+        pr.dump_stats(f"/tmp/f5_{args.factor}.prof")
+    print(round(time.process_time() - t0, 2),
+          {k: v for k, v in out.items() if not isinstance(v, (list, dict))})
+
+
+if __name__ == "__main__":
+    main()
