@@ -89,6 +89,23 @@ def _has_open(pid: int, path: Path) -> bool:
         return False
 
 
+def _as_from_a_shell() -> None:
+    """In the child before exec: SIGINT at its default and not blocked, as a shell starts a
+    command (a test worker may have inherited it ignored or blocked from its own parent)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _signal_status(pid: int) -> str:
+    """The signal masks of process ``pid`` (ignored, blocked, caught), from /proc."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return "status unreadable"
+    return ", ".join(ln.replace("\t", " ") for ln in lines
+                     if ln.startswith(("SigIgn", "SigBlk", "SigCgt")))
+
+
 def test_ctrl_c_is_seen_while_a_bank_command_waits_for_a_locked_database(
     tmp_path: Path,
 ) -> None:
@@ -110,9 +127,11 @@ def test_ctrl_c_is_seen_while_a_bank_command_waits_for_a_locked_database(
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
     try:
+        # (started as from a shell: Ctrl-C at its default, whatever the test worker inherited)
         p = subprocess.Popen([sys.executable, "-m", "merkat", "bank", "transfer", "alice", "bob",
                               "1", "--reason", "test"], env=env, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             preexec_fn=_as_from_a_shell)
         # waiting for the lock: it has opened the database (its imports done), then some more
         end = time.monotonic() + 30
         while not _has_open(p.pid, db) and p.poll() is None and time.monotonic() < end:
@@ -120,8 +139,14 @@ def test_ctrl_c_is_seen_while_a_bank_command_waits_for_a_locked_database(
         time.sleep(1.0)
         assert p.poll() is None and _has_open(p.pid, db)
         t0 = time.monotonic()
+        status = _signal_status(p.pid)
         p.send_signal(signal.SIGINT)
-        _, err = p.communicate(timeout=10)
+        try:
+            _, err = p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            pytest.fail(f"no exit 10 s after SIGINT; the command's {status}; the test's "
+                        f"{_signal_status(os.getpid())}")
         assert time.monotonic() - t0 < 3.0
         assert p.returncode == 130 and err.strip().splitlines()[-1] == "error: interrupted"
     finally:
