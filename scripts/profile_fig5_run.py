@@ -20,6 +20,8 @@ def main() -> None:
     ap.add_argument("factor", type=float, help="the inter-arrival factor (0.1-1.0)")
     ap.add_argument("--no-profile", action="store_true", help="time the run only")
     args = ap.parse_args()
+    if not 0 < args.factor <= 10:
+        ap.error(f"factor must be in (0, 10], got {args.factor}")  # one line, exit 2
     run = next(r for r in _fig5_runs(1, None, (args.factor,)) if r.label == "market")
     pr = None if args.no_profile else cProfile.Profile(time.process_time)
     t0 = time.process_time()

@@ -12,7 +12,7 @@ import argparse
 import gzip
 import sys
 
-from merkat.workload.traces import find_trace
+from merkat.workload.traces import TraceNotFound, find_trace
 
 
 def main() -> None:
@@ -23,7 +23,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.first < 0 or args.count < 1:
         ap.error("first must be >= 0 and count >= 1")
-    path = find_trace(args.trace)
+    try:
+        path = find_trace(args.trace)
+    except TraceNotFound as e:
+        ap.error(str(e))  # one line, exit 2
     opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
     with opener(path, "rt") as f:  # type: ignore[operator]
         lines = f.read().splitlines()

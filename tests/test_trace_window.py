@@ -1,0 +1,37 @@
+"""scripts/trace_window.py: a window of a trace's jobs (docs/benchmarks.md, issue 28), and its
+bad input (one line, exit 2)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "trace_window.py"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([sys.executable, str(SCRIPT), *args], env=env, text=True,
+                          capture_output=True, timeout=60)
+
+
+def test_a_window_keeps_the_header_and_the_jobs_asked_for(tmp_path: Path) -> None:
+    swf = tmp_path / "t.swf"
+    swf.write_text("; MaxProcs: 4\n1 0 0 10 1\n2 5 0 10 1\n3 9 0 10 2\n4 12 0 10 1\n")
+    out = _run(str(swf), "1", "2")
+    assert out.returncode == 0
+    assert out.stdout == "; MaxProcs: 4\n2 5 0 10 1\n3 9 0 10 2\n"
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    missing = _run(str(tmp_path / "nosuch.swf"), "0", "3")
+    assert missing.returncode == 2
+    assert "error:" in missing.stderr and "nosuch.swf" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    named = _run("no-such-trace-name", "0", "3")
+    assert named.returncode == 2 and "'no-such-trace-name' not found" in named.stderr
+    negative = _run(str(tmp_path / "nosuch.swf"), "-1", "3")
+    assert negative.returncode == 2 and "first must be >= 0" in negative.stderr
