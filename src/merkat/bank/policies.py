@@ -140,21 +140,11 @@ class ChargeByBid:
     def plan(
         bills: Sequence[tuple[str, int]], balances: Mapping[str, int], provider: str
     ) -> tuple[list[Move], list[int], list[int]]:
-        """``(moves, paid, unpaid)``: :func:`_affordable`'s greedy choice and the paid
-        bills' moves to ``provider``, made in the same pass."""
-        left = dict(balances)
-        moves: list[Move] = []
-        paid: list[int] = []
-        unpaid: list[int] = []
-        for k, (account, amount) in enumerate(bills):
-            have = left[account]
-            if have >= amount:
-                left[account] = have - amount
-                paid.append(k)
-                if amount > 0:
-                    moves.append((account, provider, amount))
-            else:
-                unpaid.append(k)
+        """``(moves, paid, unpaid)``: :func:`~merkat.bank.ledger.affordable`'s greedy choice
+        and the paid bills' moves to ``provider`` (what :meth:`apply` does in one
+        :meth:`~merkat.bank.ledger.Ledger.pay_each`)."""
+        paid, unpaid = _affordable(bills, balances)
+        moves = [(bills[k][0], provider, bills[k][1]) for k in paid if bills[k][1] > 0]
         return moves, paid, unpaid
 
     def apply(self, ledger: Ledger, period: int, bills: Sequence[tuple[str, int]],
