@@ -130,6 +130,10 @@ class Platform:
         self._bills = Bills()  # clearing when nothing they read changed
         self._running = RunningRows()  # the running VMs' rows, kept between admissions
         self._input = MarketInput()  # the last market input, reused when the same
+        self._joined = 0  # applications ever submitted (the roster's validity)
+        self._roster: tuple[int, int, list[App], list[str]] = (-1, -1, [], [])
+        # application id -> its account, for every application submitted (a bill's payer)
+        self.accounts: dict[str, str] = {}
 
     # --- submission -------------------------------------------------------------------
 
@@ -165,6 +169,8 @@ class Platform:
         app = App(spec, ctl, account or f"app:{spec.id}")
         self.apps[spec.id] = app
         self.active[spec.id] = app
+        self.accounts[spec.id] = app.account
+        self._joined += 1
         self.queue.append(spec.id)
         return app
 
@@ -173,6 +179,21 @@ class Platform:
         """Whether applications can start between periods (a stateless mechanism; see
         :mod:`merkat.core.admission`)."""
         return self._mechanism.stateless
+
+    def roster(self) -> tuple[list[App], list[str]]:
+        """The active applications, in ``active``'s order, and their accounts' names: lists
+        kept between periods while ``active`` holds the same applications (the driver reads
+        them every period; this replaces building both lists from ``active`` each time). They
+        are rebuilt when an application joined (:meth:`submit` counts them) or left (``active``
+        is shorter than the kept list: whoever removed it); the caller must not change them.
+        ``tests/test_period_roster.py`` pins them to a fresh read after every change."""
+        joined, n, apps, names = self._roster
+        active = self.active
+        if joined != self._joined or n != len(active):
+            apps = list(active.values())
+            names = [a.account for a in apps]
+            self._roster = (self._joined, len(apps), apps, names)
+        return apps, names
 
     def queued(self) -> list[App]:
         """The applications in the admission queue still waiting for their first start."""
@@ -207,28 +228,35 @@ class Platform:
         apps = []
         rows = []  # the batch's candidates (merkat.core.batch)
         batchable = batch.batchable if self.batched else None
-        broke_since = decider.broke_since
-        for app in self.active.values():
+        broke_since, const_of = decider.broke_since, decider.const
+        for app_id, app in self.active.items():  # (keyed by spec.id)
             balance = balances[app.account]
-            seen = observed[app.spec.id]
+            seen = observed[app_id]
+            # Decider.broke_since's first test inlined (the usual answer: it can pay)
+            cost = (app.const or const_of(app)).reserve_cost
+            n, size = len(app.vms), app.spec.size
+            if balance >= cost * (n if n > size else size):
+                if batchable is not None and (policy := batchable(app)) is not None:
+                    rows.append((app, policy, balance, seen))
+                apps.append((app_id, app, balance, seen, None, False))
+                continue
             since, broke = broke_since(app, balance, now)
-            apps.append((app, balance, seen, since, broke))
+            apps.append((app_id, app, balance, seen, since, broke))
             if batchable is not None and not broke and (policy := batchable(app)) is not None:
                 rows.append((app, policy, balance, seen))
         ready: dict[str, AppNext] = {}  # next states a batch made (its bids paid as they are)
         batched = batch.decide(decider, rows, now, prices, history, ready) if rows else {}
-        for app, balance, seen, since, broke in apps:
-            app_id = app.spec.id
+        for app_id, app, balance, seen, since, broke in apps:
+            made = ready.get(app_id)
+            if made is not None:
+                nexts[app_id] = made
+                made.broke_since = since
+                continue
             if broke:
                 nx = nexts[app_id] = draft(app)
                 nx.broke_since = since
                 end(nx, now, f"could not pay the reserve price for {self.keep_alive} periods",
                     seen.finished, ops, "stopped-budget")
-                continue
-            made = ready.get(app_id)
-            if made is not None:
-                nexts[app_id] = made
-                made.broke_since = since
                 continue
             outcome = batched.get(app_id)
             if isinstance(outcome, dict):  # a batch's bid (merkat.core.batch)
@@ -258,7 +286,9 @@ class Platform:
                                       refused)
 
         runs = bidding_vms(nexts.values(), self.apps, decider.const)
-        bidding = sum(len(nx.ids) if rows is None else len(rows) for nx, _, rows in runs)
+        bidding = 0
+        for nx, _, vms_of in runs:  # (market_input.size, without a generator's frames)
+            bidding += len(nx.ids) if vms_of is None else len(vms_of)
         vms = self._input(runs, bidding)
         result = self._clear(vms)
         prices = {r: float(result.price[k]) for k, r in enumerate(RESOURCES)}
@@ -297,6 +327,7 @@ class Platform:
         """Undo the :meth:`submit` of ``app_id`` whose admission could not be completed (its
         account could not be funded): it never took part in a period."""
         self.apps.pop(app_id, None)
+        self.accounts.pop(app_id, None)
         self.active.pop(app_id, None)
         if app_id in self.queue:
             self.queue.remove(app_id)
@@ -312,6 +343,7 @@ class Platform:
         gone = set(app_ids)
         for app_id in gone:
             self.apps.pop(app_id, None)
+            self.accounts.pop(app_id, None)
         if gone.intersection(self.queue):
             self.queue[:] = [a for a in self.queue if a not in gone]
 

@@ -194,8 +194,7 @@ class Driver:
         :meth:`admit_due`)."""
         platform, backend, economy = self.platform, self.backend, self.economy
         self.hooks.before_period(self, t)
-        active = list(platform.active.values())
-        names = [a.account for a in active]
+        active, names = platform.roster()  # (kept between periods: not to be changed)
         minted = economy.renew(platform.index, names)
         balances = economy.ledger.balances(names) if active else {}
         observed = observe(backend, active)
@@ -204,9 +203,8 @@ class Driver:
             meter = backend if isinstance(backend, Metered) else None
             measured = {a.spec.id: meter.cpu_used(a.spec.id) if meter else None for a in active}
         decision = platform.decide(t, balances, observed)
-        accounts = {a: platform.apps[a].account for a, _ in decision.bills}
-        charged = economy.charge(decision, accounts) if measured is None \
-            else economy.charge(decision, accounts, measured)
+        charged = economy.charge(decision, platform.accounts) if measured is None \
+            else economy.charge(decision, platform.accounts, measured)
         if charged.unpaid:
             decision = platform.withhold(decision, charged.unpaid)
         report = self.report = backend.apply(decision.plan)
@@ -350,8 +348,7 @@ class Driver:
             self._close_soon(queued)
             self._ended(queued)
             return None
-        accounts = {x: platform.apps[x].account for x, _ in decision.bills}
-        charged = economy.charge(decision, accounts)
+        charged = economy.charge(decision, platform.accounts)
         if charged.unpaid:
             decision = platform.withhold(decision, charged.unpaid)
         if before_apply is not None:
