@@ -225,7 +225,7 @@ class Platform:
         nexts: dict[str, AppNext] = {}
         decider, prices, history = self.decider, self.prices, self.price_history
         running = AppStatus.RUNNING
-        apps = []
+        apps: list[tuple[str, App, int, Observed, float | None, bool]] = []
         rows = []  # the batch's candidates (merkat.core.batch)
         batchable = batch.batchable if self.batched else None
         broke_since, const_of = decider.broke_since, decider.const
