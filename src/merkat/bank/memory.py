@@ -288,7 +288,6 @@ class MemoryLedger(Ledger):
         index, bal = self._index, self._bal
         if payee not in index or idempotency_key in self._idem:
             return super().pay_each(bills, payee, reason, period, idempotency_key)
-        paid: list[int] = []
         unpaid: list[int] = []
         moves: list[Move] = []
         total = 0
@@ -299,7 +298,6 @@ class MemoryLedger(Ledger):
                 i = index[account]
                 have = bal[i]
                 if have >= amount:
-                    paid.append(k)
                     if amount:
                         bal[i] = have - amount
                         total += amount
@@ -312,6 +310,10 @@ class MemoryLedger(Ledger):
             if not isinstance(exc, TypeError | KeyError | ValueError):
                 raise
             return super().pay_each(bills, payee, reason, period, idempotency_key)
+        paid = list(range(len(bills)))  # (the others than the unpaid, in order)
+        if unpaid:
+            skip = set(unpaid)
+            paid = [k for k in paid if k not in skip]
         if not moves:
             return paid, unpaid, 0, range(self._next_id, self._next_id)
         bal[index[payee]] += total
