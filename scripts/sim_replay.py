@@ -4,10 +4,12 @@
 Usage::
 
     PYTHONPATH=src python scripts/sim_replay.py record OUT.pkl [--jobs N] [--trace F]
+    PYTHONPATH=src python scripts/sim_replay.py record OUT.pkl --fig5 0.2
     PYTHONPATH=src python scripts/sim_replay.py replay OUT.pkl [--repeat 3]
 
 ``record`` runs ``merkat bench period`` (deadline-strict, 240 hosts, admission every 10 s) and
-keeps every call the driver makes of its ``SimBackend`` (``add_app``, ``apply`` with its
+keeps every call the driver makes of its ``SimBackend`` (with ``--fig5 F``: themis-fig5's
+market run at inter-arrival factor F instead, many-VM applications) (``add_app``, ``apply`` with its
 plan, ``advance``, ``forget``, and what it observes: the applications' ids and statuses).
 ``replay`` gives the same calls to a fresh backend ``--repeat`` times and prints one JSON
 object: the least CPU seconds (``time.process_time``, the garbage collector off, as in a trace
@@ -31,7 +33,7 @@ from types import SimpleNamespace
 from typing import Any
 
 
-def record(out: str, jobs: int, trace: str) -> None:
+def record(out: str, jobs: int, trace: str, fig5: float | None = None) -> None:
     from merkat.backends import sim
     from merkat.bench.period import run
     from merkat.runtime import driver
@@ -42,6 +44,9 @@ def record(out: str, jobs: int, trace: str) -> None:
     seen = driver.observe
 
     def _add(self: Any, app_id: str, model: Any) -> None:
+        if not calls:  # the backend's settings, once
+            calls.append(("config", {k: getattr(self, k) for k in (
+                "boot_s", "resume_s", "bandwidth", "migration_overhead", "trade_memory")}))
         calls.append(("add", app_id, model.vms, model.work_total, model.cpu, model.memory))
         add(self, app_id, model)
 
@@ -63,8 +68,15 @@ def record(out: str, jobs: int, trace: str) -> None:
 
     cls.add_app, cls.apply, cls.advance, cls.forget = _add, _apply, _advance, _forget
     driver.observe = _observe  # type: ignore[assignment]
-    print(json.dumps(run(trace, jobs=jobs, interarrival_factor=1.0, seed=0, hosts=240,
-                         workers=1, admission=10.0)))
+    if fig5 is not None:
+        from merkat.experiments.common import execute
+        from merkat.experiments.themis import _fig5_runs
+        one = next(r for r in _fig5_runs(1, None, (fig5,)) if r.label == "market")
+        print(json.dumps({k: v for k, v in execute(one).items()
+                          if not isinstance(v, (list, dict))}))
+    else:
+        print(json.dumps(run(trace, jobs=jobs, interarrival_factor=1.0, seed=0, hosts=240,
+                             workers=1, admission=10.0)))
     with open(out, "wb") as f:
         pickle.dump(calls, f, protocol=5)  # (one dump: shared mappings stay shared)
 
@@ -103,6 +115,9 @@ def replay(path: str, repeat: int) -> None:
         spent = dict.fromkeys(("add", "apply", "advance", "observe", "forget"), 0.0)
         for c in calls:
             kind = c[0]
+            if kind == "config":
+                backend = SimBackend(**c[1])
+                continue
             if kind == "add":
                 model = RigidApp(vms=c[2], work_total=c[3], cpu=c[4], memory=c[5])
                 t = clock()
@@ -142,12 +157,14 @@ def main() -> None:
     rec.add_argument("out")
     rec.add_argument("--jobs", type=int, default=2000)
     rec.add_argument("--trace", default="HPC2N-2002-2.2-cln")
+    rec.add_argument("--fig5", type=float, default=None, metavar="F",
+                     help="record themis-fig5's market run at inter-arrival factor F")
     rep = sub.add_parser("replay")
     rep.add_argument("path")
     rep.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     if args.command == "record":
-        record(args.out, args.jobs, args.trace)
+        record(args.out, args.jobs, args.trace, args.fig5)
     else:
         replay(args.path, args.repeat)
 

@@ -208,6 +208,10 @@ def test_the_one_column_pass_gives_the_per_application_loop_s_plan(
                 vm.alloc = {"cpu": float(rng.choice([0.25, 0.5]))}
                 if rng.random() < 0.1:
                     vm.alloc = {"cpu": 0.25, "memory": 1.0}  # not of its shape: replaced
+                elif rng.random() < 0.1:
+                    vm.alloc = {}  # none yet (read as NaN by the column pass): replaced
+                elif rng.random() < 0.1:
+                    vm.alloc = {"cpu": 1}  # an int equal to the float: kept
             app.vms.append(vm)
         runs.append((app, app.vms))
     market = _market(platform, runs)
@@ -215,7 +219,10 @@ def test_the_one_column_pass_gives_the_per_application_loop_s_plan(
     vms = market_vms(market, n)
     host = np.where(vms.host == NO_HOST, rng.integers(0, 4, n), vms.host)
     allocation = np.zeros((n, len(RESOURCES)))
-    allocation[:, 0] = rng.choice([0.25, 0.5, 1.0], n)
+    allocation[:, 0] = rng.choice([0.25, 0.5, 1.0, 0.0, -0.0], n)
+    if seed % 4 == 0:  # every mapping replaced, or every one kept
+        allocation[:, 0] = 0.75 if seed % 8 else [
+            nx.allocs[k].get("cpu", 0.5) for nx, _, _ in market for k in range(len(nx.ids))]
     result = _Placed(host, allocation)
     fast = [(copy(nx), const, rows) for nx, const, rows in market]
     slow = [(copy(nx), const, rows) for nx, const, rows in market]

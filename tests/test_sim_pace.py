@@ -48,6 +48,9 @@ class Checked(SimBackend):
 
     def advance(self, t0: float, t1: float) -> None:
         super().advance(t0, t1)
+        for app_id, quiet in self._quiet.items():  # an upper bound of its VMs' busy times
+            for vm in self._by_app.get(app_id, {}).values():
+                assert vm.ready_at <= quiet and vm.migrating_until <= quiet
         live, pace = set(self._live), set(self._pace)
         assert not live & pace
         for app_id, model in self.apps.items():
@@ -80,7 +83,46 @@ def test_the_kept_pace_gives_the_recomputed_run_bit_for_bit(
         seed: int, min_vector: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sim_pace, "MIN_VECTOR", min_vector)
     kept, recomputed = Checked(), Recomputing()
-    assert _run(kept, seed) == _run(recomputed, seed)
+    assert repr(_run(kept, seed)) == repr(_run(recomputed, seed))  # (the sign of a zero too)
     assert kept.counts == recomputed.counts and kept.counts["migration"] > 0
     assert kept._pace and not recomputed._pace  # the pace was kept, and used
     assert kept.skipped > 0  # (quiet periods: the last plan's allocations again)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_quiet_cpu_only_pace_is_its_least_allocation_s_bit_for_bit(seed: int) -> None:
+    """``_rigid_pace`` of an application whose VMs are all ready and none migrates (its
+    ``_quiet`` time at or before ``t0``) takes the least CPU allocation instead of every VM's
+    speed: the same rate, begin and settledness as the loop, bit for bit, with equal, zero,
+    negative-zero, NaN, integer, missing, above-full and subnormal allocations; with memory traded, or
+    an unknown or later ``_quiet`` time, it is the loop."""
+    rng = np.random.default_rng(seed)
+    choices = [0.25, 0.5, 0.5, 1.0, 2.0, 0.0, -0.0, float("nan"), 1, 0.75, None, 5e-324]
+    t0, t1 = 600.0, 900.0
+    for _ in range(40):
+        n = int(rng.integers(1, 6))
+        vms = []
+        for _ in range(n):
+            a = choices[int(rng.integers(len(choices)))]
+            alloc = {} if a is None else {"cpu": a}
+            ready = float(rng.choice([0.0, 300.0, t0, 700.0])) if rng.random() < 0.3 else 0.0
+            vm = _VM("app", 0, alloc, ready)
+            if rng.random() < 0.2:
+                vm.migrating_until = float(rng.choice([500.0, t0, 650.0, 1000.0]))
+            vms.append(vm)
+        full = float(rng.choice([1.0, 2.0, 0.5]))
+        model = RigidApp(vms=n, work_total=100.0, cpu=full, memory=256.0)
+        for trade_memory in (False, True):
+            backend = SimBackend(trade_memory=trade_memory)
+            for vm in vms:
+                backend._busy_until("app", vm.ready_at)
+                backend._busy_until("app", vm.migrating_until)
+            quiet = backend._quiet.get("app")
+            got = backend._rigid_pace(model, vms, t0, t1)
+            reference = SimBackend(trade_memory=trade_memory)  # _quiet unknown: the loop
+            want = reference._rigid_pace(model, vms, t0, t1)
+            assert repr(got) == repr(want)
+            # the loop, having seen every VM, knows the application quiet from t0 on
+            settled = want[2] and want[1] <= t0
+            assert reference._quiet.get("app") == (t0 if settled else None)
+            assert quiet is None or settled == (quiet <= t0)

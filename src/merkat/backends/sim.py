@@ -94,9 +94,16 @@ class SimBackend:
     _applied: object = field(default=None, init=False, repr=False, compare=False)
     _changes: int = field(default=0, init=False, repr=False, compare=False)
     _stamp: int = field(default=-1, init=False, repr=False, compare=False)
+    # Per application, a time no VM of it is still booting, resuming or migrating after: an
+    # upper bound of its VMs' ``ready_at`` and ``migrating_until``, raised by _put and by a
+    # migration, set by :meth:`_rigid_pace` when it saw them all; absent: unknown. Before it,
+    # a CPU-only rigid application's pace is its least CPU allocation's (:meth:`_rigid_pace`).
+    _quiet: dict[str, float] = field(default_factory=dict, init=False, repr=False,
+                                     compare=False)
 
     def __post_init__(self) -> None:  # the private state
         self._live, self._seen, self._by_app, self._n_indexed = {}, 0, {}, 0
+        self._quiet = {}
         self._pace, self._observed = {}, {}
         self._applied, self._changes, self._stamp = None, 0, -1
 
@@ -122,6 +129,7 @@ class SimBackend:
             self._by_app.pop(app_id, None)
             self._pace.pop(app_id, None)
             self._observed.pop(app_id, None)
+            self._quiet.pop(app_id, None)
 
     # --- Backend ---------------------------------------------------------------------
 
@@ -210,7 +218,8 @@ class SimBackend:
             vm = self.vms[vm_id]
             mem = self.apps[vm.app].memory
             share = self.bandwidth / max(ops_per_host[src], ops_per_host[dst], 1)
-            vm.migrating_until = t + (mem / share if share > 0 else 0.0)
+            vm.migrating_until = until = t + (mem / share if share > 0 else 0.0)
+            self._busy_until(vm.app, until)
             vm.host = dst
             if pace.pop(vm.app, None) is not None:  # (_unpace, inlined)
                 live[vm.app] = None
@@ -238,8 +247,17 @@ class SimBackend:
         self._live.update(dict.fromkeys(self._pace))
         self._pace.clear()
 
+    def _busy_until(self, app_id: str, t: float) -> None:
+        """A VM of ``app_id`` boots, resumes or migrates until ``t``: ``_quiet`` no earlier
+        (a NaN makes it unknown for good: never <= a time)."""
+        quiet = self._quiet
+        if not t <= quiet.get(app_id, -math.inf):
+            quiet[app_id] = t
+
     def _put(self, vm_id: str, vm: _VM) -> None:
         self._changes += 1
+        self._busy_until(vm.app, vm.ready_at)
+        self._busy_until(vm.app, vm.migrating_until)
         self._unpace(vm.app)
         old = self.vms.get(vm_id)
         if old is not None:
@@ -284,6 +302,7 @@ class SimBackend:
             self._n_indexed = len(self.vms)
             live.update(dict.fromkeys(self._by_app))
             self._unpace_all()  # ``vms`` was changed directly: nothing kept is known valid
+            self._quiet.clear()
             self._changes += 1
         by_app = self._by_app
         if len(apps) != self._seen:  # ``apps`` changed directly, not by add_app: rescan it
@@ -306,13 +325,16 @@ class SimBackend:
                 done.append(app_id)
                 continue
             group = by_app.get(app_id)
-            vms = list(group.items()) if group else []
             if isinstance(model, RigidApp):
-                self._advance_rigid(model, vms, t0, t1)
-                if app_id in pace:  # its pace is kept from now on: it joins them
+                mine = list(group.values()) if group else []
+                self._advance_rigid(model, mine, t0, t1)
+                # its pace kept from now on: it joins them; no VM: a fixed point until it
+                # has one
+                if app_id in pace or not mine:
                     done.append(app_id)
-                    continue
-            elif isinstance(model, TaskFarm):
+                continue
+            vms = list(group.items()) if group else []
+            if isinstance(model, TaskFarm):
                 self._advance_farm(model, vms, t0, t1)
             else:
                 own = getattr(model, "advance", None)
@@ -339,21 +361,18 @@ class SimBackend:
             speed *= 1.0 - self.migration_overhead * frac
         return speed
 
-    def _advance_rigid(
-        self, model: RigidApp, vms: list[tuple[str, _VM]], t0: float, t1: float
-    ) -> None:
+    def _advance_rigid(self, model: RigidApp, vms: list[_VM], t0: float, t1: float) -> None:
         if len(vms) < model.vms:
             model.last_rate = 0.0 if vms else None
             return
         keep = False
         if vms and type(self)._speed is SimBackend._speed:
-            rate, begin = self._rigid_pace(model, vms, t0, t1)
+            rate, begin, settled = self._rigid_pace(model, vms, t0, t1)
             # the same at any later t0 while nothing changes (a NaN is never kept)
-            keep = begin <= t0 and rate >= 0.0 and all(
-                vm.migrating_until <= t0 for _, vm in vms)
+            keep = settled and begin <= t0 and rate >= 0.0
         else:
-            rate = min(self._speed(model, vm, t0, t1) for _, vm in vms)
-            begin = max([t0] + [vm.ready_at for _, vm in vms])
+            rate = min(self._speed(model, vm, t0, t1) for vm in vms)
+            begin = max([t0] + [vm.ready_at for vm in vms])
         usable = max(0.0, t1 - begin)
         left = model.work_total - model.work_done
         if rate > 0 and rate * usable >= left:
@@ -363,33 +382,49 @@ class SimBackend:
             model.work_done += rate * usable
         model.last_rate = rate * usable / (t1 - t0)
         if keep and model.finish_time is None:
-            self._pace[vms[0][1].app] = rate
+            self._pace[vms[0].app] = rate
 
-    def _rigid_pace(
-        self, model: RigidApp, vms: list[tuple[str, _VM]], t0: float, t1: float
-    ) -> tuple[float, float]:
-        """The slowest VM's :meth:`_speed` and the latest of ``t0`` and the VMs' ready times,
-        in one pass (the same arithmetic, inlined)."""
+    def _rigid_pace(self, model: RigidApp, vms: list[_VM], t0: float, t1: float
+                    ) -> tuple[float, float, bool]:
+        """The slowest VM's :meth:`_speed`, the latest of ``t0`` and the VMs' ready times,
+        and whether no VM migrates after ``t0`` (``all(vm.migrating_until <= t0)``), in one
+        pass (the same arithmetic, inlined)."""
         full_cpu, memory = model.cpu, model.memory
         use_memory = self.trade_memory and memory > 0
+        app_id = vms[0].app
+        if not use_memory and full_cpu > 0 and self._quiet.get(app_id, math.inf) <= t0:
+            # every VM ready and none migrating: the loop below gives the first least
+            # ``min(1.0, cpu / full_cpu)`` and ``t0``; division by a positive number keeps
+            # the order, so it is that of the first least CPU allocation (``min``), unless
+            # that is NaN (``min`` then returns it) or the quotient a zero (its sign)
+            low = min([vm.alloc.get("cpu", 0.0) for vm in vms])
+            cpu = low / full_cpu
+            if cpu == cpu and cpu != 0.0:
+                return (cpu if cpu < 1.0 else 1.0), t0, True
         overhead = self.migration_overhead
         rate = math.inf
         begin = t0
-        for _, vm in vms:
+        settled = True
+        for vm in vms:
             alloc = vm.alloc
             cpu = alloc.get("cpu", 0.0) / full_cpu if full_cpu > 0 else 1.0
             speed = cpu if cpu < 1.0 else 1.0  # min(1.0, cpu)
             if use_memory:
                 mem = alloc.get("memory", 0.0) / memory
                 speed *= mem if mem < 1.0 else 1.0
-            if vm.migrating_until > t0:
-                frac = (min(vm.migrating_until, t1) - t0) / (t1 - t0)
-                speed *= 1.0 - overhead * frac
+            until = vm.migrating_until
+            if not until <= t0:  # (a NaN is not settled, and slows nothing)
+                settled = False
+                if until > t0:
+                    frac = (min(until, t1) - t0) / (t1 - t0)
+                    speed *= 1.0 - overhead * frac
             if speed < rate:
                 rate = speed
             if vm.ready_at > begin:
                 begin = vm.ready_at
-        return rate, begin
+        if settled and begin <= t0:  # (not NaN) every VM ready, none migrating after t0
+            self._quiet[app_id] = t0
+        return rate, begin, settled
 
     def _advance_farm(
         self, model: TaskFarm, vms: list[tuple[str, _VM]], t0: float, t1: float

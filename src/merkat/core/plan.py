@@ -8,9 +8,11 @@ allocation), never a record, and returns the plan.
 
 from __future__ import annotations
 
+import math
 import operator
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -72,7 +74,7 @@ def make_plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: 
     nowhere: list[int] = np.flatnonzero(unplaced).tolist()
     one = _one_column(runs) if not nowhere else None
     if one is not None:  # the usual market: every VM placed, one resource, one column
-        allocations = _one_column_allocations(runs, one[0], cols[one[1]])
+        allocations = _one_column_allocations(runs, one[0], result.allocation[:, one[1]])
     nowhere.append(len(hosts))
     p = 0
     i = 0
@@ -136,29 +138,41 @@ def _one_column(runs: Sequence[Run]) -> tuple[str, int] | None:
     return first[0]
 
 
-def _one_column_allocations(runs: Sequence[Run], r0: str, col: list[float]
+def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray
                             ) -> dict[str, dict[str, float]]:
     """:func:`make_plan`'s allocations when :func:`_one_column` gives ``(r0, c)`` and every
     VM is placed (``col``: column c of the clearing's allocations, market order): every
     VM's mapping ``{r0: a}``, the one it holds kept when equal — the per-application loop's
-    result, from one pass over the VMs joined in market order (the runs' own lists are
-    changed only where a mapping is replaced). ``tests/test_plan.py`` checks both paths."""
+    result, as a column operation over the VMs joined in market order.
+
+    It replaces the per-VM test ``old.get(r0) != a or len(old) != 1``: the mappings' values
+    and sizes are read at C speed (``map``), compared with the column in numpy (a missing
+    value reads as NaN, which equals nothing, as ``None != a``), and only the mappings that
+    change are made and written back into the runs' own lists (a slice per application).
+    ``tests/test_plan.py`` checks it against the per-application loop."""
     ids: list[str] = []
     allocs: list[dict[str, float]] = []
     for nx, _, _ in runs:
         ids += nx.ids
         allocs += nx.allocs
-    new = [m for m, (old, a0) in enumerate(zip(allocs, col, strict=True))
-           if old.get(r0) != a0 or len(old) != 1]
-    if new:
-        starts: list[int] = []
+    n = len(allocs)
+    held = np.fromiter(map(dict.get, allocs, repeat(r0), repeat(math.nan)), float, n)
+    sizes = np.fromiter(map(len, allocs), np.intp, n)
+    new = np.flatnonzero((held != col) | (sizes != 1))
+    if len(new):
+        values: list[float] = col[new].tolist()
+        if len(new) == n:
+            allocs = [{r0: a} for a in values]
+        else:
+            for m, a in zip(new.tolist(), values, strict=True):
+                allocs[m] = {r0: a}
         i = 0
-        for nx, _, _ in runs:
-            starts.append(i)
-            i += len(nx.ids)
-        for m in new:
-            r = bisect_right(starts, m) - 1
-            allocs[m] = runs[r][0].allocs[m - starts[r]] = {r0: col[m]}
+        first, last = int(new[0]), int(new[-1])
+        for nx, _, _ in runs:  # the runs' lists take the new mappings (the others: the same)
+            j = i + len(nx.allocs)
+            if j > first and i <= last:
+                nx.allocs[:] = allocs[i:j]
+            i = j
     return dict(zip(ids, allocs, strict=True))
 
 
