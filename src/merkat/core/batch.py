@@ -32,8 +32,8 @@ from merkat.control.base import Controller
 from merkat.control.batched import BATCHED, SUSPEND, Batch, BatchedPolicy
 from merkat.control.formulas import least_alloc, mean_bid
 from merkat.control.types import Action, AppStatus, Demand, VMState
-from merkat.core.draft import Columns, bidding, columns, rebid_columns
-from merkat.core.model import App, AppNext, Observed, VMRecord, to_micro
+from merkat.core.draft import Columns, bidding, kept, rebid_columns
+from merkat.core.model import App, AppNext, Observed, to_micro
 from merkat.core.reconcile import Decider, Prices
 from merkat.defaults import MICRO
 from merkat.market import RESOURCES
@@ -181,7 +181,7 @@ def decide(decider: Decider, rows: Sequence[tuple[App, BatchedPolicy, int, Obser
                 row = [balance / MICRO, 1.0, done, total, rate, ideal, perf,
                        *[0.0 + bid.get(r, 0.0) for r in res], *[alloc.get(r, 0.0) for r in res]]
         else:
-            columns = _columns(vms)
+            columns = _columns(app)
             if columns is None:
                 continue
             row = [balance / MICRO, float(len(vms)), done, total, rate, ideal, perf,
@@ -269,14 +269,15 @@ def _decide_group(decider: Decider, group: _Group, trade: tuple[str, ...], now: 
             out[app_id] = Demand(Action.SUSPEND, nvms=len(app.vms), reason=SUSPEND)
 
 
-def _columns(vms: Sequence[VMRecord]) -> Columns | None:
-    """The VM columns of ``vms`` (:data:`~merkat.core.draft.Columns`), read in one pass; None
-    when one of them is suspended (the scalar path). What it replaces: an ``any`` over the
-    states and a comprehension per column for the row (the current bid and the least
-    allocation), then :func:`~merkat.core.draft.bidding`'s own pass over the records for
-    the next state (:func:`~merkat.core.draft.rebid_columns` reuses these lists);
-    ``tests/test_batched_gather.py`` pins the next states equal to ``draft`` + ``rebid``."""
-    return columns(vms, VMState.SUSPENDED)
+def _columns(app: App) -> Columns | None:
+    """``app``'s kept VM columns (:func:`~merkat.core.draft.kept`: shared, read only), or
+    None when one of its VMs is suspended (the scalar path). What it replaces: a read of
+    every VM record into new lists (:func:`~merkat.core.draft.columns`) at every gather;
+    :func:`~merkat.core.draft.rebid_columns` copies them into the next state.
+    ``tests/test_batched_gather.py`` pins the next states equal to ``draft`` + ``rebid``,
+    ``tests/test_kept_columns.py`` the kept columns equal to a fresh read."""
+    cols = kept(app)
+    return None if VMState.SUSPENDED in cols[1] else cols
 
 
 def pays(bid: dict[str, float], nvms: int, balance: int) -> bool:

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from merkat.control.types import AppStatus, VMState
 from merkat.core.backend import ApplyReport
-from merkat.core.draft import copy, install, keep
+from merkat.core.draft import changed, copy, install, keep, started
 from merkat.core.lifecycle import vm_transition
 from merkat.core.model import App, Charged, Decision, Ops, VMRecord
 from merkat.market import NO_HOST
@@ -89,21 +89,27 @@ def settle(apps: Mapping[str, App], decision: Decision, report: ApplyReport,
         if moves:
             where = {vm.id: vm for app_id in decision.apps for vm in apps[app_id].vms}
             for vm_id, src, _ in moves:
-                where[vm_id].host = src  # it did not move
-    by_app: dict[str, dict[str, VMRecord]] = {}
+                vm = where[vm_id]
+                vm.host = src  # it did not move
+                changed(apps[vm.app])
+    by_app: dict[str, tuple[list[VMRecord], list[VMState], dict[str, int]]] = {}
     running = VMState.RUNNING
     for p in plan.create + plan.resume:
-        vms = by_app.get(p.app)
-        if vms is None:
-            vms = by_app[p.app] = {vm.id: vm for vm in apps[p.app].vms}
-        vm = vms[p.vm]
+        at = by_app.get(p.app)
+        if at is None:
+            at = by_app[p.app] = started(apps[p.app])
+        vms, states, rows = at
+        k = rows[p.vm]
+        vm = vms[k]
         op = "resume" if vm.state is VMState.RESUMING else "create"
         if failed and (op, vm.id) in failed:  # not started: placed again next period
             vm.host = NO_HOST
             vm.new = True
             vm.alloc = {}
+            changed(apps[p.app])
             continue
-        vm.state = vm_transition(vm.state, running)  # booting/resuming take time in the world
+        # booting/resuming take time in the world (the kept state written with the record's)
+        vm.state = states[k] = vm_transition(vm.state, running)
     for app_id, amount in charged.paid.items():
         apps[app_id].spent += amount
     return failures, retry

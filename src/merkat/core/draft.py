@@ -5,6 +5,21 @@ record by the commit (:mod:`merkat.core.commit`).
 The decision (:meth:`Platform.decide <merkat.core.period.Platform.decide>`, admissions)
 changes only these values, never the records; :func:`install` is the one place a decision's
 outcome enters the records.
+
+**Kept columns** (issue 28). Every period each application's VM records were read into six
+column lists, one ``append`` per VM and column (the largest single cost of a many-VM run:
+``themis-fig5``'s jobs of N processors are N VMs). The columns are now kept on the record
+(``App.kept``, :func:`kept`) in step with ``App.vms``: :func:`install` keeps the installed
+next state's own lists (a next state is consumed by its commit), so a draft is six C-speed
+list copies. The rule that keeps them right: a :class:`~merkat.core.model.VMRecord`'s
+``state``, ``host``, ``bid``, ``alloc`` and ``new`` are written by :func:`install`, by
+:func:`started` (the commit's VM starts, written in both), or by a writer that then calls
+:func:`changed` (the commit's failed migrations, the live service's
+``service/failures.py``, ``applied.py``, ``recovery.py``: the columns are read again at
+their next use); a new ``App.vms`` list, or one of another length, is noticed by
+:func:`kept` itself. ``tests/test_kept_columns.py`` checks the kept columns against a fresh
+read (:func:`columns`, the reference) after every period and admission of runs with
+suspends, resumes, migrations and failed operations, and after the live service's writers.
 """
 
 from __future__ import annotations
@@ -12,24 +27,58 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from merkat.control.types import VMState
-from merkat.core.model import App, AppNext, VMRecord
+from merkat.core.model import App, AppNext, Columns, VMRecord
 from merkat.market import NO_HOST
+
+__all__ = ["Columns", "add_vm", "bidding", "changed", "columns", "copy", "draft", "install",
+           "keep", "kept", "rebid_columns", "started"]
 
 
 def draft(app: App) -> AppNext:
     """``app``'s record as a next state (the VM columns are new lists; mappings shared)."""
-    ids, states, bids, hosts, fresh, allocs = columns(app.vms)  # type: ignore[misc]  # (never None without refuse)
+    ids, states, bids, hosts, fresh, allocs = kept(app)
     return AppNext(
         app.spec.id, app.status, app.start_time, app.end_time, app.reason, app.outcome,
         app.suspensions, app.resumes, app.vm_count, app.broke_since,
-        ids, states, bids, hosts, fresh, allocs,
+        ids[:], states[:], bids[:], hosts[:], fresh[:], allocs[:],
     )
+
+
+def kept(app: App) -> Columns:
+    """``app``'s VM columns as kept between periods (``App.kept``; see the module
+    docstring): shared lists, to read and never to change. Read from the records
+    (:func:`columns`, not kept: only :func:`install` keeps columns) when there are none, or
+    when ``App.vms`` is not the list they were kept for or not of their length. What it
+    replaces: :func:`columns` of ``app.vms`` at every use."""
+    k = app.kept
+    vms = app.vms
+    if k is None or k[0] is not vms or len(k[1][0]) != len(vms):
+        return columns(vms)  # type: ignore[return-value]  # (not None: no refuse)
+    return k[1]
+
+
+def changed(app: App) -> None:
+    """``app``'s VM records were written outside :func:`install` and :func:`started`: its
+    kept columns are read again from them at their next use (:func:`kept`). Every such
+    writer calls it once after writing (the module docstring names them); the next
+    :func:`install` keeps them again."""
+    app.kept = None
+
+
+def started(app: App) -> tuple[list[VMRecord], list[VMState], dict[str, int]]:
+    """What :func:`~merkat.core.commit.settle` needs to write the VMs of ``app`` the
+    backend started: its records, its kept states (written in step with the records: the
+    caller sets ``states[k]`` with ``records[k].state``) and each VM's row by id."""
+    cols = kept(app)
+    ids = cols[0]
+    return app.vms, cols[1], dict(zip(ids, range(len(ids)), strict=True))
 
 
 def columns(vms: Sequence[VMRecord], refuse: VMState | None = None) -> Columns | None:
     """The VM columns of ``vms`` (:data:`Columns`: new lists, mappings shared) read in one
     pass (faster than a comprehension or a map per column); None as soon as a VM is in state
-    ``refuse`` (never when it is None)."""
+    ``refuse`` (never when it is None). The reference the kept columns (:func:`kept`) are
+    tested equal to."""
     ids: list[str] = []
     states: list[VMState] = []
     bids: list[dict[str, float]] = []
@@ -51,37 +100,32 @@ def columns(vms: Sequence[VMRecord], refuse: VMState | None = None) -> Columns |
 
 def bidding(app: App, bid: dict[str, float]) -> AppNext:
     """``draft(app)`` whose every VM bids ``bid`` (``set_uniform``: one shared mapping, the
-    first VM's own when it is equal), in one pass: a batched application's next state
+    first VM's own when it is equal): a batched application's next state
     (:mod:`merkat.core.batch`; ``tests/test_batched.py`` pins the period equal to the
     scalar path's)."""
     vms = app.vms
     if len(vms) == 1:  # the usual trace job
         vm = vms[0]
-        return rebid_columns(app, bid, ([vm.id], [vm.state], [vm.bid], [vm.host], [vm.new],
-                                        [vm.alloc]))
-    ids, states, hosts, fresh, allocs = [], [], [], [], []
-    for vm in vms:
-        ids.append(vm.id)
-        states.append(vm.state)
-        hosts.append(vm.host)
-        fresh.append(vm.new)
-        allocs.append(vm.alloc)
-    return rebid_columns(app, bid, (ids, states, [vm.bid for vm in vms[:1]], hosts, fresh,
-                                    allocs))
-
-
-Columns = tuple[list[str], list[VMState], list[dict[str, float]], list[int], list[bool],
-                list[dict[str, float]]]
-"""An application's VM columns read from its records, in :class:`AppNext`'s order (ids,
-states, bids, hosts, fresh, allocations); the bids need only the first VM's."""
+        return _rebid(app, bid, [vm.id], [vm.state], vm.bid, [vm.host], [vm.new], [vm.alloc])
+    return rebid_columns(app, bid, kept(app))
 
 
 def rebid_columns(app: App, bid: dict[str, float], columns: Columns) -> AppNext:
-    """:func:`bidding` of ``app`` from its VM ``columns`` already read (new lists, read from
-    its records since they last changed: the batch's gather, :mod:`merkat.core.batch`)."""
+    """:func:`bidding` of ``app`` from its VM ``columns`` (its kept ones, :func:`kept`, read
+    and not changed: the next state holds copies; the batch's gather,
+    :mod:`merkat.core.batch`)."""
     ids, states, bids, hosts, fresh, allocs = columns
-    if bids and bids[0] == bid:
-        bid = bids[0]
+    return _rebid(app, bid, ids[:], states[:], bids[0] if bids else None, hosts[:], fresh[:],
+                  allocs[:])
+
+
+def _rebid(app: App, bid: dict[str, float], ids: list[str], states: list[VMState],
+           first: dict[str, float] | None, hosts: list[int], fresh: list[bool],
+           allocs: list[dict[str, float]]) -> AppNext:
+    """The next state of :func:`bidding` from its own new columns (``first``: the first
+    VM's bid, None without VMs)."""
+    if first is not None and first == bid:
+        bid = first
     return AppNext(
         app.spec.id, app.status, app.start_time, app.end_time, app.reason, app.outcome,
         app.suspensions, app.resumes, app.vm_count, app.broke_since,
@@ -123,7 +167,9 @@ def keep(nx: AppNext, rows: Sequence[int]) -> None:
 
 def install(app: App, nx: AppNext) -> None:
     """Write ``nx`` into ``app``'s record: its fields, and its VMs' (records made for the VMs
-    the decision added; those it dropped leave the record)."""
+    the decision added; those it dropped leave the record). ``nx`` is consumed: its column
+    lists become ``app``'s kept columns (:func:`kept`), which only the commit's writers
+    change after this (the module docstring)."""
     app.status = nx.status
     app.start_time = nx.start_time
     app.end_time = nx.end_time
@@ -133,10 +179,12 @@ def install(app: App, nx: AppNext) -> None:
     app.resumes = nx.resumes
     app.vm_count = nx.vm_count
     app.broke_since = nx.broke_since
+    cols = (nx.ids, nx.states, nx.bids, nx.hosts, nx.fresh, nx.allocs)
     if nx.same_vms and not nx.moved:  # the usual period: new bids and allocations only
         for vm, bid, alloc in zip(app.vms, nx.bids, nx.allocs, strict=True):
             vm.bid = bid
             vm.alloc = alloc
+        app.kept = (app.vms, cols)
         return
     columns = zip(nx.states, nx.bids, nx.hosts, nx.fresh, nx.allocs, strict=True)
     if nx.same_vms:
@@ -146,6 +194,7 @@ def install(app: App, nx: AppNext) -> None:
             vm.host = host
             vm.new = new
             vm.alloc = alloc
+        app.kept = (app.vms, cols)
         return
     old = {vm.id: vm for vm in app.vms}
     vms: list[VMRecord] = []
@@ -160,3 +209,4 @@ def install(app: App, nx: AppNext) -> None:
         rec.alloc = alloc
         vms.append(rec)
     app.vms = vms
+    app.kept = (vms, cols)

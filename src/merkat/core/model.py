@@ -1,7 +1,7 @@
 """The platform's records: applications, VMs, a period's :class:`Decision` and its
 :class:`PeriodRecord` (the data of :mod:`merkat.core.period`).
 
-Performance caches (``App.const``) live on these records
+Performance caches (``App.const``, ``App.lane``, ``App.kept``) live on these records
 because they are invalidated by identity when the record changes; they are never part of the
 domain state (``compare=False``, ``repr=False``) and are documented where they are defined.
 """
@@ -69,6 +69,12 @@ class VMRecord:
     busy: bool = field(default=True, repr=False, compare=False)
 
 
+Columns = tuple[list[str], list[VMState], list[dict[str, float]], list[int], list[bool],
+                list[dict[str, float]]]
+"""An application's VM columns, in :class:`AppNext`'s order (ids, states, bids, hosts,
+fresh, allocations): one entry per VM, its record's values (the mappings shared)."""
+
+
 @dataclass
 class App:
     """One application under its controller."""
@@ -90,6 +96,10 @@ class App:
     const: AppConst | None = field(default=None, repr=False, compare=False)
     # what a batch reads of it that never changes (merkat.core.batch.Lane): a cache
     lane: Any = field(default=None, repr=False, compare=False)
+    # its VM columns kept in step with ``vms`` between periods (merkat.core.draft.kept):
+    # ``(the vms list they mirror, Columns)``, or None (read again at the next use)
+    kept: tuple[list[VMRecord], Columns] | None = field(default=None, repr=False,
+                                                        compare=False)
 
     @property
     def active(self) -> bool:

@@ -33,6 +33,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from merkat.core.draft import changed
 from merkat.defaults import MICRO
 from merkat.market import NO_HOST
 from merkat.service.backends import Refusing
@@ -84,6 +85,7 @@ def settle_applied(m: ManagerState, period: int) -> int:
             for vm in app.vms:
                 if vm.id == vm_id:
                     vm.alloc = {**vm.alloc, **{r: got for r, (_, got) in s["short"].items()}}
+                    changed(app)  # (the kept columns are read again)
         key = (s["state"], tuple(sorted(s["short"].items())))
         if state.told.get(vm_id) != key:
             state.told[vm_id] = key
@@ -127,6 +129,9 @@ def follow_moves(m: ManagerState) -> None:
         if r.op != "move" or not r.ok or r.node not in ids:
             continue
         app = m.platform.apps.get(r.vm.split("/", 1)[0])
-        for vm in app.vms if app is not None else ():
+        if app is None:
+            continue
+        for vm in app.vms:
             if vm.id == r.vm and vm.host != NO_HOST:
                 vm.host = ids.index(r.node)
+                changed(app)  # (the kept columns are read again)

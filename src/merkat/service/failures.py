@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from merkat.control.types import AppStatus
 from merkat.core.backend import Plan
+from merkat.core.draft import changed
 from merkat.core.lifecycle import app_failure
 from merkat.service.backends import Failing, Listing
 
@@ -107,6 +108,7 @@ def reconcile(m: ManagerState) -> list[str]:
             else:
                 vm.state = VMState.RUNNING
                 done.append(f"{vm.id}: running")
+            changed(app)  # (its records written: the kept columns are read again)
     if not isinstance(backend, Listing):
         return done
     destroy = tuple(v for v in backend.vm_ids() if v not in held)

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from merkat.control.types import AppStatus, VMState
 from merkat.core.backend import Plan, VMPlacement
+from merkat.core.draft import changed
 from merkat.core.model import VMRecord
 from merkat.core.period import Platform
 from merkat.market import NO_HOST
@@ -182,6 +183,7 @@ def readopt(m: Kept, row: PlatformRow) -> str:
         m.backend.apply(Plan(time=m.clock(), period=m.platform.period, suspend=tuple(freeze),
                              resume=tuple(thaw)))
     app.vms = records
+    changed(app)  # (new records: the kept columns are read again)
     app.vm_count = max([vm_number(v.id) for v in stored] + [len(stored)])
     app.status = AppStatus(row.state)
     app.start_time = row.started
