@@ -236,3 +236,25 @@ def test_the_one_column_pass_gives_the_per_application_loop_s_plan(
         # the same mappings kept (the record's own) and the same ones replaced
         assert [a is o for a, o in zip(f.allocs, orig.allocs, strict=True)] == [
             a is o for a, o in zip(s.allocs, orig.allocs, strict=True)]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_an_application_in_two_runs_is_billed_once_for_both(seed: int) -> None:
+    """Runs that split one application's VMs (rows) add up to one bill and one usage, as the
+    application in one run; the bills stay in id order."""
+    rng = np.random.default_rng(seed)
+    platform = Platform(Hosts(tuple(f"h{k}" for k in range(4)), np.array([[1.0, 4096.0]] * 4)))
+    market = _market(platform, _runs(rng, platform))
+    n = sum(len(nx.ids) for nx, _, _ in market)
+    vms = market_vms(market, n)
+    host = rng.integers(0, 4, n)
+    allocation = rng.uniform(0.0, 1.0, (n, len(RESOURCES)))
+    prices = {"cpu": float(rng.uniform(0.1, 5.0)), "memory": float(rng.uniform(0.0, 0.01))}
+    whole = bills_of(market, host, vms.host, allocation, vms.bid, prices)
+    split = []
+    for nx, const, _ in market:
+        cut = len(nx.ids) // 2
+        split += [(nx, const, list(range(cut))), (nx, const, list(range(cut, len(nx.ids))))]
+    split = [r for r in split if r[2]]
+    assert bills_of(split, host, vms.host, allocation, vms.bid, prices) == whole
+    assert [a for a, _ in whole[0]] == sorted(nx.id for nx, _, _ in market)

@@ -228,12 +228,16 @@ class SimBackend:
         if allocations is self._applied and self._changes == self._stamp:
             return ApplyReport(t)  # every VM holds its mapping already
         vms = self.vms
+        last = None  # (an application's VMs come together in a period's plan: one pop)
         for vm_id, alloc in allocations.items():
             vm = vms[vm_id]
             if vm.alloc is not alloc:  # a mapping is kept while its values do not change
                 vm.alloc = alloc
-                if pace.pop(vm.app, None) is not None:
-                    live[vm.app] = None
+                app = vm.app
+                if app is not last:
+                    last = app
+                    if pace.pop(app, None) is not None:
+                        live[app] = None
         self._applied, self._stamp = allocations, self._changes
         return ApplyReport(t)
 

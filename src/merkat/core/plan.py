@@ -12,7 +12,7 @@ import math
 import operator
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from itertools import repeat
+from itertools import compress, repeat
 from typing import Any
 
 import numpy as np
@@ -44,8 +44,8 @@ def make_plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: 
     allocations: dict[str, dict[str, float]] = {}
     host = result.host
     unplaced = host == NO_HOST
-    hosts: list[int] = host.tolist()
     changed = np.flatnonzero(unplaced | (host != before)).tolist()
+    hosts: list[int] = host.tolist() if changed else []
     if changed:
         starts: list[int] = []
         i = 0
@@ -68,14 +68,17 @@ def make_plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: 
                 migrate.append((nx.ids[k], nx.hosts[k], h))
             nx.hosts[k] = h
             nx.moved = True
-    cols: list[list[float]] = result.allocation.T.tolist()  # one list per resource
     # the unplaced rows, ascending: an application holds one when the next one not
     # before its first row is before its end (a pointer, not a slice of the mask per run)
     nowhere: list[int] = np.flatnonzero(unplaced).tolist()
     one = _one_column(runs) if not nowhere else None
     if one is not None:  # the usual market: every VM placed, one resource, one column
         allocations = _one_column_allocations(runs, one[0], result.allocation[:, one[1]])
-    nowhere.append(len(hosts))
+    else:
+        if not hosts:
+            hosts = host.tolist()
+        cols: list[list[float]] = result.allocation.T.tolist()  # one list per resource
+    nowhere.append(len(host))
     p = 0
     i = 0
     for nx, const, rows in runs if one is None else ():
@@ -202,24 +205,34 @@ def bills_of(
     price = np.array([prices[r] for r in RESOURCES])
     a = alloc[span]
     used = np.zeros(n)
-    columns = [{k for _, k in const.columns} for _, const, _ in runs]
+    kinds = [const.columns for _, const, _ in runs]
+    if kinds.count(kinds[0]) == len(kinds):  # (usual) every application trades the same
+        columns = [{k for _, k in kinds[0]}]
+        counts_of = [n]
+    else:
+        columns = [{k for _, k in c} for c in kinds]
+        counts_of = counts
     for k in range(len(RESOURCES)):  # column k, for the VMs whose applications trade it
         traded = [k in c for c in columns]
         if any(traded):
             term = a[:, k] * price[k]
             if not all(traded):
-                term = np.where(np.repeat(traded, counts), term, 0.0)
+                term = np.where(np.repeat(traded, counts_of), term, 0.0)
             used = used + term
     u = np.where(placed, np.minimum(np.rint(used * MICRO).astype(np.int64), x), 0)
     starts = np.cumsum([0, *counts[:-1]])
     totals = np.add.reduceat(np.where(hosted, x, 0), starts).tolist()
     uses = np.add.reduceat(np.where(hosted, u, 0), starts).tolist()
     any_hosted = np.logical_or.reduceat(hosted, starts).tolist()
+    ids = [nx.id for nx, _, _ in runs]
+    if len(set(ids)) == len(ids):  # (usual) one run per application: no sums, one sort
+        rows_of = sorted(zip(compress(ids, any_hosted), compress(totals, any_hosted),
+                             compress(uses, any_hosted), strict=True))
+        return tuple((i, t) for i, t, _ in rows_of), tuple((i, v) for i, _, v in rows_of)
     bills: dict[str, int] = {}
     usage: dict[str, int] = {}
-    for (nx, _, _), p, t, v in zip(runs, any_hosted, totals, uses, strict=True):
+    for i, p, t, v in zip(ids, any_hosted, totals, uses, strict=True):
         if p:
-            i = nx.id
             bills[i] = bills.get(i, 0) + t
             usage[i] = usage.get(i, 0) + v
     names = sorted(bills)
