@@ -15,6 +15,7 @@ import pytest
 
 from merkat.control.base import Controller
 from merkat.control.batched import BATCHED, SUSPEND
+from merkat.control.batched import base as batched_base
 from merkat.control.deadline import VerticalDeadline
 from merkat.control.generic import MerkatVertical
 from merkat.control.registry import make_policy
@@ -38,6 +39,11 @@ POLICIES = (*SLO, "vertical-deadline", "merkat-vertical")
 def every_size(monkeypatch: pytest.MonkeyPatch) -> None:
     """Batches of any size (the platform's default leaves small ones to the scalar path)."""
     monkeypatch.setattr(batch, "MIN_BATCH", 1)
+
+
+FORMS = {"numpy": 0, "plain": 10 ** 9}
+"""``PLAIN_BELOW`` for each form of a batched policy: every group in its numpy form, or in its
+plain form (``merkat.control.batched.base.plain``)."""
 
 
 def _state(ctl: Any) -> tuple[Any, ...]:
@@ -121,9 +127,13 @@ def _random_apps(policy: str, trade: tuple[str, ...], n: int, seed: int
     return rows, now
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("trade", [("cpu",), ("cpu", "memory")])
 @pytest.mark.parametrize("policy", POLICIES)
-def test_a_batch_decides_as_each_controller_would(policy: str, trade: tuple[str, ...]) -> None:
+def test_a_batch_decides_as_each_controller_would(policy: str, trade: tuple[str, ...],
+                                                  form: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(batched_base, "PLAIN_BELOW", FORMS[form])
     rows, now = _random_apps(policy, trade, 300, seed=len(trade) * 10 + POLICIES.index(policy))
     decider = Decider(300.0, {"cpu": 64.0, "memory": 65536.0}, {"cpu": 0.01, "memory": 0.001},
                       3)
@@ -246,9 +256,11 @@ def _run_digest(policy: str, monkeypatch: pytest.MonkeyPatch, batched: bool) -> 
     return h.hexdigest()
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_a_short_run_batched_is_the_scalar_run_bit_for_bit(
-        policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        policy: str, form: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(batched_base, "PLAIN_BELOW", FORMS[form])
     calls: list[int] = []
     real = batch.decide
     monkeypatch.setattr(batch, "decide", lambda *a: calls.append(len(out := real(*a))) or out)
@@ -265,6 +277,7 @@ def test_a_batch_that_raises_leaves_its_applications_to_the_scalar_path(
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(type(policy), "decide", broken)
+    monkeypatch.setattr(type(policy), "decide_rows", broken)  # (either form)
     rows, now = _random_apps("deadline-strict", ("cpu",), 5, seed=1)
     decider = Decider(300.0, {"cpu": 8.0, "memory": 0.0}, {"cpu": 0.01}, 3)
     before = [_state(a.controller) for a, _, _ in rows]

@@ -29,7 +29,8 @@ import numpy as np
 import numpy.typing as npt
 
 from merkat.control.base import Controller
-from merkat.control.batched import BATCHED, SUSPEND, Batch, BatchedPolicy
+from merkat.control.batched import BATCHED, SUSPEND, BatchedPolicy
+from merkat.control.batched.base import Rows, batch_of, plain
 from merkat.control.formulas import least_alloc, mean_bid
 from merkat.control.types import Action, AppStatus, Demand, VMState
 from merkat.core.draft import Columns, bidding, kept, rebid_columns
@@ -96,9 +97,9 @@ class Lane:
             return
         const = app.const or decider.const(app)
         size = const.vm_size
-        self.fixed = [const.renewal, float(app.spec.deadline),  # type: ignore[arg-type]
-                      *[size[r] for r in self.res],
-                      *self.policy.state(self.controller, self.res)[:self.policy.fixed]]
+        self.fixed = [float(x) for x in (  # type: ignore[arg-type]
+            const.renewal, app.spec.deadline, *[size[r] for r in self.res],
+            *self.policy.state(self.controller, self.res)[:self.policy.fixed])]
 
 
 def lane(app: App) -> Lane:
@@ -211,48 +212,54 @@ def _decide_group(decider: Decider, group: _Group, trade: tuple[str, ...], now: 
     res = group.resources
     reserve = decider.reserve
     apps = group.apps
+    policy = group.policy
     controllers = [a.controller for a in apps]
-    cols = np.array(group.rows, dtype=np.float64).T  # (None: NaN)
-    fixed = np.array(group.fixed, dtype=np.float64).T
-    live = np.array(group.policy.live(controllers, res), dtype=np.float64).T
-    R = len(res)
-    batch = Batch(
-        time=now, period=decider.period, resources=res,
-        prices=np.array([mine[r] for r in res]),
-        capacity=np.array([decider.capacity[r] for r in res]),
-        bid_min=np.array([float(reserve.get(r, 0.0)) for r in res]),
-        balance=cols[0], renewal=fixed[0], deadline=fixed[1], nvms=cols[1],
-        work_done=cols[2], work_total=cols[3], progress_rate=cols[4], ideal_rate=cols[5],
-        performance=cols[6], vm_size=fixed[2:2 + R], bid=cols[7:7 + R],
-        alloc=cols[7 + R:7 + 2 * R], state=np.concatenate((fixed[2 + R:], live)),
-    )
+    n = len(apps)
+    rows = Rows(time=now, period=decider.period, resources=res, prices=[mine[r] for r in res],
+                capacity=[decider.capacity[r] for r in res],
+                bid_min=[float(reserve.get(r, 0.0)) for r in res], rows=group.rows,
+                fixed=group.fixed)
     try:
-        result = group.policy.decide(controllers, batch)
+        if plain(policy, n):
+            result = policy.decide_rows(controllers, rows)  # type: ignore[attr-defined]
+        else:
+            result = policy.decide(controllers, batch_of(rows, policy.live(controllers, res)))
     except Exception:  # a bug of the batched form: the scalar path decides for them
         return
     at = group.at
-    n = len(apps)
     stops, suspends, declined = result.stop, result.suspend, result.declined
-    if stops.count(None) == n and True not in suspends and (declined is None
-                                                            or True not in declined):
-        plain = [True] * n  # (the usual period: every row a bid)
-        fits = _fitting(result.bid, at, batch.nvms, group.balances).tolist()
-    else:
-        other = (np.array([r is not None for r in stops], dtype=bool)
-                 | np.array(suspends, dtype=bool))
-        if declined is not None:
-            other |= np.array(declined, dtype=bool)
-        plain = (~other).tolist()
-        fits = (_fitting(result.bid, at, batch.nvms, group.balances) & ~other).tolist()
+    usual = (stops.count(None) == n and True not in suspends
+             and (declined is None or True not in declined))  # (the usual period: every row a bid)
     # the usual row: every VM bids the new bid (a mapping over the traded resources)
-    if at == list(range(R)):
-        values: list[list[float]] = result.bid.T.tolist()
-    else:
-        values = result.bid[at].T.tolist()
-    balances = group.balances
-    for i, app, row, ok, usual in zip(range(n), apps, values, fits, plain, strict=True):
-        app_id = app.spec.id
+    values = result.rows()
+    if at != list(range(len(res))):
+        values = [[v[k] for k in at] for v in values]
+    if result.bid is not None:
+        nvms = np.array([row[1] for row in group.rows], dtype=np.float64)
+        fitting = _fitting(result.bid, at, nvms, group.balances)
         if usual:
+            plain_rows = [True] * n
+        else:
+            other = (np.array([r is not None for r in stops], dtype=bool)
+                     | np.array(suspends, dtype=bool))
+            if declined is not None:
+                other |= np.array(declined, dtype=bool)
+            plain_rows = (~other).tolist()
+            fitting &= ~other
+        fits: list[bool] = fitting.tolist()
+    else:
+        fits = _fitting_rows(values, group.rows, group.balances)
+        if usual:
+            plain_rows = [True] * n
+        else:
+            plain_rows = [r is None and not s for r, s in zip(stops, suspends, strict=True)]
+            if declined is not None:
+                plain_rows = [p and not d for p, d in zip(plain_rows, declined, strict=True)]
+            fits = [f and p for f, p in zip(fits, plain_rows, strict=True)]
+    balances = group.balances
+    for i, app, row, ok, bids in zip(range(n), apps, values, fits, plain_rows, strict=True):
+        app_id = app.spec.id
+        if bids:
             bid = out[app_id] = dict(zip(trade, row, strict=True))
             if ready is not None and (ok or (len(app.vms) > _FITS_VMS
                                             and pays(bid, len(app.vms), balances[i]))):
@@ -303,15 +310,42 @@ def _fitting(new: np.ndarray, at: list[int], nvms: np.ndarray, balances: list[in
     finite and at most the balance (micro-credits, rounded as :func:`to_micro
     <merkat.core.model.to_micro>` rounds). Rows of more than :data:`_FITS_VMS` VMs, or of a
     balance a float does not hold exactly, are False (within_budget decides)."""
-    x = 0.0 + new[at[0]]
-    for k in at[1:]:
-        x = x + new[k]
-    total = 0.0 + x
-    for k in range(2, min(int(nvms.max()), _FITS_VMS) + 1):  # (none when every row has 1 VM)
-        total = np.where(nvms >= k, total + x, total)
-    bal = np.array(balances, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
+        x = 0.0 + new[at[0]]
+        for k in at[1:]:
+            x = x + new[k]
+        total = 0.0 + x
+        for k in range(2, min(int(nvms.max()), _FITS_VMS) + 1):  # (none when every row has 1 VM)
+            total = np.where(nvms >= k, total + x, total)
+        bal = np.array(balances, dtype=np.float64)
         ok = (np.isfinite(total) & (nvms <= _FITS_VMS) & (bal < _EXACT)
               & ((total <= 0) | (np.rint(total * MICRO) <= bal)))
     out: npt.NDArray[np.bool_] = ok
+    return out
+
+
+def _fitting_rows(values: list[list[float]], rows: Sequence[Sequence[float | None]],
+                  balances: list[int]) -> list[bool]:
+    """:func:`_fitting` of a plain form's bids on Python floats: ``values[i]`` the row's bids
+    in the traded resources' order, ``rows[i][1]`` its VM count (the gather's rows);
+    ``tests/test_batched_plain.py`` pins the two equal."""
+    out: list[bool] = []
+    for v, row, bal in zip(values, rows, balances, strict=True):
+        nvms = row[1]
+        if not (nvms <= _FITS_VMS and bal < _EXACT):  # type: ignore[operator]
+            out.append(False)
+            continue
+        x = 0.0 + v[0]
+        for y in v[1:]:
+            x = x + y
+        total = 0.0 + x
+        for _ in range(1, int(nvms)):  # type: ignore[arg-type]
+            total = total + x
+        if total - total != 0:  # not finite
+            out.append(False)
+        elif total <= 0:
+            out.append(True)
+        else:
+            y = total * MICRO
+            out.append(y - y == 0 and round(y) <= bal)
     return out

@@ -6,6 +6,7 @@ package docstring (:mod:`merkat.control.batched`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -74,17 +75,70 @@ class Batch:
         return len(self.balance)
 
 
+@dataclass(frozen=True)
+class Rows:
+    """The observations of a :class:`Batch` as the gather reads them (:mod:`merkat.core.batch`):
+    Python lists, one entry per application, the input of a plain form
+    (:meth:`BatchedPolicy.decide_rows`). ``rows[i]``: balance (credits), VM count, work done,
+    work total, progress rate, ideal rate, the generic metric (None: not reported), then per
+    resource the current bid, then per resource the smallest allocation; ``fixed[i]``: renewal,
+    deadline, per resource the VM size, then the controller's parameters
+    (:attr:`BatchedPolicy.fixed` of :meth:`BatchedPolicy.state`). :func:`batch_of` makes the
+    numpy form's :class:`Batch` of the same values."""
+
+    time: float
+    period: float
+    resources: tuple[str, ...]
+    prices: list[float]
+    capacity: list[float]
+    bid_min: list[float]
+    rows: Sequence[Sequence[float | None]]
+    fixed: Sequence[Sequence[float]]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def batch_of(rows: Rows, live: list[list[float]]) -> Batch:
+    """The :class:`Batch` (arrays, None as NaN) of ``rows`` and the controllers' ``live`` state
+    (:meth:`BatchedPolicy.live`)."""
+    R = len(rows.resources)
+    cols = np.array(rows.rows, dtype=np.float64).T  # (None: NaN)
+    fixed = np.array(rows.fixed, dtype=np.float64).T
+    state = np.array(live, dtype=np.float64).T
+    return Batch(
+        time=rows.time, period=rows.period, resources=rows.resources,
+        prices=np.array(rows.prices, dtype=np.float64),
+        capacity=np.array(rows.capacity, dtype=np.float64),
+        bid_min=np.array(rows.bid_min, dtype=np.float64),
+        balance=cols[0], renewal=fixed[0], deadline=fixed[1], nvms=cols[1],
+        work_done=cols[2], work_total=cols[3], progress_rate=cols[4], ideal_rate=cols[5],
+        performance=cols[6], vm_size=fixed[2:2 + R], bid=cols[7:7 + R],
+        alloc=cols[7 + R:7 + 2 * R], state=np.concatenate((fixed[2 + R:], state)),
+    )
+
+
 @dataclass
 class BatchDemand:
     """A batch's demands, one row each: ``declined`` (the batch does not cover this
     application's case: the scalar path decides, the batch moved none of its state), else
     ``stop`` (the reason, or None), else ``suspend`` (suspend every VM, :data:`SUSPEND`), else
-    every VM bids ``bid`` (``(R, n)``, the batch's resources) and the VM count is unchanged."""
+    every VM bids ``bid`` (``(R, n)``, the batch's resources; a plain form gives ``values``
+    instead, per row its bids in the resources' order) and the VM count is unchanged."""
 
     stop: list[str | None]
     suspend: list[bool]
-    bid: FloatArray
+    bid: FloatArray | None
     declined: list[bool] | None = None
+    values: list[list[float]] | None = None
+
+    def rows(self) -> list[list[float]]:
+        """Per row, its bids in the resources' order (``values``, or ``bid`` by row)."""
+        if self.values is not None:
+            return self.values
+        assert self.bid is not None
+        out: list[list[float]] = self.bid.T.tolist()
+        return out
 
 
 class BatchedPolicy(Protocol):
@@ -113,6 +167,26 @@ class BatchedPolicy(Protocol):
         controller's state as its scalar :meth:`~merkat.control.base.Controller.decide`
         would."""
 
+    # Optional: ``decide_rows(controllers, rows: Rows) -> BatchDemand``, the plain form: the
+    # same demands and state changes as ``decide`` on ``batch_of(rows, live)``, computed row
+    # by row in Python floats (its ``values``), bit for bit (chosen by :func:`plain`).
+
+
+PLAIN_BELOW = 40
+"""Groups of fewer applications than this are decided by a policy's plain form
+(:meth:`BatchedPolicy.decide_rows`, Python floats row by row), larger ones by its numpy form
+(:meth:`BatchedPolicy.decide`): a numpy pass costs ~110 small operations whatever its size
+(~150-250 µs), a plain row ~3-4 µs (docs/benchmarks.md, "Issue 28, thirteenth session: the
+batched controllers' fixed cost"). The two forms give the same bits
+(``tests/test_batched_plain.py``)."""
+
+
+def plain(policy: BatchedPolicy, n: int) -> bool:
+    """Whether a group of ``n`` applications of ``policy`` takes its plain form: the one place
+    the form is chosen by the group's size (:data:`PLAIN_BELOW`); a policy without a plain form
+    takes its numpy form."""
+    return n < PLAIN_BELOW and getattr(policy, "decide_rows", None) is not None
+
 
 BATCHED: Registry[BatchedPolicy] = Registry("batched policy")
 """The batched forms, by the name of the policy they batch (``control/registry.py``'s
@@ -138,3 +212,37 @@ def spend_cap(b: Batch, left: FloatArray, horizon: FloatArray) -> FloatArray:
     nvms = np.where(b.nvms > 1.0, b.nvms, 1.0)
     out: FloatArray = np.floor(limit * 1e6 / nvms) / 1e6
     return out
+
+
+# --- the plain forms' element-wise helpers (Python floats, numpy's results) -------------------
+
+
+def spend_cap_row(balance: float, renewal: float, nvms: float, left: float, period: float,
+                  horizon: float) -> float:
+    """:func:`spend_cap` of one row on Python floats (``period`` > 0, ``horizon`` >= 1, ``left``
+    not NaN: a finite deadline). ``np.ceil``/``np.floor`` are ``math.ceil``/``math.floor``
+    where the value is finite (numpy keeps an infinity and a NaN) and, for the floor, not zero
+    (numpy keeps the zero's sign)."""
+    if left > 0:
+        periods = left / period
+        if periods - periods == 0:
+            periods = float(math.ceil(periods))
+        if not periods > 1.0:
+            periods = 1.0
+    else:
+        periods = horizon
+    bal = balance if balance > 0.0 else 0.0
+    x = (bal + renewal * (periods - 1)) / periods
+    y = (x if x < bal else bal) * 1e6 / (nvms if nvms > 1.0 else 1.0)
+    if y != 0 and y - y == 0:
+        y = float(math.floor(y))
+    return y / 1e6
+
+
+def gap_row(v: float, ref: float) -> float:
+    """:func:`gap` of one row on Python floats."""
+    if ref == 0:
+        return 0.0 if v == 0 else math.inf
+    if ref - ref != 0 and ref == ref:  # an infinite reference
+        return 0.0 if v == ref else 1.0
+    return abs((ref - v) / ref)

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -12,10 +14,13 @@ from merkat.control.batched.base import (
     BATCHED,
     Batch,
     BatchDemand,
+    Rows,
     gap,
+    gap_row,
     pymax,
     pymin,
     spend_cap,
+    spend_cap_row,
 )
 from merkat.control.deadline import VerticalDeadline
 from merkat.control.formulas import scale_to
@@ -144,6 +149,133 @@ class BatchedVerticalDeadline:
                 ctl.suspend_cost = cost_l[i]
                 ctl.suspensions += 1
         return BatchDemand(stops, susp_l, new)
+
+    def decide_rows(self, controllers: Sequence[Controller], rows: Rows) -> BatchDemand:
+        """:meth:`decide` row by row on Python floats (the plain form, for small groups:
+        :func:`~merkat.control.batched.base.plain`): each line is the numpy form's, the
+        branches it discards not computed; ``tests/test_batched_plain.py`` pins the two equal
+        bit for bit."""
+        now, period, names = rows.time, rows.period, rows.resources
+        R = len(names)
+        prices, floors = rows.prices, rows.bid_min
+        inf, nan = math.inf, math.nan
+        stops: list[str | None] = []
+        suspend: list[bool] = []
+        values: list[list[float]] = []
+        moves: list[tuple[VerticalDeadline, list[float], bool, int, float, float, bool, float]] = []
+        table: Sequence[Any] = rows.rows  # (None: not reported)
+        for c, row, fx in zip(controllers, table, rows.fixed, strict=True):
+            ctl: VerticalDeadline = c  # type: ignore[assignment]
+            balance, nvms, done, total, rate, ideal_rate = row[:6]
+            if done is None:
+                done = nan
+            if total is None:
+                total = nan
+            if ideal_rate is None:
+                ideal_rate = nan
+            if rate is None:
+                rate = nan
+            t_diff, limit, alpha, tol, horizon, abort = fx[2 + R:8 + R]
+            bids, allocs, sizes = row[7:7 + R], row[7 + R:7 + 2 * R], fx[2:2 + R]
+            scaler, value = ctl.scaler, ctl.alloc_est.value
+            # on_monitor: the EWMA estimate of the allocation (Ewma.update)
+            est: list[float] = []
+            for r, a in zip(names, allocs, strict=True):
+                old = value.get(r, nan)
+                est.append(float(a) if old != old else alpha * a + (1 - alpha) * old)
+            # stop_reason
+            work = total - done
+            if not work > 0.0:
+                work = 0.0
+            left = fx[1] - now
+            finished = work <= 0
+            ideal = inf if ideal_rate <= 0 else work / ideal_rate
+            need = (inf if ideal > 0 else 0.0) if left <= 0 else ideal / left
+            hopeless = abort != 0 and need > 1
+            stop = finished or hopeless or left <= 0
+            # at maximum allocation on every resource: halve the bid (lines 4-5)
+            at_max = True
+            frac = 1.0
+            for j in range(R):
+                s = sizes[j]
+                at_max = at_max and est[j] >= (1 - tol) * s
+                if s > 0:
+                    x = est[j] / s
+                    frac = frac * (x if x < 1.0 else 1.0)
+            # the progress rates (VerticalDeadline.progress)
+            no_rate = rate != rate
+            p_est = ((0.0 if no_rate else rate) if ideal_rate != ideal_rate
+                     else ideal_rate * frac)
+            p_now = p_est if no_rate else rate
+            p_ref = work / left if left > 0 else inf
+            # Scale-One-VM on p_est against p_ref (ScaleOneVM.step)
+            d = 1 if p_est < p_ref else (-1 if p_est > p_ref else 0)
+            direction, run = scaler.direction, float(scaler.run)
+            if d != 0 and d != direction:
+                direction, run = d, 0.0
+            run = run + 1
+            t = gap_row(p_est, p_ref)
+            hold = t < t_diff or direction == 0
+            if run >= limit:
+                factor = AGGRESSIVE
+            else:
+                factor = 1.0 + t  # pymin(1.0 + t, AGGRESSIVE)
+                factor = AGGRESSIVE if factor > AGGRESSIVE else factor
+            new: list[float] = []
+            wanted = 0.0
+            for j in range(R):
+                b, floor = bids[j], floors[j]
+                kept = floor if floor > b else b
+                if hold:
+                    x = kept
+                elif direction > 0:
+                    x = kept * factor
+                else:
+                    x = b / factor
+                    x = floor if floor > x else x
+                new.append(x)
+                wanted = x if j == 0 else wanted + x
+            cap = spend_cap_row(balance, fx[0], nvms, left, period, horizon)
+            short = not at_max and wanted > cap * (1 + 1e-12)
+            susp = not stop and short and p_now < p_ref and p_est < p_ref
+            if at_max:
+                new = [floor if floor > b / 2 else b / 2  # pymax(b / 2, floor)
+                       for b, floor in zip(bids, floors, strict=True)]
+            elif wanted > cap:  # scale_to: the scalar
+                scaled = scale_to(dict(zip(names, new, strict=True)), cap,
+                                  dict(zip(names, floors, strict=True)))
+                new = [scaled[r] for r in names]
+            values.append(new)
+            suspend.append(susp)
+            cost = 0.0  # a full VM's cost (_vm_cost), kept when it suspends
+            if susp:
+                for j in range(R):
+                    cost = cost + prices[j] * sizes[j]
+            moves.append((ctl, est, at_max, direction, run, wanted, short, cost))
+            if stop:
+                stops.append("finished" if finished else
+                             "aborted while running: the deadline can no longer be met"
+                             if hopeless else "stopped: the deadline has passed")
+                continue
+            stops.append(None)
+        # the state the scalar calls leave, once every row is decided (a row that raises moves
+        # no controller: the group goes to the scalar path)
+        for (ctl, est, at_max, direction, run, wanted, short, cost), stop_i, susp in zip(
+                moves, stops, suspend, strict=True):
+            ctl.alloc_est.value.update(zip(names, est, strict=True))
+            if stop_i is not None:
+                continue
+            if at_max:
+                ctl.short = False
+                continue
+            scaler = ctl.scaler
+            scaler.direction, scaler.run, scaler.wanted = int(direction), int(run), wanted
+            ctl.short = short
+            if susp:
+                ctl.suspended_at = now
+                ctl.suspend_cost = cost
+                ctl.suspensions += 1
+        return BatchDemand(stops, suspend, None, values=values)
 
 
 BATCHED.register(BatchedVerticalDeadline())

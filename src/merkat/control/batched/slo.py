@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -14,10 +15,13 @@ from merkat.control.batched.base import (
     Batch,
     BatchDemand,
     FloatArray,
+    Rows,
     gap,
+    gap_row,
     pymax,
     pymin,
     spend_cap,
+    spend_cap_row,
 )
 from merkat.control.generic import AGGRESSIVE, MerkatVerticalScaler
 from merkat.control.slo import (
@@ -131,6 +135,108 @@ class BatchedSLO:
             suspend[i] = c.back_off(cond_l[i])  # type: ignore[attr-defined]
         return BatchDemand(stops, suspend, new)
 
+    def decide_rows(self, controllers: Sequence[Controller], rows: Rows) -> BatchDemand:
+        """:meth:`decide` row by row on Python floats (the plain form, for small groups:
+        :func:`~merkat.control.batched.base.plain`): each line is the numpy form's, the
+        branches it discards not computed (so no division by zero is ever taken);
+        ``tests/test_batched_plain.py`` pins the two equal bit for bit."""
+        kind = self.kind
+        strict, tracks = kind.strict, kind.tracks_deadline
+        dstrict = kind is SLOKind.DEADLINE_STRICT
+        late_reason = "the deadline can no longer be met" if strict else "deadline reached"
+        now, period, names = rows.time, rows.period, rows.resources
+        R = len(names)
+        prices, floors = rows.prices, rows.bid_min
+        inf, nan = math.inf, math.nan
+        stops: list[str | None] = []
+        suspend: list[bool] = []
+        values: list[list[float]] = []
+        moves: list[tuple[Controller, float, bool, list[float], Sequence[float]]] = []
+        table: Sequence[Any] = rows.rows  # (None: not reported)
+        for c, row, fx in zip(controllers, table, rows.fixed, strict=True):
+            balance, nvms, done, total, rate, ideal_rate = row[:6]
+            if done is None:
+                done = nan
+            if total is None:
+                total = nan
+            if ideal_rate is None:
+                ideal_rate = nan
+            low, high, min_fraction, horizon = fx[2 + R:6 + R]
+            work = total - done
+            if not work > 0.0:
+                work = 0.0
+            left = fx[1] - now
+            finished = work <= 0
+            if strict:
+                ideal = inf if ideal_rate <= 0 else work / ideal_rate
+                need = (inf if ideal > 0 else 0.0) if left <= 0 else ideal / left
+                stop = finished or need > 1
+            else:
+                stop = finished or left <= 0
+            bids, allocs, sizes = row[7:7 + R], row[7 + R:7 + 2 * R], fx[2:2 + R]
+            frac = None  # _alloc_fraction: the first resource's, then the smallest (NaN: 1)
+            for a, size in zip(allocs, sizes, strict=True):
+                x = a / size if size > 0 else nan
+                if frac is None or frac != frac or x < frac:
+                    frac = x
+            if frac is None or frac != frac:
+                frac = 1.0
+            if tracks:
+                if rate is None or rate != rate:
+                    rate = ideal_rate * frac
+                v = 0.0 if work == 0 else (inf if rate <= 0 else work / rate)
+                ref = left
+                direction = 1 if v > high * ref else (-1 if v < low * ref else 0)
+            else:
+                v, ref = frac, 1.0
+                direction = 1 if v < ref / high else (-1 if v > ref / low else 0)
+            t = gap_row(v, ref)
+            cap = spend_cap_row(balance, fx[0], nvms, left, period, horizon)
+            hist = c.scaler.history  # type: ignore[attr-defined]
+            new: list[float] = []
+            wanted = 0.0
+            for j in range(R):
+                x = alg1_row(bids[j], direction, t, allocs[j],
+                             min_fraction * sizes[j], sizes[j], prices[j], floors[j],
+                             hist.get(names[j], 0))
+                new.append(x)
+                wanted = x if j == 0 else wanted + x
+            short = wanted > cap * (1 + 1e-12)
+            condition = short and (direction > 0 if dstrict else frac < min_fraction)
+            if stop:
+                stops.append("finished" if finished else late_reason)
+                suspend.append(False)
+                values.append(new)
+                continue
+            stops.append(None)
+            suspend.append(condition)  # (until the back-off below)
+            if wanted > cap:  # lines 19-25, the budget re-split: the scalar helper
+                split = MerkatVerticalScaler.resplit(
+                    dict(zip(names, new, strict=True)), cap, dict(zip(names, allocs, strict=True)),
+                    dict(zip(names, sizes, strict=True)), dict(zip(names, floors, strict=True)))
+                new = [split[r] for r in names]
+            values.append(new)
+            moves.append((c, wanted, short, new, bids))
+        # the state the scalar calls leave, once every row is decided (a row that raises moves
+        # no controller: the group goes to the scalar path)
+        k = 0
+        for i, stop_i in enumerate(stops):
+            if stop_i is not None:
+                continue
+            c, wanted, short, new, bids = moves[k]
+            k += 1
+            scaler = c.scaler  # type: ignore[attr-defined]
+            scaler.wanted = wanted
+            hist = scaler.history
+            for j, r in enumerate(names):
+                if new[j] > bids[j]:
+                    hist[r] = 1
+                elif new[j] < bids[j]:
+                    hist[r] = -1
+            c.short = short  # type: ignore[attr-defined]
+            suspend[i] = c.back_off(suspend[i])  # type: ignore[attr-defined]
+        return BatchDemand(stops, suspend, None, values=values)
+
 
 def history_rows(controllers: Sequence[Controller], resources: tuple[str, ...]
              ) -> list[list[float]]:
@@ -177,6 +283,33 @@ def alg1(b: FloatArray, direction: Any, t: FloatArray, a: FloatArray, amin: Floa
     up = kept * _factor(base, history, +1)
     out = np.where(dec, down, np.where(inc, up, kept))
     return np.where(amax <= 0, floor, out)
+
+
+def _factor_row(base: float, history: float, sign: int) -> float:
+    """:func:`_factor` of one row on Python floats."""
+    f = base if base > 1.0 else 1.0  # pymax(1.0, base)
+    f = f if f < AGGRESSIVE else AGGRESSIVE  # pymin(AGGRESSIVE, f)
+    return 1.0 + (f - 1.0) / 2.0 if history == -sign else f
+
+
+def alg1_row(b: float, direction: float, t: float, a: float, amin: float, amax: float,
+             price: float, floor: float, history: float) -> float:
+    """:func:`alg1` of one row on Python floats (the branches numpy discards not computed)."""
+    if amax <= 0:
+        return floor
+    share = b / price if price > 0 else (math.inf if b > 0 else 0.0)
+    over = share > amax
+    if (direction < 0 and a > amin) or over:
+        x = 1.0 + t if direction < 0 else 1.0
+        y = share / amax if over else 1.0
+        d = b / _factor_row(y if y > x else x, history, -1)
+        return floor if floor > d else d
+    kept = floor if floor > b else b
+    if (direction > 0 and a < amax) or a < amin:
+        x = 1.0 + t if direction > 0 else 1.0
+        y = (amin / a if a > 0 else AGGRESSIVE) if a < amin else 1.0
+        return kept * _factor_row(y if y > x else x, history, +1)
+    return kept
 
 
 for _kind in SLOKind:
