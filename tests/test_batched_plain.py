@@ -154,7 +154,7 @@ def test_a_small_group_in_the_platform_takes_the_plain_form(
             calls.append(_n), _f(self, *a))[1])
     monkeypatch.setattr(batch, "MIN_BATCH", 1)
     decider = Decider(300.0, {"cpu": 64.0, "memory": 65536.0}, {"cpu": 0.01}, 3)
-    for n in (3, PLAIN_BELOW + 5):
+    for n in (3, 2 * PLAIN_BELOW):  # (the applications without a rate are left out)
         rows, now = _random_apps(policy, ("cpu",), n, seed=n)
         batch.decide(decider, [(a, BATCHED.get(policy), b, s) for a, b, s in rows], now,
                      {"cpu": 0.37, "memory": 0.0}, [])

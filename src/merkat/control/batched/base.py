@@ -172,7 +172,7 @@ class BatchedPolicy(Protocol):
     # by row in Python floats (its ``values``), bit for bit (chosen by :func:`plain`).
 
 
-PLAIN_BELOW = 40
+PLAIN_BELOW = 100
 """Groups of fewer applications than this are decided by a policy's plain form
 (:meth:`BatchedPolicy.decide_rows`, Python floats row by row), larger ones by its numpy form
 (:meth:`BatchedPolicy.decide`): a numpy pass costs ~110 small operations whatever its size
@@ -215,6 +215,27 @@ def spend_cap(b: Batch, left: FloatArray, horizon: FloatArray) -> FloatArray:
 
 
 # --- the plain forms' element-wise helpers (Python floats, numpy's results) -------------------
+
+
+def metrics_row(row: Sequence[Any], deadline: float, now: float
+                ) -> tuple[float, float, float, float, float, float]:
+    """One gathered row's (:class:`Rows`) balance, VM count, work left (``Metrics.work_left``:
+    never negative, NaN as 0, the numpy forms' ``work``), progress rate and ideal rate (NaN:
+    not reported) and time to deadline, on Python floats."""
+    balance, nvms, done, total, rate, ideal = row[:6]
+    work = (math.nan if total is None else total) - (math.nan if done is None else done)
+    if not work > 0.0:
+        work = 0.0
+    return (balance, nvms, work, math.nan if rate is None else rate,
+            math.nan if ideal is None else ideal, deadline - now)
+
+
+def need_row(work: float, ideal_rate: float, left: float) -> float:
+    """:func:`~merkat.control.deadline.needed_fraction` as the numpy forms compute it, on
+    Python floats: the ideal time left (infinite without a positive ideal rate, NaN without
+    one) over the time to deadline (infinite once it has passed, 0 with no work)."""
+    ideal = math.inf if ideal_rate <= 0 else work / ideal_rate
+    return (math.inf if ideal > 0 else 0.0) if left <= 0 else ideal / left
 
 
 def spend_cap_row(balance: float, renewal: float, nvms: float, left: float, period: float,

@@ -17,6 +17,8 @@ from merkat.control.batched.base import (
     Rows,
     gap,
     gap_row,
+    metrics_row,
+    need_row,
     pymax,
     pymin,
     spend_cap,
@@ -155,26 +157,18 @@ class BatchedVerticalDeadline:
         :func:`~merkat.control.batched.base.plain`): each line is the numpy form's, the
         branches it discards not computed; ``tests/test_batched_plain.py`` pins the two equal
         bit for bit."""
-        now, period, names = rows.time, rows.period, rows.resources
-        R = len(names)
-        prices, floors = rows.prices, rows.bid_min
-        inf, nan = math.inf, math.nan
+        names, prices, floors = rows.resources, rows.prices, rows.bid_min
+        now, period, R = rows.time, rows.period, len(names)
         stops: list[str | None] = []
-        suspend: list[bool] = []
         values: list[list[float]] = []
+        suspend: list[bool] = []
+        # per row, what its controller is left with (written once every row is decided)
         moves: list[tuple[VerticalDeadline, list[float], bool, int, float, float, bool, float]] = []
         table: Sequence[Any] = rows.rows  # (None: not reported)
+        inf, nan = math.inf, math.nan
         for c, row, fx in zip(controllers, table, rows.fixed, strict=True):
             ctl: VerticalDeadline = c  # type: ignore[assignment]
-            balance, nvms, done, total, rate, ideal_rate = row[:6]
-            if done is None:
-                done = nan
-            if total is None:
-                total = nan
-            if ideal_rate is None:
-                ideal_rate = nan
-            if rate is None:
-                rate = nan
+            balance, nvms, work, rate, ideal_rate, left = metrics_row(row, fx[1], now)
             t_diff, limit, alpha, tol, horizon, abort = fx[2 + R:8 + R]
             bids, allocs, sizes = row[7:7 + R], row[7 + R:7 + 2 * R], fx[2:2 + R]
             scaler, value = ctl.scaler, ctl.alloc_est.value
@@ -184,14 +178,8 @@ class BatchedVerticalDeadline:
                 old = value.get(r, nan)
                 est.append(float(a) if old != old else alpha * a + (1 - alpha) * old)
             # stop_reason
-            work = total - done
-            if not work > 0.0:
-                work = 0.0
-            left = fx[1] - now
             finished = work <= 0
-            ideal = inf if ideal_rate <= 0 else work / ideal_rate
-            need = (inf if ideal > 0 else 0.0) if left <= 0 else ideal / left
-            hopeless = abort != 0 and need > 1
+            hopeless = abort != 0 and need_row(work, ideal_rate, left) > 1
             stop = finished or hopeless or left <= 0
             # at maximum allocation on every resource: halve the bid (lines 4-5)
             at_max = True

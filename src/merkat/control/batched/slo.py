@@ -18,6 +18,8 @@ from merkat.control.batched.base import (
     Rows,
     gap,
     gap_row,
+    metrics_row,
+    need_row,
     pymax,
     pymin,
     spend_cap,
@@ -154,23 +156,11 @@ class BatchedSLO:
         moves: list[tuple[Controller, float, bool, list[float], Sequence[float]]] = []
         table: Sequence[Any] = rows.rows  # (None: not reported)
         for c, row, fx in zip(controllers, table, rows.fixed, strict=True):
-            balance, nvms, done, total, rate, ideal_rate = row[:6]
-            if done is None:
-                done = nan
-            if total is None:
-                total = nan
-            if ideal_rate is None:
-                ideal_rate = nan
+            balance, nvms, work, rate, ideal_rate, left = metrics_row(row, fx[1], now)
             low, high, min_fraction, horizon = fx[2 + R:6 + R]
-            work = total - done
-            if not work > 0.0:
-                work = 0.0
-            left = fx[1] - now
             finished = work <= 0
             if strict:
-                ideal = inf if ideal_rate <= 0 else work / ideal_rate
-                need = (inf if ideal > 0 else 0.0) if left <= 0 else ideal / left
-                stop = finished or need > 1
+                stop = finished or need_row(work, ideal_rate, left) > 1
             else:
                 stop = finished or left <= 0
             bids, allocs, sizes = row[7:7 + R], row[7 + R:7 + 2 * R], fx[2:2 + R]
@@ -182,7 +172,7 @@ class BatchedSLO:
             if frac is None or frac != frac:
                 frac = 1.0
             if tracks:
-                if rate is None or rate != rate:
+                if rate != rate:
                     rate = ideal_rate * frac
                 v = 0.0 if work == 0 else (inf if rate <= 0 else work / rate)
                 ref = left
