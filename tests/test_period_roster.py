@@ -7,7 +7,9 @@
 - ``Platform.accounts`` (application id -> account) equals each known application's account;
 - the decide loop's inlined first test of ``Decider.broke_since`` gives the same outcome as
   the reference: an application that cannot pay the reserve of its VMs is stopped for budget
-  after ``keep_alive`` periods, counted from the first period it could not.
+  after ``keep_alive`` periods, counted from the first period it could not;
+- the past prices' views, made when a controller first reads them, are the platform's past
+  prices over its resources.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 
 from merkat.backends.sim import RigidApp, SimBackend
 from merkat.bank.memory import MemoryLedger
-from merkat.control.types import AppStatus
+from merkat.control.types import Action, AppStatus, Demand, Observation
 from merkat.core.model import App
 from merkat.core.period import AppSpec, Platform
 from merkat.market import Hosts
@@ -114,3 +116,40 @@ def test_a_broke_application_stops_for_budget_after_keep_alive_periods() -> None
     assert seen[first][1] == 60.0 * first
     assert len(seen) == first + 4  # stopped at the period keep_alive (3) after the first
     assert seen[-1][0] == "stopped"
+
+
+class Remember:
+    """A controller that reads the price history (or not) and keeps what it saw."""
+
+    name = "remember"
+    price_history_periods = 4
+
+    def __init__(self, history: bool) -> None:
+        self.reads_price_history = history
+        self.seen: list[tuple[float, tuple[dict[str, float], ...]]] = []
+
+    def decide(self, obs: Observation) -> Demand:
+        self.seen.append((obs.time, obs.price_history))
+        if not obs.vms:
+            return Demand(Action.START, nvms=1, new_vm_bid={"cpu": 0.05 + obs.time / 6000})
+        bid = {"cpu": 0.05 + obs.time / 6000}
+        return Demand(Action.NONE, nvms=1, bids={v.id: bid for v in obs.vms}, new_vm_bid=bid)
+
+
+def test_the_past_prices_are_made_for_the_controllers_that_read_them() -> None:
+    """The past prices' views are made on first read (``Decider._past``): a controller that
+    reads the history sees the platform's past prices over its resources, period after
+    period; one that does not sees none."""
+    d, _ = driver()
+    reads, blind = Remember(True), Remember(False)
+    d.submit(spec("r"), RigidApp(vms=1, work_total=1e9), controller=reads)
+    d.submit(spec("b"), RigidApp(vms=1, work_total=1e9), controller=blind)
+    d.submit(spec("c", size=3), RigidApp(vms=3, work_total=1e9))  # (5 VMs on 4 cores)
+    want = []
+    for k in range(7):
+        want.append(tuple({"cpu": p["cpu"]} for p in d.platform.price_history[:-1]))
+        d.step(60.0 * k)
+        d.after(60.0 * k, 60.0 * (k + 1))
+    assert [h for _, h in reads.seen] == want
+    assert len(want[-1]) == 5 and all(p["cpu"] > 0 for p in want[-1])  # (prices of a market)
+    assert [h for _, h in blind.seen] == [()] * 7

@@ -35,7 +35,19 @@ from merkat.defaults import MICRO
 from merkat.market import NO_HOST, RESOURCES
 
 Prices = dict[str, float]
-Shared = tuple[Prices, Prices, tuple[Prices, ...]]
+
+
+class Shared:
+    """The prices of a period restricted to one traded-resource tuple, shared by the
+    observations: ``source`` the prices it was built from, ``prices`` the view, ``past`` the
+    past prices' views (None until an observation first reads them: :meth:`Decider._past`)."""
+
+    __slots__ = ("past", "prices", "source")
+
+    def __init__(self, source: Prices, prices: Prices) -> None:
+        self.source = source
+        self.prices = prices
+        self.past: tuple[Prices, ...] | None = None
 
 
 class Decider:
@@ -51,7 +63,7 @@ class Decider:
         self.reserve = reserve
         self.reserve_row = np.array([reserve.get(r, 0.0) for r in RESOURCES])
         self.keep_alive = keep_alive
-        # Per traded-resource tuple: (prices it was built from, prices, past prices).
+        # Per traded-resource tuple: its view of the last prices.
         self._shared: dict[tuple[str, ...], Shared] = {}
 
     # --- what a controller sees --------------------------------------------------------
@@ -93,7 +105,7 @@ class Decider:
         trade = spec.trade
         const = app.const or self.const(app)
         shared = self._shared.get(trade)
-        if shared is None or shared[0] is not prices:
+        if shared is None or shared.source is not prices:
             shared = self._shared_view(trade, prices, history)
         views: tuple[VMInfo, ...] = tuple(app.vms)  # the records are the views (VMInfo)
         idle = seen.idle if app.status is AppStatus.RUNNING else frozenset()
@@ -103,14 +115,15 @@ class Decider:
         return new_observation_unchecked(  # its parts are checked once (submit, prices)
             time=now,
             period=self.period,
-            prices=shared[1],
+            prices=shared.prices,
             capacity=const.capacity,
             vm_size=const.vm_size,
             budget=new_budget(balance=balance / MICRO, renewal=const.renewal),
             bid_min=const.bid_min,
             vms=views,
             metrics=seen.metrics,
-            price_history=shared[2] if const.history else (),
+            price_history=(shared.past if shared.past is not None
+                           else self._past(shared, trade, history)) if const.history else (),
             deadline=spec.deadline,
             submit_time=spec.submit_time,
             size=spec.size,
@@ -122,19 +135,29 @@ class Decider:
         """``prices`` restricted to ``trade``: the mapping the observations of this period
         share (checked once)."""
         shared = self._shared.get(trade)
-        if shared is None or shared[0] is not prices:
+        if shared is None or shared.source is not prices:
             shared = self._shared_view(trade, prices, history)
-        return shared[1]
+        return shared.prices
 
     def _shared_view(self, trade: tuple[str, ...], prices: Prices,
                      history: Sequence[Prices]) -> Shared:
-        """``prices`` and the past prices restricted to ``trade``, built once per period and
-        shared by the observations (which never mutate them)."""
+        """``prices`` restricted to ``trade``, built once per period and shared by the
+        observations (which never mutate them); the past prices' views are made by
+        :meth:`_past` when an observation first reads them (most controllers, and the
+        batches, read none)."""
         mine = {r: prices[r] for r in trade}
         check_amounts("prices", mine)
-        shared = (prices, mine, tuple({r: p[r] for r in trade} for p in history[:-1]))
+        shared = Shared(prices, mine)
         self._shared[trade] = shared
         return shared
+
+    @staticmethod
+    def _past(shared: Shared, trade: tuple[str, ...],
+              history: Sequence[Prices]) -> tuple[Prices, ...]:
+        """The past prices of ``history`` (the last entry being the current prices) restricted
+        to ``trade``, made once per period and kept in ``trade``'s ``shared`` view."""
+        past = shared.past = tuple({r: p[r] for r in trade} for p in history[:-1])
+        return past
 
     def forget_prices(self) -> None:
         """Drop the shared price views (new prices: rebuilt on first use)."""
