@@ -218,3 +218,72 @@ def test_row_max_and_row_sum_are_numpys_reductions_bit_for_bit(
             assert np.array_equal(np.isnan(mine), np.isnan(ref))
             ok = ~np.isnan(ref)
             assert np.array_equal(mine[ok].view(np.int64), ref[ok].view(np.int64))
+
+
+def _share_bytes(s: object) -> list[bytes]:
+    return [np.ascontiguousarray(getattr(s, k)).tobytes() for k in
+            ("allocation", "price", "capped", "uncapped_bids", "capacity_left")]
+
+
+def _uncapped_market(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """Random markets, most with no binding cap (one-core VMs on one-core hosts, infinite
+    caps, many VMs per node), some with one, zero capacities, empty groups, zero and
+    subnormal bids, huge caps and bids (running sums near overflow)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    n_groups = int(rng.integers(1, 40))
+    b = rng.choice([0.0, 0.001, 0.5, 1.0, 3.7], size=n) * rng.choice(
+        [1.0, 1.0, 1.0, 1e-300, 1e-320], size=n)
+    if seed % 3 == 0:
+        b = rng.uniform(0.0, 5.0, n)
+    m = rng.choice([1.0, np.inf, 1e12, 0.0, 0.25], size=n, p=[0.5, 0.3, 0.1, 0.05, 0.05])
+    cap = rng.choice([1.0, 0.0, 8.0, 1e12], size=n_groups, p=[0.7, 0.1, 0.1, 0.1])
+    if seed % 11 == 0:
+        b = b * 1e306
+    if seed % 13 == 0:
+        m = np.where(m == 1.0, 1e307, m)
+    if seed % 4 == 1:  # the usual market: every VM capped at 1 core on 1-core hosts
+        m, cap = np.ones(n), np.ones(n_groups)
+    group = None if seed % 5 == 0 else rng.integers(0, n_groups, n)
+    if seed % 7 == 0:
+        group = np.zeros(n, dtype=np.int64)
+    if group is None:
+        cap = cap[:1]
+    return b, m, cap, group
+
+
+def test_the_uncapped_share_is_the_reference_byte_for_byte() -> None:
+    """``uncapped_share`` (the fast path when no VM is capped) gives the numpy reference's
+    arrays byte for byte, signs of zeros included, or None; it answers for most markets of
+    one-core VMs, and refuses whenever a cap binds (then the reference answers)."""
+    from merkat.market.share import proportional_share_numpy, uncapped_share
+
+    answered = refused = 0
+    for seed in range(600):
+        b, m, cap, group = _uncapped_market(seed)
+        if not b.any():
+            continue
+        want = proportional_share_numpy(b, m, cap, group)
+        got = uncapped_share(b, m, cap, group)
+        if got is None:
+            refused += 1
+            continue
+        answered += 1
+        assert not want.capped.any(), seed
+        assert _share_bytes(got) == _share_bytes(want), seed
+        assert _share_bytes(proportional_share(b, m, cap, group)) == _share_bytes(want)
+    assert answered > 120 and refused > 50, (answered, refused)
+
+
+def test_the_uncapped_share_refuses_a_binding_cap_and_overflowing_sums() -> None:
+    from merkat.market.share import uncapped_share
+
+    one = np.ones(3)
+    assert uncapped_share(np.array([1.0, 1.0, 5.0]), one, np.array([3.0]), None) is None
+    s = uncapped_share(np.array([1.0, 1.0, 1.0]), one, np.array([3.0]), None)
+    assert s is not None and s.allocation.tolist() == [1.0, 1.0, 1.0]
+    big = np.array([1e308, 1e308, 1.0])
+    assert uncapped_share(big, np.full(3, np.inf), np.array([1.0, 1.0]),
+                          np.array([0, 0, 1])) is None
+    assert uncapped_share(np.ones(3), np.full(3, 1e308), np.array([1.0, 1.0]),
+                          np.array([0, 0, 1])) is None
