@@ -35,7 +35,7 @@ from merkat.market.types import NO_HOST, BalanceParams, FloatArray, Hosts, IntAr
 
 
 class ThemisState(Protocol):
-    """What the loop needs of :class:`merkat.market.balance._Search`."""
+    """What the loop needs of :class:`merkat.market.balance_state.Search`."""
 
     hosts: Hosts
     vms: VMs

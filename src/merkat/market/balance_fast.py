@@ -1,0 +1,211 @@
+"""The tabu search's shortcuts for the usual market (:mod:`merkat.market.balance_state`).
+
+What they replace, each giving the general path's bits (``tests/test_market_balance.py``
+runs random searches both ways, :data:`~merkat.market.balance_state.FAST_PATHS` on and off,
+and compares every mapping, error and count; the golden digests and ``themis-fig5``'s
+``results.json`` pin the whole runs):
+
+- **the destination's estimates kept per VM class** (:meth:`Shortcuts.candidates`): a VM's
+  estimated error on every node depends only on its bid, cap and ideal share and on each
+  node's uncapped bids and capacity left; a move changes those of two nodes. VMs of one
+  application share their class, so most estimates of a search were already computed for an
+  earlier VM of the class: they are kept (one array per class) and only the nodes moved
+  since are recomputed, in Python floats with numpy's operations (``b * cl / (bu + b)``,
+  ``minimum`` keeping NaN, ``|1 - ideal / est|``, ``ERROR_LIMIT`` where ``est`` is not
+  positive), instead of ~10 numpy calls over every node. Taken when one resource makes
+  errors, it is traded, every node has it and no VM has a minimum (the other searches take
+  the general path);
+- **the candidates' exact errors in O(1) per node** (:meth:`Shortcuts.exact`): when no VM
+  of a candidate node would be capped with the VM added, the water-filling's first step is
+  its answer (:func:`~merkat.market.share.first_share_of_added`, inlined with
+  :func:`~merkat.market.allocation_error.rel_error`); above ``_SMALL`` VMs the general path
+  clears the candidates as one segmented market, whose running sums cross the nodes, and
+  the first step is still its answer while those sums stay finite (each node's first
+  position subtracts its own running sum from itself: :data:`SAFE_SUM`);
+- **a moved pair's clearing without sorting** (:meth:`Shortcuts.pair_shares`): the same
+  first step for both nodes of a move, from their kept sums and largest bid per unit of cap.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from merkat.market.allocation_error import ERROR_LIMIT
+from merkat.market.share import _RTOL, _TINY, bid_ratio, share_of_last
+from merkat.market.types import FloatArray
+
+SAFE_SUM = 1e300
+"""Bids (or finite caps) summing below this keep every running sum of a segmented clearing
+finite: non-negative terms, so no prefix exceeds the total."""
+
+STALE = 24
+"""A kept estimate array with more nodes changed since it was computed than this is
+computed again in numpy (cheaper than that many updates in Python)."""
+
+_LIMIT = 1.0 + _RTOL
+_INF = math.inf
+
+
+def lowest(score: FloatArray, k: int) -> list[int]:
+    """The nodes of the ``k`` lowest scores (``argpartition``'s choice among ties), those
+    with a finite score, ascending."""
+    cands = score.argpartition(k - 1)[:k] if k < score.size else np.arange(score.size)
+    vals: list[float] = score[cands].tolist()
+    nodes = sorted(h for h, x in zip(cands.tolist(), vals, strict=True) if -_INF < x < _INF)
+    if not nodes:
+        raise ValueError("no candidate destination with a finite estimate")
+    return nodes
+
+
+class Shortcuts:
+    """The shortcuts of one search (module docstring); ``s`` is its
+    :class:`~merkat.market.balance_state.Search`, prepared."""
+
+    def __init__(self, s: Any) -> None:
+        self.s = s
+        self.log: list[int] = []  # the nodes each move changed, in order
+        self.kept: dict[tuple[float, float, float], list[Any]] = {}
+        r = s.err_res[0] if len(s.err_res) == 1 else -1
+        self.simple = (r >= 0 and r in s.traded and s.all_have_cap[r] and not s.has_min)
+        self.r = r
+        # per traded resource: whether a segmented clearing's running sums stay finite
+        self.safe = {q: bool(s.vms.bid[:, q].sum() < SAFE_SUM)
+                     and bool(np.sum(s.vms.cap[:, q], where=s.vms.cap[:, q] < _INF) < SAFE_SUM)
+                     for q in s.traded}
+
+    def moved(self, src: int, dst: int) -> None:
+        """A move changed nodes ``src`` and ``dst``."""
+        self.log += (src, dst)
+
+    def candidates(self, v: int) -> list[int] | None:
+        """``Search._candidates(v)`` from the kept estimates, or None (not the usual
+        market, or ``v`` bids nothing)."""
+        if not self.simple:
+            return None
+        s, r = self.s, self.r
+        b = s.bid_t[r][v]
+        if not b > 0:
+            return None
+        c, i = s.cap_t[r][v], s.ideal_t[r][v]
+        key = (b, c, i)
+        entry = self.kept.get(key)
+        log = self.log
+        now = len(log)
+        if entry is None or now - entry[1] > STALE:
+            est = np.minimum(c, b * s.cl_col[r] / (s.bu_col[r] + b))
+            e = np.where(est > 0, np.abs(1.0 - i / est), ERROR_LIMIT)
+            self.kept[key] = [e, now]
+        else:
+            e = entry[0]
+            if entry[1] < now:
+                bu, cl = s.bu_col[r], s.cl_col[r]
+                for h in log[entry[1]:]:
+                    x = b * float(cl[h]) / (float(bu[h]) + b)
+                    x = c if c < x else x  # = np.minimum(c, x): NaN kept (c is not NaN)
+                    e[h] = abs(1.0 - i / x) if x > 0 else ERROR_LIMIT
+                entry[1] = now
+        n_nodes = e.shape[0]
+        if n_nodes - 1 <= 0:
+            return []
+        src = s.host_l[v]
+        was = e[src]
+        e[src] = _INF
+        try:
+            return lowest(e, min(s.params.candidates, n_nodes - 1))
+        finally:
+            e[src] = was
+
+    def exact(self, v: int, nodes: list[int]) -> list[float] | None:
+        """``Search._exact(v, nodes)`` when no candidate node has a capped VM with ``v``
+        added (above ``_SMALL`` VMs in all, also the running sums finite), else None; up to
+        ``_SMALL`` VMs a node with a capped VM is cleared by ``share_of_last`` as there."""
+        if not self.simple:
+            return None
+        from merkat.market.balance_state import _SMALL
+
+        s, r = self.s, self.r
+        members = s.members
+        small = sum(map(len, (members[h] for h in nodes))) + len(nodes) <= _SMALL
+        if not small and not self.safe[r]:
+            return None
+        sums, rmaxs, cap_r = s.node_sum[r], s.node_rmax[r], s.cap_node[r]
+        b_v, c_v, i_v = s.bid_t[r][v], s.cap_t[r][v], s.ideal_t[r][v]
+        r_v = bid_ratio(b_v, c_v)
+        errs: list[float] = []
+        for h in nodes:
+            rm = rmaxs[h]
+            if r_v > rm:
+                rm = r_v
+            left_b = (sums[h] + b_v) - 0.0
+            if left_b < 0.0:
+                left_b = 0.0
+            left_c = cap_r[h] - 0.0
+            if left_b <= 0.0:
+                p = 0.0
+            elif left_c > 0.0:
+                p = left_b / left_c
+            else:
+                p = _INF
+            if rm <= p * _LIMIT:
+                if 0.0 < p < _INF:
+                    a = b_v / p if p >= _TINY else (b_v / left_b) * left_c
+                    if not small and not -_INF < a < _INF:
+                        a = 0.0
+                else:
+                    a = 0.0
+            elif small:
+                a = share_of_last(s.node_bids[r][h] + [b_v], s.node_caps[r][h] + [c_v],
+                                  cap_r[h])
+            else:
+                return None
+            # = rel_error(a, i_v), and the running maximum over resources from 0.0
+            if a > 0:
+                e = (a - i_v) / a
+                if e > ERROR_LIMIT or e < -ERROR_LIMIT:
+                    e = ERROR_LIMIT
+                else:
+                    e = abs(e)
+            else:
+                e = ERROR_LIMIT if i_v > 0 else 0.0
+            errs.append(e if e > 0.0 else 0.0)
+        return errs
+
+    def pair_shares(self, r: int, src: int, dst: int, segmented: bool) -> list[float] | None:
+        """``Search._pair_shares(r, src, dst)`` when neither node has a capped VM (and, for a
+        segmented clearing, the running sums stay finite), the nodes' terms updated; else
+        None, nothing changed."""
+        if segmented and not self.safe[r]:
+            return None
+        s = self.s
+        sums, rmaxs, cap_r = s.node_sum[r], s.node_rmax[r], s.cap_node[r]
+        terms = []
+        for h in (src, dst):
+            left_b = sums[h] - 0.0
+            if left_b < 0.0:
+                left_b = 0.0
+            left_c = cap_r[h] - 0.0
+            if left_b <= 0.0:
+                p = 0.0
+            elif left_c > 0.0:
+                p = left_b / left_c
+            else:
+                p = _INF
+            if not rmaxs[h] <= p * _LIMIT:
+                return None
+            terms.append((p, left_b, left_c))
+        out: list[float] = []
+        nb = s.node_bids[r]
+        for h, (p, left_b, left_c) in zip((src, dst), terms, strict=True):
+            s.bu[h, r], s.cl[h, r] = left_b, left_c
+            if not 0.0 < p < _INF:
+                out += [0.0] * len(nb[h])
+            elif p >= _TINY:
+                out += [b / p for b in nb[h]]
+            else:
+                out += [(b / left_b) * left_c for b in nb[h]]
+        if segmented:
+            out = [a if -_INF < a < _INF else 0.0 for a in out]
+        return out

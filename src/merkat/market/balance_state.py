@@ -1,0 +1,418 @@
+"""The tabu search's state (:mod:`merkat.market.balance`): the mapping, every node's
+clearing terms, every VM's allocation error, and the two operations of an iteration — choose
+the destination of a VM (:meth:`Search.destination`) and move it (:meth:`Search.move`).
+
+Numerics: every allocation, error and sum is computed by the same operations, on the same
+values and in the same order as a straightforward numpy version (node clearings of up to
+``_SMALL`` VMs in plain Python by :func:`proportional_share_small`, larger ones by
+:func:`proportional_share`), so the search is deterministic and its result does not depend
+on how the bookkeeping is stored. Per-VM state the loop reads one element at a time is kept
+in Python lists (numpy's per-call overhead dominates on the few VMs of two nodes). The usual
+market's shortcuts (one resource traded, no VM capped on the nodes concerned) live in
+:mod:`merkat.market.balance_fast`, each pinned equal to this module's general path.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, cast
+
+import numpy as np
+import numpy.typing as npt
+
+from merkat.market import balance_fast as fast
+from merkat.market.allocation_error import ERROR_LIMIT, rel_error, vm_errors
+from merkat.market.share import (
+    Shares,
+    bid_ratio,
+    first_share_of_added,
+    proportional_share,
+    proportional_share_small,
+    segmented_share_small,
+    share_of_last,
+)
+from merkat.market.types import NO_HOST, BalanceParams, FloatArray, Hosts, IntArray, VMs
+
+_SMALL = 48
+"""Up to this many VMs, a node-level clearing in the search runs in plain Python."""
+
+_SEGMENTED_PY = 160
+"""Up to this many VMs, a segmented clearing of a few nodes (the candidates of a move, or the
+two nodes of a move) runs in plain Python, bit for bit as numpy's
+(:func:`~merkat.market.share.segmented_share_small`); above it numpy is faster."""
+
+FAST_PATHS = True
+"""Whether the search takes :mod:`merkat.market.balance_fast`'s shortcuts (the default);
+``tests/test_market_balance.py`` turns them off to compare with the general path."""
+
+
+class Search:
+    """Mutable state of one tabu search; every update is local to the two nodes of a move
+    (the module docstring says how its numbers are computed)."""
+
+    def __init__(
+        self, hosts: Hosts, vms: VMs, host: IntArray, ideal: FloatArray, params: BalanceParams
+    ) -> None:
+        self.hosts, self.vms, self.ideal, self.params = hosts, vms, ideal, params
+        self.host = host.copy()
+        n_hosts, n_res = hosts.capacity.shape
+        self.n_res = n_res
+        self.placed = self.host >= 0
+        self.traded: list[int] = [r for r in range(n_res) if bool(np.any(vms.bid[:, r] > 0))]
+        placed = np.flatnonzero(self.placed)
+        self.bu = np.zeros((n_hosts, n_res))  # uncapped bids per node and resource
+        self.cl = hosts.capacity.copy()  # capacity left to them
+        alloc = np.zeros((len(vms), n_res))
+        # The vectorised clearings of the starting mapping, per traded resource (None when the
+        # nodes were cleared in plain Python): the enforceable allocation if nothing moves.
+        self.start_shares: dict[int, Shares] | None = None
+        self._fill_all(placed, alloc)
+        self.err = np.where(self.placed, vm_errors(alloc, ideal), 0.0)
+        self.n_placed = max(int(placed.size), 1)
+        self.sumsq = float(np.dot(self.err, self.err))
+
+    def _fill_all(self, placed: IntArray, alloc: FloatArray) -> None:
+        """The proportional share on every node for the current mapping."""
+        vms, cap = self.vms, self.hosts.capacity
+        group = self.host[placed]
+        if placed.size <= _SMALL:
+            # A few VMs: clear each occupied node in plain Python (an empty node keeps no
+            # uncapped bid and all its capacity, which is what the rule gives it).
+            bids, caps = vms.bid[placed].T.tolist(), vms.cap[placed].T.tolist()
+            rows: dict[int, list[int]] = {}
+            for j, g in enumerate(group.tolist()):
+                rows.setdefault(g, []).append(j)
+            capf = cap.tolist()
+            for r in self.traded:
+                b_r, c_r = bids[r], caps[r]
+                for g, js in rows.items():
+                    a, _, self.bu[g, r], self.cl[g, r] = proportional_share_small(
+                        [b_r[j] for j in js], [c_r[j] for j in js], capf[g][r]
+                    )
+                    alloc[placed[js], r] = a
+            return
+        self.start_shares = {}
+        for r in self.traded:
+            s = proportional_share(vms.bid[placed, r], vms.cap[placed, r], cap[:, r], group)
+            alloc[placed, r], self.bu[:, r], self.cl[:, r] = (
+                s.allocation,
+                s.uncapped_bids,
+                s.capacity_left,
+            )
+            self.start_shares[r] = s
+
+    def start_enforceable(self) -> tuple[FloatArray, FloatArray] | None:
+        """What :func:`enforceable` gives for the starting mapping, from the clearings already
+        made (the same call on the same arrays), or None when they were not vectorised."""
+        if self.start_shares is None:
+            return None
+        n_res = self.hosts.capacity.shape[1]
+        alloc = np.zeros((len(self.vms), n_res))
+        prices = np.zeros((len(self.hosts), n_res))
+        placed = np.flatnonzero(self.placed)
+        for r, s in self.start_shares.items():  # untraded resources: nothing, at price 0
+            alloc[placed, r] = s.allocation
+            prices[:, r] = s.price
+        return alloc, prices
+
+    def rms(self) -> float:
+        return math.sqrt(max(self.sumsq, 0.0) / self.n_placed)
+
+    def prepare(self) -> None:
+        """The state the moves need, built only when the search runs."""
+        hosts, vms = self.hosts, self.vms
+        n_hosts, n_res = hosts.capacity.shape
+        self.host_l: list[int] = self.host.tolist()
+        # Per node, built on first use (:meth:`load`) from host-sorted lists: its members in
+        # ascending VM index and, per traded resource, their bids, caps and bids per unit of
+        # cap in the same order, the sum of the bids (left to right, as ``sum`` does) and the
+        # largest bid per unit of cap (most candidate clearings need nothing else:
+        # first_share_of_added).
+        placed = np.flatnonzero(self.placed)
+        on = self.host[placed]
+        by_node = placed[np.argsort(on, kind="stable")]
+        self.bounds: list[int] = [0, *np.cumsum(np.bincount(on, minlength=n_hosts)).tolist()]
+        self.sorted_vms: list[int] = by_node.tolist()
+        self.loaded = [False] * n_hosts
+        unset = cast(list[list[Any]], [None] * n_hosts)  # each entry set by load() before use
+        self.members: list[list[int]] = unset.copy()
+        self.node_bids: dict[int, list[list[float]]] = {}
+        self.node_caps: dict[int, list[list[float]]] = {}
+        self.node_ratio: dict[int, list[list[float]]] = {}
+        self.node_sum: dict[int, list[float]] = {}
+        self.node_rmax: dict[int, list[float]] = {}
+        self.sorted_cols: dict[int, tuple[list[float], list[float], list[float]]] = {}
+        for r in self.traded:
+            self.node_bids[r] = unset.copy()
+            self.node_caps[r] = unset.copy()
+            self.node_ratio[r] = unset.copy()
+            self.node_sum[r] = [0.0] * n_hosts
+            self.node_rmax[r] = [-math.inf] * n_hosts
+            b_s, c_s = vms.bid[by_node, r], vms.cap[by_node, r]
+            with np.errstate(divide="ignore", invalid="ignore"):  # = bid_ratio, VM by VM
+                ratio = np.where(b_s > 0, np.where(c_s > 0, b_s / c_s, np.inf), 0.0)
+            self.sorted_cols[r] = (b_s.tolist(), c_s.tolist(), ratio.tolist())
+        # Resources that can make an error: those bid on, or with an ideal share (any other
+        # resource has a = â = 0 for every VM, an error of 0, and no say in a destination).
+        self.err_res = [
+            r for r in range(n_res) if r in self.traded or bool(np.any(self.ideal[:, r] > 0))
+        ]
+        # Per resource that counts, one flat list over VMs.
+        self.bid_t = {r: vms.bid[:, r].tolist() for r in self.err_res}
+        self.cap_t = {r: vms.cap[:, r].tolist() for r in self.err_res}
+        self.ideal_t = {r: self.ideal[:, r].tolist() for r in self.err_res}
+        self.has_min = bool((vms.minimum > 0).any())
+        self.min_t = {r: vms.minimum[:, r].tolist() for r in self.err_res} if self.has_min else {}
+        self.cap_node: list[list[float]] = hosts.capacity.T.tolist()  # [r][node]
+        self.free = hosts.capacity.copy()  # what each node can still hold (VM minimums)
+        if self.has_min:
+            for r in range(n_res):
+                self.free[:, r] -= np.bincount(
+                    on, weights=vms.minimum[placed, r], minlength=n_hosts
+                )
+        self.has_cap = hosts.capacity > 0
+        self.all_have_cap = [bool(self.has_cap[:, r].all()) for r in range(n_res)]
+        self.bu_col = [self.bu[:, r] for r in range(n_res)]  # views, updated in place
+        self.cl_col = [self.cl[:, r] for r in range(n_res)]
+        # Selection score: the VM's error when it may move, -1 otherwise (tabu, unplaced, or
+        # a move would exceed the migration budget). Kept up to date locally.
+        self.initial_l: list[int] = vms.host.tolist()
+        self.migrations = 0
+        self.is_tabu = [False] * len(vms)
+        self.score = np.where(self.placed, self.err, -1.0)
+        self.fast = fast.Shortcuts(self) if FAST_PATHS else None
+
+    def load(self, h: int) -> None:
+        """Build node ``h``'s lists from the starting mapping (before any move touches it)."""
+        self.loaded[h] = True
+        a, z = self.bounds[h], self.bounds[h + 1]
+        self.members[h] = self.sorted_vms[a:z]
+        for r in self.traded:
+            b_s, c_s, q_s = self.sorted_cols[r]
+            nb = self.node_bids[r][h] = b_s[a:z]
+            self.node_caps[r][h] = c_s[a:z]
+            nq = self.node_ratio[r][h] = q_s[a:z]
+            if a < z:  # else no bid (sum 0) and no ratio (-inf), as initialised
+                self.node_sum[r][h] = sum(nb)
+                self.node_rmax[r][h] = max(nq)
+
+    def set_tabu(self, v: int, tabu: bool) -> None:
+        """Mark ``v`` (placed) tabu or not, and update its selection score."""
+        self.is_tabu[v] = tabu
+        self.score[v] = -1.0 if tabu else self.err[v]
+
+    def costs_migration(self, v: int) -> bool:
+        """Whether moving ``v`` now would add one migration to the period's count."""
+        init = self.initial_l[v]
+        return init != NO_HOST and self.host_l[v] == init
+
+    def destination(self, v: int) -> int:
+        """The node (not v's own) minimising v's error, among the best few by estimate.
+
+        Every node is ranked by a closed-form estimate of v's allocation there (v's bid over
+        the node's uncapped bids plus v's, times the capacity left to them, capped); the best
+        ``params.candidates`` are then cleared exactly and the best of them is returned.
+        """
+        if self.fast is not None:
+            nodes = self.fast.candidates(v)
+            if nodes is None:
+                nodes = self._candidates(v)
+        else:
+            nodes = self._candidates(v)
+        if not nodes:
+            return NO_HOST
+        loaded = self.loaded
+        for h in nodes:
+            if not loaded[h]:
+                self.load(h)
+        errs = self.fast.exact(v, nodes) if self.fast is not None else None
+        if errs is None:
+            errs = self._exact(v, nodes)
+        best = 0
+        for g in range(1, len(errs)):
+            if errs[g] < errs[best]:
+                best = g
+        return nodes[best]
+
+    def _candidates(self, v: int) -> list[int]:
+        """The ``params.candidates`` nodes with the lowest estimated error for ``v`` (their
+        estimate finite), in ascending order; [] when no node but v's own can hold it."""
+        src = self.host_l[v]
+        n_nodes = self.cl.shape[0]
+        # v's estimated error per node: the largest over its resources (every term is >= 0,
+        # so the first resource's array is the running maximum; 0 when no resource counts).
+        score: FloatArray | None = None
+        feasible: npt.NDArray[np.bool_] | None = None  # None: every node but src
+        # (numpy's divide/invalid warnings are off for the whole search: see search_mapping)
+        for r in self.err_res:  # elsewhere v bids nothing and has no ideal share
+            b = self.bid_t[r][v]
+            if b > 0:
+                est = np.minimum(
+                    self.cap_t[r][v], b * self.cl_col[r] / (self.bu_col[r] + b)
+                )
+                if not self.all_have_cap[r]:
+                    fits = self.has_cap[:, r]
+                    feasible = fits.copy() if feasible is None else feasible & fits
+                e = np.where(est > 0, np.abs(1.0 - self.ideal_t[r][v] / est), ERROR_LIMIT)
+            elif self.ideal_t[r][v] > 0:  # pragma: no cover - ideal is 0 when the bid is 0
+                e = np.full(n_nodes, ERROR_LIMIT)
+            else:
+                continue
+            if score is None:
+                score = e  # a new array (np.where, np.full): updated in place below
+            else:
+                np.maximum(score, e, out=score)
+            if self.has_min and self.min_t[r][v] > 0:
+                fits = self.free[:, r] >= self.min_t[r][v]
+                feasible = fits if feasible is None else feasible & fits
+        if score is None:
+            score = np.zeros(n_nodes)
+        if feasible is None:
+            score[src] = np.inf
+            n_ok = n_nodes - 1
+        else:
+            feasible[src] = False
+            score[~feasible] = np.inf
+            n_ok = int(np.count_nonzero(feasible))
+        if n_ok <= 0:
+            return []
+        return fast.lowest(score, min(self.params.candidates, n_ok))
+
+    def _exact(self, v: int, nodes: list[int]) -> list[float]:
+        """v's error on each of ``nodes`` (loaded), each cleared exactly with v added last."""
+        sizes = [len(self.members[h]) + 1 for h in nodes]
+        total = sum(sizes)
+        errs = [0.0] * len(nodes)
+        if total <= _SMALL:
+            for r in self.err_res:
+                i_v = self.ideal_t[r][v]
+                if r in self.traded:
+                    nb, nc, cap_r = self.node_bids[r], self.node_caps[r], self.cap_node[r]
+                    sums, rmaxs = self.node_sum[r], self.node_rmax[r]
+                    b_v, c_v = self.bid_t[r][v], self.cap_t[r][v]
+                    r_v = bid_ratio(b_v, c_v)
+                    for g, h in enumerate(nodes):
+                        rm = rmaxs[h] if rmaxs[h] > r_v else r_v
+                        a = first_share_of_added(sums[h] + b_v, rm, b_v, cap_r[h])
+                        if a is None:
+                            a = share_of_last(nb[h] + [b_v], nc[h] + [c_v], cap_r[h])
+                        err = rel_error(a, i_v)
+                        if err > errs[g]:
+                            errs[g] = err
+                else:
+                    err = rel_error(0.0, i_v)
+                    errs = [max(x, err) for x in errs]
+            return errs
+        # One segmented clearing of all the candidates: in plain Python up to
+        # _SEGMENTED_PY VMs (the same bits as numpy's), in numpy above.
+        in_python = total <= _SEGMENTED_PY
+        if not in_python:
+            rows = [self.members[h] + [v] for h in nodes]
+            members = np.fromiter((j for row in rows for j in row), dtype=np.int64,
+                                  count=total)
+            group = np.repeat(np.arange(len(nodes)), sizes)
+            cap = self.hosts.capacity[nodes]
+            last = np.cumsum(sizes) - 1
+        for r in self.err_res:
+            i_v = self.ideal_t[r][v]
+            if r not in self.traded:
+                mine = [0.0] * len(nodes)
+            elif in_python:
+                nb, nc, cap_r = self.node_bids[r], self.node_caps[r], self.cap_node[r]
+                b_v, c_v = self.bid_t[r][v], self.cap_t[r][v]
+                shares = segmented_share_small([nb[h] + [b_v] for h in nodes],
+                                               [nc[h] + [c_v] for h in nodes],
+                                               [cap_r[h] for h in nodes])[0]
+                mine = [row[-1] for row in shares]
+            else:
+                mine = proportional_share(
+                    self.vms.bid[members, r], self.vms.cap[members, r], cap[:, r], group
+                ).allocation[last].tolist()
+            for g, a in enumerate(mine):
+                err = rel_error(a, i_v)
+                if err > errs[g]:
+                    errs[g] = err
+        return errs
+
+    def _pair_shares(self, r: int, src: int, dst: int) -> list[float]:
+        """Resource ``r``'s allocations on nodes ``src`` and ``dst`` (their members in order),
+        each node's uncapped bids and capacity left updated: the two nodes cleared one by one
+        in plain Python up to ``_SMALL`` VMs, as one segmented clearing in plain Python up to
+        ``_SEGMENTED_PY`` (numpy's bits), in numpy above."""
+        nb, nc, cap_r = self.node_bids[r], self.node_caps[r], self.cap_node[r]
+        n = len(nb[src]) + len(nb[dst])
+        if self.fast is not None:
+            got = self.fast.pair_shares(r, src, dst, n > _SMALL)
+            if got is not None:
+                return got
+        if n <= _SMALL:
+            a_src, _, self.bu[src, r], self.cl[src, r] = proportional_share_small(
+                nb[src], nc[src], cap_r[src])
+            a_dst, _, self.bu[dst, r], self.cl[dst, r] = proportional_share_small(
+                nb[dst], nc[dst], cap_r[dst])
+            return a_src + a_dst
+        if n <= _SEGMENTED_PY:
+            shares, bu, cl = segmented_share_small(
+                [nb[src], nb[dst]], [nc[src], nc[dst]], [cap_r[src], cap_r[dst]])
+            self.bu[src, r], self.bu[dst, r] = bu
+            self.cl[src, r], self.cl[dst, r] = cl
+            return shares[0] + shares[1]
+        nodes = np.array([src, dst])
+        m_arr = np.array(self.members[src] + self.members[dst], dtype=np.int64)
+        group = np.repeat([0, 1], [len(nb[src]), len(nb[dst])])
+        s = proportional_share(self.vms.bid[m_arr, r], self.vms.cap[m_arr, r],
+                               self.hosts.capacity[nodes, r], group)
+        self.bu[nodes, r], self.cl[nodes, r] = s.uncapped_bids, s.capacity_left
+        allocation: list[float] = s.allocation.tolist()
+        return allocation
+
+    def move(self, v: int, dst: int) -> None:
+        src = self.host_l[v]
+        init = self.initial_l[v]
+        if init != NO_HOST:  # leaving the initial host costs one, coming back refunds it
+            self.migrations += int(dst != init) - int(src != init)
+        if not self.loaded[src]:
+            self.load(src)
+        if not self.loaded[dst]:
+            self.load(dst)
+        ms, md = self.members[src], self.members[dst]
+        k_v = ms.index(v)
+        del ms[k_v]
+        md.append(v)
+        for r in self.traded:
+            nb, nc, nq = self.node_bids[r], self.node_caps[r], self.node_ratio[r]
+            del nb[src][k_v], nc[src][k_v], nq[src][k_v]
+            b_v = self.bid_t[r][v]
+            r_v = bid_ratio(b_v, self.cap_t[r][v])
+            nb[dst].append(b_v)
+            nc[dst].append(self.cap_t[r][v])
+            nq[dst].append(r_v)
+            sums, rmaxs = self.node_sum[r], self.node_rmax[r]
+            sums[src] = sum(nb[src])
+            rmaxs[src] = max(nq[src], default=-math.inf)
+            sums[dst] = sums[dst] + b_v  # = sum(nb[dst]): v is last
+            if r_v > rmaxs[dst]:  # = max(rmaxs[dst], r_v)
+                rmaxs[dst] = r_v
+        self.host[v] = dst
+        self.host_l[v] = dst
+        if self.has_min:
+            self.free[src] += self.vms.minimum[v]
+            self.free[dst] -= self.vms.minimum[v]
+        m = ms + md
+        new = [0.0] * len(m)
+        for r in self.err_res:
+            ideal_r = self.ideal_t[r]
+            alloc = self._pair_shares(r, src, dst) if r in self.traded else [0.0] * len(m)
+            for k, j in enumerate(m):
+                e = rel_error(alloc[k], ideal_r[j])
+                if e > new[k]:
+                    new[k] = e
+        if self.fast is not None:
+            self.fast.moved(src, dst)
+        idx = np.array(m, dtype=np.int64)
+        new_err = np.array(new)
+        old_err = self.err[idx]
+        self.sumsq += float(np.dot(new_err, new_err) - np.dot(old_err, old_err))
+        self.err[idx] = new_err
+        is_tabu = self.is_tabu
+        self.score[idx] = [-1.0 if is_tabu[j] else new[k] for k, j in enumerate(m)]
