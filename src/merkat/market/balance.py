@@ -26,6 +26,7 @@ from merkat.market.balance_state import Search
 from merkat.market.balance_themis import themis_loop
 from merkat.market.types import NO_HOST, BalanceParams, FloatArray, Hosts, IntArray, VMs
 
+
 @dataclass(frozen=True)
 class BalanceResult:
     """The best mapping found, and how the search went."""

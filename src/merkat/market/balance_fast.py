@@ -51,7 +51,9 @@ _INF = math.inf
 
 def lowest(score: FloatArray, k: int) -> list[int]:
     """The nodes of the ``k`` lowest scores (``argpartition``'s choice among ties), those
-    with a finite score, ascending."""
+    with a finite score, ascending. (A ``partition`` of the values finds the same nodes
+    when nothing ties with the ``k``-th, but on the searches of ``bench period`` and
+    themis-fig5 52-89 % of the calls have such a tie: ``argpartition`` stays.)"""
     cands = score.argpartition(k - 1)[:k] if k < score.size else np.arange(score.size)
     vals: list[float] = score[cands].tolist()
     nodes = sorted(h for h, x in zip(cands.tolist(), vals, strict=True) if -_INF < x < _INF)
@@ -71,6 +73,9 @@ class Shortcuts:
         r = s.err_res[0] if len(s.err_res) == 1 else -1
         self.simple = (r >= 0 and r in s.traded and s.all_have_cap[r] and not s.has_min)
         self.r = r
+        from merkat.market.balance_state import _SMALL
+
+        self.small = _SMALL
         # per traded resource: whether a segmented clearing's running sums stay finite
         self.safe = {q: bool(s.vms.bid[:, q].sum() < SAFE_SUM)
                      and bool(np.sum(s.vms.cap[:, q], where=s.vms.cap[:, q] < _INF) < SAFE_SUM)
@@ -124,18 +129,16 @@ class Shortcuts:
         ``_SMALL`` VMs a node with a capped VM is cleared by ``share_of_last`` as there."""
         if not self.simple:
             return None
-        from merkat.market.balance_state import _SMALL
-
         s, r = self.s, self.r
         members = s.members
-        small = sum(map(len, (members[h] for h in nodes))) + len(nodes) <= _SMALL
-        if not small and not self.safe[r]:
-            return None
         sums, rmaxs, cap_r = s.node_sum[r], s.node_rmax[r], s.cap_node[r]
         b_v, c_v, i_v = s.bid_t[r][v], s.cap_t[r][v], s.ideal_t[r][v]
         r_v = bid_ratio(b_v, c_v)
-        errs: list[float] = []
+        shares: list[float] = []
+        capped: list[int] = []  # positions of the nodes where the first step does not hold
+        total = len(nodes)
         for h in nodes:
+            total += len(members[h])
             rm = rmaxs[h]
             if r_v > rm:
                 rm = r_v
@@ -149,29 +152,58 @@ class Shortcuts:
                 p = left_b / left_c
             else:
                 p = _INF
-            if rm <= p * _LIMIT:
-                if 0.0 < p < _INF:
-                    a = b_v / p if p >= _TINY else (b_v / left_b) * left_c
-                    if not small and not -_INF < a < _INF:
-                        a = 0.0
-                else:
-                    a = 0.0
-            elif small:
-                a = share_of_last(s.node_bids[r][h] + [b_v], s.node_caps[r][h] + [c_v],
-                                  cap_r[h])
+            if not rm <= p * _LIMIT:
+                capped.append(len(shares))
+                shares.append(0.0)
+            elif 0.0 < p < _INF:
+                shares.append(b_v / p if p >= _TINY else (b_v / left_b) * left_c)
             else:
+                shares.append(0.0)
+        if total > self.small:
+            if capped or not self.safe[r]:
                 return None
-            # = rel_error(a, i_v), and the running maximum over resources from 0.0
+            shares = [a if -_INF < a < _INF else 0.0 for a in shares]
+        else:
+            for g in capped:
+                h = nodes[g]
+                shares[g] = share_of_last(s.node_bids[r][h] + [b_v],
+                                          s.node_caps[r][h] + [c_v], cap_r[h])
+        return self.errors(shares, i_v)
+
+    @staticmethod
+    def errors(shares: list[float], i_v: float) -> list[float]:
+        """Per share, ``rel_error(share, i_v)`` and then the largest of it and 0.0 (the
+        general path's running maximum over one resource), inlined."""
+        out: list[float] = []
+        for a in shares:
             if a > 0:
                 e = (a - i_v) / a
                 if e > ERROR_LIMIT or e < -ERROR_LIMIT:
                     e = ERROR_LIMIT
-                else:
-                    e = abs(e)
+                elif e < 0.0:
+                    e = -e
             else:
                 e = ERROR_LIMIT if i_v > 0 else 0.0
-            errs.append(e if e > 0.0 else 0.0)
-        return errs
+            out.append(e if e > 0.0 else 0.0)
+        return out
+
+    def move_errors(self, alloc: list[float], m: list[int]) -> list[float]:
+        """``Search.move``'s new errors of VMs ``m`` from their allocations ``alloc`` of
+        the one resource that makes errors (the usual market only)."""
+        ideal_r = self.s.ideal_t[self.r]
+        out: list[float] = []
+        for a, j in zip(alloc, m, strict=True):
+            i = ideal_r[j]
+            if a > 0:
+                e = (a - i) / a
+                if e > ERROR_LIMIT or e < -ERROR_LIMIT:
+                    e = ERROR_LIMIT
+                elif e < 0.0:
+                    e = -e
+            else:
+                e = ERROR_LIMIT if i > 0 else 0.0
+            out.append(e if e > 0.0 else 0.0)
+        return out
 
     def pair_shares(self, r: int, src: int, dst: int, segmented: bool) -> list[float] | None:
         """``Search._pair_shares(r, src, dst)`` when neither node has a capped VM (and, for a

@@ -399,14 +399,18 @@ class Search:
             self.free[src] += self.vms.minimum[v]
             self.free[dst] -= self.vms.minimum[v]
         m = ms + md
-        new = [0.0] * len(m)
-        for r in self.err_res:
-            ideal_r = self.ideal_t[r]
-            alloc = self._pair_shares(r, src, dst) if r in self.traded else [0.0] * len(m)
-            for k, j in enumerate(m):
-                e = rel_error(alloc[k], ideal_r[j])
-                if e > new[k]:
-                    new[k] = e
+        if self.fast is not None and self.fast.simple:  # one resource makes errors
+            got = self.fast.move_errors(self._pair_shares(self.fast.r, src, dst), m)
+        else:
+            got = [0.0] * len(m)
+            for r in self.err_res:
+                ideal_r = self.ideal_t[r]
+                alloc = self._pair_shares(r, src, dst) if r in self.traded else [0.0] * len(m)
+                for k, j in enumerate(m):
+                    e = rel_error(alloc[k], ideal_r[j])
+                    if e > got[k]:
+                        got[k] = e
+        new = got
         if self.fast is not None:
             self.fast.moved(src, dst)
         idx = np.array(m, dtype=np.int64)

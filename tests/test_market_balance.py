@@ -1,0 +1,125 @@
+"""The tabu search's shortcuts (merkat.market.balance_fast) against its general path
+(balance_state.FAST_PATHS off): the same clearing, byte for byte, on random markets shaped
+like the runs' (one-core VMs of a few applications on one-core hosts, crowded nodes) and
+unlike them (capped VMs, memory bids, minimums, nodes of many cores, near-overflow bids)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from merkat.market import BalanceParams, Hosts, VMs, balance_fast, balance_state, clear
+from merkat.market.types import NO_HOST
+
+
+def _market(seed: int) -> tuple[Hosts, VMs, BalanceParams]:
+    rng = np.random.default_rng(seed)
+    kind = seed % 6
+    n_hosts = int(rng.integers(2, 40))
+    n_apps = int(rng.integers(1, 12))
+    sizes = rng.integers(1, 9, n_apps)
+    n = int(sizes.sum()) * int(rng.integers(1, 4))
+    app = rng.integers(0, n_apps, n)
+    app_bid = rng.choice([0.001, 0.05, 0.15, 0.4, 1.0, 2.5], n_apps)
+    cores = np.ones(n_hosts)
+    cap = np.ones(n)
+    bid = np.zeros((n, 2))
+    bid[:, 0] = app_bid[app]
+    minimum = np.zeros((n, 2))
+    if kind == 1:  # heterogeneous hosts and caps: some VMs capped
+        cores = rng.choice([1.0, 3.0, 4.0, 7.0, 16.0], n_hosts)
+        cap = rng.choice([0.5, 1.0, 2.0, 8.0, np.inf], n)
+        bid[:, 0] *= rng.uniform(0.5, 2.0, n_apps)[app]
+    elif kind == 2:  # memory traded too: two resources make errors
+        bid[:, 1] = rng.choice([0.0, 0.01, 0.1], n)
+    elif kind == 3:  # memory minimums
+        minimum[:, 1] = rng.choice([0.0, 512.0, 2048.0], n)
+    elif kind == 4:  # crowded: many VMs per node (segmented candidate clearings)
+        n_hosts = int(rng.integers(2, 6))
+        cores = np.full(n_hosts, 64.0)
+        extra = int(rng.integers(60, 250))
+        app = np.concatenate((app, rng.integers(0, n_apps, extra)))
+        n = app.size
+        cap = np.ones(n)
+        bid = np.zeros((n, 2))
+        bid[:, 0] = app_bid[app]
+        minimum = np.zeros((n, 2))
+    elif kind == 5 and seed % 4 == 1:  # bids near overflow: the running sums are not safe
+        bid[:, 0] *= 1e306
+    host = rng.integers(0, n_hosts, n)
+    host[rng.random(n) < 0.15] = NO_HOST
+    hosts = Hosts(tuple(f"h{i}" for i in range(n_hosts)),
+                  np.column_stack([cores, np.full(n_hosts, 8192.0)]))
+    vms = VMs(tuple(f"v{i}" for i in range(n)), bid, np.column_stack([cap, np.full(n, 4096.0)]),
+              host, minimum)
+    params = BalanceParams(max_migrations=int(rng.integers(0, 30)),
+                           error_threshold=float(rng.choice([0.0, 0.05, 0.1])),
+                           candidates=int(rng.choice([1, 3, 8])))
+    return hosts, vms, params
+
+
+def _bytes(c: object) -> list[bytes]:
+    out = [np.ascontiguousarray(getattr(c, k)).tobytes()
+           for k in ("price", "ideal", "allocation", "host", "error", "node_price")]
+    b = c.balance  # type: ignore[attr-defined]
+    out.append(repr((c.migrations, b.iterations, b.rms_before, b.rms_after,  # type: ignore[attr-defined]
+                     b.ran)).encode())
+    return out
+
+
+def test_the_shortcuts_give_the_general_paths_clearing_byte_for_byte(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    taken: dict[str, int] = {"candidates": 0, "exact": 0, "pair_shares": 0, "searches": 0}
+    for name in ("candidates", "exact", "pair_shares"):
+        real = getattr(balance_fast.Shortcuts, name)
+
+        def spy(self: object, *a: object, _real=real, _name=name) -> object:  # type: ignore[no-untyped-def]
+            got = _real(self, *a)
+            taken[_name] += got is not None
+            return got
+
+        monkeypatch.setattr(balance_fast.Shortcuts, name, spy)
+    for seed in range(240):
+        hosts, vms, params = _market(seed)
+        monkeypatch.setattr(balance_state, "FAST_PATHS", False)
+        want = clear(hosts, vms, params=params)
+        monkeypatch.setattr(balance_state, "FAST_PATHS", True)
+        got = clear(hosts, vms, params=params)
+        assert _bytes(got) == _bytes(want), seed
+        taken["searches"] += got.balance.ran
+    # the shortcuts answered most of the moves of the usual markets
+    assert taken["searches"] > 150
+    assert taken["candidates"] > 1000 and taken["exact"] > 1000
+    assert taken["pair_shares"] > 1000
+
+
+@pytest.mark.parametrize("seed", [6, 7, 13, 19])
+def test_a_kept_estimate_is_the_fresh_one(seed: int) -> None:
+    """After moves, every kept estimate array equals the one computed from the nodes'
+    current terms (the general path's numpy expression), bit for bit: on the usual market
+    (seed 6) and on hosts of several cores with capped VMs (the others)."""
+    hosts, vms, params = _market(seed)
+    from merkat.market.clear import ideal_allocation
+    from merkat.market.placement import worst_fit_decreasing
+
+    ideal, _ = ideal_allocation(hosts, vms)
+    s = balance_state.Search(hosts, vms, worst_fit_decreasing(hosts, vms), ideal, params)
+    s.prepare()
+    assert s.fast is not None and s.fast.simple
+    placed = np.flatnonzero(s.host >= 0).tolist()
+    checked = 0
+    for v in placed * 2:
+        s.fast.candidates(v)
+        dst = s.destination(v)
+        if dst != NO_HOST:
+            s.move(v, dst)
+        for (b, c, i), entry in s.fast.kept.items():
+            s.fast.candidates(next(u for u in placed
+                                   if (s.bid_t[0][u], s.cap_t[0][u], s.ideal_t[0][u])
+                                   == (b, c, i)))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                est = np.minimum(c, b * s.cl[:, 0] / (s.bu[:, 0] + b))
+                fresh = np.where(est > 0, np.abs(1.0 - i / est), 1e3)
+            assert entry[0].tobytes() == fresh.tobytes()
+            checked += 1
+    assert checked > 20
