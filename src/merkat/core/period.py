@@ -45,7 +45,14 @@ import numpy as np
 from merkat.control.base import Controller
 from merkat.control.forecast import HISTORY
 from merkat.control.registry import make_policy
-from merkat.control.types import Action, AppStatus, Demand, Observation, check_amounts
+from merkat.control.types import (
+    Action,
+    AppStatus,
+    Demand,
+    Observation,
+    check_amounts,
+    record_builder,
+)
 from merkat.core import admission, batch, commit
 from merkat.core.backend import ApplyReport
 from merkat.core.draft import draft, install
@@ -73,6 +80,8 @@ from merkat.core.running import RunningRows
 from merkat.defaults import KEEP_ALIVE, MECHANISM, MICRO, PERIOD_S, RESERVE_PRICE
 from merkat.market import RESOURCES, BalanceParams, Clearing, Hosts, VMs
 from merkat.market.mechanisms import make_mechanism
+
+_new_record = record_builder(PeriodRecord)  # (PeriodRecord(...) without 21 frozen setattrs)
 
 __all__ = ["ENDED", "MICRO", "App", "AppSpec", "AppStatus", "Charged", "Decision", "NonFiniteBid",
            "Observed", "PeriodRecord", "Platform", "VMRecord", "to_micro"]
@@ -373,7 +382,7 @@ class Platform:
         self.decider.forget_prices()
         statuses = [a.status for a in self.active.values()]
         plan = decision.plan
-        record = PeriodRecord(
+        record = _new_record(
             index=self.index,
             time=decision.time,
             prices=dict(decision.prices),

@@ -8,8 +8,8 @@ at trace scale").
 
 :class:`PeriodLog` is a :class:`~collections.abc.Sequence` of period records that stores
 each field in a compact column (``array``: float64 for times, prices and amounts of
-resources, int32 widened to int64 then to Python ints as values require for counts and
-micro-credits) and builds the :class:`PeriodRecord` again when one is read: the record read
+resources; the counts and micro-credits as one int32 array of rows, one row a record,
+added in one call, widened to int64 then to Python ints as values require) and builds the :class:`PeriodRecord` again when one is read: the record read
 back is equal, field for field and bit for bit (a float is stored as the same IEEE double,
 sign of zero and NaN payload included), to the one appended. A record the columns cannot
 hold exactly (resource dicts whose keys differ from the first record's, a value that is not
@@ -17,7 +17,8 @@ a ``float``, an amount that is not an ``int``) is kept whole, as given. The refu
 and unpaid tuples are kept only where they are not empty.
 
 Reading a record costs one object per read; :meth:`PeriodLog.column` reads one field of
-every record at once, without building them. ``tests/test_period_log.py`` pins the round trip.
+every record at once, without building them. ``tests/test_memory_bounded.py`` pins the round
+trip.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import fields
+from operator import itemgetter
 from typing import Any, overload
 
 from merkat.core.model import PeriodRecord
@@ -36,25 +38,38 @@ _INTS = tuple(f.name for f in fields(PeriodRecord)
               if f.name not in (*_DICTS, *_TUPLES, *_FLOATS))
 
 
-class _IntColumn:
-    """Python ints in an ``array``: int32 while every value fits, then int64, then a list."""
+_WIDTH = len(_INTS)
+_INT_FIELDS = itemgetter(*_INTS)  # a record's int fields, as a tuple in _INTS' order
+_ONLY_INT = {int}
+
+
+class _IntRows:
+    """The int fields of every record, row after row (:data:`_INTS`' order) in one
+    ``array``: int32 while every value fits, then int64, then a list of Python ints. A row
+    is added in one call (this replaces one column per field, appended field by field)."""
 
     __slots__ = ("data",)
 
     def __init__(self) -> None:
         self.data: array[int] | list[int] = array("i")
 
-    def append(self, x: int) -> None:
+    def add(self, row: tuple[int, ...]) -> None:
+        data = self.data
+        n = len(data)
         try:
-            self.data.append(x)
-        except OverflowError:
-            data = self.data
+            data.extend(row)
+        except OverflowError:  # (a value too wide: what was added of the row goes, widened)
+            del data[n:]
             self.data = array("q", data) if isinstance(data, array) and data.typecode == "i" \
                 else list(data)
-            self.append(x)
+            self.add(row)
 
-    def __getitem__(self, i: int) -> int:
-        return self.data[i]
+    def row(self, i: int) -> Sequence[int]:
+        return self.data[i * _WIDTH:(i + 1) * _WIDTH]
+
+    def column(self, name: str) -> list[int]:
+        part = self.data[_INTS.index(name)::_WIDTH]
+        return part.tolist() if isinstance(part, array) else part
 
 
 class PeriodLog(Sequence[PeriodRecord]):
@@ -65,7 +80,7 @@ class PeriodLog(Sequence[PeriodRecord]):
     def __init__(self, records: Iterable[PeriodRecord] = ()) -> None:
         self._n = 0
         self._floats = {name: array("d") for name in _FLOATS}
-        self._ints = {name: _IntColumn() for name in _INTS}
+        self._ints = _IntRows()
         self._keys: tuple[str, ...] | None = None  # the resource dicts' keys, in order
         self._dicts: dict[str, list[array[float]]] = {}
         self._tuples: dict[str, dict[int, tuple[str, ...]]] = {name: {} for name in _TUPLES}
@@ -90,7 +105,7 @@ class PeriodLog(Sequence[PeriodRecord]):
                     return False
         if values["time"].__class__ is not float:
             return False
-        return all(values[name].__class__ is int for name in _INTS)
+        return set(map(type, _INT_FIELDS(values))) == _ONLY_INT  # (a bool is not an int)
 
     def append(self, r: PeriodRecord) -> None:
         """Keep ``r`` (reading it back gives an equal record)."""
@@ -108,12 +123,7 @@ class PeriodLog(Sequence[PeriodRecord]):
             for col, v in zip(cols, values[name].values(), strict=True):
                 col.append(v)
         self._floats["time"].append(r.time)
-        for name, icol in self._ints.items():
-            x = values[name]
-            try:
-                icol.data.append(x)
-            except OverflowError:  # (int32 no longer holds it: widened)
-                icol.append(x)
+        self._ints.add(_INT_FIELDS(values))
         for name in _TUPLES:
             t = values[name]
             if t:
@@ -124,8 +134,7 @@ class PeriodLog(Sequence[PeriodRecord]):
         """Placeholder values in every column for a record kept whole."""
         for fcol in self._floats.values():
             fcol.append(0.0)
-        for icol in self._ints.values():
-            icol.append(0)
+        self._ints.add((0,) * _WIDTH)
         for cols in self._dicts.values():
             for c in cols:
                 c.append(0.0)
@@ -137,7 +146,7 @@ class PeriodLog(Sequence[PeriodRecord]):
             return whole
         keys = self._keys
         assert keys is not None
-        values: dict[str, Any] = {name: col[i] for name, col in self._ints.items()}
+        values: dict[str, Any] = dict(zip(_INTS, self._ints.row(i), strict=True))
         values["time"] = self._floats["time"][i]
         for name in _DICTS:
             values[name] = {k: c[i] for k, c in zip(keys, self._dicts[name], strict=True)}
@@ -188,13 +197,12 @@ class PeriodLog(Sequence[PeriodRecord]):
         col = self._floats.get(name)
         if col is not None:
             return col.tolist()
-        data = self._ints[name].data
-        return data.tolist() if isinstance(data, array) else list(data)
+        return self._ints.column(name)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its columns (a piece of a cut run sends its records this way)."""
         state = {"n": self._n, "floats": self._floats,
-                 "ints": {name: col.data for name, col in self._ints.items()},
+                 "ints": self._ints.data,
                  "keys": self._keys, "dicts": self._dicts, "tuples": self._tuples,
                  "whole": self._whole}
         return (_rebuild, (state,))
@@ -218,8 +226,7 @@ def _rebuild(state: dict[str, Any]) -> PeriodLog:
     log = PeriodLog()
     log._n = state["n"]
     log._floats = state["floats"]
-    for name, data in state["ints"].items():
-        log._ints[name].data = data
+    log._ints.data = state["ints"]
     log._keys = state["keys"]
     log._dicts = state["dicts"]
     log._tuples = state["tuples"]
