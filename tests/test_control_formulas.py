@@ -21,6 +21,7 @@ from merkat.control import (
     start_bid,
     vm_upper_bound,
 )
+from merkat.control.formulas import least_alloc
 
 LOWER, HIGHER = Sense.LOWER_IS_BETTER, Sense.HIGHER_IS_BETTER
 
@@ -227,3 +228,18 @@ def test_scale_to_an_unbuyable_share_spends_the_limit_not_nan() -> None:
     out = scale_to({"cpu": math.inf, "memory": 2.0}, 10.0, {"cpu": 0.1, "memory": 0.5})
     assert out == {"cpu": pytest.approx(9.5), "memory": 0.5}
     assert all(math.isfinite(x) for x in out.values())
+
+
+@given(st.lists(st.dictionaries(st.sampled_from(["cpu", "memory"]),
+                                st.sampled_from([0.0, -0.0, 0.5, 1.0, 2.0, float("inf"),
+                                                 float("nan")]), max_size=2),
+                min_size=1, max_size=6))
+def test_least_alloc_is_the_smallest_read_in_order(allocs: list[dict[str, float]]) -> None:
+    """``least_alloc``'s fast read (``itemgetter``) and its fallback give the reference's
+    value, as ``repr`` (a zero's sign, NaN's place in the order), mappings lacking a resource
+    counted as 0."""
+    for res in (("cpu",), ("cpu", "memory")):
+        want = {r: min([a.get(r, 0.0) for a in allocs]) for r in res}
+        assert repr(least_alloc(allocs, res)) == repr(want)
+        full = [{r: a.get(r, 0.0) for r in res} for a in allocs]  # (the fast read's case)
+        assert repr(least_alloc(full, res)) == repr(want)

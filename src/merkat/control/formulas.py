@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from itertools import repeat
+from operator import itemgetter
 
 from merkat.control.types import Amounts, Observation, Sense
 
@@ -224,8 +225,14 @@ def app_alloc(obs: Observation) -> dict[str, float]:
 
 
 def least_alloc(allocs: Sequence[Amounts], resources: Sequence[str]) -> dict[str, float]:
-    """Per resource, the smallest of ``allocs`` (one per active VM, at least one)."""
-    return {r: min([a.get(r, 0.0) for a in allocs]) for r in resources}
+    """Per resource, the smallest of ``allocs`` (one per active VM, at least one; a resource
+    a VM's mapping lacks counts as 0)."""
+    try:  # (the usual: every mapping has the resource) the same values in the same order,
+        # read at C speed instead of a comprehension of .get (the batch's gather of a many-VM
+        # application, themis-fig5's; tests/test_control_formulas.py pins both ways)
+        return {r: min(map(itemgetter(r), allocs)) for r in resources}
+    except KeyError:
+        return {r: min([a.get(r, 0.0) for a in allocs]) for r in resources}
 
 
 def current_bid(obs: Observation) -> dict[str, float]:
