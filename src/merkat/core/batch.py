@@ -43,11 +43,12 @@ Outcome = Demand | dict[str, float]
 """A batched application's demand: a stop or a suspension, or its VMs' one bid (a mapping
 over the resources it trades; the VM count unchanged)."""
 
-MIN_BATCH = 8
-"""The fewest applications a batch decides for; smaller groups take the scalar path (a numpy
-pass costs about as much as a hundred small operations whatever its size, and a running
-application's scalar decision about twenty; docs/benchmarks.md, "Where a period's time
-goes")."""
+MIN_BATCH = 2
+"""The fewest applications a batch decides for; a lone application takes the scalar path.
+Since small groups take a policy's plain form (:func:`~merkat.control.batched.base.plain`,
+a few µs a row, no numpy pass) a batch pays from two applications (8 while every group paid
+a numpy pass's fixed cost; docs/benchmarks.md, "Issue 28, thirteenth session: the batched
+controllers' fixed cost")."""
 
 _FITS_VMS = 4
 """Up to this many VMs, whether an application's balance pays its new bids as they are is
