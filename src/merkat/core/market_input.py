@@ -92,22 +92,36 @@ def _flat(runs: Sequence[Run]) -> Flat:
 
 
 def _rows(flat: Flat, n: int) -> Rows:
-    """The market's columns of ``flat``: a bid mapping's row is read once for the VMs that
-    share it (one after the other: the usual case is one mapping per application)."""
+    """The market's columns of ``flat``: an application whose VMs share one bid mapping (or
+    equal ones: the usual case) gives one bid row, repeated by numpy, instead of one row per
+    VM; the others a row per VM."""
     shape, ids, hosts, vbids = flat
     n_res = len(RESOURCES)
     bids: list[float] = []
-    last: dict[str, float] | None = None
-    row: list[float] = []
-    for b in vbids:
-        if b is not last:
-            last = b
-            row = [b.get(r, 0.0) for r in RESOURCES]
-        bids += row
+    runs: list[int] = []
+    start = 0
+    for _, _, k in shape:
+        if not k:
+            continue
+        first = vbids[start]
+        if k == 1 or vbids[start:start + k].count(first) == k:
+            bids += [first.get(r, 0.0) for r in RESOURCES]
+            runs.append(k)
+        else:
+            last: dict[str, float] | None = None
+            row: list[float] = []
+            for b in vbids[start:start + k]:
+                if b is not last:
+                    last = b
+                    row = [b.get(r, 0.0) for r in RESOURCES]
+                bids += row
+            runs += [1] * k
+        start += k
     counts = [k for _, _, k in shape]
     return (
         tuple(ids),
-        np.array(bids, dtype=np.float64).reshape((n, n_res)),
+        np.repeat(np.array(bids, dtype=np.float64).reshape((-1, n_res)), runs, axis=0)
+        .reshape((n, n_res)),
         np.repeat(np.array([c.cap_row for _, c, _ in shape], dtype=np.float64)
                   .reshape(-1, n_res), counts, axis=0),
         np.array(hosts, dtype=np.int64),

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from merkat.control.types import VMState
+from merkat.core.draft import kept
 from merkat.core.market_input import Rows
 from merkat.core.model import App, AppConst
 from merkat.market import NO_HOST, RESOURCES
@@ -67,10 +68,6 @@ class _Chunk:
     num: FloatArray
     flags: npt.NDArray[np.bool_]
     hosts: IntArray
-
-
-_key = operator.attrgetter("id", "host", "state", "bid", "alloc")
-"""What a VM's rows are made of (a tuple made and compared in C)."""
 
 
 def _chunk(app: App, const: AppConst) -> _Chunk | None:
@@ -121,52 +118,187 @@ _NONE = _Chunk([], [], np.zeros((0, 4 * len(RESOURCES))),
 
 
 class RunningRows:
-    """:func:`running`, remembering each application's rows between calls: an
-    application's chunk is read again only when its record is not the one seen last time or
-    one of its VM records' ids, hosts, states, bid or allocation mappings changed (checked
-    with one key per VM, a tuple made and compared in C, instead of the rows' per-VM reads
-    and lookups), and the chunks' arrays are joined (one ``concatenate`` per array) instead
-    of built from lists of every VM's values; ~2x less per call at the admission points of
-    ``bench period`` (docs/benchmarks.md, issue 28, twelfth session). Applications not in a
-    call are forgotten. Not a record: a cache of a pure function (``tests/test_running.py``
-    compares it with a fresh one, bit for bit)."""
+    """:func:`running`, remembering each application's rows between calls and reading them
+    from its **kept VM columns** (:func:`merkat.core.draft.kept`, in step with its records)
+    instead of its VM records. An application's rows are built again only when its record
+    is not the one seen last time or one of its columns (VM ids, states, bid mappings,
+    hosts, allocation mappings) is not equal to the copy kept with its rows: the same
+    values the records hold, compared list by list in C (a VM's tuple of them made and
+    compared one by one before); the applications built again in one call are built
+    together (their lists joined, each mapping read by a C ``map``, one numpy array per
+    column, each application's rows a slice of them) instead of one set of arrays each, and
+    the rows of the call are joined (one ``concatenate`` per array). What it replaces: the
+    per-VM reads of :func:`running` (``_chunk``), ~2 ms a call at themis-fig5's admission
+    points (30-60 applications of 8-64 VMs, most of them changed since the last point:
+    every period rebids). Applications not in a call are forgotten. Not a record: a cache
+    of a pure function (``tests/test_running.py`` compares it with :func:`running`, which
+    reads the records, bit for bit)."""
 
     def __init__(self) -> None:
-        self._chunks: dict[str, tuple[App, list[tuple[Any, ...]], _Chunk | None]] = {}
+        self._chunks: dict[str, tuple[App, tuple[list[Any], ...], _Chunk | None]] = {}
 
     def __call__(self, apps: Iterable[App], const_of: Callable[[App], AppConst]) -> Running:
         """``running(apps, const_of)``."""
         old = self._chunks
-        kept: dict[str, tuple[App, list[tuple[Any, ...]], _Chunk | None]] = {}
-        members: list[tuple[App, AppConst, list[int]]] = []
-        chunks: list[_Chunk] = [_NONE]
-        ids: list[str] = []
+        kept_rows: dict[str, tuple[App, tuple[list[Any], ...], _Chunk | None]] = {}
+        parts: list[tuple[App, AppConst, _Chunk | int]] = []
+        batch = _Batch()
         for app in apps:
             app_id = app.spec.id
-            key = list(map(_key, app.vms))
+            ids, states, bids, hosts, _, allocs = kept(app)
+            key = (ids, states, bids, hosts, allocs)
             entry = old.get(app_id)
             const = app.const or const_of(app)
             if entry is not None and entry[0] is app and entry[1] == key:
-                chunk = entry[2]
-            else:
-                chunk = _chunk(app, const)
-            kept[app_id] = (app, key, chunk)
-            if chunk is not None:
-                members.append((app, const, chunk.rows))
-                chunks.append(chunk)
-                ids += chunk.ids
-        self._chunks = kept
+                kept_rows[app_id] = entry
+                if entry[2] is not None:
+                    parts.append((app, const, entry[2]))
+                continue
+            slot = batch.add(const, ids, states, bids, hosts, allocs)
+            kept_rows[app_id] = (app, (ids[:], states[:], bids[:], hosts[:], allocs[:]), None)
+            if slot >= 0:
+                parts.append((app, const, slot))
+        built = batch.build()
+        members: list[tuple[App, AppConst, list[int]]] = []
+        chunks: list[_Chunk] = [_NONE]
+        out_ids: list[str] = []
+        for app, const, part in parts:
+            chunk = built[part] if isinstance(part, int) else part
+            if isinstance(part, int):
+                app_id = app.spec.id
+                kept_rows[app_id] = (app, kept_rows[app_id][1], chunk)
+            members.append((app, const, chunk.rows))
+            chunks.append(chunk)
+            out_ids += chunk.ids
+        self._chunks = kept_rows
         n_res = len(RESOURCES)
         num = np.concatenate([c.num for c in chunks])
         flags = np.concatenate([c.flags for c in chunks])
-        market = (tuple(ids), num[:, :n_res], num[:, n_res:2 * n_res],
+        market = (tuple(out_ids), num[:, :n_res], num[:, n_res:2 * n_res],
                   np.concatenate([c.hosts for c in chunks]), num[:, 2 * n_res:3 * n_res])
         return Running(members, market, num[:, 3 * n_res:], flags[:, :n_res], flags[:, n_res])
 
 
+class _Batch:
+    """The applications whose rows one :class:`RunningRows` call builds: their running VMs'
+    columns joined, then made into arrays at once (:meth:`build`), the same values
+    :func:`_chunk` reads from the records."""
+
+    def __init__(self) -> None:
+        n_res = len(RESOURCES)
+        self.rows: list[list[int]] = []
+        self.ids: list[str] = []
+        self.hosts: list[int] = []
+        self.counts: list[int] = []
+        self.bid_rows: list[float] = []  # one row per run of VMs sharing a bid mapping
+        self.bid_counts: list[int] = []
+        self.const_rows: list[float] = []  # cap row, min row, traded columns per application
+        self.current: list[list[float]] = [[] for _ in range(n_res)]
+        self.odd: list[bool] = []
+
+    def add(self, const: AppConst, ids: list[str], states: list[VMState],
+            bids: list[dict[str, float]], hosts: list[int],
+            allocs: list[dict[str, float]]) -> int:
+        """Add an application's running VMs (those with a host, not suspended) from its
+        columns; its slot in :meth:`build`'s answer, or -1 when it has none."""
+        if NO_HOST in hosts or VMState.SUSPENDED in states:
+            suspended = VMState.SUSPENDED
+            rows = [k for k, (h, s) in enumerate(zip(hosts, states, strict=True))
+                    if h != NO_HOST and s is not suspended]
+            if not rows:
+                return -1
+            ids = [ids[k] for k in rows]
+            bids = [bids[k] for k in rows]
+            hosts = [hosts[k] for k in rows]
+            allocs = [allocs[k] for k in rows]
+        else:
+            if not ids:
+                return -1
+            rows = list(range(len(ids)))
+        n = len(ids)
+        self.rows.append(rows)
+        self.ids += ids
+        self.hosts += hosts
+        self.counts.append(n)
+        first = bids[0]
+        if bids.count(first) == n:  # one bid mapping (or equal ones): one row
+            self.bid_rows += [first.get(r, 0.0) for r in RESOURCES]
+            self.bid_counts.append(n)
+        else:
+            for b in bids:
+                self.bid_rows += [b.get(r, 0.0) for r in RESOURCES]
+            self.bid_counts += [1] * n
+        n_res = len(RESOURCES)
+        mine = [0.0] * n_res
+        nan = math.nan
+        odd: list[bool] | None = None
+        width = len(const.columns)
+        lengths = list(map(len, allocs))
+        if lengths.count(width) != n:
+            odd = [k != width for k in lengths]
+        current = self.current
+        for r, c in const.columns:
+            got = list(map(operator.methodcaller("get", r, nan), allocs))
+            if c >= 0:
+                mine[c] = 1.0
+                current[c] += got
+            else:  # outside the market: its allocation is 0
+                bad = [a != 0.0 for a in got]
+                if any(bad):
+                    odd = bad if odd is None else [x or y for x, y in zip(odd, bad, strict=True)]
+        for c in range(n_res):
+            if not mine[c]:
+                current[c] += [0.0] * n
+        self.odd += odd if odd is not None else [False] * n
+        self.const_rows += [*const.cap_row, *const.min_row, *mine]
+        return len(self.counts) - 1
+
+    def build(self) -> list[_Chunk]:
+        """Each added application's :class:`_Chunk` (views of one array per column)."""
+        if not self.counts:
+            return []
+        n_res = len(RESOURCES)
+        counts = np.array(self.counts)
+        n = len(self.ids)
+        num = np.empty((n, 4 * n_res))
+        num[:, :n_res] = np.repeat(np.array(self.bid_rows).reshape(-1, n_res),
+                                   self.bid_counts, axis=0)
+        per_app = np.repeat(np.array(self.const_rows).reshape(-1, 3 * n_res), counts, axis=0)
+        num[:, n_res:3 * n_res] = per_app[:, :2 * n_res]
+        for c in range(n_res):
+            num[:, 3 * n_res + c] = self.current[c]
+        flags = np.empty((n, n_res + 1), dtype=np.bool_)
+        flags[:, :n_res] = per_app[:, 2 * n_res:] != 0.0
+        flags[:, n_res] = self.odd
+        hosts = np.array(self.hosts, dtype=np.int64)
+        out: list[_Chunk] = []
+        start = 0
+        for rows, k in zip(self.rows, self.counts, strict=True):
+            end = start + k
+            out.append(_Chunk(rows, self.ids[start:end], num[start:end], flags[start:end],
+                              hosts[start:end]))
+            start = end
+        return out
+
+
 def running(apps: Iterable[App], const_of: Callable[[App], AppConst]) -> Running:
     """The running VMs of ``apps`` (those with a host, not suspended) read from their
-    records in one pass, without drafting their next states, and their current allocations
+    records, VM by VM, without drafting their next states, and their current allocations
     (an admission point re-clears the hosts and then touches only the VMs whose allocation
     changed). The reference :class:`RunningRows` is compared with."""
-    return RunningRows()(apps, const_of)
+    members: list[tuple[App, AppConst, list[int]]] = []
+    chunks: list[_Chunk] = [_NONE]
+    ids: list[str] = []
+    for app in apps:
+        const = app.const or const_of(app)
+        chunk = _chunk(app, const)
+        if chunk is not None:
+            members.append((app, const, chunk.rows))
+            chunks.append(chunk)
+            ids += chunk.ids
+    n_res = len(RESOURCES)
+    num = np.concatenate([c.num for c in chunks])
+    flags = np.concatenate([c.flags for c in chunks])
+    market = (tuple(ids), num[:, :n_res], num[:, n_res:2 * n_res],
+              np.concatenate([c.hosts for c in chunks]), num[:, 2 * n_res:3 * n_res])
+    return Running(members, market, num[:, 3 * n_res:], flags[:, :n_res], flags[:, n_res])

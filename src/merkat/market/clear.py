@@ -72,7 +72,10 @@ def check_reserve(vms: VMs, reserve_price: FloatArray) -> None:
 
     Only the resources a VM can use are held to it: a VM capped at 0 on a resource (a CPU-only
     application's memory) bids nothing for it and gets none."""
-    low = np.argwhere((vms.bid < reserve_price[None, :]) & (vms.cap > 0))
+    under = (vms.bid < reserve_price[None, :]) & (vms.cap > 0)
+    if not under.any():  # (the usual: argwhere only to name the first)
+        return
+    low = np.argwhere(under)
     if low.size:
         i, r = (int(x) for x in low[0])
         raise MarketError(
