@@ -73,12 +73,9 @@ def _rigid_metrics(work_done: float, work_total: float, rate: float | None) -> M
     copying that record's fields (in their declared order) and setting the three that vary:
     the same record for less (a rigid application's metrics change every period it runs).
     ``tests/test_sim_observe.py`` compares the two."""
-    values = _RIGID_METRICS.copy()
-    values["work_done"] = work_done
-    values["work_total"] = work_total
-    values["progress_rate"] = rate
-    m: Metrics = _new(Metrics)
-    _set(m, "__dict__", values)
+    m: Metrics = _new(Metrics)  # (the three set by one dict(): keys keep their places)
+    _set(m, "__dict__", dict(_RIGID_METRICS, work_done=work_done, work_total=work_total,
+                             progress_rate=rate))
     return m
 
 
