@@ -150,8 +150,8 @@ def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray
 
     It replaces the per-VM test ``old.get(r0) != a or len(old) != 1``: the mappings' values
     and sizes are read at C speed (``map``), compared with the column in numpy (a missing
-    value reads as NaN, which equals nothing, as ``None != a``), and only the mappings that
-    change are made and written back into the runs' own lists (a slice per application).
+    value reads as NaN, which equals nothing, as ``None != a``; the sizes are read only of the
+    mappings whose value is equal), and only the mappings that change are made and written back into the runs' own lists (a slice per application).
     ``tests/test_plan.py`` checks it against the per-application loop."""
     ids: list[str] = []
     allocs: list[dict[str, float]] = []
@@ -160,8 +160,11 @@ def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray
         allocs += nx.allocs
     n = len(allocs)
     held = np.fromiter(map(dict.get, allocs, repeat(r0), repeat(math.nan)), float, n)
-    sizes = np.fromiter(map(len, allocs), np.intp, n)
-    new = np.flatnonzero((held != col) | (sizes != 1))
+    same = held == col
+    odd = [m for m in np.flatnonzero(same).tolist() if len(allocs[m]) != 1]  # other keys
+    if odd:
+        same[odd] = False
+    new = np.flatnonzero(~same)
     if len(new):
         values: list[float] = col[new].tolist()
         if len(new) == n:
