@@ -171,12 +171,7 @@ class RunningRows:
             chunks.append(chunk)
             out_ids += chunk.ids
         self._chunks = kept_rows
-        n_res = len(RESOURCES)
-        num = np.concatenate([c.num for c in chunks])
-        flags = np.concatenate([c.flags for c in chunks])
-        market = (tuple(out_ids), num[:, :n_res], num[:, n_res:2 * n_res],
-                  np.concatenate([c.hosts for c in chunks]), num[:, 2 * n_res:3 * n_res])
-        return Running(members, market, num[:, 3 * n_res:], flags[:, :n_res], flags[:, n_res])
+        return _joined(members, chunks, out_ids)
 
 
 class _Batch:
@@ -296,6 +291,13 @@ def running(apps: Iterable[App], const_of: Callable[[App], AppConst]) -> Running
             members.append((app, const, chunk.rows))
             chunks.append(chunk)
             ids += chunk.ids
+    return _joined(members, chunks, ids)
+
+
+def _joined(members: list[tuple[App, AppConst, list[int]]], chunks: list[_Chunk],
+            ids: list[str]) -> Running:
+    """The :class:`Running` of ``chunks`` (in order, ``_NONE`` first), one ``concatenate``
+    per array."""
     n_res = len(RESOURCES)
     num = np.concatenate([c.num for c in chunks])
     flags = np.concatenate([c.flags for c in chunks])

@@ -62,6 +62,37 @@ def lowest(score: FloatArray, k: int) -> list[int]:
     return nodes
 
 
+def first_step(total: float, capacity: float) -> tuple[float, float, float]:
+    """The water-filling's first step on a market of total bid ``total`` (summed left to
+    right) and ``capacity``: ``(price, uncapped bids, capacity left)``, each VM uncapped
+    then getting ``bid / price`` (:func:`~merkat.market.share.first_share_of_added`'s
+    arithmetic: ``max(total - 0.0, 0.0)`` keeping NaN, ``inf`` without capacity)."""
+    left_b = total - 0.0
+    if left_b < 0.0:
+        left_b = 0.0
+    left_c = capacity - 0.0
+    if left_b <= 0.0:
+        return 0.0, left_b, left_c
+    return (left_b / left_c if left_c > 0.0 else _INF), left_b, left_c
+
+
+def errors(shares: list[float], ideals: list[float]) -> list[float]:
+    """Per share and ideal share, ``rel_error(share, ideal)`` and then the largest of it
+    and 0.0 (the general path's running maximum over one resource), inlined."""
+    out: list[float] = []
+    for a, i in zip(shares, ideals, strict=True):
+        if a > 0:
+            e = (a - i) / a
+            if e > ERROR_LIMIT or e < -ERROR_LIMIT:
+                e = ERROR_LIMIT
+            elif e < 0.0:
+                e = -e
+        else:
+            e = ERROR_LIMIT if i > 0 else 0.0
+        out.append(e if e > 0.0 else 0.0)
+    return out
+
+
 class Shortcuts:
     """The shortcuts of one search (module docstring); ``s`` is its
     :class:`~merkat.market.balance_state.Search`, prepared."""
@@ -142,16 +173,7 @@ class Shortcuts:
             rm = rmaxs[h]
             if r_v > rm:
                 rm = r_v
-            left_b = (sums[h] + b_v) - 0.0
-            if left_b < 0.0:
-                left_b = 0.0
-            left_c = cap_r[h] - 0.0
-            if left_b <= 0.0:
-                p = 0.0
-            elif left_c > 0.0:
-                p = left_b / left_c
-            else:
-                p = _INF
+            p, left_b, left_c = first_step(sums[h] + b_v, cap_r[h])
             if not rm <= p * _LIMIT:
                 capped.append(len(shares))
                 shares.append(0.0)
@@ -168,42 +190,13 @@ class Shortcuts:
                 h = nodes[g]
                 shares[g] = share_of_last(s.node_bids[r][h] + [b_v],
                                           s.node_caps[r][h] + [c_v], cap_r[h])
-        return self.errors(shares, i_v)
-
-    @staticmethod
-    def errors(shares: list[float], i_v: float) -> list[float]:
-        """Per share, ``rel_error(share, i_v)`` and then the largest of it and 0.0 (the
-        general path's running maximum over one resource), inlined."""
-        out: list[float] = []
-        for a in shares:
-            if a > 0:
-                e = (a - i_v) / a
-                if e > ERROR_LIMIT or e < -ERROR_LIMIT:
-                    e = ERROR_LIMIT
-                elif e < 0.0:
-                    e = -e
-            else:
-                e = ERROR_LIMIT if i_v > 0 else 0.0
-            out.append(e if e > 0.0 else 0.0)
-        return out
+        return errors(shares, [i_v] * len(shares))
 
     def move_errors(self, alloc: list[float], m: list[int]) -> list[float]:
         """``Search.move``'s new errors of VMs ``m`` from their allocations ``alloc`` of
         the one resource that makes errors (the usual market only)."""
         ideal_r = self.s.ideal_t[self.r]
-        out: list[float] = []
-        for a, j in zip(alloc, m, strict=True):
-            i = ideal_r[j]
-            if a > 0:
-                e = (a - i) / a
-                if e > ERROR_LIMIT or e < -ERROR_LIMIT:
-                    e = ERROR_LIMIT
-                elif e < 0.0:
-                    e = -e
-            else:
-                e = ERROR_LIMIT if i > 0 else 0.0
-            out.append(e if e > 0.0 else 0.0)
-        return out
+        return errors(alloc, [ideal_r[j] for j in m])
 
     def pair_shares(self, r: int, src: int, dst: int, segmented: bool) -> list[float] | None:
         """``Search._pair_shares(r, src, dst)`` when neither node has a capped VM (and, for a
@@ -215,19 +208,10 @@ class Shortcuts:
         sums, rmaxs, cap_r = s.node_sum[r], s.node_rmax[r], s.cap_node[r]
         terms = []
         for h in (src, dst):
-            left_b = sums[h] - 0.0
-            if left_b < 0.0:
-                left_b = 0.0
-            left_c = cap_r[h] - 0.0
-            if left_b <= 0.0:
-                p = 0.0
-            elif left_c > 0.0:
-                p = left_b / left_c
-            else:
-                p = _INF
-            if not rmaxs[h] <= p * _LIMIT:
+            step = first_step(sums[h], cap_r[h])
+            if not rmaxs[h] <= step[0] * _LIMIT:
                 return None
-            terms.append((p, left_b, left_c))
+            terms.append(step)
         out: list[float] = []
         nb = s.node_bids[r]
         for h, (p, left_b, left_c) in zip((src, dst), terms, strict=True):
