@@ -185,9 +185,10 @@ def test_a_quiet_period_reuses_the_last_plan_only_when_every_vm_keeps_its_alloca
     assert memo(900.0, 300.0, again, other, Ops(), placed).allocations != first.allocations
 
 
+@pytest.mark.parametrize("min_column", [0, 10**9])  # the numpy column pass, the plain one
 @pytest.mark.parametrize("seed", range(20))
 def test_the_one_column_pass_gives_the_per_application_loop_s_plan(
-        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        seed: int, min_column: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every application trades the CPU only and every VM is placed (the usual market):
     ``make_plan`` takes one pass over the joined VMs; the plan, the next states' mappings
     (the ones kept, by identity, and the ones replaced) and the allocations' order are the
@@ -195,6 +196,7 @@ def test_the_one_column_pass_gives_the_per_application_loop_s_plan(
     from merkat.core import plan as plan_mod
     from merkat.core.draft import copy
 
+    monkeypatch.setattr(plan_mod, "MIN_COLUMN_VMS", min_column)
     rng = np.random.default_rng(seed)
     platform = Platform(Hosts(tuple(f"h{k}" for k in range(4)), np.array([[1.0, 4096.0]] * 4)))
     runs = []

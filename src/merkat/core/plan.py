@@ -141,40 +141,63 @@ def _one_column(runs: Sequence[Run]) -> tuple[str, int] | None:
     return first[0]
 
 
+MIN_COLUMN_VMS = 256
+"""The fewest VMs whose allocations :func:`_one_column_allocations` compares in numpy: the
+pass costs ~15 µs whatever its size and ~60 ns per VM, the plain comprehension ~100 ns per
+VM (a w3k plan lists ~130 VMs, a fig5 one ~900)."""
+
+
 def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray
                             ) -> dict[str, dict[str, float]]:
     """:func:`make_plan`'s allocations when :func:`_one_column` gives ``(r0, c)`` and every
     VM is placed (``col``: column c of the clearing's allocations, market order): every
     VM's mapping ``{r0: a}``, the one it holds kept when equal — the per-application loop's
-    result, as a column operation over the VMs joined in market order.
+    result, from one pass over the VMs joined in market order.
 
-    It replaces the per-VM test ``old.get(r0) != a or len(old) != 1``: the mappings' values
-    and sizes are read at C speed (``map``), compared with the column in numpy (a missing
-    value reads as NaN, which equals nothing, as ``None != a``; the sizes are read only of the
-    mappings whose value is equal), and only the mappings that change are made and written back into the runs' own lists (a slice per application).
-    ``tests/test_plan.py`` checks it against the per-application loop."""
+    From :data:`MIN_COLUMN_VMS` VMs it is a column operation instead of the per-VM test
+    ``old.get(r0) != a or len(old) != 1``: the mappings' values are read at C speed
+    (``map``), compared with the column in numpy (a missing value reads as NaN, which equals
+    nothing, as ``None != a``; the sizes are read only of the mappings whose value is
+    equal), and the runs' own lists take the changed mappings by a slice per application
+    when many change (else each is found by ``bisect``). ``tests/test_plan.py`` checks both
+    sizes against the per-application loop."""
     ids: list[str] = []
     allocs: list[dict[str, float]] = []
     for nx, _, _ in runs:
         ids += nx.ids
         allocs += nx.allocs
     n = len(allocs)
-    held = np.fromiter(map(dict.get, allocs, repeat(r0), repeat(math.nan)), float, n)
-    same = held == col
-    odd = [m for m in np.flatnonzero(same).tolist() if len(allocs[m]) != 1]  # other keys
-    if odd:
-        same[odd] = False
-    new = np.flatnonzero(~same)
-    if len(new):
-        values: list[float] = col[new].tolist()
-        if len(new) == n:
-            allocs = [{r0: a} for a in values]
-        else:
-            for m, a in zip(new.tolist(), values, strict=True):
-                allocs[m] = {r0: a}
+    if n < MIN_COLUMN_VMS:
+        values: list[float] = col.tolist()
+        new = [m for m, (old, a0) in enumerate(zip(allocs, values, strict=True))
+               if old.get(r0) != a0 or len(old) != 1]
+        for m in new:
+            allocs[m] = {r0: values[m]}
+    else:
+        held = np.fromiter(map(dict.get, allocs, repeat(r0), repeat(math.nan)), float, n)
+        same = held == col
+        odd = [m for m in np.flatnonzero(same).tolist() if len(allocs[m]) != 1]  # other keys
+        if odd:
+            same[odd] = False
+        at = np.flatnonzero(~same)
+        new = at.tolist()
+        for m, a in zip(new, col[at].tolist(), strict=True):
+            allocs[m] = {r0: a}
+    if not new:
+        return dict(zip(ids, allocs, strict=True))
+    if len(new) < len(runs):  # few: each one's run found by bisect
+        starts: list[int] = []
         i = 0
-        first, last = int(new[0]), int(new[-1])
-        for nx, _, _ in runs:  # the runs' lists take the new mappings (the others: the same)
+        for nx, _, _ in runs:
+            starts.append(i)
+            i += len(nx.ids)
+        for m in new:
+            r = bisect_right(starts, m) - 1
+            runs[r][0].allocs[m - starts[r]] = allocs[m]
+    else:  # many: the runs' lists take their slices (the mappings kept: the same)
+        i = 0
+        first, last = new[0], new[-1]
+        for nx, _, _ in runs:
             j = i + len(nx.allocs)
             if j > first and i <= last:
                 nx.allocs[:] = allocs[i:j]
