@@ -86,10 +86,16 @@ def _run(monkeypatch: pytest.MonkeyPatch, keep: bool) -> tuple[str, dict[str, in
     if keep:
         settle, decide = commit.settle, Platform.decide
 
+        held: dict[int, tuple[list[Any], list[Any]]] = {}  # every kept list, as first seen
+
         def check(apps: Any) -> None:
             for app in apps:
                 seen["checks"] += 1
-                seen["kept"] += same_as_records(app)
+                if same_as_records(app):
+                    seen["kept"] += 1
+                    for col in draft.kept(app):  # a kept list is never changed once kept
+                        first = held.setdefault(id(col), (col, col[:]))
+                        assert first[0] is col and all(map(operator.is_, col, first[1]))
 
         def settled(apps: Any, decision: Any, report: Any, charged: Any) -> Any:
             out = settle(apps, decision, report, charged)

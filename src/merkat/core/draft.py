@@ -11,7 +11,8 @@ column lists, one ``append`` per VM and column (the largest single cost of a man
 ``themis-fig5``'s jobs of N processors are N VMs). The columns are now kept on the record
 (``App.kept``, :func:`kept`) in step with ``App.vms``: :func:`install` keeps the installed
 next state's own lists (a next state is consumed by its commit), so a draft is six C-speed
-list copies. The rule that keeps them right: a :class:`~merkat.core.model.VMRecord`'s
+list copies. Kept lists are never changed once kept (a writer keeps new ones or drops them),
+so a cache may hold them as its key (:class:`~merkat.core.running.RunningRows`). The rule that keeps them right: a :class:`~merkat.core.model.VMRecord`'s
 ``state``, ``host``, ``bid``, ``alloc`` and ``new`` are written by :func:`install`, by
 :func:`started` (the commit's VM starts, written in both), or by a writer that then calls
 :func:`changed` (the commit's failed migrations, the live service's
@@ -67,11 +68,14 @@ def changed(app: App) -> None:
 
 def started(app: App) -> tuple[list[VMRecord], list[VMState], dict[str, int]]:
     """What :func:`~merkat.core.commit.settle` needs to write the VMs of ``app`` the
-    backend started: its records, its kept states (written in step with the records: the
-    caller sets ``states[k]`` with ``records[k].state``) and each VM's row by id."""
-    cols = kept(app)
-    ids = cols[0]
-    return app.vms, cols[1], dict(zip(ids, range(len(ids)), strict=True))
+    backend started: its records, its kept states (a new list, kept in place of the one
+    read: kept lists are never changed once kept, so a holder of one, e.g. a cache's key,
+    never sees it change; the caller sets ``states[k]`` with ``records[k].state``) and each
+    VM's row by id."""
+    ids, states, bids, hosts, fresh, allocs = kept(app)
+    states = states[:]
+    app.kept = (app.vms, (ids, states, bids, hosts, fresh, allocs))
+    return app.vms, states, dict(zip(ids, range(len(ids)), strict=True))
 
 
 def columns(vms: Sequence[VMRecord], refuse: VMState | None = None) -> Columns | None:

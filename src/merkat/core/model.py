@@ -52,7 +52,7 @@ class AppSpec:
     trade: tuple[str, ...] = RESOURCES
 
 
-@dataclass
+@dataclass(slots=True)
 class VMRecord:
     """The platform's view of one VM. ``bid`` and ``alloc`` hold the resources its application
     trades (:attr:`AppSpec.trade`), in that order; the others are neither bid for nor limited."""
