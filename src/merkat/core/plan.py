@@ -272,8 +272,9 @@ class Plans:
     hold the same VMs whose allocation mappings are the ones the last plan gave them
     (identity: a mapping is kept while its values do not change), every VM keeps its
     allocation and the plan's ``allocations`` are the last plan's (the same mapping, shared:
-    plans are read, never changed); only the destroys and suspends are new. Checked per
-    application with list comparisons (``ids``, ``allocs``) instead of a visit per VM. Not a
+    plans are read, never changed); only the destroys and suspends are new. Checked with
+    list comparisons over the runs joined (the applications, their rows and VM counts, the
+    VM ids; the mappings by identity) instead of a visit per VM or per application. Not a
     record: a cache of a pure function (``tests/test_plan.py`` compares both)."""
 
     def __init__(self) -> None:
@@ -283,18 +284,31 @@ class Plans:
                  before: IntArray) -> Plan:
         """``make_plan(now, period, runs, result, ops, before)``."""
         last = self._last
-        if (last is not None and last[0] is result and len(last[1]) == len(runs)
-                and not (result.host != before).any()
-                and all(nx.id == i and rows == r and nx.ids == ids
-                        and all(map(operator.is_, nx.allocs, allocs))
-                        for (nx, _, rows), (i, r, ids, allocs) in zip(runs, last[1],
-                                                                       strict=True))):
-            return Plan(time=now, period=period, destroy=tuple(ops.destroy),
-                        suspend=tuple(ops.suspend), allocations=last[2].allocations)
+        if last is not None and last[0] is result and not (result.host != before).any():
+            key, allocs = _joined(runs)
+            if key == last[1] and all(map(operator.is_, allocs, last[2])):
+                return Plan(time=now, period=period, destroy=tuple(ops.destroy),
+                            suspend=tuple(ops.suspend), allocations=last[3].allocations)
         plan = make_plan(now, period, runs, result, ops, before)
-        self._last = (result, [(nx.id, rows, nx.ids, list(nx.allocs)) for nx, _, rows in runs],
-                      plan)
+        self._last = (result, *_joined(runs), plan)
         return plan
+
+
+def _joined(runs: Sequence[Run]) -> tuple[tuple[list[Any], ...], list[dict[str, float]]]:
+    """What :class:`Plans` compares of ``runs``: ``(application ids, rows, VM counts, VM
+    ids)`` and the VMs' allocation mappings, each joined over the runs (new lists)."""
+    apps: list[str] = []
+    rows_of: list[list[int] | None] = []
+    counts: list[int] = []
+    ids: list[str] = []
+    allocs: list[dict[str, float]] = []
+    for nx, _, rows in runs:
+        apps.append(nx.id)
+        rows_of.append(rows)
+        counts.append(len(nx.ids))
+        ids += nx.ids
+        allocs += nx.allocs
+    return (apps, rows_of, counts, ids), allocs
 
 
 class Bills:
