@@ -1,7 +1,8 @@
 """The tabu search's shortcuts (merkat.market.balance_fast) against its general path
 (balance_state.FAST_PATHS off): the same clearing, byte for byte, on random markets shaped
 like the runs' (one-core VMs of a few applications on one-core hosts, crowded nodes) and
-unlike them (capped VMs, memory bids, minimums, nodes of many cores, near-overflow bids)."""
+unlike them (capped VMs, memory bids, minimums, nodes of many cores, near-overflow bids),
+with Merkat's moves and Themis Fig. 2's (which share the moves' clearings)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ def _market(seed: int) -> tuple[Hosts, VMs, BalanceParams]:
               host, minimum)
     params = BalanceParams(max_migrations=int(rng.integers(0, 30)),
                            error_threshold=float(rng.choice([0.0, 0.05, 0.1])),
-                           candidates=int(rng.choice([1, 3, 8])))
+                           candidates=int(rng.choice([1, 3, 8])),
+                           rule="themis" if seed % 5 == 4 else "merkat")
     return hosts, vms, params
 
 
