@@ -9,6 +9,7 @@ import gc
 import weakref
 
 import numpy as np
+import pytest
 
 from merkat.market import BalanceParams, Hosts, VMs, clear
 from merkat.market.balance import search_mapping
@@ -51,5 +52,28 @@ def test_a_clearing_leaves_no_garbage() -> None:
         for _ in range(3):
             clear(hosts, vms, params=params)
         assert gc.collect() == 0  # nothing was left for the collector
+    finally:
+        gc.enable()
+
+
+def test_a_search_that_raises_is_freed_too(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import importlib
+
+    balance = importlib.import_module("merkat.market.balance")
+    seen: list[object] = []
+
+    def failing(search: object, *a: object) -> None:
+        seen.append(search)
+        raise RuntimeError("a search that fails midway")
+
+    monkeypatch.setattr(balance, "_search_loop", failing)
+    hosts, vms, params = _crowded()
+    ideal = np.full((len(vms), 2), 1.0 / len(vms))
+    gc.disable()
+    try:
+        with pytest.raises(RuntimeError, match="fails midway"):
+            balance.search_mapping(hosts, vms, vms.host.copy(), ideal, params)
+        gone = weakref.ref(seen.pop())
+        assert gone() is None, "the failed search is held by a reference cycle"
     finally:
         gc.enable()

@@ -63,13 +63,15 @@ def search_mapping(
 
     search.prepare()
     loop = themis_loop if params.rule == "themis" else _search_loop
-    with np.errstate(divide="ignore", invalid="ignore"):  # in destination's estimates
-        it, best_host, best_rms = loop(search, params, rms0)
-    # The shortcuts refer back to the search: drop them here, so the pair is freed by
-    # reference counting when the caller lets the search go (a cycle waits for the garbage
-    # collector and held ~300 KiB a search: 200 MiB on 3,000 jobs). Nothing after the loop
-    # reads them (tests/test_balance_memory.py).
-    search.fast = None
+    try:
+        with np.errstate(divide="ignore", invalid="ignore"):  # in destination's estimates
+            it, best_host, best_rms = loop(search, params, rms0)
+    finally:
+        # The shortcuts refer back to the search: drop them when the loop ends (or raises),
+        # so the pair is freed by reference counting when the caller lets the search go (a
+        # cycle waits for the garbage collector and held ~300 KiB a search: 200 MiB on 3,000
+        # jobs). Nothing after the loop reads them (tests/test_balance_memory.py).
+        search.fast = None
     return BalanceResult(best_host, it, rms0, best_rms, ran=True), search
 
 
