@@ -36,7 +36,17 @@ __all__ = ["Columns", "add_vm", "bidding", "changed", "columns", "copy", "draft"
 
 
 def draft(app: App) -> AppNext:
-    """``app``'s record as a next state (the VM columns are new lists; mappings shared)."""
+    """``app``'s record as a next state (the VM columns are new lists; mappings shared): its
+    kept columns copied (:func:`kept`), or one VM's record read at once (the usual trace
+    job: faster than the kept columns' look-up and copies)."""
+    vms = app.vms
+    if len(vms) == 1:
+        vm = vms[0]
+        return AppNext(
+            app.spec.id, app.status, app.start_time, app.end_time, app.reason, app.outcome,
+            app.suspensions, app.resumes, app.vm_count, app.broke_since,
+            [vm.id], [vm.state], [vm.bid], [vm.host], [vm.new], [vm.alloc],
+        )
     ids, states, bids, hosts, fresh, allocs = kept(app)
     return AppNext(
         app.spec.id, app.status, app.start_time, app.end_time, app.reason, app.outcome,
