@@ -95,18 +95,17 @@ def errors(shares: list[float], ideals: list[float]) -> list[float]:
 
 class Shortcuts:
     """The shortcuts of one search (module docstring); ``s`` is its
-    :class:`~merkat.market.balance_state.Search`, prepared."""
+    :class:`~merkat.market.balance_state.Search`, prepared; up to ``small`` VMs its general
+    path clears a node in plain Python (passed in: this module does not import that one)."""
 
-    def __init__(self, s: Any) -> None:
+    def __init__(self, s: Any, small: int) -> None:
         self.s = s
         self.log: list[int] = []  # the nodes each move changed, in order
         self.kept: dict[tuple[float, float, float], list[Any]] = {}
         r = s.err_res[0] if len(s.err_res) == 1 else -1
         self.simple = (r >= 0 and r in s.traded and s.all_have_cap[r] and not s.has_min)
         self.r = r
-        from merkat.market.balance_state import _SMALL
-
-        self.small = _SMALL
+        self.small = small  # the general path's plain-Python limit (balance_state._SMALL)
         # per traded resource: whether a segmented clearing's running sums stay finite
         self.safe = {q: bool(s.vms.bid[:, q].sum() < SAFE_SUM)
                      and bool(np.sum(s.vms.cap[:, q], where=s.vms.cap[:, q] < _INF) < SAFE_SUM)

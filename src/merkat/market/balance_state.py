@@ -180,7 +180,7 @@ class Search:
         self.migrations = 0
         self.is_tabu = [False] * len(vms)
         self.score = np.where(self.placed, self.err, -1.0)
-        self.fast = fast.Shortcuts(self) if FAST_PATHS else None
+        self.fast = fast.Shortcuts(self, _SMALL) if FAST_PATHS else None
 
     def load(self, h: int) -> None:
         """Build node ``h``'s lists from the starting mapping (before any move touches it)."""
