@@ -281,7 +281,7 @@ class MemoryLedger(Ledger):
         the accounts, read their balances, choose, apply, check) for a period's charge.
         Anything unusual (bad input, an unknown account, a bill of the payee's own account,
         a key used before) undoes what was taken and takes the reference, which gives its
-        precise error or result; ``tests/test_economy_renew.py`` pins the two equal."""
+        precise error or result; ``tests/test_renewal_one_pass.py`` pins the two equal."""
         check_reason(reason)
         check_period(period)
         check_key(idempotency_key)

@@ -65,6 +65,47 @@ class Allowance:
         return max(0, min(self.rate, self.cap - balance))
 
 
+class Allowances(dict[str, Allowance]):
+    """The renewals by account (a dict), counting its changes in :attr:`changes`: whoever
+    keeps an answer read from it (``Economy._due``) knows it is still right while the count
+    is the same, whatever wrote to it (a counter kept by the writers missed a removal and an
+    addition between two reads: ``tests/test_renewal_kept.py``)."""
+
+    changes: int = 0
+
+    def __setitem__(self, key: str, value: Allowance) -> None:
+        self.changes += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self.changes += 1
+        super().__delitem__(key)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        self.changes += 1
+        return super().pop(key, *default)
+
+    def popitem(self) -> tuple[str, Allowance]:
+        self.changes += 1
+        return super().popitem()
+
+    def clear(self) -> None:
+        self.changes += 1
+        super().clear()
+
+    def update(self, *a: Any, **k: Any) -> None:
+        self.changes += 1
+        super().update(*a, **k)
+
+    def setdefault(self, key: str, default: Allowance) -> Allowance:
+        self.changes += 1
+        return super().setdefault(key, default)
+
+    def __ior__(self, other: Any) -> Allowances:  # type: ignore[override,misc]
+        self.changes += 1
+        return super().__ior__(other)
+
+
 @dataclass(frozen=True)
 class CreditManager:
     """Every ``every`` periods, move each application's allowance from its owner's account

@@ -24,7 +24,7 @@ def witness(kind: str, moves: Sequence[Any]) -> Witness:
     replaces the SHA-256 :func:`~merkat.bank.ledger.fingerprint` of the moves' text (~17 µs
     for 50 moves, three times a period in a simulation). A reuse of the key for
     other moves is told from a retry as before, but for a 64-bit hash collision (2**-64).
-    ``tests/test_bank_ledger.py``'s and ``tests/test_economy_renew.py``'s idempotency tests
+    ``tests/test_bank_ledger.py``'s and ``tests/test_renewal_one_pass.py``'s idempotency tests
     pin it; moves that are not tuples of
     hashables (bad input, raised precisely later) fall back to the fingerprint.
 

@@ -37,6 +37,7 @@ from merkat.bank.ledger import AccountKind, Ledger, Move
 from merkat.bank.policies import (
     VIRTUAL_BANK,
     Allowance,
+    Allowances,
     ChargeByBid,
     ChargeByUse,
     CreditManager,
@@ -212,11 +213,13 @@ class Economy:
     returned: int = 0  # micro-credits given back to owners by ended applications
     redistributed: int = 0
     minted: int = 0  # every mint this economy made (initial budgets and allowances)
-    allowances: dict[str, Allowance] = field(default_factory=dict)
+    allowances: Allowances = field(default_factory=Allowances)
     owners: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         rules, charging = ECONOMIES.get(self.kind), CHARGING.get(self.charging)
+        if not isinstance(self.allowances, Allowances):  # (a plain dict given: counted too)
+            self.allowances = Allowances(self.allowances)
         if self.redistribute_every < 1:
             raise EconomyError(f"redistribute_every must be >= 1, got {self.redistribute_every}")
         if not self.ledger.has_account(self.provider):
@@ -225,8 +228,7 @@ class Economy:
         self._meter = MeteredUse(self.provider) if self.metered and self.charging == "use" \
             else None
         self._rules = rules(self.ledger, self.redistribute_every, self.idle_tax_ppm)
-        self._allowance_changes = 0  # (the kept due accounts' validity: _due)
-        self._kept_due: tuple[tuple[int, int], list[str], list[str]] | None = None
+        self._kept_due: tuple[int, list[str], list[str]] | None = None
 
     # --- admission ----------------------------------------------------------------------
 
@@ -256,7 +258,6 @@ class Economy:
         cap = to_micro(spec.budget if spec.budget_cap is None else spec.budget_cap)
         if rate > 0 and cap > 0:
             self.allowances[app.account] = Allowance(rate, cap)
-            self._allowance_changes += 1
 
     # --- before the decision --------------------------------------------------------------
 
@@ -271,7 +272,7 @@ class Economy:
         <merkat.bank.policies.Allowance.due>` per account, reading the balances twice and
         :meth:`CreditManager.plan <merkat.bank.policies.CreditManager.plan>` (kept as
         :meth:`renew_reference`, which an owner that is itself a renewed account takes: the
-        mint changes its balance between the two reads). ``tests/test_economy_renew.py``
+        mint changes its balance between the two reads). ``tests/test_renewal_one_pass.py``
         pins the two equal: the same mints, moves, balances and transfer ids."""
         allowances = self.allowances
         due = self._due(accounts)
@@ -315,12 +316,12 @@ class Economy:
     def _due(self, accounts: Iterable[str]) -> list[str]:
         """The renewed ones of ``accounts`` (those with an allowance), each once, in name
         order. Kept between calls: a list of the same names as the last call's, while the
-        allowances are the same accounts (their number, and :meth:`open`, :meth:`close` and
-        :meth:`forget`, which count their changes), gives the last answer (the driver passes
+        allowances did not change (:attr:`Allowances.changes
+        <merkat.bank.policies.Allowances.changes>` counts every write), gives the last answer (the driver passes
         the same active accounts period after period) instead of a set and a sort of them;
-        ``tests/test_economy_renew.py`` pins it to the fresh answer."""
+        ``tests/test_renewal_one_pass.py`` pins it to the fresh answer."""
         allowances = self.allowances
-        key = (self._allowance_changes, len(allowances))
+        key = allowances.changes
         kept = self._kept_due
         if kept is not None and kept[0] == key and accounts.__class__ is list \
                 and accounts == kept[1]:
@@ -415,7 +416,6 @@ class Economy:
                 owner = ledger.get_account(a).owner or ""
             owners[a] = owner
             self.allowances.pop(a, None)
-        self._allowance_changes += 1
         returned = ReturnBudget().apply(ledger, period, owners, also, reason)
         self.returned += sum(returned.values())
         return returned
@@ -426,7 +426,6 @@ class Economy:
         for a in accounts:
             self.allowances.pop(a, None)
             self.owners.pop(a, None)
-        self._allowance_changes += 1
 
     def redistribute(self, period: int) -> int:
         """Closed economy: every K periods, the idle tax (if any) then the Virtual Bank's

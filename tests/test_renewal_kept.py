@@ -127,3 +127,17 @@ def test_the_witness_of_tuples_is_the_witness_of_lists() -> None:
     assert witness("batch", moves) == witness("batch", [list(m) for m in moves])
     assert witness("batch", list(moves)) == witness("batch", moves)
     assert witness("batch", moves) != witness("batch", moves[::-1])
+
+
+def test_an_allowance_swapped_between_two_reads_is_seen() -> None:
+    """One account's allowance removed and another's added (same number of allowances)
+    between two reads: the kept answer is not reused (hypothesis found it once)."""
+    e = economy()
+    e.allowances[APPS[1]] = Allowance(3, 40)
+    names = [APPS[0]]
+    assert e._due(names) == []
+    e.allowances.pop(APPS[1])
+    e.allowances[APPS[0]] = Allowance(3, 40)
+    assert e._due(names) == [APPS[0]]
+    del e.allowances[APPS[0]]
+    assert e._due(names) == []
