@@ -97,6 +97,17 @@ _SAFE_SUM = 1e300
 its own running sum from itself exactly (``x - x == 0.0``)."""
 
 
+def _shares_at(b: FloatArray, price: float, left_b: float, left_c: float) -> FloatArray:
+    """One market's uncapped shares at ``price``: ``b / price``; below the smallest normal
+    price, ``(b / left_b) * left_c`` (the same shares without dividing by a subnormal);
+    none at price 0. (The caller sets numpy's error state.)"""
+    if price >= _TINY:
+        return b / price
+    if price > 0:
+        return (b / left_b) * left_c
+    return np.zeros(b.shape[0])
+
+
 def uncapped_share(
     b: FloatArray, m: FloatArray, cap_g: FloatArray, group: npt.ArrayLike | None
 ) -> Shares | None:
@@ -146,12 +157,7 @@ def uncapped_share(
             p0 = float(price[0])
             if not (ratio <= p0 * (1.0 + _RTOL)).all():
                 return None
-            if p0 >= _TINY:
-                share = b / p0
-            elif p0 > 0:
-                share = (b / left_b[0]) * left_c[0]
-            else:
-                share = np.zeros(n)
+            share = _shares_at(b, p0, left_b[0], left_c[0])
         else:
             if not (ratio <= (price * (1.0 + _RTOL))[g]).all():
                 return None
@@ -207,12 +213,7 @@ def proportional_share_numpy(
         s_capped = np.arange(n) < first0
         gp0 = price[0]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            if gp0 >= _TINY:
-                s_share = sb / gp0
-            elif gp0 > 0:
-                s_share = (sb / uncapped_bids[0]) * capacity_left[0]
-            else:
-                s_share = np.zeros(n)
+            s_share = _shares_at(sb, gp0, uncapped_bids[0], capacity_left[0])
             s_alloc = np.where(s_capped, sm0, s_share)
         s_alloc = np.where(np.isfinite(s_alloc), s_alloc, 0.0)
         allocation[order] = s_alloc
