@@ -258,6 +258,7 @@ def test_a_vm_that_leaves_its_cgroup_or_loses_it_is_failed(tmp_path: Path) -> No
         got = {r.vm: (r.op, r.error) for r in b.poll()}
         assert got["a/vm1"][0] == "escape"
         assert f"process {leader} left its cgroup" in str(got["a/vm1"][1])
+        assert "; it runs '" in str(got["a/vm1"][1])  # who left: its command name
         assert got["a/vm2"] == ("escape", f"its cgroup {b.tree.path('a/vm2')} vanished")
         assert b.vms["a/vm1"].state == b.vms["a/vm2"].state == "failed"
         assert set(b.failed()) == {"a/vm1", "a/vm2"}

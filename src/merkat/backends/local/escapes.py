@@ -74,8 +74,18 @@ def escape(tree: CgroupTree, group: str, members: list[int]) -> str | None:
     for pid in members:
         where = outside(pid, tree, group)
         if where is not None:
-            return f"process {pid} left its cgroup (it is in {where})"
+            return f"process {pid} left its cgroup (it is in {where}; it runs {_comm(pid)})"
     return None
+
+
+def _comm(pid: int) -> str:
+    """Process ``pid``'s command name, quoted (``/proc/PID/comm``), for the escape's reason: who
+    left, when an escape needs explaining; ``'?'`` when it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return repr(f.read().strip())
+    except OSError:
+        return "'?'"
 
 
 def kill_session(members: list[int], tree: CgroupTree, group: str) -> None:
