@@ -42,16 +42,19 @@ def draft(app: App) -> AppNext:
     vms = app.vms
     if len(vms) == 1:
         vm = vms[0]
-        return AppNext(
-            app.spec.id, app.status, app.start_time, app.end_time, app.reason, app.outcome,
-            app.suspensions, app.resumes, app.vm_count, app.broke_since,
-            [vm.id], [vm.state], [vm.bid], [vm.host], [vm.new], [vm.alloc],
-        )
+        return _next(app, [vm.id], [vm.state], [vm.bid], [vm.host], [vm.new], [vm.alloc])
     ids, states, bids, hosts, fresh, allocs = kept(app)
+    return _next(app, ids[:], states[:], bids[:], hosts[:], fresh[:], allocs[:])
+
+
+def _next(app: App, ids: list[str], states: list[VMState], bids: list[dict[str, float]],
+          hosts: list[int], fresh: list[bool], allocs: list[dict[str, float]]) -> AppNext:
+    """``app``'s record's fields with these VM columns (new lists, the caller's): a next
+    state, written once for :func:`draft` and the rebids."""
     return AppNext(
         app.spec.id, app.status, app.start_time, app.end_time, app.reason, app.outcome,
         app.suspensions, app.resumes, app.vm_count, app.broke_since,
-        ids[:], states[:], bids[:], hosts[:], fresh[:], allocs[:],
+        ids, states, bids, hosts, fresh, allocs,
     )
 
 
@@ -140,11 +143,7 @@ def _rebid(app: App, bid: dict[str, float], ids: list[str], states: list[VMState
     VM's bid, None without VMs)."""
     if first is not None and first == bid:
         bid = first
-    return AppNext(
-        app.spec.id, app.status, app.start_time, app.end_time, app.reason, app.outcome,
-        app.suspensions, app.resumes, app.vm_count, app.broke_since,
-        ids, states, [bid] * len(ids), hosts, fresh, allocs,
-    )
+    return _next(app, ids, states, [bid] * len(ids), hosts, fresh, allocs)
 
 
 def copy(nx: AppNext) -> AppNext:
