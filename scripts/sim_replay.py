@@ -164,6 +164,8 @@ def main() -> None:
     rep.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     if args.command == "record":
+        if args.fig5 is not None and not 0 < args.fig5 <= 10:
+            parser.error(f"--fig5 must be in (0, 10], got {args.fig5}")  # one line, exit 2
         record(args.out, args.jobs, args.trace, args.fig5)
     else:
         replay(args.path, args.repeat)

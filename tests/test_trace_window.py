@@ -35,3 +35,12 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert named.returncode == 2 and "'no-such-trace-name' not found" in named.stderr
     negative = _run(str(tmp_path / "nosuch.swf"), "-1", "3")
     assert negative.returncode == 2 and "first must be >= 0" in negative.stderr
+
+
+def test_sim_replay_refuses_an_inter_arrival_factor_out_of_range(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "sim_replay.py"), "record",
+                          str(tmp_path / "r.pkl"), "--fig5", "-3"], env=env, text=True,
+                         capture_output=True, timeout=60)
+    assert out.returncode == 2 and "--fig5 must be in (0, 10], got -3.0" in out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "r.pkl").exists()
