@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 import tempfile
 import time
 import urllib.error
@@ -265,6 +266,48 @@ def test_a_vm_that_leaves_its_cgroup_or_loses_it_is_failed(tmp_path: Path) -> No
         wait(lambda: not any(pid_alive(p) for p in [leader, *procs]), 5)
         assert b.poll() == []  # failed once, not again
     finally:
+        b.close()
+
+
+def test_a_vm_whose_ended_leaders_pid_now_leads_another_session_is_not_escaped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A VM's leader ended and was reaped (a liveness check) before the health check saw it;
+    its pid was given to another session's leader outside every VM group (pid_max is 32768
+    here). That session is not the VM's: the VM exits, it is not failed as escaped. Also a
+    leader whose pid is alive but with another start time (reused between two checks)."""
+    from merkat.backends.local import escapes
+
+    b = LocalBackend([Node("n0", "0", 1.0, 512.0)], tmp_path / "logs",
+                     prefix=f"merkat-reuse-{uuid.uuid4().hex[:8]}")
+    assert b.enforced
+    b.register("a", lambda app, vm, i: Launch("exit 0" if vm == "a/vm1" else "exec sleep 60",
+                                              index=i))
+    from merkat.core.backend import Plan, VMPlacement
+
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)  # in no VM group
+    try:
+        b.apply(Plan(time=0, period=1, create=(VMPlacement("a/vm1", "a", 0),
+                                               VMPlacement("a/vm2", "a", 0))))
+        vm1, vm2 = b.vms["a/vm1"], b.vms["a/vm2"]
+        assert vm1.proc is not None
+        vm1.proc.wait(10)  # reaped: its returncode is set, its pid free
+        vm1.pid = other.pid  # ... and given to another session's leader
+        assert escapes.outside(other.pid, b.tree, "a/vm1") is not None  # it would read so
+        got = {r.vm: (r.op, r.error) for r in b.poll()}
+        assert got == {"a/vm1": ("exit", None)}, got
+        assert vm1.state == "exited" and pid_alive(other.pid)
+        # vm2's leader, seen once; later its pid names a process with another start time
+        assert b.poll() == [] and vm2.state == "running"
+        real = vm2.pid or 0
+        start = escapes._start(real)
+        assert start is not None and escapes.ours(b, vm2)
+        monkeypatch.setattr(escapes, "_start", lambda pid: start + 1)
+        assert not escapes.ours(b, vm2)  # another process: left to the health check
+        monkeypatch.setattr(escapes, "_start", lambda pid: start)
+        assert escapes.ours(b, vm2)
+    finally:
+        other.kill()
+        other.wait()
         b.close()
 
 

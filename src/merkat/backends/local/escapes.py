@@ -88,6 +88,40 @@ def _comm(pid: int) -> str:
         return "'?'"
 
 
+def _start(pid: int) -> int | None:
+    """Process ``pid``'s start time (clock ticks since boot, ``/proc/PID/stat`` field 22), or
+    None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[-1].split()
+        return int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def ours(backend: Any, p: Any) -> bool:
+    """Whether VM ``p``'s session leader is still the process the backend started or adopted,
+    so that the sessions led by ``p.pid`` are the VM's. Not so when the leader has ended: once
+    reaped (``Popen.returncode`` set, e.g. by a liveness check before the health check saw the
+    exit) its pid is free, and on a busy machine (``pid_max`` 32768) another session's leader
+    may get it — its processes, outside every VM group (a sandboxed command between its
+    ``setsid`` and joining its groups), would read as this VM's escape. Decision: a VM whose
+    leader was reaped, or whose pid now names a process with another start time than the one
+    first seen, is left to the health check (which reports its exit), never failed as escaped.
+    The start times are kept on the backend (``_leader_start``: vm → (pid, start))."""
+    if p.proc is not None and p.proc.returncode is not None:
+        return False
+    start = _start(p.pid)
+    if start is None:
+        return False
+    seen: dict[str, tuple[int, int]] = backend.__dict__.setdefault("_leader_start", {})
+    first = seen.get(p.id)
+    if first is not None and first[0] == p.pid:
+        return first[1] == start
+    seen[p.id] = (p.pid, start)  # first seen, or restarted with a new leader
+    return True
+
+
 def kill_session(members: list[int], tree: CgroupTree, group: str) -> None:
     """Kill the VM's processes: those of its session and those still in its group."""
     for pid in {*members, *(tree.pids(group) if tree.exists(group) else [])}:
@@ -116,7 +150,8 @@ def check(backend: Any) -> list[tuple[str, str]]:
     killed (module doc)."""
     from merkat.backends.local.procs import _group
 
-    running = [p for p in backend.vms.values() if p.state == "running" and p.pid]
+    running = [p for p in backend.vms.values() if p.state == "running" and p.pid
+               and ours(backend, p)]
     if not backend.enforced or not running:
         return []
     real = getattr(backend, "_kernel_tree", None)
@@ -125,6 +160,9 @@ def check(backend: Any) -> list[tuple[str, str]]:
     if not real:
         return []
     members = sessions(p.pid for p in running)
+    seen = backend.__dict__.get("_leader_start", {})
+    for gone in seen.keys() - backend.vms.keys():  # (removed VMs: forget their leaders)
+        del seen[gone]
     out = []
     for p in running:
         group = _group(p.id)
