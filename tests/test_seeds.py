@@ -152,3 +152,24 @@ def test_the_same_seed_gives_byte_identical_sim_run_files(tmp_path: Path) -> Non
         sa.pop(timing), sb.pop(timing)
     assert sa == sb
     assert (c / "jobs.csv").read_bytes() != (a / "jobs.csv").read_bytes()
+
+
+def test_a_trace_controller_makes_its_generator_on_its_first_draw() -> None:
+    """A trace job's controller is given its stream unmade (``seeds.Stream``): no generator
+    until it draws, then the very draws of ``seeds.stream`` (the ~35 µs a job it saves must
+    not move a single draw)."""
+    lazy = make_policy("deadline-strict", seed=seeds.controller_stream(5, "42"))
+    assert lazy._rng is None  # nothing made yet
+    eager = make_policy("deadline-strict", seed=seeds.controller(5, "42"))
+    assert eager._rng is not None
+    assert lazy.rng.integers(0, 2**32, 4).tolist() == eager.rng.integers(0, 2**32, 4).tolist()
+    assert lazy.rng is lazy.rng  # made once, then kept
+    assert lazy.rng.random() == eager.rng.random()  # (kept: the next draws in step)
+    assert seeds.stream(5, "controllers/42").integers(0, 2**32, 4).tolist() == \
+        make_policy("deadline-strict", seed=seeds.controller_stream(5, "42")).rng.integers(
+            0, 2**32, 4).tolist()
+    with pytest.raises(ValueError, match="non-negative"):
+        seeds.controller_stream(-1, "42")
+    from merkat.control.registry import PolicyError
+    with pytest.raises(PolicyError):  # a bad seed of another kind is refused at once
+        make_policy("deadline-strict", seed=-3)

@@ -63,3 +63,31 @@ def stream(seed: int, name: str) -> np.random.Generator:
 def controller(seed: int, app_id: str) -> np.random.SeedSequence:
     """The stream of one application's controller (``controllers/<app_id>``)."""
     return sequence(seed, f"{CONTROLLERS}/{app_id}")
+
+
+class Stream:
+    """Stream ``name`` of ``seed``, not made yet: :meth:`sequence` makes its
+    ``SeedSequence`` (:func:`sequence`) when it is first needed. A trace replay gives one to
+    each job's controller (:func:`controller_stream`), which makes its generator from it on
+    its first draw (``Controller.rng``): most controllers never draw, and a ``SeedSequence``
+    and its generator cost ~35 µs per job, ~7 s of a 200,000-job trace. The draws are those of
+    ``stream(seed, name)`` (``tests/test_seeds.py``)."""
+
+    __slots__ = ("name", "seed")
+
+    def __init__(self, seed: int, name: str) -> None:
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+            raise ValueError(f"a seed is a non-negative integer, got {seed!r}")
+        self.seed, self.name = seed, name
+
+    def sequence(self) -> np.random.SeedSequence:
+        """The stream's ``SeedSequence`` (a fresh one each call)."""
+        return sequence(self.seed, self.name)
+
+    def __repr__(self) -> str:
+        return f"Stream({self.seed!r}, {self.name!r})"
+
+
+def controller_stream(seed: int, app_id: str) -> Stream:
+    """:func:`controller`'s stream, made when the controller first draws (:class:`Stream`)."""
+    return Stream(seed, f"{CONTROLLERS}/{app_id}")

@@ -159,14 +159,19 @@ class MemoryLedger(Ledger):
             raise IdempotencyConflict(key)
         return result
 
-    def _record(self, t: Transfer) -> Transfer:
+    def _record(self, t: Transfer, fp: Witness | None = None) -> Transfer:
+        """Journal the single movement ``t`` (``fp``: its witness, when already made)."""
         self._next_id += 1
-        self._single[t.id] = t
+        single = self._single
+        single[t.id] = t
+        remember = self._remember
         if t.idempotency_key is not None:
-            self._idem[t.idempotency_key] = (witness_of(t), t)
-        if self._remember is not None:
-            keep_last(self._single, self._remember)
-            keep_last(self._idem, self._remember)
+            idem = self._idem
+            idem[t.idempotency_key] = (witness_of(t) if fp is None else fp, t)
+            if remember is not None and len(idem) > remember:
+                keep_last(idem, remember)
+        if remember is not None and len(single) > remember:
+            keep_last(single, remember)
         return t
 
     def _move(
@@ -182,10 +187,13 @@ class MemoryLedger(Ledger):
         src = None if payer is None else self._id(payer, "payer" if payee else "account")
         dst = None if payee is None else self._id(payee, "payee" if payer else "account")
         t = Transfer(self._next_id, kind, payer, payee, amount, reason, period, key)
-        old = self._replay(key, witness_of(t)) if key is not None else None
-        if old is not None:
-            assert isinstance(old, Transfer)
-            return old
+        fp = None
+        if key is not None:  # (its witness made once: replayed, or remembered by _record)
+            fp = witness_of(t)
+            old = self._replay(key, fp)
+            if old is not None:
+                assert isinstance(old, Transfer)
+                return old
         if kind is TransferKind.mint:
             check_total(self._minted - self._burned, amount)
         if src is not None:
@@ -198,7 +206,7 @@ class MemoryLedger(Ledger):
             self._minted += amount
         elif kind is TransferKind.burn:
             self._burned += amount
-        return self._record(t)
+        return self._record(t, fp)
 
     def transfer_many(
         self,

@@ -81,6 +81,7 @@ from merkat.defaults import KEEP_ALIVE, MECHANISM, MICRO, PERIOD_S, RESERVE_PRIC
 from merkat.market import RESOURCES, BalanceParams, Clearing, Hosts, VMs
 from merkat.market.mechanisms import make_mechanism
 
+_PAYS: tuple[float | None, bool] = (None, False)  # Decider.broke_since of one that can pay
 _new_record = record_builder(PeriodRecord)  # (PeriodRecord(...) without 21 frozen setattrs)
 
 __all__ = ["ENDED", "MICRO", "App", "AppSpec", "AppStatus", "Charged", "Decision", "NonFiniteBid",
@@ -234,39 +235,42 @@ class Platform:
         nexts: dict[str, AppNext] = {}
         decider, prices, history = self.decider, self.prices, self.price_history
         running = AppStatus.RUNNING
-        apps: list[tuple[str, App, int, Observed, float | None, bool]] = []
+        order = list(self.active.values())  # (keyed by spec.id)
+        # since when each application that cannot pay the reserve price of its VMs could not,
+        # and whether that has lasted keep_alive periods (the others: (None, False))
+        poor: dict[str, tuple[float | None, bool]] = {}
         rows = []  # the batch's candidates (merkat.core.batch)
         batchable = batch.batchable if self.batched else None
         broke_since, const_of = decider.broke_since, decider.const
-        for app_id, app in self.active.items():  # (keyed by spec.id)
+        for app in order:
             balance = balances[app.account]
-            seen = observed[app_id]
             # Decider.broke_since's first test inlined (the usual answer: it can pay)
             cost = (app.const or const_of(app)).reserve_cost
             n, size = len(app.vms), app.spec.size
-            if balance >= cost * (n if n > size else size):
-                if batchable is not None and (policy := batchable(app)) is not None:
-                    rows.append((app, policy, balance, seen))
-                apps.append((app_id, app, balance, seen, None, False))
-                continue
-            since, broke = broke_since(app, balance, now)
-            apps.append((app_id, app, balance, seen, since, broke))
-            if batchable is not None and not broke and (policy := batchable(app)) is not None:
-                rows.append((app, policy, balance, seen))
+            if balance < cost * (n if n > size else size):
+                since, broke = poor[app.spec.id] = broke_since(app, balance, now)
+                if broke:
+                    continue
+            if batchable is not None and (policy := batchable(app)) is not None:
+                rows.append((app, policy, balance, observed[app.spec.id]))
         ready: dict[str, AppNext] = {}  # next states a batch made (its bids paid as they are)
         batched = batch.decide(decider, rows, now, prices, history, ready) if rows else {}
-        for app_id, app, balance, seen, since, broke in apps:
+        for app in order:
+            app_id = app.spec.id
             made = ready.get(app_id)
+            since, broke = poor.get(app_id, _PAYS) if poor else _PAYS
             if made is not None:
                 nexts[app_id] = made
                 made.broke_since = since
                 continue
+            seen = observed[app_id]
             if broke:
                 nx = nexts[app_id] = draft(app)
                 nx.broke_since = since
                 end(nx, now, f"could not pay the reserve price for {self.keep_alive} periods",
                     seen.finished, ops, "stopped-budget")
                 continue
+            balance = balances[app.account]
             outcome = batched.get(app_id)
             if isinstance(outcome, dict):  # a batch's bid (merkat.core.batch)
                 nx = nexts[app_id] = draft(app)

@@ -349,7 +349,7 @@ def _job(
     memory = float(w.memory[k])
     params = dict(cfg.policy_params)
     if "seed" not in params:
-        params["seed"] = seeds.controller(seed, app_id)
+        params["seed"] = seeds.controller_stream(seed, app_id)  # (made on its first draw)
     user = int(w.user[k]) if w.user is not None else -1
     spec = AppSpec(
         id=app_id,
