@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from merkat.control.batched import BATCHED
 from merkat.control.registry import make_policy
@@ -222,3 +225,26 @@ def test_a_spec_a_batch_cannot_read_takes_the_scalar_path() -> None:
         out = batch.decide(decider, [(app, form, 10_000_000, seen)], 0.0,
                            {"cpu": 0.1, "memory": 0.0, "gpu": 0.1}, [])
         assert (out != {}) == (deadline == 900.0 and trade == ("cpu",))
+
+
+@settings(max_examples=600, deadline=None)
+@given(x=st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                   st.floats(1e-9, 1e3), st.sampled_from([0.0, -0.0, 0.1, 1 / 3, 1e300])),
+       nvms=st.integers(1, 5000), offset=st.one_of(st.integers(-3, 3),
+                                                   st.integers(-10**9, 10**9)),
+       scale=st.sampled_from([0.0, 1.0, 1 + 1e-12, 1 - 1e-12, 2.0]))
+def test_pays_answers_as_the_sum_does(x: float, nvms: int, offset: int, scale: float) -> None:
+    """``pays``' O(1) answer (a product clear of the balance) against the VM after VM sum
+    (``pays_summed``, what ``within_budget`` adds), balances at and far from the total."""
+    near = nvms * x * 1e6 * scale
+    balance = max(0, (int(near) if near - near == 0 and abs(near) < 1e18 else 0) + offset)
+    assert _answer(batch.pays, {"cpu": x}, nvms, balance) == _answer(batch.pays_summed, x,
+                                                                      nvms, balance)
+
+
+def _answer(f: Any, *args: Any) -> object:
+    """``f(*args)``, or the type of what it raised (a total beyond ``to_micro``'s range)."""
+    try:
+        return f(*args)
+    except OverflowError as e:
+        return type(e)

@@ -15,7 +15,7 @@ from merkat.control.forecast import PriceForecast
 from merkat.control.formulas import app_alloc, current_bid, makespan_bound, start_bid
 from merkat.control.generic import ScaleMultiVMs, ScaleOneVM, resize
 from merkat.control.steer import ShareSteer, check_steer
-from merkat.control.types import Action, Demand, Observation, Phase, Sense
+from merkat.control.types import Action, Amounts, Demand, Metrics, Observation, Phase, Sense
 
 
 def needed_fraction(obs: Observation) -> float | None:
@@ -207,6 +207,44 @@ class VerticalDeadline(Controller):
             self.suspend_cost = math.inf
             return self.uniform(obs, bid, Action.RESUME, "price dropped: resume")
         return self.wait(obs, "suspended: price still too high")
+
+
+    def still_suspended(self, time: float, period: float, deadline: float | None,
+                        metrics: Metrics, prices: Amounts, vm_size: Amounts) -> bool:
+        """Whether :meth:`decide` of a suspended application's observation with these values
+        (``prices``: the observation's, restricted to what it trades) returns a NONE demand and
+        changes no state: :meth:`stop_reason` finds no reason, and :meth:`on_resume` still
+        waits (its resume wait not over, or a VM not cheaper than at the suspension). False
+        whenever that is not certain (``steer="share"``, a resume to try): the caller then
+        asks :meth:`decide` itself.
+
+        What it replaces: for the suspended applications of a themis-fig5 run (most periods
+        of most of them), an :class:`~merkat.control.types.Observation` and :meth:`decide`;
+        the same comparisons on the same values, in the same order.
+        ``tests/test_resting.py`` pins it against :meth:`decide` on random states and
+        observations (NaN, infinities, ±0)."""
+        if self.share is not None:
+            return False
+        # stop_reason: Controller's (finished), then needed_fraction > 1, then the deadline
+        work = metrics.work_left
+        if work is not None and work <= 0:
+            return False
+        left = None if deadline is None else deadline - time
+        rate = metrics.ideal_rate
+        if left is not None and work is not None and rate is not None:
+            ideal = 0.0 if work == 0 else (math.inf if rate <= 0 else work / rate)
+            f = (math.inf if ideal > 0 else 0.0) if left <= 0 else ideal / left
+            if f > 1:
+                return False
+        if left is not None and left <= 0:
+            return False
+        # on_resume's two waits (Action.NONE, no state written)
+        since = self.suspended_at if self.suspended_at is not None else -math.inf
+        wait = self.resume_wait * 2 ** min(self.suspensions - 1, 16)
+        if time < since + wait * period:
+            return True
+        cost = sum(prices.get(r, 0.0) * s for r, s in vm_size.items())  # _vm_cost
+        return cost >= self.suspend_cost
 
 
 def _vm_cost(obs: Observation) -> float:

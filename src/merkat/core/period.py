@@ -56,7 +56,7 @@ from merkat.control.types import (
 from merkat.core import admission, batch, commit
 from merkat.core.backend import ApplyReport
 from merkat.core.draft import draft, install
-from merkat.core.isolation import ask, fail, reconcile
+from merkat.core.isolation import WAIT, ask, fail, reconcile, resting
 from merkat.core.lifecycle import ENDED, app_failure, app_transition
 from merkat.core.market_input import MarketInput, same_input
 from merkat.core.market_input import bidding as bidding_vms
@@ -279,6 +279,9 @@ class Platform:
                 continue
             if outcome is not None:
                 demand: Demand | str = outcome
+            elif (batchable is not None and app.status is not running
+                  and resting(decider, app, now, seen, prices, history)):
+                demand = WAIT  # its controller's answer, without asking (isolation.resting)
             else:
                 obs = decider.observe(app, now, balance, seen, prices, history)
                 demand = ask(app.controller, obs)
