@@ -88,7 +88,7 @@ class Lane:
                    and math.isfinite(spec.deadline)  # (the scalar spend limit raises)
                    and all(r in RESOURCES for r in trade))
         self.res: tuple[str, ...] = tuple(r for r in RESOURCES if r in trade)
-        self.key = (ctl.name, trade)
+        self.key = f"{ctl.name}\x00{','.join(trade)}"  # (a str: its hash is kept)
         self.at = [self.res.index(r) for r in trade] if self.ok else []
         self.fixed: list[float] = []
 
@@ -111,23 +111,30 @@ def lane(app: App) -> Lane:
     return ln
 
 
+Entry = tuple[App, int, list[float], list[float | None], "Columns | None"]
+"""One application of a batch as the gather reads it: the application, its balance
+(micro-credits), its lane's ``fixed`` row, its row (balance in credits, VMs, work done and
+total, progress and ideal rates, the generic metric (None: NaN), then per resource its current
+bid and allocation: :class:`~merkat.control.batched.base.Rows`) and its VM columns when it
+has more than one VM (read by the gather, :func:`_columns`, and reused for its next state;
+None: one VM). One tuple appended per application (the gather's one list operation)."""
+
+
 class _Group:
-    """The rows of one batch, as lists, gathered application by application."""
+    """The applications of one batch (:data:`Entry` each), gathered application by
+    application, and the columns :func:`_decide_group` reads of them."""
 
     def __init__(self, policy: BatchedPolicy, lane: Lane) -> None:
         self.policy = policy
         self.resources = lane.res
+        self.trade = lane.spec.trade
         self.at = lane.at
-        self.apps: list[App] = []
-        self.balances: list[int] = []
-        # per application: balance (credits), VMs, work done and total, progress and ideal
-        # rates, the generic metric (None: NaN), then per resource its current bid and
-        # allocation
-        self.rows: list[list[float | None]] = []
-        self.fixed: list[list[float]] = []  # Lane.fixed
-        # the VM columns of the applications of more than one VM, read by the gather
-        # (_columns) and reused for their next states (None: one VM)
-        self.columns: list[Columns | None] = []
+        self.entries: list[Entry] = []
+
+    def unzip(self) -> None:
+        """The entries as columns: ``apps``, ``balances``, ``fixed``, ``rows``, ``columns``."""
+        self.apps, self.balances, self.fixed, self.rows, self.columns = (
+            list(c) for c in zip(*self.entries, strict=True))
 
 
 def batchable(app: App) -> BatchedPolicy | None:
@@ -150,7 +157,7 @@ def decide(decider: Decider, rows: Sequence[tuple[App, BatchedPolicy, int, Obser
     balance pays as it is (:func:`~merkat.core.draft.bidding`: what
     :meth:`Decider.rebid <merkat.core.reconcile.Decider.rebid>` makes of a draft, since
     :func:`~merkat.core.bids.within_budget` changes nothing), by id."""
-    groups: dict[tuple[str, tuple[str, ...]], _Group] = {}
+    groups: dict[str, _Group] = {}
     suspended = VMState.SUSPENDED
     for app, policy, balance, seen in rows:
         ln: Lane | None = app.lane
@@ -192,16 +199,13 @@ def decide(decider: Decider, rows: Sequence[tuple[App, BatchedPolicy, int, Obser
         group = groups.get(ln.key)
         if group is None:
             group = groups[ln.key] = _Group(policy, ln)
-        group.apps.append(app)
-        group.balances.append(balance)
-        group.fixed.append(ln.fixed)
-        group.rows.append(row)
-        group.columns.append(columns)
+        group.entries.append((app, balance, ln.fixed, row, columns))
     out: dict[str, Outcome] = {}
-    for (_, trade), group in groups.items():
-        if len(group.apps) < MIN_BATCH:  # the scalar path is faster (docs/benchmarks.md)
+    for group in groups.values():
+        if len(group.entries) < MIN_BATCH:  # the scalar path is faster (docs/benchmarks.md)
             continue
-        _decide_group(decider, group, trade, now, prices, history, out, ready)
+        group.unzip()
+        _decide_group(decider, group, group.trade, now, prices, history, out, ready)
     return out
 
 

@@ -17,9 +17,6 @@ from merkat.control.batched.base import (
     FloatArray,
     Rows,
     gap,
-    gap_row,
-    metrics_row,
-    need_row,
     pymax,
     pymin,
     spend_cap,
@@ -155,21 +152,43 @@ class BatchedSLO:
         values: list[list[float]] = []
         moves: list[tuple[Controller, float, bool, list[float], Sequence[float]]] = []
         table: Sequence[Any] = rows.rows  # (None: not reported)
+        one = R == 1  # (one traded resource: the trace jobs' CPU, slices and loops not made)
+        bids: Sequence[float]
+        allocs: Sequence[float]
+        sizes: Sequence[float]
         for c, row, fx in zip(controllers, table, rows.fixed, strict=True):
-            balance, nvms, work, rate, ideal_rate, left = metrics_row(row, fx[1], now)
+            # metrics_row, inlined: work left (never negative, NaN as 0), rates (None: NaN)
+            balance, nvms, done, total, rate, ideal_rate = row[:6]
+            work = (nan if total is None else total) - (nan if done is None else done)
+            if not work > 0.0:
+                work = 0.0
+            if rate is None:
+                rate = nan
+            if ideal_rate is None:
+                ideal_rate = nan
+            left = fx[1] - now
             low, high, min_fraction, horizon = fx[2 + R:6 + R]
             finished = work <= 0
-            if strict:
-                stop = finished or need_row(work, ideal_rate, left) > 1
+            if finished:
+                stop = True
+            elif strict:  # need_row, inlined
+                ideal = inf if ideal_rate <= 0 else work / ideal_rate
+                need = (inf if ideal > 0 else 0.0) if left <= 0 else ideal / left
+                stop = need > 1
             else:
-                stop = finished or left <= 0
-            bids, allocs, sizes = row[7:7 + R], row[7 + R:7 + 2 * R], fx[2:2 + R]
-            frac = None  # _alloc_fraction: the first resource's, then the smallest (NaN: 1)
-            for a, size in zip(allocs, sizes, strict=True):
-                x = a / size if size > 0 else nan
-                if frac is None or frac != frac or x < frac:
-                    frac = x
-            if frac is None or frac != frac:
+                stop = left <= 0
+            if one:
+                bids, allocs, sizes = (row[7],), (row[8],), (fx[2],)
+                size = fx[2]
+                frac = row[8] / size if size > 0 else nan
+            else:
+                bids, allocs, sizes = row[7:7 + R], row[7 + R:7 + 2 * R], fx[2:2 + R]
+                frac = None  # _alloc_fraction: the first resource's, then the smallest
+                for a, size in zip(allocs, sizes, strict=True):
+                    x = a / size if size > 0 else nan
+                    if frac is None or frac != frac or x < frac:
+                        frac = x
+            if frac is None or frac != frac:  # (NaN: 1)
                 frac = 1.0
             if tracks:
                 if rate != rate:
@@ -180,17 +199,28 @@ class BatchedSLO:
             else:
                 v, ref = frac, 1.0
                 direction = 1 if v < ref / high else (-1 if v > ref / low else 0)
-            t = gap_row(v, ref)
+            # gap_row, inlined
+            if ref == 0:
+                t = 0.0 if v == 0 else inf
+            elif ref - ref != 0 and ref == ref:  # an infinite reference
+                t = 0.0 if v == ref else 1.0
+            else:
+                t = abs((ref - v) / ref)
             cap = spend_cap_row(balance, fx[0], nvms, left, period, horizon)
             hist = c.scaler.history  # type: ignore[attr-defined]
-            new: list[float] = []
-            wanted = 0.0
-            for j in range(R):
-                x = alg1_row(bids[j], direction, t, allocs[j],
-                             min_fraction * sizes[j], sizes[j], prices[j], floors[j],
-                             hist.get(names[j], 0))
-                new.append(x)
-                wanted = x if j == 0 else wanted + x
+            if one:
+                wanted = alg1_row(bids[0], direction, t, allocs[0], min_fraction * sizes[0],
+                                  sizes[0], prices[0], floors[0], hist.get(names[0], 0))
+                new = [wanted]
+            else:
+                new = []
+                wanted = 0.0
+                for j in range(R):
+                    x = alg1_row(bids[j], direction, t, allocs[j],
+                                 min_fraction * sizes[j], sizes[j], prices[j], floors[j],
+                                 hist.get(names[j], 0))
+                    new.append(x)
+                    wanted = x if j == 0 else wanted + x
             short = wanted > cap * (1 + 1e-12)
             condition = short and (direction > 0 if dstrict else frac < min_fraction)
             if stop:
@@ -224,7 +254,10 @@ class BatchedSLO:
                 elif new[j] < bids[j]:
                     hist[r] = -1
             c.short = short  # type: ignore[attr-defined]
-            suspend[i] = c.back_off(suspend[i])  # type: ignore[attr-defined]
+            if suspend[i]:
+                suspend[i] = c.back_off(True)  # type: ignore[attr-defined]
+            else:  # back_off(False), inlined (the exact class: accepts)
+                c.backoff, c.waited = None, 0  # type: ignore[attr-defined]
         return BatchDemand(stops, suspend, None, values=values)
 
 
