@@ -127,6 +127,7 @@ def test_a_failed_boot_is_reported_seen_by_the_next_period_and_retried() -> None
     assert vm.state is VMState.BOOTING and vm.new  # not assumed running
     rec = d.step(60.0)
     assert rec.failed == () and rec.created == 1
+    vm = app.vms[0]  # (a record read is the VM's state until the next period: read again)
     assert vm.state is VMState.RUNNING and "a/vm1" in backend.vms
 
 

@@ -33,7 +33,7 @@ from merkat.control.batched import BATCHED, SUSPEND, BatchedPolicy
 from merkat.control.batched.base import Rows, batch_of, plain
 from merkat.control.formulas import least_alloc, mean_bid
 from merkat.control.types import Action, AppStatus, Demand, VMState
-from merkat.core.draft import Columns, bidding, kept, rebid_columns
+from merkat.core.draft import Columns, bidding, rebid_columns
 from merkat.core.model import App, AppNext, Observed, to_micro
 from merkat.core.reconcile import Decider, Prices
 from merkat.defaults import MICRO
@@ -139,7 +139,7 @@ class _Group:
 
 def batchable(app: App) -> BatchedPolicy | None:
     """The batched form that decides for ``app`` this period, or None (the scalar path)."""
-    if app.status is not AppStatus.RUNNING or not app.vms:
+    if app.status is not AppStatus.RUNNING or not app.columns[0]:
         return None
     ln: Lane | None = app.lane
     if ln is None or ln.controller is not app.controller or ln.spec is not app.spec:
@@ -174,26 +174,25 @@ def decide(decider: Decider, rows: Sequence[tuple[App, BatchedPolicy, int, Obser
             continue
         if done != done or total != total or rate != rate or ideal != ideal or perf != perf:
             continue  # NaN stands for None in a batch: a NaN reported takes the scalar path
-        vms = app.vms
+        cols = app.columns
         res = ln.res
         columns: Columns | None = None
-        if len(vms) == 1:  # mean_bid and least_alloc of one VM
-            vm = vms[0]
-            if vm.state is suspended:
+        if len(cols[0]) == 1:  # mean_bid and least_alloc of one VM
+            if cols[1][0] is suspended:
                 continue
+            bid, alloc = cols[2][0], cols[5][0]
             if len(res) == 1:  # (one traded resource: the trace jobs' CPU)
                 r = res[0]
                 row = [balance / MICRO, 1.0, done, total, rate, ideal, perf,
-                       0.0 + vm.bid.get(r, 0.0), vm.alloc.get(r, 0.0)]  # (sum() adds from 0)
+                       0.0 + bid.get(r, 0.0), alloc.get(r, 0.0)]  # (sum() adds from 0)
             else:
-                bid, alloc = vm.bid, vm.alloc
                 row = [balance / MICRO, 1.0, done, total, rate, ideal, perf,
                        *[0.0 + bid.get(r, 0.0) for r in res], *[alloc.get(r, 0.0) for r in res]]
         else:
             columns = _columns(app)
             if columns is None:
                 continue
-            row = [balance / MICRO, float(len(vms)), done, total, rate, ideal, perf,
+            row = [balance / MICRO, float(len(cols[0])), done, total, rate, ideal, perf,
                    *mean_bid(columns[2], res).values(),
                    *least_alloc(columns[5], res).values()]
         group = groups.get(ln.key)
@@ -266,8 +265,8 @@ def _decide_group(decider: Decider, group: _Group, trade: tuple[str, ...], now: 
         app_id = app.spec.id
         if bids:
             bid = out[app_id] = dict(zip(trade, row, strict=True))
-            if ready is not None and (ok or (len(app.vms) > _FITS_VMS
-                                            and pays(bid, len(app.vms), balances[i]))):
+            if ready is not None and (ok or (len(app.columns[0]) > _FITS_VMS
+                                            and pays(bid, len(app.columns[0]), balances[i]))):
                 columns = group.columns[i]
                 ready[app_id] = (bidding(app, bid) if columns is None
                                  else rebid_columns(app, bid, columns))
@@ -278,17 +277,17 @@ def _decide_group(decider: Decider, group: _Group, trade: tuple[str, ...], now: 
         if reason is not None:
             out[app_id] = Demand(Action.STOP, reason=reason)
         else:  # (suspends[i])
-            out[app_id] = Demand(Action.SUSPEND, nvms=len(app.vms), reason=SUSPEND)
+            out[app_id] = Demand(Action.SUSPEND, nvms=len(app.columns[0]), reason=SUSPEND)
 
 
 def _columns(app: App) -> Columns | None:
-    """``app``'s kept VM columns (:func:`~merkat.core.draft.kept`: shared, read only), or
+    """``app``'s VM columns (``App.columns``: the record's own, shared, read only), or
     None when one of its VMs is suspended (the scalar path). What it replaces: a read of
     every VM record into new lists (:func:`~merkat.core.draft.columns`) at every gather;
     :func:`~merkat.core.draft.rebid_columns` copies them into the next state.
     ``tests/test_batched_gather.py`` pins the next states equal to ``draft`` + ``rebid``,
-    ``tests/test_kept_columns.py`` the kept columns equal to a fresh read."""
-    cols = kept(app)
+    ``tests/test_lazy_records.py`` the columns equal to the eager records."""
+    cols = app.columns
     return None if VMState.SUSPENDED in cols[1] else cols
 
 

@@ -9,14 +9,14 @@ the host it stayed on, and a failed destroy or suspend is returned to be re-issu
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from merkat.control.types import AppStatus, VMState
-from merkat.core.backend import ApplyReport
-from merkat.core.draft import changed, copy, install, keep, started
+from merkat.core.backend import ApplyReport, VMPlacement
+from merkat.core.draft import copy, install, keep, move_back, starting, unplace
 from merkat.core.lifecycle import vm_transition
-from merkat.core.model import App, Charged, Decision, Ops, VMRecord
+from merkat.core.model import App, Charged, Decision, Ops
 from merkat.market import NO_HOST
 
 
@@ -87,29 +87,38 @@ def settle(apps: Mapping[str, App], decision: Decision, report: ApplyReport,
         retry.suspend.extend(v for v in plan.suspend if ("suspend", v) in failed)
         moves = [m for m in plan.migrate if ("migrate", m[0]) in failed]
         if moves:
-            where = {vm.id: vm for app_id in decision.apps for vm in apps[app_id].vms}
+            where = {vm_id: app_id for app_id in decision.apps
+                     for vm_id in apps[app_id].columns[0]}
             for vm_id, src, _ in moves:
-                vm = where[vm_id]
-                vm.host = src  # it did not move
-                changed(apps[vm.app])
-    by_app: dict[str, tuple[list[VMRecord], list[VMState], dict[str, int]]] = {}
-    running = VMState.RUNNING
-    for p in plan.create + plan.resume:
-        at = by_app.get(p.app)
-        if at is None:
-            at = by_app[p.app] = started(apps[p.app])
-        vms, states, rows = at
-        k = rows[p.vm]
-        vm = vms[k]
-        op = "resume" if vm.state is VMState.RESUMING else "create"
-        if failed and (op, vm.id) in failed:  # not started: placed again next period
-            vm.host = NO_HOST
-            vm.new = True
-            vm.alloc = {}
-            changed(apps[p.app])
-            continue
-        # booting/resuming take time in the world (the kept state written with the record's)
-        vm.state = states[k] = vm_transition(vm.state, running)
+                move_back(apps[where[vm_id]], vm_id, src)  # it did not move
+    _started(apps, plan.create + plan.resume, failed)
     for app_id, amount in charged.paid.items():
         apps[app_id].spent += amount
     return failures, retry
+
+
+def _started(apps: Mapping[str, App], starts: Sequence[VMPlacement],
+             failed: Mapping[tuple[str, str], str]) -> None:
+    """The VMs of ``starts`` (the plan's creates and resumes) the backend started are
+    running (booting and resuming take time in the world); one whose start ``failed`` is
+    written unplaced (placed again next period). Written into each application's VM
+    columns (:func:`~merkat.core.draft.starting`); a state's transition is found once per
+    state (the lifecycle table's answer is a function of it)."""
+    by_app: dict[str, tuple[list[VMState], dict[str, int]]] = {}
+    running = VMState.RUNNING
+    resuming = VMState.RESUMING
+    to: dict[VMState, VMState] = {}
+    for p in starts:
+        at = by_app.get(p.app)
+        if at is None:
+            at = by_app[p.app] = starting(apps[p.app])
+        states, rows = at
+        k = rows[p.vm]
+        state = states[k]
+        if failed and ("resume" if state is resuming else "create", p.vm) in failed:
+            unplace(apps[p.app], k)  # not started: placed again next period
+            continue
+        new = to.get(state)
+        if new is None:
+            new = to[state] = vm_transition(state, running)
+        states[k] = new

@@ -6,44 +6,44 @@ The decision (:meth:`Platform.decide <merkat.core.period.Platform.decide>`, admi
 changes only these values, never the records; :func:`install` is the one place a decision's
 outcome enters the records.
 
-**Kept columns** (issue 28). Every period each application's VM records were read into six
-column lists, one ``append`` per VM and column (the largest single cost of a many-VM run:
-``themis-fig5``'s jobs of N processors are N VMs). The columns are now kept on the record
-(``App.kept``, :func:`kept`) in step with ``App.vms``: :func:`install` keeps the installed
-next state's own lists (a next state is consumed by its commit), so a draft is six C-speed
-list copies. Kept lists are never changed once kept (a writer keeps new ones or drops them),
-so a cache may hold them as its key (:class:`~merkat.core.running.RunningRows`). The rule that keeps them right: a :class:`~merkat.core.model.VMRecord`'s
-``state``, ``host``, ``bid``, ``alloc`` and ``new`` are written by :func:`install`, by
-:func:`started` (the commit's VM starts, written in both), or by a writer that then calls
-:func:`changed` (the commit's failed migrations, the live service's
-``service/failures.py``, ``applied.py``, ``recovery.py``: the columns are read again at
-their next use); a new ``App.vms`` list, or one of another length, is noticed by
-:func:`kept` itself. ``tests/test_kept_columns.py`` checks the kept columns against a fresh
-read (:func:`columns`, the reference) after every period and admission of runs with
-suspends, resumes, migrations and failed operations, and after the live service's writers.
+**The columns are the truth** (issue 28). An application's VMs are six column lists on its
+record (``App.columns``, :data:`~merkat.core.model.Columns`), and its
+:class:`~merkat.core.model.VMRecord` objects are a view built from them when something
+reads them (``App.records``, ``App.vms``), kept until they change. :func:`install` makes
+the next state's own lists the record's columns (a next state is consumed by its commit):
+O(1) per application, no record written; a draft is six C-speed list copies. Column lists
+are never changed once on a record (a writer puts new ones there, which drops the view), so
+a cache may hold them as its key (:class:`~merkat.core.running.RunningRows`).
+
+**Every writer of VM records goes through this module**: :func:`install` (a decision's
+outcome), :func:`starting`, :func:`unplace` and :func:`move_back` (the commit's VM starts,
+failed starts and failed migrations), :func:`writing` (the live service's
+``service/failures.py``, ``applied.py``, ``recovery.py``: records written in place, then
+read back into the columns) and ``App.vms``'s assignment (records made elsewhere). A record
+written in place through ``App.vms`` (tests) is still seen: reading ``App.vms`` lends the
+view, whose records the columns are read from at every use until the next change.
+``tests/test_lazy_records.py`` checks, after every period and admission of a flaky run with
+suspends, resumes, migrations and failed operations, that the records built from the
+columns equal those the eager writers (the code this replaces) made, and after each of the
+live service's writers that the columns equal a fresh read of the records.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from merkat.control.types import VMState
 from merkat.core.model import App, AppNext, Columns, VMRecord
 from merkat.market import NO_HOST
 
-__all__ = ["Columns", "add_vm", "bidding", "changed", "columns", "copy", "draft", "install",
-           "keep", "kept", "rebid_columns", "started"]
+__all__ = ["Columns", "add_vm", "bidding", "columns", "copy", "draft", "install", "keep",
+           "kept", "move_back", "rebid_columns", "starting", "unplace", "writing"]
 
 
 def draft(app: App) -> AppNext:
-    """``app``'s record as a next state (the VM columns are new lists; mappings shared): its
-    kept columns copied (:func:`kept`), or one VM's record read at once (the usual trace
-    job: faster than the kept columns' look-up and copies)."""
-    vms = app.vms
-    if len(vms) == 1:
-        vm = vms[0]
-        return _next(app, [vm.id], [vm.state], [vm.bid], [vm.host], [vm.new], [vm.alloc])
-    ids, states, bids, hosts, fresh, allocs = kept(app)
+    """``app``'s record as a next state: its columns copied (new lists; mappings shared)."""
+    ids, states, bids, hosts, fresh, allocs = app.columns
     return _next(app, ids[:], states[:], bids[:], hosts[:], fresh[:], allocs[:])
 
 
@@ -59,43 +59,63 @@ def _next(app: App, ids: list[str], states: list[VMState], bids: list[dict[str, 
 
 
 def kept(app: App) -> Columns:
-    """``app``'s VM columns as kept between periods (``App.kept``; see the module
-    docstring): shared lists, to read and never to change. Read from the records
-    (:func:`columns`, not kept: only :func:`install` keeps columns) when there are none, or
-    when ``App.vms`` is not the list they were kept for or not of their length. What it
-    replaces: :func:`columns` of ``app.vms`` at every use."""
-    k = app.kept
+    """``app``'s VM columns (``App.columns``, the truth: see the module docstring): shared
+    lists, to read and never to change."""
+    return app.columns
+
+
+@contextmanager
+def writing(app: App) -> Iterator[list[VMRecord]]:
+    """``app``'s VM records to write in place (``with writing(app) as vms: vm.host = ...``):
+    when the block ends, even by an exception, its columns are read again from them (new
+    lists). The way the live service's writers (``service/failures.py``, ``applied.py``)
+    change records: a record written outside it would be lost at the next change of the
+    columns."""
     vms = app.vms
-    if k is None or k[0] is not vms or len(k[1][0]) != len(vms):
-        return columns(vms)  # type: ignore[return-value]  # (not None: no refuse)
-    return k[1]
+    try:
+        yield vms
+    finally:
+        app.columns = columns(vms)  # type: ignore[assignment]  # (not None: no refuse)
+        app.view = None
 
 
-def changed(app: App) -> None:
-    """``app``'s VM records were written outside :func:`install` and :func:`started`: its
-    kept columns are read again from them at their next use (:func:`kept`). Every such
-    writer calls it once after writing (the module docstring names them); the next
-    :func:`install` keeps them again."""
-    app.kept = None
-
-
-def started(app: App) -> tuple[list[VMRecord], list[VMState], dict[str, int]]:
+def starting(app: App) -> tuple[list[VMState], dict[str, int]]:
     """What :func:`~merkat.core.commit.settle` needs to write the VMs of ``app`` the
-    backend started: its records, its kept states (a new list, kept in place of the one
-    read: kept lists are never changed once kept, so a holder of one, e.g. a cache's key,
-    never sees it change; the caller sets ``states[k]`` with ``records[k].state``) and each
-    VM's row by id."""
-    ids, states, bids, hosts, fresh, allocs = kept(app)
+    backend started: its VM states (a new list, made the record's column in place of the
+    one read: columns are never changed once on a record, so a holder of one, e.g. a
+    cache's key, never sees it change; the caller writes ``states[k]`` before anything
+    reads them) and each VM's row by id."""
+    ids, states, bids, hosts, fresh, allocs = app.columns
     states = states[:]
-    app.kept = (app.vms, (ids, states, bids, hosts, fresh, allocs))
-    return app.vms, states, dict(zip(ids, range(len(ids)), strict=True))
+    app.columns = (ids, states, bids, hosts, fresh, allocs)
+    app.view = None
+    return states, dict(zip(ids, range(len(ids)), strict=True))
+
+
+def unplace(app: App, k: int) -> None:
+    """``app``'s VM at row ``k`` has no host and no allocation and is to be placed (its
+    start failed: placed again next period). New column lists."""
+    ids, states, bids, hosts, fresh, allocs = app.columns
+    hosts, fresh, allocs = hosts[:], fresh[:], allocs[:]
+    hosts[k], fresh[k], allocs[k] = NO_HOST, True, {}
+    app.columns = (ids, states, bids, hosts, fresh, allocs)
+    app.view = None
+
+
+def move_back(app: App, vm_id: str, host: int) -> None:
+    """``app``'s VM ``vm_id`` is on ``host`` (its migration failed: it did not move). New
+    column lists."""
+    ids, states, bids, hosts, fresh, allocs = app.columns
+    hosts = hosts[:]
+    hosts[ids.index(vm_id)] = host
+    app.columns = (ids, states, bids, hosts, fresh, allocs)
+    app.view = None
 
 
 def columns(vms: Sequence[VMRecord], refuse: VMState | None = None) -> Columns | None:
     """The VM columns of ``vms`` (:data:`Columns`: new lists, mappings shared) read in one
     pass (faster than a comprehension or a map per column); None as soon as a VM is in state
-    ``refuse`` (never when it is None). The reference the kept columns (:func:`kept`) are
-    tested equal to."""
+    ``refuse`` (never when it is None). The reference the columns are tested equal to."""
     ids: list[str] = []
     states: list[VMState] = []
     bids: list[dict[str, float]] = []
@@ -120,30 +140,19 @@ def bidding(app: App, bid: dict[str, float]) -> AppNext:
     first VM's own when it is equal): a batched application's next state
     (:mod:`merkat.core.batch`; ``tests/test_batched.py`` pins the period equal to the
     scalar path's)."""
-    vms = app.vms
-    if len(vms) == 1:  # the usual trace job
-        vm = vms[0]
-        return _rebid(app, bid, [vm.id], [vm.state], vm.bid, [vm.host], [vm.new], [vm.alloc])
-    return rebid_columns(app, bid, kept(app))
+    return rebid_columns(app, bid, app.columns)
 
 
 def rebid_columns(app: App, bid: dict[str, float], columns: Columns) -> AppNext:
-    """:func:`bidding` of ``app`` from its VM ``columns`` (its kept ones, :func:`kept`, read
-    and not changed: the next state holds copies; the batch's gather,
+    """:func:`bidding` of ``app`` from its VM ``columns`` (its own, :func:`kept`, read and
+    not changed: the next state holds copies; the batch's gather,
     :mod:`merkat.core.batch`)."""
     ids, states, bids, hosts, fresh, allocs = columns
-    return _rebid(app, bid, ids[:], states[:], bids[0] if bids else None, hosts[:], fresh[:],
-                  allocs[:])
-
-
-def _rebid(app: App, bid: dict[str, float], ids: list[str], states: list[VMState],
-           first: dict[str, float] | None, hosts: list[int], fresh: list[bool],
-           allocs: list[dict[str, float]]) -> AppNext:
-    """The next state of :func:`bidding` from its own new columns (``first``: the first
-    VM's bid, None without VMs)."""
-    if first is not None and first == bid:
-        bid = first
-    return _next(app, ids, states, [bid] * len(ids), hosts, fresh, allocs)
+    if bids:
+        first = bids[0]
+        if first == bid:
+            bid = first
+    return _next(app, ids[:], states[:], [bid] * len(ids), hosts[:], fresh[:], allocs[:])
 
 
 def copy(nx: AppNext) -> AppNext:
@@ -179,10 +188,12 @@ def keep(nx: AppNext, rows: Sequence[int]) -> None:
 
 
 def install(app: App, nx: AppNext) -> None:
-    """Write ``nx`` into ``app``'s record: its fields, and its VMs' (records made for the VMs
-    the decision added; those it dropped leave the record). ``nx`` is consumed: its column
-    lists become ``app``'s kept columns (:func:`kept`), which only the commit's writers
-    change after this (the module docstring)."""
+    """Write ``nx`` into ``app``'s record: its fields, and its VM columns, which become the
+    record's (``nx`` is consumed: only this module's writers change them after this, the
+    module docstring). O(1): no VM record is written (its record view is dropped, built
+    again from the columns on the next read: ``App.records``). What it replaces: each VM's
+    record written from the columns (made for the VMs the decision added), ~1 µs a VM a
+    period; ``tests/test_lazy_records.py`` pins the records equal."""
     app.status = nx.status
     app.start_time = nx.start_time
     app.end_time = nx.end_time
@@ -192,34 +203,5 @@ def install(app: App, nx: AppNext) -> None:
     app.resumes = nx.resumes
     app.vm_count = nx.vm_count
     app.broke_since = nx.broke_since
-    cols = (nx.ids, nx.states, nx.bids, nx.hosts, nx.fresh, nx.allocs)
-    if nx.same_vms and not nx.moved:  # the usual period: new bids and allocations only
-        for vm, bid, alloc in zip(app.vms, nx.bids, nx.allocs, strict=True):
-            vm.bid = bid
-            vm.alloc = alloc
-        app.kept = (app.vms, cols)
-        return
-    columns = zip(nx.states, nx.bids, nx.hosts, nx.fresh, nx.allocs, strict=True)
-    if nx.same_vms:
-        for vm, (state, bid, host, new, alloc) in zip(app.vms, columns, strict=True):
-            vm.state = state
-            vm.bid = bid
-            vm.host = host
-            vm.new = new
-            vm.alloc = alloc
-        app.kept = (app.vms, cols)
-        return
-    old = {vm.id: vm for vm in app.vms}
-    vms: list[VMRecord] = []
-    for vm_id, (state, bid, host, new, alloc) in zip(nx.ids, columns, strict=True):
-        rec = old.get(vm_id)
-        if rec is None:
-            rec = VMRecord(vm_id, nx.id, state)
-        rec.state = state
-        rec.bid = bid
-        rec.host = host
-        rec.new = new
-        rec.alloc = alloc
-        vms.append(rec)
-    app.vms = vms
-    app.kept = (vms, cols)
+    app.columns = (nx.ids, nx.states, nx.bids, nx.hosts, nx.fresh, nx.allocs)
+    app.view = None

@@ -1,15 +1,17 @@
 """The platform's records: applications, VMs, a period's :class:`Decision` and its
 :class:`PeriodRecord` (the data of :mod:`merkat.core.period`).
 
-Performance caches (``App.const``, ``App.lane``, ``App.kept``) live on these records
-because they are invalidated by identity when the record changes; they are never part of the
-domain state (``compare=False``, ``repr=False``) and are documented where they are defined.
+Performance caches (``App.const``, ``App.lane``, ``App.view``: the VM records built from
+the columns) live on these records because they are invalidated by identity or by the
+writers when the record changes; they are never part of the domain state and are documented
+where they are defined.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from merkat.control.base import Controller
@@ -75,35 +77,130 @@ Columns = tuple[list[str], list[VMState], list[dict[str, float]], list[int], lis
 fresh, allocations): one entry per VM, its record's values (the mappings shared)."""
 
 
-@dataclass
-class App:
-    """One application under its controller."""
+_NO_VMS: Columns = ([], [], [], [], [], [])
+"""No VM: the columns of an application none of whose VMs exist (shared; never changed:
+a writer keeps new lists, :mod:`merkat.core.draft`)."""
 
-    spec: AppSpec
-    controller: Controller
-    account: str
-    status: AppStatus = AppStatus.WAITING
-    vms: list[VMRecord] = field(default_factory=list)
-    start_time: float | None = None
-    end_time: float | None = None
-    reason: str = ""
-    suspensions: int = 0
-    resumes: int = 0
-    vm_count: int = 0  # VMs ever created (for unique ids)
-    spent: int = 0  # micro-credits paid (charges net of refunds)
-    broke_since: float | None = None  # since when it cannot pay the reserve for its VMs
-    outcome: str = ""  # how it ended: finished, stopped-deadline, stopped-budget...
-    const: AppConst | None = field(default=None, repr=False, compare=False)
-    # what a batch reads of it that never changes (merkat.core.batch.Lane): a cache
-    lane: Any = field(default=None, repr=False, compare=False)
-    # its VM columns kept in step with ``vms`` between periods (merkat.core.draft.kept):
-    # ``(the vms list they mirror, Columns)``, or None (read again at the next use)
-    kept: tuple[list[VMRecord], Columns] | None = field(default=None, repr=False,
-                                                        compare=False)
+
+class App:
+    """One application under its controller: its record.
+
+    **Its VMs are columns** (``columns``, :data:`Columns`: the truth, issue 28), written by
+    :mod:`merkat.core.draft` (a decision's :func:`~merkat.core.draft.install`, the commit's
+    starts and failed operations, the live service's :func:`~merkat.core.draft.writing`).
+    Its :class:`VMRecord` objects are a view built from them on first read and kept until
+    they change: :meth:`records` to read them (the controllers' views), ``vms`` to read or
+    write them (the view is then *lent*, :attr:`lent`: the columns are read again from its
+    records at every use, so a write into a record is seen, until the next change of the
+    columns drops the view; a record read is the VM's state until then: read ``vms`` again
+    after a period or an admission). Assigning ``vms`` (a list of records) makes their values the columns.
+    What it replaces: every VM's record written back from the next state's columns at every
+    commit (``draft.install``, ~2 M records a themis-fig5 market run) and the records read
+    into columns at the next decision; ``tests/test_lazy_records.py`` pins the records built
+    from the columns equal to the ones the eager writers made, after every period of a flaky
+    run and after each of the live service's writers.
+
+    The other caches (``const``, ``lane``) are not part of the domain state and are
+    documented where they are defined."""
+
+    __slots__ = ("__weakref__", "account", "broke_since", "columns", "const", "controller",
+                 "end_time", "lane", "outcome", "reason", "resumes", "spec", "spent",
+                 "start_time", "status", "suspensions", "view", "vm_count")
+
+    lent = False
+    """Whether its record view is lent (``vms`` was read: the class is then :class:`_Lent`,
+    whose ``columns`` are read again from the view at every use until a writer sets new
+    ones, which drops the view and makes it an :class:`App` again). What it replaces: a
+    check of a flag at every read of ``columns`` (a property: ~60 ns, ~8 reads an
+    application a period); ``tests/test_lazy_records.py`` pins a write through ``vms``
+    seen."""
+
+    def __init__(self, spec: AppSpec, controller: Controller, account: str,
+                 status: AppStatus = AppStatus.WAITING, vms: list[VMRecord] | None = None,
+                 start_time: float | None = None, end_time: float | None = None,
+                 reason: str = "", suspensions: int = 0, resumes: int = 0, vm_count: int = 0,
+                 spent: int = 0, broke_since: float | None = None, outcome: str = "") -> None:
+        self.spec = spec
+        self.controller = controller
+        self.account = account
+        self.status = status
+        # its VM columns: shared lists, read and never changed (a writer sets new ones and
+        # drops the view, :mod:`merkat.core.draft`)
+        self.columns: Columns = _NO_VMS
+        self.view: list[VMRecord] | None = None  # the records built from the columns
+        if vms is not None:
+            self.vms = vms
+        self.start_time = start_time
+        self.end_time = end_time
+        self.reason = reason
+        self.suspensions = suspensions
+        self.resumes = resumes
+        self.vm_count = vm_count  # VMs ever created (for unique ids)
+        self.spent = spent  # micro-credits paid (charges net of refunds)
+        self.broke_since = broke_since  # since when it cannot pay the reserve for its VMs
+        self.outcome = outcome  # how it ended: finished, stopped-deadline, stopped-budget...
+        # what never changes in its observations and market rows (Decider.const): a cache
+        self.const: AppConst | None = None
+        # what a batch reads of it that never changes (merkat.core.batch.Lane): a cache
+        self.lane: Any = None
+
+    def records(self) -> list[VMRecord]:
+        """Its VM records, to read only (not lent: see the class docstring), built from its
+        columns on first read and kept until they change."""
+        vms = self.view
+        if vms is None:
+            ids, states, bids, hosts, fresh, allocs = self.columns
+            vms = self.view = list(map(VMRecord, ids, repeat(self.spec.id), states, hosts,
+                                       bids, allocs, fresh))
+        return vms
+
+    @property
+    def vms(self) -> list[VMRecord]:
+        """Its VM records (:meth:`records`), lent: a write into one is seen (see the class
+        docstring)."""
+        vms = self.view if self.view is not None else self.records()
+        self.__class__ = _Lent
+        return vms
+
+    @vms.setter
+    def vms(self, records: list[VMRecord]) -> None:
+        """Its VMs become ``records`` (the list is the view, lent: the caller holds it)."""
+        self.view = records
+        self.__class__ = _Lent
 
     @property
     def active(self) -> bool:
         return self.status not in ENDED
+
+    def __repr__(self) -> str:
+        return f"App({self.spec.id!r}, status={self.status.value}, vms={len(self.columns[0])})"
+
+
+_COLUMNS: Any = App.__dict__["columns"]  # (the slot's descriptor: _Lent reads and writes it)
+
+
+class _Lent(App):
+    """An :class:`App` whose record view is lent (:attr:`App.lent`): its ``columns`` are
+    read from the view's records at every use (a write into one is seen); setting new ones
+    drops the view and makes it an :class:`App` again."""
+
+    __slots__ = ()
+    lent = True
+
+    @property
+    def columns(self) -> Columns:
+        view: list[VMRecord] = self.view  # type: ignore[assignment]  # (lent: built)
+        columns: Columns = (
+            [vm.id for vm in view], [vm.state for vm in view], [vm.bid for vm in view],
+            [vm.host for vm in view], [vm.new for vm in view], [vm.alloc for vm in view])
+        _COLUMNS.__set__(self, columns)
+        return columns
+
+    @columns.setter
+    def columns(self, columns: Columns) -> None:
+        _COLUMNS.__set__(self, columns)
+        self.view = None
+        self.__class__ = App  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)

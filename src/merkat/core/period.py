@@ -246,7 +246,7 @@ class Platform:
             balance = balances[app.account]
             # Decider.broke_since's first test inlined (the usual answer: it can pay)
             cost = (app.const or const_of(app)).reserve_cost
-            n, size = len(app.vms), app.spec.size
+            n, size = len(app.columns[0]), app.spec.size
             if balance < cost * (n if n > size else size):
                 since, broke = poor[app.spec.id] = broke_since(app, balance, now)
                 if broke:

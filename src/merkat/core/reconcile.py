@@ -107,7 +107,7 @@ class Decider:
         shared = self._shared.get(trade)
         if shared is None or shared.source is not prices:
             shared = self._shared_view(trade, prices, history)
-        views: tuple[VMInfo, ...] = tuple(app.vms)  # the records are the views (VMInfo)
+        views: tuple[VMInfo, ...] = tuple(app.records())  # the records are the views (VMInfo)
         idle = seen.idle if app.status is AppStatus.RUNNING else frozenset()
         if idle:  # idle workers, released first by horizontal policies (VMInfo.busy)
             views = tuple(new_vm_view(id=v.id, state=v.state, alloc=v.alloc, bid=v.bid,
@@ -169,7 +169,7 @@ class Decider:
         """Since when ``app`` cannot pay the reserve price of its VMs (None: it can), and
         whether that has lasted ``keep_alive`` periods."""
         const = app.const or self.const(app)
-        need = const.reserve_cost * max(len(app.vms), app.spec.size)
+        need = const.reserve_cost * max(len(app.columns[0]), app.spec.size)
         if balance >= need:
             return None, False
         since = now if app.broke_since is None else app.broke_since

@@ -72,7 +72,7 @@ class _Chunk:
 
 def _chunk(app: App, const: AppConst) -> _Chunk | None:
     """``app``'s running VMs' rows (None when it has none on a host)."""
-    vms = app.vms
+    vms = app.records()
     suspended = VMState.SUSPENDED
     rows = [k for k, vm in enumerate(vms) if vm.host != NO_HOST and vm.state is not suspended]
     if not rows:
@@ -119,7 +119,7 @@ _NONE = _Chunk([], [], np.zeros((0, 4 * len(RESOURCES))),
 
 class RunningRows:
     """:func:`running`, remembering each application's rows between calls and reading them
-    from its **kept VM columns** (:func:`merkat.core.draft.kept`, in step with its records)
+    from its **VM columns** (``App.columns``: the truth; its records are a view of them)
     instead of its VM records. An application's rows are built again only when its record
     is not the one seen last time or one of its columns (VM ids, states, bid mappings,
     hosts, allocation mappings) is not equal to the copy kept with its rows: the same

@@ -33,7 +33,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from merkat.core.draft import changed
+from merkat.core.draft import writing
 from merkat.defaults import MICRO
 from merkat.market import NO_HOST
 from merkat.service.backends import Refusing
@@ -82,10 +82,10 @@ def settle_applied(m: ManagerState, period: int) -> int:
             app.spent -= refund
             total += refund
         if s.get("current", True):
-            for vm in app.vms:
-                if vm.id == vm_id:
-                    vm.alloc = {**vm.alloc, **{r: got for r, (_, got) in s["short"].items()}}
-                    changed(app)  # (the kept columns are read again)
+            with writing(app) as vms:  # (the columns read again)
+                for vm in vms:
+                    if vm.id == vm_id:
+                        vm.alloc = {**vm.alloc, **{r: got for r, (_, got) in s["short"].items()}}
         key = (s["state"], tuple(sorted(s["short"].items())))
         if state.told.get(vm_id) != key:
             state.told[vm_id] = key
@@ -104,7 +104,7 @@ def _bills(m: ManagerState, charging: str) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     prices = m.platform.prices
     for app in m.platform.active.values():
-        for vm in app.vms:
+        for vm in app.records():
             if vm.host == NO_HOST:
                 continue
             if charging == "bid":
@@ -131,7 +131,7 @@ def follow_moves(m: ManagerState) -> None:
         app = m.platform.apps.get(r.vm.split("/", 1)[0])
         if app is None:
             continue
-        for vm in app.vms:
-            if vm.id == r.vm and vm.host != NO_HOST:
-                vm.host = ids.index(r.node)
-                changed(app)  # (the kept columns are read again)
+        with writing(app) as vms:  # (the columns read again)
+            for vm in vms:
+                if vm.id == r.vm and vm.host != NO_HOST:
+                    vm.host = ids.index(r.node)

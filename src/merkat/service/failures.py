@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from merkat.control.types import AppStatus
 from merkat.core.backend import Plan
-from merkat.core.draft import changed
+from merkat.core.draft import writing
 from merkat.core.lifecycle import app_failure
 from merkat.service.backends import Failing, Listing
 
@@ -96,19 +96,20 @@ def reconcile(m: ManagerState) -> list[str]:
     done: list[str] = []
     held: dict[str, VMState] = {}
     for app in m.platform.active.values():
-        for vm in app.vms:
-            held[vm.id] = vm.state
-            if vm.state not in (VMState.BOOTING, VMState.RESUMING) or vm.host == NO_HOST \
-                    or vm.new:
-                continue
-            d = backend.describe(vm.id)
-            if d is None or (vm.state is VMState.RESUMING and d.get("process") == "suspended"):
-                vm.host, vm.new, vm.alloc = NO_HOST, True, {}
-                done.append(f"{vm.id}: placed again (its start was lost)")
-            else:
-                vm.state = VMState.RUNNING
-                done.append(f"{vm.id}: running")
-            changed(app)  # (its records written: the kept columns are read again)
+        with writing(app) as vms:  # (the records written: the columns read again)
+            for vm in vms:
+                held[vm.id] = vm.state
+                if vm.state not in (VMState.BOOTING, VMState.RESUMING) \
+                        or vm.host == NO_HOST or vm.new:
+                    continue
+                d = backend.describe(vm.id)
+                if d is None or (vm.state is VMState.RESUMING
+                                 and d.get("process") == "suspended"):
+                    vm.host, vm.new, vm.alloc = NO_HOST, True, {}
+                    done.append(f"{vm.id}: placed again (its start was lost)")
+                else:
+                    vm.state = VMState.RUNNING
+                    done.append(f"{vm.id}: running")
     if not isinstance(backend, Listing):
         return done
     destroy = tuple(v for v in backend.vm_ids() if v not in held)

@@ -25,7 +25,6 @@ from typing import Any, Protocol
 
 from merkat.control.types import AppStatus, VMState
 from merkat.core.backend import Plan, VMPlacement
-from merkat.core.draft import changed
 from merkat.core.model import VMRecord
 from merkat.core.period import Platform
 from merkat.market import NO_HOST
@@ -69,7 +68,7 @@ def save_vms(m: Kept) -> None:
         rows: tuple[VmRow, ...] = () if app is None or not app.active else tuple(
             VmRow(vm.id, name, m.vm_index.get(vm.id, 0),
                   ids[vm.host] if vm.host != NO_HOST else None, vm.state.value,
-                  dict(vm.bid), dict(vm.alloc)) for vm in app.vms)
+                  dict(vm.bid), dict(vm.alloc)) for vm in app.records())
         if rows != m.saved_vms.get(name, ()):
             changed[name] = rows
     if not changed:
@@ -182,8 +181,7 @@ def readopt(m: Kept, row: PlatformRow) -> str:
     if freeze or thaw:
         m.backend.apply(Plan(time=m.clock(), period=m.platform.period, suspend=tuple(freeze),
                              resume=tuple(thaw)))
-    app.vms = records
-    changed(app)  # (new records: the kept columns are read again)
+    app.vms = records  # (new records: their values become the columns)
     app.vm_count = max([vm_number(v.id) for v in stored] + [len(stored)])
     app.status = AppStatus(row.state)
     app.start_time = row.started
