@@ -40,7 +40,7 @@ class DrfGap:
         capacity = np.array([record.capacity.get(r, 0.0) for r in RESOURCES])
         demand, alloc = [], []
         for app in platform.apps.values():
-            held = [vm for vm in app.vms if vm.state in _HOLDING]
+            held = [vm for vm in app.records() if vm.state in _HOLDING]
             if not held:
                 continue
             size = app.spec.vm_size

@@ -343,7 +343,7 @@ class Scenario:
     def _sample(self, app: App, m: Metrics | None) -> dict[str, Any]:
         if m is None or app.status in ENDED:  # ended before or during this period
             return {"status": app.status.value}
-        running = [vm for vm in app.vms if vm.state is not VMState.SUSPENDED]
+        running = [vm for vm in app.records() if vm.state is not VMState.SUSPENDED]
         model = self.models[app.spec.id]
         queued: int | None = None
         busy: int | None = None
