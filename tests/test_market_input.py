@@ -126,3 +126,55 @@ def test_every_period_of_a_run_gets_the_input_market_vms_gives(
     random_run(seed, apps=16, over=3, periods=12, work=1500.0,
                best_effort=lambda k, rng: k % 4 != 0)
     assert calls >= 8 and 0 < reused < calls
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_new_bid_or_host_patches_the_last_input_as_market_vms_builds_it(seed: int) -> None:
+    """The same VMs with some bid mappings replaced (equal, other values, an int, one shared
+    by all an application's VMs or not) or hosts moved: the input is the last one's arrays
+    with those rows read again (``_patched``), byte for byte ``market_vms``'s; a bid that
+    is negative, NaN or infinite is not patched in: the full build names it."""
+    from merkat.market import MarketError
+
+    rng = np.random.default_rng(seed)
+    platform = Platform(Hosts(("h0", "h1", "h2"), np.array([[2.0, 4096.0]] * 3)))
+    apps = _apps(rng)
+    memo = MarketInput()
+    runs = _runs(platform, apps)
+    memo(runs, size(runs))
+    patched = 0
+    for step in range(20):
+        app = apps[int(rng.integers(0, len(apps)))]
+        k = int(rng.integers(0, len(app.vms)))
+        pick = rng.random()
+        bad = False
+        if pick < 0.5:
+            value = float(rng.choice([0.0, 0.5, 1.5, 2.0]))
+            bid = {r: value for r in app.vms[k].bid}
+            for vm in app.vms if rng.random() < 0.5 else [app.vms[k]]:
+                vm.bid = bid
+        elif pick < 0.6:
+            app.vms[k].bid = {r: 1 for r in app.vms[k].bid}  # an int
+        elif pick < 0.7:
+            bad = step % 2 == 0
+            app.vms[k].bid = {r: float(rng.choice([-1.0, np.nan, np.inf])) if bad else 0.25
+                              for r in app.vms[k].bid}
+        else:
+            vm = app.vms[k]
+            vm.host = (vm.host + 1) % 3 if vm.host != NO_HOST else 0
+        runs = _runs(platform, apps)
+        n = size(runs)
+        last = memo._last
+        if bad and app.vms[k].state is not VMState.SUSPENDED:  # (it bids)
+            with pytest.raises(MarketError):
+                market_vms(runs, n)
+            with pytest.raises(MarketError):
+                memo(runs, n)
+            app.vms[k].bid = {r: 0.5 for r in app.vms[k].bid}
+            continue
+        got = memo(runs, n)
+        _same(got, market_vms(runs, n))
+        _same(got, _reference(runs, n))
+        assert got.bid.flags.c_contiguous and got.host.dtype == np.int64
+        patched += last is not None and got is not last[1] and got.cap is last[1].cap
+    assert patched > 0

@@ -260,3 +260,67 @@ def test_an_application_in_two_runs_is_billed_once_for_both(seed: int) -> None:
     split = [r for r in split if r[2]]
     assert bills_of(split, host, vms.host, allocation, vms.bid, prices) == whole
     assert [a for a, _ in whole[0]] == sorted(nx.id for nx, _, _ in market)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_plans_compare_a_new_clearing_with_the_last_one_column_as_make_plan_does(
+        seed: int) -> None:
+    """Period after period, the same VMs (the usual market: CPU only, every VM placed) and a
+    new clearing each time: ``Plans`` compares the new column with the last plan's instead of
+    reading the mappings (``_one_column_allocations``' ``prior``); the plan, the allocations'
+    order, the mappings kept (by identity) and replaced are ``make_plan``'s; when no value
+    changed, the last plan's allocations are given again (the same mapping). Values repeat,
+    zeros of both signs, NaN, and a VM set that changes or a mapping replaced between two
+    plans (then nothing is compared with the last column)."""
+    from merkat.core.draft import copy
+
+    rng = np.random.default_rng(seed)
+    platform = Platform(Hosts(tuple(f"h{k}" for k in range(4)), np.array([[1.0, 4096.0]] * 4)))
+    apps = []
+    for a in range(int(rng.integers(1, 6))):
+        spec = AppSpec(f"a{a}", "best-effort", 1, {"cpu": 1.0}, 0.0, 100.0, trade=("cpu",))
+        app = App(spec, make_policy("best-effort"), f"app:a{a}")
+        for v in range(int(rng.integers(1, 6))):
+            vm = VMRecord(f"a{a}/vm{v}", spec.id, VMState.RUNNING, bid={"cpu": 0.5})
+            vm.host, vm.new = int(rng.integers(0, 4)), False
+            vm.alloc = {"cpu": 0.5}
+            app.vms.append(vm)
+        apps.append((app, app.vms))
+    market = _market(platform, apps)
+    memo = Plans()
+    last = None
+    reused = 0
+    for step in range(25):
+        if step % 9 == 8:  # one VM less: another key, nothing compared
+            market = [(copy(nx), const, rows) for nx, const, rows in market]
+            nx = market[0][0]
+            if len(nx.ids) > 1:
+                for col in (nx.ids, nx.states, nx.bids, nx.hosts, nx.fresh, nx.allocs):
+                    del col[-1]
+        if step % 7 == 6:  # a mapping replaced by an equal one: read again
+            nx = market[-1][0]
+            nx.allocs[0] = dict(nx.allocs[0])
+        n = sum(len(nx.ids) for nx, _, _ in market)
+        vms = market_vms(market, n)
+        allocation = np.zeros((n, len(RESOURCES)))
+        if last is not None and len(last) == n and rng.random() < 0.3:
+            allocation[:, 0] = last  # nothing changes
+        else:
+            allocation[:, 0] = rng.choice([0.25, 0.5, 1.0, 0.0, -0.0, np.nan], n,
+                                          p=[0.3, 0.3, 0.2, 0.08, 0.07, 0.05])
+        last = allocation[:, 0].copy()
+        result = _Placed(vms.host.copy(), allocation)
+        fast = [(copy(nx), const, rows) for nx, const, rows in market]
+        slow = [(copy(nx), const, rows) for nx, const, rows in market]
+        before = memo._last[3].allocations if memo._last is not None else None
+        got = memo(300.0 * step, 300.0, fast, result, Ops(), vms.host)
+        want = make_plan(300.0 * step, 300.0, slow, result, Ops(), vms.host)
+        assert repr(got) == repr(want) and list(got.allocations) == list(want.allocations)
+        if got.allocations is before:
+            reused += 1
+        for (f, _, _), (s, _, _), (orig, _, _) in zip(fast, slow, market, strict=True):
+            assert repr(f.allocs) == repr(s.allocs)
+            assert [a is o for a, o in zip(f.allocs, orig.allocs, strict=True)] == [
+                a is o for a, o in zip(s.allocs, orig.allocs, strict=True)]
+        market = fast  # committed: the next period drafts these
+    assert reused > 0

@@ -30,11 +30,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from merkat.backends.sim_models import (
+    _NO_VMS,
+    _RIGID_METRICS,
     AppModel,
     RigidApp,
     TaskFarm,
+    _new,
     _observed,
-    _rigid_metrics,
+    _set,
 )
 from merkat.backends.sim_pace import advance_paced
 from merkat.control.types import AppStatus, Metrics
@@ -161,16 +164,24 @@ class SimBackend:
                 )
                 continue
             m = model._metrics  # (RigidApp.metrics, inlined)
-            done, rate = model.work_done, model.last_rate
-            if m is None or m.work_done is not done or m.progress_rate is not rate \
-                    or m.work_total is not model.work_total:
-                m = model._metrics = _rigid_metrics(done, model.work_total, rate)
+            done, rate, total = model.work_done, model.last_rate, model.work_total
             finished = model.finish_time is not None
+            if m is None or m.work_done is not done or m.progress_rate is not rate \
+                    or m.work_total is not total:
+                # (it progressed: _rigid_metrics and _observed, inlined; its last report
+                # cannot be reused)
+                m = model._metrics = _new(Metrics)
+                _set(m, "__dict__", dict(_RIGID_METRICS, work_done=done, work_total=total,
+                                         progress_rate=rate))
+                seen = kept[app_id] = _new(Observed)
+                _set(seen, "__dict__", {"metrics": m, "idle": _NO_VMS, "finished": finished})
+            else:
+                was = kept.get(app_id)
+                if was is None or was.metrics is not m or was.finished is not finished:
+                    was = kept[app_id] = _observed(m, finished)
+                seen = was
             if not finished and app_id not in live and app_id not in pace:
                 live[app_id] = None  # (as metrics does)
-            seen = kept.get(app_id)
-            if seen is None or seen.metrics is not m or seen.finished is not finished:
-                seen = kept[app_id] = _observed(m, finished)
             out[app_id] = seen
         return out
 

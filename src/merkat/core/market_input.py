@@ -7,7 +7,6 @@ that bid (``None``: all of them, the usual case)."""
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
@@ -156,12 +155,48 @@ class MarketInput:
         last = self._last
         if last is not None:
             shape, ids, hosts, bids = last[0]
-            if (flat[0] == shape and flat[1] == ids and flat[2] == hosts
-                    and all(map(operator.is_, flat[3], bids))):
-                return last[1]
+            if flat[0] == shape and flat[1] == ids:
+                same_hosts = flat[2] == hosts
+                vbids = flat[3]
+                changed = [m for m, (a, b) in enumerate(zip(vbids, bids, strict=True))
+                           if a is not b]
+                if same_hosts and not changed:
+                    return last[1]
+                patched = _patched(last[1], flat, changed, same_hosts)
+                if patched is not None:
+                    self._last = (flat, patched)
+                    return patched
         vms = VMs(*_rows(flat, n))
         self._last = (flat, vms)
         return vms
+
+
+def _patched(old: VMs, flat: Flat, changed: list[int], same_hosts: bool) -> VMs | None:
+    """The market input of ``flat`` from ``old``, the last one, for the same applications
+    (ids, constant parts, row counts) and VMs (ids) in the same order: ``old``'s arrays
+    with the bid rows of the VMs ``changed`` (whose bid mapping is another object) read
+    again and the hosts read again unless ``same_hosts`` — what :func:`_rows` gives (a row
+    repeated for an application's VMs that share a mapping holds the values each VM's own
+    row would), without reading every row again nor checking the rows kept: they, the caps,
+    minimums and ids (unique) were checked when ``old`` was made (:class:`~merkat.market.VMs`),
+    and the new bid rows are checked here. None when a new row fails the check (the caller
+    then builds the input in full, and :class:`~merkat.market.VMs` names the offending
+    entry). ``tests/test_market_input.py`` compares it with :func:`market_vms`."""
+    bid = old.bid
+    if changed:
+        vbids = flat[3]
+        rows = np.array([[vbids[m].get(r, 0.0) for r in RESOURCES] for m in changed],
+                        dtype=np.float64)
+        if not ((rows >= 0).all() and np.isfinite(rows).all()):
+            return None
+        bid = bid.copy()
+        bid[changed] = rows
+    host = old.host if same_hosts else np.array(flat[2], dtype=np.int64)
+    vms: VMs = object.__new__(VMs)  # (the frozen dataclass's fields, checked above)
+    for name, value in (("ids", old.ids), ("bid", bid), ("cap", old.cap), ("host", host),
+                        ("minimum", old.minimum)):
+        object.__setattr__(vms, name, value)
+    return vms
 
 
 def same_input(a: VMs, b: VMs) -> bool:

@@ -12,6 +12,7 @@ import math
 import operator
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from itertools import compress, repeat
 from typing import Any
 
@@ -38,6 +39,14 @@ def make_plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: 
     The VMs whose host changes (placed for the first time, moved, or not placed: a new VM
     has no host) are found with numpy and visited alone; the others only take their
     allocation, application by application."""
+    return _plan(now, period, runs, result, ops, before, None)[0]
+
+
+def _plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
+          before: IntArray, prior: Column | None) -> tuple[Plan, Column | None]:
+    """:func:`make_plan`, and the one-column allocations it gave (None when it took the
+    general path); ``prior``: the last plan's, for the same runs holding its mappings
+    (:class:`Plans` checks it), or None."""
     create: list[VMPlacement] = []
     resume: list[VMPlacement] = []
     migrate: list[tuple[str, int, int]] = []
@@ -72,8 +81,13 @@ def make_plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: 
     # before its first row is before its end (a pointer, not a slice of the mask per run)
     nowhere: list[int] = np.flatnonzero(unplaced).tolist()
     one = _one_column(runs) if not nowhere else None
+    column: Column | None = None
     if one is not None:  # the usual market: every VM placed, one resource, one column
-        allocations = _one_column_allocations(runs, one[0], result.allocation[:, one[1]])
+        column = _one_column_allocations(runs, one[0], result.allocation[:, one[1]],
+                                         prior if prior is not None and prior.one == one
+                                         else None)
+        column.one = one
+        allocations = column.allocations
     else:
         if not hosts:
             hosts = host.tolist()
@@ -124,7 +138,7 @@ def make_plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: 
         resume=tuple(resume),
         migrate=tuple(migrate),
         allocations=allocations,
-    )
+    ), column
 
 
 def _one_column(runs: Sequence[Run]) -> tuple[str, int] | None:
@@ -147,8 +161,21 @@ pass costs ~15 µs whatever its size and ~60 ns per VM, the plain comprehension 
 VM (a w3k plan lists ~130 VMs, a fig5 one ~900)."""
 
 
-def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray
-                            ) -> dict[str, dict[str, float]]:
+@dataclass
+class Column:
+    """The allocations a plan gave by :func:`_one_column_allocations`: the market's column
+    ``one`` (resource, column), its values (a copy), the plan's ``allocations`` and the VMs'
+    mappings after it, joined in market order (``allocs``: each is ``{resource: value}``
+    with a value ``==`` to the column's, kept or made by the pass)."""
+
+    values: FloatArray
+    allocations: dict[str, dict[str, float]]
+    allocs: list[dict[str, float]]
+    one: tuple[str, int] = ("", -1)
+
+
+def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray,
+                            prior: Column | None = None) -> Column:
     """:func:`make_plan`'s allocations when :func:`_one_column` gives ``(r0, c)`` and every
     VM is placed (``col``: column c of the clearing's allocations, market order): every
     VM's mapping ``{r0: a}``, the one it holds kept when equal — the per-application loop's
@@ -160,14 +187,30 @@ def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray
     nothing, as ``None != a``; the sizes are read only of the mappings whose value is
     equal), and the runs' own lists take the changed mappings by a slice per application
     when many change (else each is found by ``bisect``). ``tests/test_plan.py`` checks both
-    sizes against the per-application loop."""
+    sizes against the per-application loop.
+
+    With ``prior`` (the last plan's :class:`Column` for the same VMs in the same order, each
+    holding the mapping that plan left it: :class:`Plans` checks both) no mapping is read:
+    each holds ``{r0: v}`` with ``v == prior.values[m]``, so the per-VM test is
+    ``prior.values[m] != a``, one numpy comparison of the two columns (``==`` on numbers is
+    the same in Python and numpy, NaN included); when no value changed, the last plan's
+    ``allocations`` are returned again (the same mapping: the backend then skips its per-VM
+    pass, :meth:`SimBackend.apply <merkat.backends.sim.SimBackend.apply>`).
+    ``tests/test_plan.py`` checks sequences of plans with and without ``prior``."""
     ids: list[str] = []
     allocs: list[dict[str, float]] = []
     for nx, _, _ in runs:
         ids += nx.ids
         allocs += nx.allocs
     n = len(allocs)
-    if n < MIN_COLUMN_VMS:
+    if prior is not None:
+        at = np.flatnonzero(prior.values != col)
+        if not at.size:  # every mapping kept: the last plan's allocations
+            return Column(prior.values, prior.allocations, allocs)
+        new = at.tolist()
+        for m, a in zip(new, col[at].tolist(), strict=True):
+            allocs[m] = {r0: a}
+    elif n < MIN_COLUMN_VMS:
         values: list[float] = col.tolist()
         new = [m for m, (old, a0) in enumerate(zip(allocs, values, strict=True))
                if old.get(r0) != a0 or len(old) != 1]
@@ -183,8 +226,10 @@ def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray
         new = at.tolist()
         for m, a in zip(new, col[at].tolist(), strict=True):
             allocs[m] = {r0: a}
+    out = Column(col.copy(), {}, allocs)
     if not new:
-        return dict(zip(ids, allocs, strict=True))
+        out.allocations = dict(zip(ids, allocs, strict=True))
+        return out
     if len(new) < len(runs):  # few: each one's run found by bisect
         starts: list[int] = []
         i = 0
@@ -202,7 +247,8 @@ def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray
             if j > first and i <= last:
                 nx.allocs[:] = allocs[i:j]
             i = j
-    return dict(zip(ids, allocs, strict=True))
+    out.allocations = dict(zip(ids, allocs, strict=True))
+    return out
 
 
 def bills_of(
@@ -282,15 +328,20 @@ class Plans:
 
     def __call__(self, now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
                  before: IntArray) -> Plan:
-        """``make_plan(now, period, runs, result, ops, before)``."""
+        """``make_plan(now, period, runs, result, ops, before)``; for the same runs holding
+        the last plan's mappings and a new clearing, its one-column allocations compared
+        with the last ones (:func:`_one_column_allocations`' ``prior``)."""
+        key, allocs = _joined(runs)
         last = self._last
-        if last is not None and last[0] is result and not (result.host != before).any():
-            key, allocs = _joined(runs)
-            if key == last[1] and all(map(operator.is_, allocs, last[2])):
+        prior: Column | None = None
+        if last is not None and key == last[1] and all(map(operator.is_, allocs, last[2])):
+            if last[0] is result and not (result.host != before).any():
                 return Plan(time=now, period=period, destroy=tuple(ops.destroy),
                             suspend=tuple(ops.suspend), allocations=last[3].allocations)
-        plan = make_plan(now, period, runs, result, ops, before)
-        self._last = (result, *_joined(runs), plan)
+            prior = last[4]
+        plan, column = _plan(now, period, runs, result, ops, before, prior)
+        self._last = (result, key, _joined(runs)[1] if column is None else column.allocs,
+                      plan, column)
         return plan
 
 
