@@ -226,13 +226,20 @@ def app_alloc(obs: Observation) -> dict[str, float]:
 
 def least_alloc(allocs: Sequence[Amounts], resources: Sequence[str]) -> dict[str, float]:
     """Per resource, the smallest of ``allocs`` (one per active VM, at least one; a resource
-    a VM's mapping lacks counts as 0)."""
+    a VM's mapping lacks counts as 0): :func:`least_alloc_of` each."""
+    return {r: least_alloc_of(allocs, r) for r in resources}
+
+
+def least_alloc_of(allocs: Sequence[Amounts], r: str) -> float:
+    """:func:`least_alloc` of one resource ``r``, without the mapping (the batch's gather of a
+    many-VM application of one traded resource, themis-fig5's)."""
     try:  # (the usual: every mapping has the resource) the same values in the same order,
-        # read at C speed instead of a comprehension of .get (the batch's gather of a many-VM
-        # application, themis-fig5's; tests/test_control_formulas.py pins both ways)
-        return {r: min(map(itemgetter(r), allocs)) for r in resources}
+        # read at C speed instead of a comprehension of .get (tests/test_control_formulas.py
+        # pins both ways)
+        least: float = min(map(itemgetter(r), allocs))
+        return least
     except KeyError:
-        return {r: min([a.get(r, 0.0) for a in allocs]) for r in resources}
+        return min([a.get(r, 0.0) for a in allocs])
 
 
 def current_bid(obs: Observation) -> dict[str, float]:
@@ -245,14 +252,20 @@ def current_bid(obs: Observation) -> dict[str, float]:
 
 def mean_bid(bids: Sequence[Amounts], resources: Sequence[str]) -> dict[str, float]:
     """Per resource, the mean of ``bids`` (one per active VM, at least one), summed in VM
-    order."""
+    order: :func:`mean_bid_of` each."""
+    return {r: mean_bid_of(bids, r) for r in resources}
+
+
+def mean_bid_of(bids: Sequence[Amounts], r: str) -> float:
+    """:func:`mean_bid` of one resource ``r``, without the mapping (the batch's gather of a
+    many-VM application of one traded resource)."""
     n = len(bids)
     first = bids[0]
     if bids.count(first) == n:
         # The VMs bid alike (Controller.uniform shares one mapping): the same sum of the same
         # values, without one lookup per VM.
-        return {r: sum(repeat(first.get(r, 0.0), n)) / n for r in resources}
-    return {r: sum([b.get(r, 0.0) for b in bids]) / n for r in resources}
+        return sum(repeat(first.get(r, 0.0), n)) / n
+    return sum([b.get(r, 0.0) for b in bids]) / n
 
 
 def alloc_fraction(alloc: Amounts, size: Amounts) -> float:

@@ -31,7 +31,7 @@ import numpy.typing as npt
 from merkat.control.base import Controller
 from merkat.control.batched import BATCHED, SUSPEND, BatchedPolicy
 from merkat.control.batched.base import Rows, batch_of, plain
-from merkat.control.formulas import least_alloc, mean_bid
+from merkat.control.formulas import least_alloc, least_alloc_of, mean_bid, mean_bid_of
 from merkat.control.types import Action, AppStatus, Demand, VMState
 from merkat.core.draft import Columns, bidding, rebid_columns
 from merkat.core.model import App, AppNext, Observed, to_micro
@@ -192,9 +192,14 @@ def decide(decider: Decider, rows: Sequence[tuple[App, BatchedPolicy, int, Obser
             columns = _columns(app)
             if columns is None:
                 continue
-            row = [balance / MICRO, float(len(cols[0])), done, total, rate, ideal, perf,
-                   *mean_bid(columns[2], res).values(),
-                   *least_alloc(columns[5], res).values()]
+            if len(res) == 1:
+                r = res[0]
+                row = [balance / MICRO, float(len(cols[0])), done, total, rate, ideal, perf,
+                       mean_bid_of(columns[2], r), least_alloc_of(columns[5], r)]
+            else:
+                row = [balance / MICRO, float(len(cols[0])), done, total, rate, ideal, perf,
+                       *mean_bid(columns[2], res).values(),
+                       *least_alloc(columns[5], res).values()]
         group = groups.get(ln.key)
         if group is None:
             group = groups[ln.key] = _Group(policy, ln)

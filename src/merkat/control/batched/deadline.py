@@ -166,30 +166,44 @@ class BatchedVerticalDeadline:
         moves: list[tuple[VerticalDeadline, list[float], bool, int, float, float, bool, float]] = []
         table: Sequence[Any] = rows.rows  # (None: not reported)
         inf, nan = math.inf, math.nan
+        one = names[0] if R == 1 else None  # (one traded resource: no slices, no loops)
+        bids: Sequence[float]
         for c, row, fx in zip(controllers, table, rows.fixed, strict=True):
             ctl: VerticalDeadline = c  # type: ignore[assignment]
             balance, nvms, work, rate, ideal_rate, left = metrics_row(row, fx[1], now)
             t_diff, limit, alpha, tol, horizon, abort = fx[2 + R:8 + R]
-            bids, allocs, sizes = row[7:7 + R], row[7 + R:7 + 2 * R], fx[2:2 + R]
             scaler, value = ctl.scaler, ctl.alloc_est.value
             # on_monitor: the EWMA estimate of the allocation (Ewma.update)
-            est: list[float] = []
-            for r, a in zip(names, allocs, strict=True):
-                old = value.get(r, nan)
-                est.append(float(a) if old != old else alpha * a + (1 - alpha) * old)
+            if one is not None:
+                bids, a, size = (row[7],), row[8], fx[2]
+                old = value.get(one, nan)
+                e = float(a) if old != old else alpha * a + (1 - alpha) * old
+                est = [e]
+                at_max = e >= (1 - tol) * size  # (below, on one resource)
+                frac = 1.0
+                if size > 0:
+                    x = e / size
+                    frac = frac * (x if x < 1.0 else 1.0)
+            else:
+                bids, allocs, sizes = row[7:7 + R], row[7 + R:7 + 2 * R], fx[2:2 + R]
+                est = []
+                for r, a in zip(names, allocs, strict=True):
+                    old = value.get(r, nan)
+                    est.append(float(a) if old != old else alpha * a + (1 - alpha) * old)
             # stop_reason
             finished = work <= 0
             hopeless = abort != 0 and need_row(work, ideal_rate, left) > 1
             stop = finished or hopeless or left <= 0
             # at maximum allocation on every resource: halve the bid (lines 4-5)
-            at_max = True
-            frac = 1.0
-            for j in range(R):
-                s = sizes[j]
-                at_max = at_max and est[j] >= (1 - tol) * s
-                if s > 0:
-                    x = est[j] / s
-                    frac = frac * (x if x < 1.0 else 1.0)
+            if one is None:
+                at_max = True
+                frac = 1.0
+                for j in range(R):
+                    s = sizes[j]
+                    at_max = at_max and est[j] >= (1 - tol) * s
+                    if s > 0:
+                        x = est[j] / s
+                        frac = frac * (x if x < 1.0 else 1.0)
             # the progress rates (VerticalDeadline.progress)
             no_rate = rate != rate
             p_est = ((0.0 if no_rate else rate) if ideal_rate != ideal_rate
@@ -238,7 +252,7 @@ class BatchedVerticalDeadline:
             cost = 0.0  # a full VM's cost (_vm_cost), kept when it suspends
             if susp:
                 for j in range(R):
-                    cost = cost + prices[j] * sizes[j]
+                    cost = cost + prices[j] * fx[2 + j]
             moves.append((ctl, est, at_max, direction, run, wanted, short, cost))
             if stop:
                 stops.append("finished" if finished else
@@ -250,7 +264,10 @@ class BatchedVerticalDeadline:
         # no controller: the group goes to the scalar path)
         for (ctl, est, at_max, direction, run, wanted, short, cost), stop_i, susp in zip(
                 moves, stops, suspend, strict=True):
-            ctl.alloc_est.value.update(zip(names, est, strict=True))
+            if one is not None:
+                ctl.alloc_est.value[one] = est[0]
+            else:
+                ctl.alloc_est.value.update(zip(names, est, strict=True))
             if stop_i is not None:
                 continue
             if at_max:
