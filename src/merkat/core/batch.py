@@ -265,13 +265,17 @@ def _decide_group(decider: Decider, group: _Group, trade: tuple[str, ...], now: 
             if declined is not None:
                 plain_rows = [p and not d for p, d in zip(plain_rows, declined, strict=True)]
             fits = [f and p for f, p in zip(fits, plain_rows, strict=True)]
-    balances = group.balances
+    balances, gathered = group.balances, group.rows
+    one = trade[0] if len(trade) == 1 else None
     for i, app, row, ok, bids in zip(range(n), apps, values, fits, plain_rows, strict=True):
         app_id = app.spec.id
         if bids:
-            bid = out[app_id] = dict(zip(trade, row, strict=True))
-            if ready is not None and (ok or (len(app.columns[0]) > _FITS_VMS
-                                            and pays(bid, len(app.columns[0]), balances[i]))):
+            bid = out[app_id] = ({one: row[0]} if one is not None
+                                 else dict(zip(trade, row, strict=True)))
+            if ready is not None and not ok:  # (more than _FITS_VMS VMs: pays decides)
+                count = int(gathered[i][1])  # (the gather's VM count)
+                ok = count > _FITS_VMS and pays(bid, count, balances[i])
+            if ok and ready is not None:
                 columns = group.columns[i]
                 ready[app_id] = (bidding(app, bid) if columns is None
                                  else rebid_columns(app, bid, columns))
