@@ -124,4 +124,17 @@ def test_a_kept_estimate_is_the_fresh_one(seed: int) -> None:
                 fresh = np.where(est > 0, np.abs(1.0 - i / est), 1e3)
             assert entry[0].tobytes() == fresh.tobytes()
             checked += 1
+        # the usual market's terms kept as Python floats equal the search's arrays
+        assert s.fast.bu_l == s.bu[:, 0].tolist() and s.fast.cl_l == s.cl[:, 0].tolist()
     assert checked > 20
+
+
+def test_stable_order_is_numpys_stable_argsort() -> None:
+    """The int16 radix sort's permutation is the 64-bit merge sort's (ties in index order),
+    below and above the 16-bit bound."""
+    rng = np.random.default_rng(3)
+    for n, bound in ((0, 5), (1, 1), (900, 240), (300, 2), (2000, 32767), (500, 40000)):
+        keys = rng.integers(0, bound, n).astype(np.int64)
+        want = np.argsort(keys, kind="stable")
+        got = balance_state.stable_order(keys, bound)
+        assert got.tolist() == want.tolist(), (n, bound)

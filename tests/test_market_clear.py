@@ -205,3 +205,32 @@ def test_clear_is_deterministic() -> None:
     hosts, vms = random_market(2000, 100, seed=3)
     a, b = clear(hosts, vms), clear(hosts, vms)
     assert np.array_equal(a.host, b.host) and np.array_equal(a.allocation, b.allocation)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_enforceable_skips_only_a_resource_nobody_bids_on(seed: int) -> None:
+    """enforceable leaves an unbid resource's allocations and prices at 0 without clearing
+    it: the same bytes as a proportional share of every resource."""
+    from merkat.market.share import proportional_share
+
+    rng = np.random.default_rng(seed)
+    n_hosts, n = int(rng.integers(1, 10)), int(rng.integers(1, 40))
+    cap = np.column_stack([rng.choice([1.0, 2.0], n_hosts), np.full(n_hosts, 4096.0)])
+    bid = np.zeros((n, 2))
+    bid[:, 0] = rng.choice([0.0, 0.1, 1.0], n)
+    if seed % 3 == 0:
+        bid[:, 1] = rng.choice([0.0, -0.0], n)
+    elif seed % 3 == 1:
+        bid[:, 1] = rng.choice([0.0, 0.01], n)
+    host = rng.integers(-1, n_hosts, n)
+    hosts = Hosts(tuple(f"h{i}" for i in range(n_hosts)), cap)
+    vms = VMs(tuple(f"v{i}" for i in range(n)), bid, rng.choice([0.5, 1.0, np.inf], (n, 2)),
+              host)
+    alloc, prices = enforceable(hosts, vms, host)
+    want_a, want_p = np.zeros((n, 2)), np.zeros((n_hosts, 2))
+    placed = np.flatnonzero(host >= 0)
+    if placed.size:
+        for r in range(2):
+            s = proportional_share(bid[placed, r], vms.cap[placed, r], cap[:, r], host[placed])
+            want_a[placed, r], want_p[:, r] = s.allocation, s.price
+    assert alloc.tobytes() == want_a.tobytes() and prices.tobytes() == want_p.tobytes()

@@ -74,3 +74,25 @@ def test_worst_fit_decreasing_matches_the_heap_definition(seed: int) -> None:
     got = worst_fit_decreasing(hosts, vms)
     assert got.tolist() == _reference(hosts, vms).tolist()
     assert (got[host >= 0] == host[host >= 0]).all()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_node_load_skips_only_what_sums_to_zero(seed: int) -> None:
+    """node_load leaves a resource nobody bids on at 0 without summing it: the same bytes
+    as every resource's bincount (zero and -0.0 bids, hosts without capacity, unplaced
+    VMs)."""
+    rng = np.random.default_rng(seed)
+    n_hosts, n = int(rng.integers(1, 12)), int(rng.integers(0, 40))
+    cap = rng.choice([0.0, 1.0, 4.0], (n_hosts, 2))
+    bid = np.zeros((n, 2))
+    bid[:, seed % 2] = rng.choice([0.0, -0.0, 0.5, 2.0], n)
+    host = rng.integers(-1, n_hosts, n)
+    hosts = Hosts(tuple(f"h{i}" for i in range(n_hosts)), cap)
+    vms = VMs(tuple(f"v{i}" for i in range(n)), bid, np.ones((n, 2)), host)
+    placed = host >= 0
+    load = np.zeros_like(cap)
+    for r in range(2):
+        load[:, r] = np.bincount(host[placed], weights=bid[placed, r], minlength=n_hosts)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = np.where(cap > 0, load / cap, np.where(load > 0, np.inf, 0.0))
+    assert node_load(hosts, vms, host).tobytes() == want.tobytes()

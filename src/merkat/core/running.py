@@ -18,7 +18,6 @@ import math
 import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -26,7 +25,7 @@ import numpy.typing as npt
 from merkat.control.types import VMState
 from merkat.core.draft import kept
 from merkat.core.market_input import Rows
-from merkat.core.model import App, AppConst
+from merkat.core.model import App, AppConst, Columns
 from merkat.market import NO_HOST, RESOURCES
 from merkat.market.types import FloatArray, IntArray
 
@@ -122,9 +121,10 @@ class RunningRows:
     from its **VM columns** (``App.columns``: the truth; its records are a view of them)
     instead of its VM records. An application's rows are built again only when its record
     is not the one seen last time or one of its columns (VM ids, states, bid mappings,
-    hosts, allocation mappings) is not equal to the copy kept with its rows: the same
-    values the records hold, compared list by list in C (a VM's tuple of them made and
-    compared one by one before); the applications built again in one call are built
+    hosts, allocation mappings) is not equal to the one kept with its rows: the kept lists
+    themselves are held (never changed once kept, :mod:`merkat.core.draft`), the same
+    tuple is taken at once, and another is compared list by list in C (a VM's tuple of
+    them made and compared one by one before); the applications built again in one call are built
     together (their lists joined, each mapping read by a C ``map``, one numpy array per
     column, each application's rows a slice of them) instead of one set of arrays each, and
     the rows of the call are joined (one ``concatenate`` per array). What it replaces: the
@@ -135,42 +135,53 @@ class RunningRows:
     reads the records, bit for bit)."""
 
     def __init__(self) -> None:
-        self._chunks: dict[str, tuple[App, tuple[list[Any], ...], _Chunk | None]] = {}
+        self._chunks: dict[str, tuple[App, Columns, _Chunk | None]] = {}
 
     def __call__(self, apps: Iterable[App], const_of: Callable[[App], AppConst]) -> Running:
         """``running(apps, const_of)``."""
         old = self._chunks
-        kept_rows: dict[str, tuple[App, tuple[list[Any], ...], _Chunk | None]] = {}
-        parts: list[tuple[App, AppConst, _Chunk | int]] = []
+        kept_rows: dict[str, tuple[App, Columns, _Chunk | None]] = {}
+        members: list[tuple[App, AppConst, list[int]]] = []
+        chunks: list[_Chunk] = [_NONE]
+        later: list[tuple[int, int, str]] = []  # (position in chunks, slot, application)
         batch = _Batch()
         for app in apps:
             app_id = app.spec.id
-            ids, states, bids, hosts, _, allocs = kept(app)
-            key = (ids, states, bids, hosts, allocs)
+            cols = kept(app)
             entry = old.get(app_id)
             const = app.const or const_of(app)
-            if entry is not None and entry[0] is app and entry[1] == key:
-                kept_rows[app_id] = entry
-                if entry[2] is not None:
-                    parts.append((app, const, entry[2]))
-                continue
+            if entry is not None and entry[0] is app:
+                was = entry[1]
+                # the same kept lists (never changed once kept), or equal ones: a commit
+                # keeps new lists every period, most of them equal to the last ones
+                if was is cols or (was[0] == cols[0] and was[1] == cols[1]
+                                   and was[2] == cols[2] and was[3] == cols[3]
+                                   and was[5] == cols[5]):
+                    chunk = entry[2]
+                    kept_rows[app_id] = (app, cols, chunk)
+                    if chunk is not None:
+                        members.append((app, const, chunk.rows))
+                        chunks.append(chunk)
+                    continue
+            ids, states, bids, hosts, _, allocs = cols
             slot = batch.add(const, ids, states, bids, hosts, allocs)
-            kept_rows[app_id] = (app, (ids[:], states[:], bids[:], hosts[:], allocs[:]), None)
+            kept_rows[app_id] = (app, cols, None)
             if slot >= 0:
-                parts.append((app, const, slot))
-        built = batch.build()
-        members: list[tuple[App, AppConst, list[int]]] = []
-        chunks: list[_Chunk] = [_NONE]
-        out_ids: list[str] = []
-        for app, const, part in parts:
-            chunk = built[part] if isinstance(part, int) else part
-            if isinstance(part, int):
-                app_id = app.spec.id
+                later.append((len(chunks), slot, app_id))
+                members.append((app, const, []))  # its rows, once built
+                chunks.append(_NONE)
+        if later:
+            built = batch.build()
+            for at, slot, app_id in later:
+                chunk = built[slot]
+                app = kept_rows[app_id][0]
                 kept_rows[app_id] = (app, kept_rows[app_id][1], chunk)
-            members.append((app, const, chunk.rows))
-            chunks.append(chunk)
-            out_ids += chunk.ids
+                chunks[at] = chunk
+                members[at - 1] = (app, members[at - 1][1], chunk.rows)
         self._chunks = kept_rows
+        out_ids: list[str] = []
+        for chunk in chunks:
+            out_ids += chunk.ids
         return _joined(members, chunks, out_ids)
 
 

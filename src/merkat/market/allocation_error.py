@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from merkat.market.share import proportional_share
-from merkat.market.types import FloatArray, Hosts, IntArray, VMs, row_max
+from merkat.market.types import FloatArray, Hosts, IntArray, VMs, bid_on, row_max
 
 ERROR_LIMIT = 1e3
 """|e| is clipped here: a VM that gets nothing while its ideal share is positive (a = 0 < â)
@@ -33,14 +33,19 @@ def vm_errors(actual: FloatArray, ideal: FloatArray) -> FloatArray:
 
 
 def enforceable(hosts: Hosts, vms: VMs, host: IntArray) -> tuple[FloatArray, FloatArray]:
-    """Per-node proportional share: allocations ``(n, R)`` (0 when unplaced) and node prices."""
+    """Per-node proportional share: allocations ``(n, R)`` (0 when unplaced) and node prices.
+    A resource nobody bids on is not cleared: its allocations and prices stay 0, which is
+    what :func:`~merkat.market.share.proportional_share` gives a market without a bid."""
     n, n_res = len(vms), len(hosts.capacity[0]) if len(hosts) else vms.bid.shape[1]
     alloc = np.zeros((n, n_res))
     prices = np.zeros((len(hosts), n_res))
     placed = np.flatnonzero(host >= 0)
     if placed.size == 0 or len(hosts) == 0:
         return alloc, prices
+    traded = bid_on(vms.bid)
     for r in range(n_res):
+        if not traded[r]:
+            continue
         s = proportional_share(
             vms.bid[placed, r], vms.cap[placed, r], hosts.capacity[:, r], host[placed]
         )

@@ -17,6 +17,7 @@ never worse than the starting mapping and never uses more migrations than the bu
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -78,15 +79,22 @@ def search_mapping(
 def _search_loop(
     search: Search, params: BalanceParams, rms0: float
 ) -> tuple[int, IntArray, float]:
-    """The tabu search's iterations: (iterations, best mapping, its rms)."""
+    """The tabu search's iterations: (iterations, best mapping, its rms). The search's
+    small methods (``costs_migration``, ``set_tabu``, ``rms``) are inlined: the same
+    operations on the same state (its arrays and lists are changed in place, never
+    replaced, while the loop runs)."""
     best_host, best_rms = search.host.copy(), rms0
     tabu: deque[int] = deque()
     no_improve, it = 0, 0
+    score, err, is_tabu = search.score, search.err, search.is_tabu
+    initial, where = search.initial_l, search.host_l
+    threshold, n_placed = params.error_threshold, search.n_placed
     while it < params.max_iterations:
-        v = int(search.score.argmax())
-        if search.score[v] < 0:
+        v = int(score.argmax())
+        if score[v] < 0:
             break  # every placed VM is tabu
-        if search.costs_migration(v) and search.migrations >= params.max_migrations:
+        init = initial[v]  # = search.costs_migration(v)
+        if init != NO_HOST and where[v] == init and search.migrations >= params.max_migrations:
             break  # the better mapping would need more migrations than the budget allows
         it += 1
         dst = search.destination(v)
@@ -94,13 +102,16 @@ def _search_loop(
             search.move(v, dst)
         # v becomes tabu; the oldest tabu VM is released when the list is full.
         tabu.append(v)
-        search.set_tabu(v, True)
+        is_tabu[v] = True  # = search.set_tabu(v, True)
+        score[v] = -1.0
         if len(tabu) > params.tabu_size:
-            search.set_tabu(tabu.popleft(), False)
-        rms = search.rms()
+            u = tabu.popleft()  # = search.set_tabu(u, False)
+            is_tabu[u] = False
+            score[u] = err[u]
+        rms = math.sqrt(max(search.sumsq, 0.0) / n_placed)  # = search.rms()
         if dst != NO_HOST and rms < best_rms * (1.0 - 1e-9):
             best_host, best_rms, no_improve = search.host.copy(), rms, 0
-            if not (search.err > params.error_threshold).any():
+            if not (err > threshold).any():
                 break
         else:
             no_improve += 1

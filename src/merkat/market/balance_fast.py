@@ -93,6 +93,23 @@ def errors(shares: list[float], ideals: list[float]) -> list[float]:
     return out
 
 
+def errors_of(shares: list[float], i: float) -> list[float]:
+    """:func:`errors` of ``shares`` against one ideal share ``i`` (a destination's
+    candidates: the same VM on each node), inlined."""
+    out: list[float] = []
+    for a in shares:
+        if a > 0:
+            e = (a - i) / a
+            if e > ERROR_LIMIT or e < -ERROR_LIMIT:
+                e = ERROR_LIMIT
+            elif e < 0.0:
+                e = -e
+        else:
+            e = ERROR_LIMIT if i > 0 else 0.0
+        out.append(e if e > 0.0 else 0.0)
+    return out
+
+
 class Shortcuts:
     """The shortcuts of one search (module docstring); ``s`` is its
     :class:`~merkat.market.balance_state.Search`, prepared; up to ``small`` VMs its general
@@ -105,6 +122,12 @@ class Shortcuts:
         r = s.err_res[0] if len(s.err_res) == 1 else -1
         self.simple = (r >= 0 and r in s.traded and s.all_have_cap[r] and not s.has_min)
         self.r = r
+        # The usual market's terms as Python floats, kept equal to ``s.bu[:, r]`` and
+        # ``s.cl[:, r]`` (every write of those two nodes' terms also writes here: the
+        # pair's shortcut and :meth:`synced` after the general path), so that updating a
+        # kept estimate reads no numpy scalar.
+        self.bu_l: list[float] = s.bu[:, r].tolist() if self.simple else []
+        self.cl_l: list[float] = s.cl[:, r].tolist() if self.simple else []
         self.small = small  # the general path's plain-Python limit (balance_state._SMALL)
         # per traded resource: whether a segmented clearing's running sums stay finite
         self.safe = {q: bool(s.vms.bid[:, q].sum() < SAFE_SUM)
@@ -114,6 +137,14 @@ class Shortcuts:
     def moved(self, src: int, dst: int) -> None:
         """A move changed nodes ``src`` and ``dst``."""
         self.log += (src, dst)
+
+    def synced(self, r: int, nodes: tuple[int, ...]) -> None:
+        """The general path wrote resource ``r``'s terms of ``nodes``: copy them."""
+        if self.simple and r == self.r:
+            s = self.s
+            for h in nodes:
+                self.bu_l[h] = float(s.bu[h, r])
+                self.cl_l[h] = float(s.cl[h, r])
 
     def candidates(self, v: int) -> list[int] | None:
         """``Search._candidates(v)`` from the kept estimates, or None (not the usual
@@ -136,9 +167,9 @@ class Shortcuts:
         else:
             e = entry[0]
             if entry[1] < now:
-                bu, cl = s.bu_col[r], s.cl_col[r]
+                bu, cl = self.bu_l, self.cl_l
                 for h in log[entry[1]:]:
-                    x = b * float(cl[h]) / (float(bu[h]) + b)
+                    x = b * cl[h] / (bu[h] + b)
                     x = c if c < x else x  # = np.minimum(c, x): NaN kept (c is not NaN)
                     e[h] = abs(1.0 - i / x) if x > 0 else ERROR_LIMIT
                 entry[1] = now
@@ -148,10 +179,21 @@ class Shortcuts:
         src = s.host_l[v]
         was = e[src]
         e[src] = _INF
-        try:
-            return lowest(e, min(s.params.candidates, n_nodes - 1))
-        finally:
-            e[src] = was
+        k = s.params.candidates
+        if k > n_nodes - 1:
+            k = n_nodes - 1
+        # = lowest(e, k), inlined (k < n_nodes: argpartition's choice among ties)
+        cands = e.argpartition(k - 1)[:k]
+        vals: list[float] = e[cands].tolist()
+        e[src] = was
+        nodes: list[int] = cands.tolist()
+        if min(vals) > -_INF and max(vals) < _INF:  # all finite: the usual
+            nodes.sort()
+            return nodes
+        nodes = sorted(h for h, x in zip(nodes, vals, strict=True) if -_INF < x < _INF)
+        if not nodes:
+            raise ValueError("no candidate destination with a finite estimate")
+        return nodes
 
     def exact(self, v: int, nodes: list[int]) -> list[float] | None:
         """``Search._exact(v, nodes)`` when no candidate node has a capped VM with ``v``
@@ -172,7 +214,12 @@ class Shortcuts:
             rm = rmaxs[h]
             if r_v > rm:
                 rm = r_v
-            p, left_b, left_c = first_step(sums[h] + b_v, cap_r[h])
+            # = first_step(sums[h] + b_v, cap_r[h]), inlined
+            left_b = (sums[h] + b_v) - 0.0
+            if left_b < 0.0:
+                left_b = 0.0
+            left_c = cap_r[h] - 0.0
+            p = 0.0 if left_b <= 0.0 else left_b / left_c if left_c > 0.0 else _INF
             if not rm <= p * _LIMIT:
                 capped.append(len(shares))
                 shares.append(0.0)
@@ -189,7 +236,7 @@ class Shortcuts:
                 h = nodes[g]
                 shares[g] = share_of_last(s.node_bids[r][h] + [b_v],
                                           s.node_caps[r][h] + [c_v], cap_r[h])
-        return errors(shares, [i_v] * len(shares))
+        return errors_of(shares, i_v)
 
     def move_errors(self, alloc: list[float], m: list[int]) -> list[float]:
         """``Search.move``'s new errors of VMs ``m`` from their allocations ``alloc`` of
@@ -213,8 +260,11 @@ class Shortcuts:
             terms.append(step)
         out: list[float] = []
         nb = s.node_bids[r]
+        kept = self.simple and r == self.r
         for h, (p, left_b, left_c) in zip((src, dst), terms, strict=True):
             s.bu[h, r], s.cl[h, r] = left_b, left_c
+            if kept:
+                self.bu_l[h], self.cl_l[h] = left_b, left_c
             if not 0.0 < p < _INF:
                 out += [0.0] * len(nb[h])
             elif p >= _TINY:

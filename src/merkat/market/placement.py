@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from merkat.market.types import NO_HOST, Hosts, IntArray, VMs, row_max, row_sum
+from merkat.market.types import NO_HOST, Hosts, IntArray, VMs, bid_on, row_max, row_sum
 
 
 def node_load(hosts: Hosts, vms: VMs, host: IntArray) -> np.ndarray:
-    """Bid load per node and resource: placed bids / capacity (``inf`` on zero capacity)."""
+    """Bid load per node and resource: placed bids / capacity (``inf`` on zero capacity).
+    A resource nobody bids on is left at 0 (what its sums of zero bids give: +0.0)."""
     placed = host >= 0
     load = np.zeros_like(hosts.capacity)
+    traded = bid_on(vms.bid)
+    on = host[placed]
     for r in range(hosts.capacity.shape[1]):
-        load[:, r] = np.bincount(host[placed], weights=vms.bid[placed, r], minlength=len(hosts))
+        if traded[r]:
+            load[:, r] = np.bincount(on, weights=vms.bid[placed, r], minlength=len(hosts))
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(hosts.capacity > 0, load / hosts.capacity, np.where(load > 0, np.inf, 0.0))
 

@@ -48,6 +48,12 @@ def row_sum(a: FloatArray) -> FloatArray:
     return total
 
 
+def bid_on(bid: FloatArray) -> list[bool]:
+    """Per resource (column of ``bid``), whether some VM bids a non-zero amount on it (NaN
+    counts): a column without is an untraded resource, which every clearing leaves at 0."""
+    return [bool(x) for x in np.asarray(bid.any(axis=0)).tolist()]
+
+
 class MarketError(ValueError):
     """Invalid market input. ``field`` names the offending input (e.g. ``vms[3].bid.cpu``)."""
 
