@@ -345,3 +345,31 @@ def test_a_readopted_platform_reads_its_new_records() -> None:
     columns_hold_records(app)
     d.step(120.0)
     assert app.view is None and app.columns[1] == [VMState.RUNNING] * 3
+
+
+def test_no_module_but_the_writers_reads_app_vms() -> None:
+    """Reading ``App.vms`` lends the record view (its columns are then read back from it at
+    every use until the next change): the package reads ``App.records()`` or
+    ``App.columns`` instead, and only the named writers touch ``App.vms`` (``draft.writing``;
+    ``recovery.readopt`` assigns re-adopted records). A read of ``app.vms`` or ``a.vms``
+    anywhere else fails here, naming its place."""
+    import ast
+    from pathlib import Path
+
+    import merkat
+
+    root = Path(merkat.__file__).parent
+    allowed = {("core/draft.py", "writing"), ("service/recovery.py", "readopt")}
+    found: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        tree = ast.parse(path.read_text(), rel)
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if (isinstance(node, ast.Attribute) and node.attr == "vms"
+                        and isinstance(node.value, ast.Name) and node.value.id in ("app", "a")
+                        and (rel, fn.name) not in allowed):
+                    found.append(f"{rel}:{node.lineno} ({fn.name})")
+    assert not found, f"App.vms read outside the writers: {sorted(set(found))}"

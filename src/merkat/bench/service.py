@@ -63,7 +63,7 @@ def run(platforms: int, vms: int, periods: int, seconds: float, clients: int) ->
             m.submit("bench", parse(PLATFORM.format(i=i, vms=vms)))
         m.admit()
         m.tick()  # start every VM
-        running = sum(len(a.vms) for a in m.platform.apps.values())
+        running = sum(len(a.columns[0]) for a in m.platform.apps.values())
         times = []
         for _ in range(periods):
             t0 = time.perf_counter()

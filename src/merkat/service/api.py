@@ -299,7 +299,7 @@ def create_app(manager: Manager) -> FastAPI:
         with manager.lock:
             used: dict[str, dict[str, float]] = {}
             for a in manager.platform.apps.values():
-                for vm in a.vms:
+                for vm in a.records():
                     if vm.host >= 0 and vm.state is not VMState.SUSPENDED:  # holds nothing
                         u = used.setdefault(manager.platform.hosts.ids[vm.host],
                                             {"cpu": 0.0, "memory": 0.0})

@@ -108,7 +108,7 @@ def cluster_vm(m: ManagerState, name: str, t: Template, cluster: str) -> str | N
     app = m.platform.apps.get(name)
     if app is None:
         return None
-    for vm in app.vms:
+    for vm in app.records():
         index = m.vm_index.get(vm.id)
         if index is not None:
             c, k = t.cluster_of(index)
@@ -203,7 +203,7 @@ def heartbeat(m: ManagerState, name: str, live: Any, cluster: str, reading: Metr
         m, name, t, cluster)
     app = m.platform.apps.get(name)
     running = app is not None and any(r.id == vm and r.state is VMState.RUNNING
-                                      for r in app.vms)
+                                      for r in app.records())
     if vm is None or not stalled(live, cluster, reading, at, running):
         return
     error = m.backend.kill(vm) if isinstance(m.backend, Killing) \

@@ -161,7 +161,7 @@ def sample(svc: Any, name: str) -> Sample | None:
     if app is None:
         return None
     slo = svc.manager.slo(name)
-    vms = app.vms
+    vms = app.records()
     bid = max((v.bid.get("cpu", 0.0) for v in vms), default=0.0)
     share = sum(v.alloc.get("cpu", 0.0) for v in vms)
     return Sample(str(app.status), bid, share, slo.get("work_done"), slo.get("work_total"))

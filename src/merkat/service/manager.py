@@ -196,7 +196,7 @@ class Manager:
             if app is None:
                 return []
             out: list[dict[str, Any]] = []
-            for vm in app.vms:
+            for vm in app.records():
                 d: dict[str, Any] = self.backend.describe(vm.id) or {}
                 process = d.get("process")
                 out.append({  # a VM whose process has ended never shows as running
@@ -396,7 +396,7 @@ class Manager:
             if delta > 0:
                 self.paid[name] = app.spent
                 self._event("charge", f"platform {name} paid {delta / 1e6:g} for "
-                            f"{len(app.vms)} VM(s) in period {period}", name)
+                            f"{len(app.columns[0])} VM(s) in period {period}", name)
 
     def _sync(self, now: float) -> None:
         """Write each admitted platform's state to the store, with an event on each change."""

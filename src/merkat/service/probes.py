@@ -122,7 +122,7 @@ def plan_probes(m: Probing, now: float) -> list[Probe]:
                 if not due(last, poll, now, m.config.period):
                     continue
             vm = backend.monitored.get(name) if key == name else cluster_vm(m, name, t, cluster)
-            up = any(r.id == vm and r.state is not VMState.SUSPENDED for r in app.vms)
+            up = any(r.id == vm and r.state is not VMState.SUSPENDED for r in app.records())
             if mon.kind == "command" and not up:  # (its poll counts from its first reading)
                 continue
             ident = None

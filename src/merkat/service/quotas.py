@@ -112,7 +112,7 @@ def usage(m: ManagerState, owner: str) -> dict[str, int]:
     vms = 0
     for row in rows:
         app = m.platform.apps.get(row.name)
-        vms += max(template_size(row.template), len(app.vms) if app is not None else 0)
+        vms += max(template_size(row.template), len(app.columns[0]) if app is not None else 0)
     return {"platforms": len(rows), "vms": vms}
 
 
@@ -153,7 +153,7 @@ def bound_growth(m: ManagerState) -> None:
         by_owner.setdefault(a.spec.owner, []).append(a)
     for owner, mine in by_owner.items():
         q = limits(m.config.quotas, m.store.engine, owner, table)
-        held = [max(len(a.vms), a.spec.size) for a in mine]
+        held = [max(len(a.columns[0]), a.spec.size) for a in mine]
         share = max(0, q.vms - sum(held) - queued.get(owner, 0)) // len(mine)
         for a, h in zip(mine, held, strict=True):
             cap = max(a.spec.size, 1, min(q.vms_per_platform, h + share))

@@ -46,7 +46,7 @@ def refund_failed_starts(driver: Driver, report: ApplyReport | None, period: int
         app = platform.apps.get(name)
         if app is None or not app.active:
             continue
-        for vm in app.vms:
+        for vm in app.records():
             if vm.id == op.vm:  # its bill: its bid for the period, as the charge rounded it
                 owed.setdefault(name, []).append(
                     round(round(sum(vm.bid.values()) * MICRO) * fraction))

@@ -226,7 +226,7 @@ def clusters_status(m: ManagerState, row: PlatformRow, deadline: float | None
     for c in t.ordered():
         vms = 0
         if app is not None:
-            vms = sum(1 for vm in app.vms if (i := m.vm_index.get(vm.id)) is not None
+            vms = sum(1 for vm in app.records() if (i := m.vm_index.get(vm.id)) is not None
                       and t.cluster_of(i)[0].name == c.name)
         tracker = trackers.get(c.name)
         reading = tracker.metrics() if tracker is not None and tracker.values else None

@@ -81,7 +81,7 @@ def forget(m: ManagerState, name: str) -> None:
     """Remove what a failed admission of ``name`` left in memory (module doc)."""
     p = m.platform
     app = p.apps.get(name)
-    if app is not None and not app.vms and app.status is AppStatus.WAITING:  # this one's
+    if app is not None and not app.columns[0] and app.status is AppStatus.WAITING:  # this one's
         p.apps.pop(name, None)
         p.active.pop(name, None)
         if name in p.queue:

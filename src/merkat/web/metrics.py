@@ -107,7 +107,7 @@ def snapshot_of(platform: Platform, record: PeriodRecord) -> MarketSnapshot:
     apps: Tally[str] = Tally({s.value: 0 for s in AppStatus})
     for app in platform.apps.values():
         apps[app.status.value] += 1
-        for vm in app.vms:
+        for vm in app.records():
             vms[vm.state.value] += 1
             if 0 <= vm.host < len(count) and vm.state is not VMState.SUSPENDED:
                 count[vm.host] += 1
