@@ -66,8 +66,13 @@ def _reference_bills(runs: list[tuple[App, list[VMRecord]]],
     return bills, usage
 
 
+@pytest.mark.parametrize("min_array", [0, 10**9])  # the bills in numpy, in plain Python
 @pytest.mark.parametrize("seed", range(40))
-def test_plan_and_bills_match_their_per_vm_definitions(seed: int) -> None:
+def test_plan_and_bills_match_their_per_vm_definitions(
+        seed: int, min_array: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from merkat.core import plan as plan_mod
+
+    monkeypatch.setattr(plan_mod, "MIN_ARRAY_BILLS", min_array)
     rng = np.random.default_rng(seed)
     platform = Platform(Hosts(tuple(f"h{k}" for k in range(4)), np.array([[1.0, 4096.0]] * 4)))
     runs = _runs(rng, platform)
@@ -324,3 +329,36 @@ def test_plans_compare_a_new_clearing_with_the_last_one_column_as_make_plan_does
                 a is o for a, o in zip(s.allocs, orig.allocs, strict=True)]
         market = fast  # committed: the next period drafts these
     assert reused > 0
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_plain_bills_are_the_numpy_bills(seed: int, monkeypatch: pytest.MonkeyPatch
+                                             ) -> None:
+    """``bills_of`` below ``MIN_ARRAY_BILLS`` VMs (plain Python) and above (numpy) give the
+    same micro-credits: applications trading the same or different resources, VMs placed,
+    kept where they were or nowhere, zero allocations of both signs, halves that round to
+    even, an admission's tail (``start``)."""
+    from merkat.core import plan as plan_mod
+
+    rng = np.random.default_rng(seed)
+    platform = Platform(Hosts(tuple(f"h{k}" for k in range(4)), np.array([[1.0, 4096.0]] * 4)))
+    market = _market(platform, _runs(rng, platform))
+    n = sum(len(nx.ids) for nx, _, _ in market)
+    vms = market_vms(market, n)
+    bid = vms.bid.copy()
+    bid[rng.random(n) < 0.2] = [0.0000005, 0.0000015]  # halves of a micro-credit
+    host = rng.integers(0, 4, n)
+    host[rng.random(n) < 0.3] = NO_HOST
+    before = vms.host.copy()
+    before[rng.random(n) < 0.5] = NO_HOST
+    allocation = rng.choice([0.0, -0.0, 0.25, 1.0 / 3.0, 0.5], (n, len(RESOURCES)))
+    prices = {"cpu": float(rng.choice([1.0, 2.5, 0.1])), "memory": float(rng.choice([0.0, 0.001]))}
+    runs, start = market, 0
+    if seed % 3 == 0 and len(market) > 1:  # an admission's newcomers: the arrays' tail
+        runs, start = market[1:], len(market[0][0].ids)
+    got = []
+    for min_array in (0, 10**9):
+        monkeypatch.setattr(plan_mod, "MIN_ARRAY_BILLS", min_array)
+        got.append(bills_of(runs, host, before, allocation, bid, prices, start=start))
+    assert got[0] == got[1]
+    assert all(type(v) is int for part in got[1] for _, v in part)
