@@ -190,6 +190,16 @@ def test_a_quiet_period_reuses_the_last_plan_only_when_every_vm_keeps_its_alloca
     assert memo(900.0, 300.0, again, other, Ops(), placed).allocations != first.allocations
 
 
+def _cpu_app(a: int, vms: int) -> App:
+    """Application ``a`` trading the CPU only, with ``vms`` running VMs that bid 0.5 and
+    have no host yet."""
+    spec = AppSpec(f"a{a}", "best-effort", 1, {"cpu": 1.0}, 0.0, 100.0, trade=("cpu",))
+    app = App(spec, make_policy("best-effort"), f"app:a{a}")
+    app.vms.extend(VMRecord(f"a{a}/vm{v}", spec.id, VMState.RUNNING, bid={"cpu": 0.5})
+                   for v in range(vms))
+    return app
+
+
 @pytest.mark.parametrize("min_column", [0, 10**9])  # the numpy column pass, the plain one
 @pytest.mark.parametrize("seed", range(20))
 def test_the_one_column_pass_gives_the_per_application_loop_s_plan(
@@ -206,10 +216,8 @@ def test_the_one_column_pass_gives_the_per_application_loop_s_plan(
     platform = Platform(Hosts(tuple(f"h{k}" for k in range(4)), np.array([[1.0, 4096.0]] * 4)))
     runs = []
     for a in range(int(rng.integers(1, 8))):
-        spec = AppSpec(f"a{a}", "best-effort", 1, {"cpu": 1.0}, 0.0, 100.0, trade=("cpu",))
-        app = App(spec, make_policy("best-effort"), f"app:a{a}")
-        for v in range(int(rng.integers(1, 5))):
-            vm = VMRecord(f"a{a}/vm{v}", spec.id, VMState.RUNNING, bid={"cpu": 0.5})
+        app = _cpu_app(a, int(rng.integers(1, 5)))
+        for vm in app.vms:
             if rng.random() < 0.8:
                 vm.host, vm.new = int(rng.integers(0, 4)), False
                 vm.alloc = {"cpu": float(rng.choice([0.25, 0.5]))}
@@ -219,7 +227,6 @@ def test_the_one_column_pass_gives_the_per_application_loop_s_plan(
                     vm.alloc = {}  # none yet (read as NaN by the column pass): replaced
                 elif rng.random() < 0.1:
                     vm.alloc = {"cpu": 1}  # an int equal to the float: kept
-            app.vms.append(vm)
         runs.append((app, app.vms))
     market = _market(platform, runs)
     n = sum(len(nx.ids) for nx, _, _ in market)
@@ -283,13 +290,10 @@ def test_plans_compare_a_new_clearing_with_the_last_one_column_as_make_plan_does
     platform = Platform(Hosts(tuple(f"h{k}" for k in range(4)), np.array([[1.0, 4096.0]] * 4)))
     apps = []
     for a in range(int(rng.integers(1, 6))):
-        spec = AppSpec(f"a{a}", "best-effort", 1, {"cpu": 1.0}, 0.0, 100.0, trade=("cpu",))
-        app = App(spec, make_policy("best-effort"), f"app:a{a}")
-        for v in range(int(rng.integers(1, 6))):
-            vm = VMRecord(f"a{a}/vm{v}", spec.id, VMState.RUNNING, bid={"cpu": 0.5})
+        app = _cpu_app(a, int(rng.integers(1, 6)))
+        for vm in app.vms:
             vm.host, vm.new = int(rng.integers(0, 4)), False
             vm.alloc = {"cpu": 0.5}
-            app.vms.append(vm)
         apps.append((app, app.vms))
     market = _market(platform, apps)
     memo = Plans()
