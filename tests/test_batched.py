@@ -197,19 +197,23 @@ def _platform(batched: bool) -> Platform:
     return p
 
 
-def _period(p: Platform, now: float, done: dict[str, float]) -> Any:
+def _period(p: Platform, now: float, done: dict[str, float],
+            poor: frozenset[str] = frozenset()) -> Any:
     """One decided and committed period (everything paid, every operation done); the
-    decision, by value."""
+    decision, by value. The applications ``poor`` names hold one micro-credit (less than
+    the reserve price of their VMs)."""
     from merkat.core.backend import ApplyReport
     from merkat.core.model import Charged
 
     observed = {i: Observed(Metrics(work_done=done.get(i, 0.0), work_total=900.0,
                                     progress_rate=0.4 if i in done else None, ideal_rate=1.0))
                 for i in p.active}
-    d = p.decide(now, {a.account: 20_000_000 for a in p.active.values()}, observed)
+    d = p.decide(now, {a.account: 1 if i in poor else 20_000_000
+                       for i, a in p.active.items()}, observed)
     p.commit(d, ApplyReport(now), Charged(dict(d.bills), frozenset(), 0))
     return (d.plan, d.bills, d.usage, d.prices, d.refused,
-            {i: (nx.status, nx.ids, nx.bids, nx.hosts, nx.allocs, nx.reason)
+            {i: (nx.status, nx.ids, nx.bids, nx.hosts, nx.allocs, nx.reason, nx.outcome,
+                 nx.broke_since)
              for i, nx in d.apps.items()})
 
 
@@ -236,6 +240,28 @@ def test_one_period_mixing_batched_and_scalar_controllers_is_the_all_scalar_peri
         if isinstance(a.controller, DeadlineStrict | VerticalDeadline | MerkatVertical) and \
                 a.controller.share is None:
             assert _state(a.controller) == _state(b.controller)
+
+
+def test_applications_that_cannot_pay_the_reserve_are_decided_as_the_scalar_path() -> None:
+    """The decide loop's record of the applications that cannot pay the reserve price of
+    their VMs (``poor``, ``core/period.py``): counted from the period they first cannot, the
+    batch still deciding for them until ``keep_alive`` periods have passed, then stopped for
+    budget: the batched platform's decisions are the reference's (``batched=False``) every
+    period, ``broke_since`` included."""
+    mixed, scalar = _platform(True), _platform(False)
+    poor = frozenset({"j0", "j3", "j5"})
+    stopped: set[str] = set()
+    for k in range(8):
+        now = 300.0 * k
+        done = {i: 80.0 * k for i in mixed.active}
+        short = poor if k >= 3 else frozenset()
+        got = _period(mixed, now, done, short)
+        assert got == _period(scalar, now, done, short), f"period {k}"
+        for i, (_, _, _, _, _, _, outcome, since) in got[5].items():
+            assert since == (900.0 if i in short else None)  # from the first period it cannot
+            if outcome == "stopped-budget":
+                stopped.add(i)
+    assert stopped == poor  # keep_alive periods later
 
 
 def _run_digest(policy: str, monkeypatch: pytest.MonkeyPatch, batched: bool) -> str:
