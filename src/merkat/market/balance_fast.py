@@ -95,19 +95,8 @@ def errors(shares: list[float], ideals: list[float]) -> list[float]:
 
 def errors_of(shares: list[float], i: float) -> list[float]:
     """:func:`errors` of ``shares`` against one ideal share ``i`` (a destination's
-    candidates: the same VM on each node), inlined."""
-    out: list[float] = []
-    for a in shares:
-        if a > 0:
-            e = (a - i) / a
-            if e > ERROR_LIMIT or e < -ERROR_LIMIT:
-                e = ERROR_LIMIT
-            elif e < 0.0:
-                e = -e
-        else:
-            e = ERROR_LIMIT if i > 0 else 0.0
-        out.append(e if e > 0.0 else 0.0)
-    return out
+    candidates: the same VM on each node)."""
+    return errors(shares, [i] * len(shares))
 
 
 class Shortcuts:
