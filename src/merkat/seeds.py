@@ -45,10 +45,15 @@ def stable_id(part: str) -> int:
     return int.from_bytes(hashlib.sha256(part.encode()).digest()[:8], "little")
 
 
-def sequence(seed: int, name: str) -> np.random.SeedSequence:
-    """The ``SeedSequence`` of stream ``name`` of a run seeded with ``seed`` (>= 0)."""
+def _check(seed: int) -> None:
+    """ValueError unless ``seed`` is a non-negative integer (not a bool)."""
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
         raise ValueError(f"a seed is a non-negative integer, got {seed!r}")
+
+
+def sequence(seed: int, name: str) -> np.random.SeedSequence:
+    """The ``SeedSequence`` of stream ``name`` of a run seeded with ``seed`` (>= 0)."""
+    _check(seed)
     if name == WORKLOAD:
         return np.random.SeedSequence(int(seed))
     key = tuple(stable_id(p) for p in name.split("/"))
@@ -76,8 +81,7 @@ class Stream:
     __slots__ = ("name", "seed")
 
     def __init__(self, seed: int, name: str) -> None:
-        if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-            raise ValueError(f"a seed is a non-negative integer, got {seed!r}")
+        _check(seed)  # (refused at once, as sequence would)
         self.seed, self.name = seed, name
 
     def sequence(self) -> np.random.SeedSequence:

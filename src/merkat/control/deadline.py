@@ -26,6 +26,11 @@ def needed_fraction(obs: Observation) -> float | None:
     ideal, left = obs.ideal_time_left, obs.time_to_deadline
     if ideal is None or left is None:
         return None
+    return _fraction(ideal, left)
+
+
+def _fraction(ideal: float, left: float) -> float:
+    """t_ideal / time left; when no time is left, infinite (0 with no work left)."""
     if left <= 0:
         return math.inf if ideal > 0 else 0.0
     return ideal / left
@@ -166,7 +171,7 @@ class VerticalDeadline(Controller):
         p_now, p_est, p_ref = self.progress(obs)
         if self.short and p_now < p_ref and p_est < p_ref:
             self.suspended_at = obs.time
-            self.suspend_cost = _vm_cost(obs)
+            self.suspend_cost = _vm_cost(obs.prices, obs.vm_size)
             self.suspensions += 1
             return True
         return False
@@ -192,11 +197,9 @@ class VerticalDeadline(Controller):
         if self.share is not None:  # (suspended for want of money: resume when it can pay)
             return self.share.start(obs, self.vm_bid_max(obs, len(obs.vms)),
                                     self.start_fraction, Action.RESUME)
-        since = self.suspended_at if self.suspended_at is not None else -math.inf
-        wait = self.resume_wait * 2 ** min(self.suspensions - 1, 16)
-        if obs.time < since + wait * obs.period:
+        if self._in_resume_wait(obs.time, obs.period):
             return self.wait(obs, "suspended")
-        if _vm_cost(obs) >= self.suspend_cost:  # "resumed when the price drops" (§IV-A)
+        if _vm_cost(obs.prices, obs.vm_size) >= self.suspend_cost:  # "resumed when the price drops" (§IV-A)
             return self.wait(obs, "suspended: the price has not dropped")
         f = needed_fraction(obs)
         n = len(obs.vms)
@@ -208,6 +211,11 @@ class VerticalDeadline(Controller):
             return self.uniform(obs, bid, Action.RESUME, "price dropped: resume")
         return self.wait(obs, "suspended: price still too high")
 
+    def _in_resume_wait(self, time: float, period: float) -> bool:
+        """Whether ``resume_wait`` × 2^(k-1) periods since its k-th suspension are not over."""
+        since = self.suspended_at if self.suspended_at is not None else -math.inf
+        wait = self.resume_wait * 2 ** min(self.suspensions - 1, 16)
+        return bool(time < since + wait * period)
 
     def still_suspended(self, time: float, period: float, deadline: float | None,
                         metrics: Metrics, prices: Amounts, vm_size: Amounts) -> bool:
@@ -233,23 +241,18 @@ class VerticalDeadline(Controller):
         rate = metrics.ideal_rate
         if left is not None and work is not None and rate is not None:
             ideal = 0.0 if work == 0 else (math.inf if rate <= 0 else work / rate)
-            f = (math.inf if ideal > 0 else 0.0) if left <= 0 else ideal / left
-            if f > 1:
+            if _fraction(ideal, left) > 1:
                 return False
         if left is not None and left <= 0:
             return False
         # on_resume's two waits (Action.NONE, no state written)
-        since = self.suspended_at if self.suspended_at is not None else -math.inf
-        wait = self.resume_wait * 2 ** min(self.suspensions - 1, 16)
-        if time < since + wait * period:
-            return True
-        cost = sum(prices.get(r, 0.0) * s for r, s in vm_size.items())  # _vm_cost
-        return cost >= self.suspend_cost
+        return (self._in_resume_wait(time, period)
+                or _vm_cost(prices, vm_size) >= self.suspend_cost)
 
 
-def _vm_cost(obs: Observation) -> float:
-    """What a full-size VM costs per period at the current prices."""
-    return sum(obs.prices.get(r, 0.0) * s for r, s in obs.vm_size.items())
+def _vm_cost(prices: Amounts, vm_size: Amounts) -> float:
+    """What a full-size VM costs per period at ``prices``."""
+    return sum(prices.get(r, 0.0) * s for r, s in vm_size.items())
 
 
 class HorizontalDeadline(Controller):

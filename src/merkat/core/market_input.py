@@ -90,6 +90,27 @@ def _flat(runs: Sequence[Run]) -> Flat:
     return shape, ids, hosts, bids
 
 
+def add_bid_rows(bids: list[dict[str, float]], rows: list[float], counts: list[int]) -> None:
+    """One application's VMs' bid rows (``RESOURCES`` order, flat) added to ``rows``, and to
+    ``counts`` how many VMs each row stands for (to repeat it by): one row when its VMs
+    share one bid mapping (or equal ones: the usual case), else a row per VM (a mapping's
+    row read once for the VMs after one another that hold it). ``bids``: not empty."""
+    n = len(bids)
+    first = bids[0]
+    if n == 1 or bids.count(first) == n:
+        rows += [first.get(r, 0.0) for r in RESOURCES]
+        counts.append(n)
+        return
+    last: dict[str, float] | None = None
+    row: list[float] = []
+    for b in bids:
+        if b is not last:
+            last = b
+            row = [b.get(r, 0.0) for r in RESOURCES]
+        rows += row
+    counts += [1] * n
+
+
 def _rows(flat: Flat, n: int) -> Rows:
     """The market's columns of ``flat``: an application whose VMs share one bid mapping (or
     equal ones: the usual case) gives one bid row, repeated by numpy, instead of one row per
@@ -100,22 +121,9 @@ def _rows(flat: Flat, n: int) -> Rows:
     runs: list[int] = []
     start = 0
     for _, _, k in shape:
-        if not k:
-            continue
-        first = vbids[start]
-        if k == 1 or vbids[start:start + k].count(first) == k:
-            bids += [first.get(r, 0.0) for r in RESOURCES]
-            runs.append(k)
-        else:
-            last: dict[str, float] | None = None
-            row: list[float] = []
-            for b in vbids[start:start + k]:
-                if b is not last:
-                    last = b
-                    row = [b.get(r, 0.0) for r in RESOURCES]
-                bids += row
-            runs += [1] * k
-        start += k
+        if k:
+            add_bid_rows(vbids[start:start + k], bids, runs)
+            start += k
     counts = [k for _, _, k in shape]
     return (
         tuple(ids),

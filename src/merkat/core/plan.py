@@ -43,10 +43,13 @@ def make_plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: 
 
 
 def _plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
-          before: IntArray, prior: Column | None) -> tuple[Plan, Column | None]:
+          before: IntArray, prior: Column | None,
+          joined: tuple[list[str], list[dict[str, float]]] | None = None
+          ) -> tuple[Plan, Column | None]:
     """:func:`make_plan`, and the one-column allocations it gave (None when it took the
     general path); ``prior``: the last plan's, for the same runs holding its mappings
-    (:class:`Plans` checks it), or None."""
+    (:class:`Plans` checks it), or None; ``joined``: the runs' VM ids and allocation
+    mappings joined (new lists, as :func:`_joined` gives them), when the caller has them."""
     create: list[VMPlacement] = []
     resume: list[VMPlacement] = []
     migrate: list[tuple[str, int, int]] = []
@@ -85,7 +88,7 @@ def _plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
     if one is not None:  # the usual market: every VM placed, one resource, one column
         column = _one_column_allocations(runs, one[0], result.allocation[:, one[1]],
                                          prior if prior is not None and prior.one == one
-                                         else None)
+                                         else None, joined)
         column.one = one
         allocations = column.allocations
     else:
@@ -175,7 +178,9 @@ class Column:
 
 
 def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray,
-                            prior: Column | None = None) -> Column:
+                            prior: Column | None = None,
+                            joined: tuple[list[str], list[dict[str, float]]] | None = None
+                            ) -> Column:
     """:func:`make_plan`'s allocations when :func:`_one_column` gives ``(r0, c)`` and every
     VM is placed (``col``: column c of the clearing's allocations, market order): every
     VM's mapping ``{r0: a}``, the one it holds kept when equal — the per-application loop's
@@ -197,11 +202,14 @@ def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray,
     ``allocations`` are returned again (the same mapping: the backend then skips its per-VM
     pass, :meth:`SimBackend.apply <merkat.backends.sim.SimBackend.apply>`).
     ``tests/test_plan.py`` checks sequences of plans with and without ``prior``."""
-    ids: list[str] = []
-    allocs: list[dict[str, float]] = []
-    for nx, _, _ in runs:
-        ids += nx.ids
-        allocs += nx.allocs
+    if joined is None:
+        ids: list[str] = []
+        allocs: list[dict[str, float]] = []
+        for nx, _, _ in runs:
+            ids += nx.ids
+            allocs += nx.allocs
+    else:
+        ids, allocs = joined  # (new lists: the mappings are written into this one)
     n = len(allocs)
     if prior is not None:
         at = np.flatnonzero(prior.values != col)
@@ -411,7 +419,7 @@ class Plans:
                 return Plan(time=now, period=period, destroy=tuple(ops.destroy),
                             suspend=tuple(ops.suspend), allocations=last[3].allocations)
             prior = last[4]
-        plan, column = _plan(now, period, runs, result, ops, before, prior)
+        plan, column = _plan(now, period, runs, result, ops, before, prior, (key[3], allocs))
         self._last = (result, key, _joined(runs)[1] if column is None else column.allocs,
                       plan, column)
         return plan

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from merkat.control.types import VMState
 from merkat.core.draft import kept
-from merkat.core.market_input import Rows
+from merkat.core.market_input import Rows, add_bid_rows
 from merkat.core.model import App, AppConst, Columns
 from merkat.market import NO_HOST, RESOURCES
 from merkat.market.types import FloatArray, IntArray
@@ -226,14 +226,7 @@ class _Batch:
         self.ids += ids
         self.hosts += hosts
         self.counts.append(n)
-        first = bids[0]
-        if bids.count(first) == n:  # one bid mapping (or equal ones): one row
-            self.bid_rows += [first.get(r, 0.0) for r in RESOURCES]
-            self.bid_counts.append(n)
-        else:
-            for b in bids:
-                self.bid_rows += [b.get(r, 0.0) for r in RESOURCES]
-            self.bid_counts += [1] * n
+        add_bid_rows(bids, self.bid_rows, self.bid_counts)
         n_res = len(RESOURCES)
         mine = [0.0] * n_res
         nan = math.nan
