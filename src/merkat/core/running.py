@@ -26,6 +26,7 @@ from merkat.control.types import VMState
 from merkat.core.draft import kept
 from merkat.core.market_input import Rows, add_bid_rows
 from merkat.core.model import App, AppConst, Columns
+from merkat.core.spans import Spans
 from merkat.market import NO_HOST, RESOURCES
 from merkat.market.types import FloatArray, IntArray
 
@@ -123,27 +124,39 @@ class RunningRows:
     is not the one seen last time or one of its columns (VM ids, states, bid mappings,
     hosts, allocation mappings) is not equal to the one kept with its rows: the kept lists
     themselves are held (never changed once kept, :mod:`merkat.core.draft`), the same
-    tuple is taken at once, and another is compared list by list in C (a VM's tuple of
-    them made and compared one by one before); the applications built again in one call are built
-    together (their lists joined, each mapping read by a C ``map``, one numpy array per
-    column, each application's rows a slice of them) instead of one set of arrays each, and
-    the rows of the call are joined (one ``concatenate`` per array). What it replaces: the
-    per-VM reads of :func:`running` (``_chunk``), ~2 ms a call at themis-fig5's admission
-    points (30-60 applications of 8-64 VMs, most of them changed since the last point:
-    every period rebids). Applications not in a call are forgotten. Not a record: a cache
-    of a pure function (``tests/test_running.py`` compares it with :func:`running`, which
-    reads the records, bit for bit)."""
+    tuple is taken at once, and another is compared list by list in C; the applications
+    built again in one call are built together (their lists joined, each mapping read by a
+    C ``map``, one numpy array per column).
+
+    **The rows are kept joined** (:class:`~merkat.core.spans.Spans`): the last call's rows
+    as one array per column and each application's place in them; a call joins the kept
+    applications' rows by spans (applications kept one after another in both calls are one
+    slice) with the rows built again, instead of one chunk per application joined by a
+    ``concatenate`` of ~50 pieces and one slice per built application (the form before:
+    ~100 µs of the ~390 µs of a w150000 admission point's read, where ~6 of ~43
+    applications change between two points). When nothing was built and no application
+    left or moved, the last arrays are given again. Applications not in a call are
+    forgotten. Not a record: a cache of a pure function (``tests/test_running.py`` compares
+    it with :func:`running`, which reads the records, bit for bit, at every admission point
+    of random runs)."""
 
     def __init__(self) -> None:
-        self._chunks: dict[str, tuple[App, Columns, _Chunk | None]] = {}
+        # per application: its record, columns, running VMs' indexes (None: none) and
+        # first row in the kept arrays
+        self._chunks: dict[str, tuple[App, Columns, list[int] | None, int]] = {}
+        n_res = len(RESOURCES)
+        self._kept: tuple[list[str], FloatArray, npt.NDArray[np.bool_], IntArray] = (
+            [], np.zeros((0, 4 * n_res)), np.zeros((0, n_res + 1), dtype=np.bool_),
+            np.zeros(0, dtype=np.int64))
 
     def __call__(self, apps: Iterable[App], const_of: Callable[[App], AppConst]) -> Running:
         """``running(apps, const_of)``."""
         old = self._chunks
-        kept_rows: dict[str, tuple[App, Columns, _Chunk | None]] = {}
+        chunks: dict[str, tuple[App, Columns, list[int] | None, int]] = {}
         members: list[tuple[App, AppConst, list[int]]] = []
-        chunks: list[_Chunk] = [_NONE]
-        later: list[tuple[int, int, str]] = []  # (position in chunks, slot, application)
+        spans = Spans()
+        take = spans.take
+        at = 0  # rows so far
         batch = _Batch()
         for app in apps:
             app_id = app.spec.id
@@ -157,32 +170,47 @@ class RunningRows:
                 if was is cols or (was[0] == cols[0] and was[1] == cols[1]
                                    and was[2] == cols[2] and was[3] == cols[3]
                                    and was[5] == cols[5]):
-                    chunk = entry[2]
-                    kept_rows[app_id] = (app, cols, chunk)
-                    if chunk is not None:
-                        members.append((app, const, chunk.rows))
-                        chunks.append(chunk)
+                    rows = entry[2]
+                    if rows is None:
+                        chunks[app_id] = (app, cols, None, -1)
+                    else:
+                        lo = entry[3]
+                        take(0, lo, lo + len(rows))
+                        chunks[app_id] = (app, cols, rows, at)
+                        members.append((app, const, rows))
+                        at += len(rows)
                     continue
-            ids, states, bids, hosts, _, allocs = cols
-            slot = batch.add(const, ids, states, bids, hosts, allocs)
-            kept_rows[app_id] = (app, cols, None)
-            if slot >= 0:
-                later.append((len(chunks), slot, app_id))
-                members.append((app, const, []))  # its rows, once built
-                chunks.append(_NONE)
-        if later:
-            built = batch.build()
-            for at, slot, app_id in later:
-                chunk = built[slot]
-                app = kept_rows[app_id][0]
-                kept_rows[app_id] = (app, kept_rows[app_id][1], chunk)
-                chunks[at] = chunk
-                members[at - 1] = (app, members[at - 1][1], chunk.rows)
-        self._chunks = kept_rows
-        out_ids: list[str] = []
-        for chunk in chunks:
-            out_ids += chunk.ids
-        return _joined(members, chunks, out_ids)
+            lo = len(batch.ids)
+            rows = batch.add(const, cols[0], cols[1], cols[2], cols[3], cols[5])
+            if rows is None:
+                chunks[app_id] = (app, cols, None, -1)
+            else:
+                take(1, lo, lo + len(rows))
+                chunks[app_id] = (app, cols, rows, at)
+                members.append((app, const, rows))
+                at += len(rows)
+        self._chunks = chunks
+        kept_ids, kept_num, kept_flags, kept_hosts = last = self._kept
+        if batch.ids:
+            num, flags, host = batch.build()
+            out = (spans.joined_list([kept_ids, batch.ids]),
+                   spans.joined((kept_num, num), _NONE.num),
+                   spans.joined((kept_flags, flags), _NONE.flags),
+                   spans.joined((kept_hosts, host), _NONE.hosts))
+        elif (len(spans.spans) == 1 and spans.spans[0][1] == 0
+              and spans.spans[0][2] == len(kept_ids)):
+            out = last  # the same rows: the last arrays
+        else:
+            out = (spans.joined_list([kept_ids]), spans.joined((kept_num,), _NONE.num),
+                   spans.joined((kept_flags,), _NONE.flags),
+                   spans.joined((kept_hosts,), _NONE.hosts))
+        self._kept = out
+        ids_out, num_out, flags_out, hosts_out = out
+        n_res = len(RESOURCES)
+        market = (tuple(ids_out), num_out[:, :n_res], num_out[:, n_res:2 * n_res], hosts_out,
+                  num_out[:, 2 * n_res:3 * n_res])
+        return Running(members, market, num_out[:, 3 * n_res:], flags_out[:, :n_res],
+                       flags_out[:, n_res])
 
 
 class _Batch:
@@ -192,7 +220,6 @@ class _Batch:
 
     def __init__(self) -> None:
         n_res = len(RESOURCES)
-        self.rows: list[list[int]] = []
         self.ids: list[str] = []
         self.hosts: list[int] = []
         self.counts: list[int] = []
@@ -204,25 +231,25 @@ class _Batch:
 
     def add(self, const: AppConst, ids: list[str], states: list[VMState],
             bids: list[dict[str, float]], hosts: list[int],
-            allocs: list[dict[str, float]]) -> int:
+            allocs: list[dict[str, float]]) -> list[int] | None:
         """Add an application's running VMs (those with a host, not suspended) from its
-        columns; its slot in :meth:`build`'s answer, or -1 when it has none."""
+        columns: their indexes, or None when it has none (rows :meth:`build` joins in the
+        order they were added)."""
         if NO_HOST in hosts or VMState.SUSPENDED in states:
             suspended = VMState.SUSPENDED
             rows = [k for k, (h, s) in enumerate(zip(hosts, states, strict=True))
                     if h != NO_HOST and s is not suspended]
             if not rows:
-                return -1
+                return None
             ids = [ids[k] for k in rows]
             bids = [bids[k] for k in rows]
             hosts = [hosts[k] for k in rows]
             allocs = [allocs[k] for k in rows]
         else:
             if not ids:
-                return -1
+                return None
             rows = list(range(len(ids)))
         n = len(ids)
-        self.rows.append(rows)
         self.ids += ids
         self.hosts += hosts
         self.counts.append(n)
@@ -250,12 +277,11 @@ class _Batch:
                 current[c] += [0.0] * n
         self.odd += odd if odd is not None else [False] * n
         self.const_rows += [*const.cap_row, *const.min_row, *mine]
-        return len(self.counts) - 1
+        return rows
 
-    def build(self) -> list[_Chunk]:
-        """Each added application's :class:`_Chunk` (views of one array per column)."""
-        if not self.counts:
-            return []
+    def build(self) -> tuple[FloatArray, npt.NDArray[np.bool_], IntArray]:
+        """The added applications' rows (at least one), as :class:`_Chunk`'s ``num``,
+        ``flags`` and ``hosts`` joined."""
         n_res = len(RESOURCES)
         counts = np.array(self.counts)
         n = len(self.ids)
@@ -269,15 +295,7 @@ class _Batch:
         flags = np.empty((n, n_res + 1), dtype=np.bool_)
         flags[:, :n_res] = per_app[:, 2 * n_res:] != 0.0
         flags[:, n_res] = self.odd
-        hosts = np.array(self.hosts, dtype=np.int64)
-        out: list[_Chunk] = []
-        start = 0
-        for rows, k in zip(self.rows, self.counts, strict=True):
-            end = start + k
-            out.append(_Chunk(rows, self.ids[start:end], num[start:end], flags[start:end],
-                              hosts[start:end]))
-            start = end
-        return out
+        return num, flags, np.array(self.hosts, dtype=np.int64)
 
 
 def running(apps: Iterable[App], const_of: Callable[[App], AppConst]) -> Running:
