@@ -21,13 +21,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from merkat.bank.errors import InvalidInput
 from merkat.bank.ledger import AccountKind, Ledger, Move
 from merkat.bank.ledger import affordable as _affordable
 
 PPM = 1_000_000
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
 def _positive(value: int, name: str, *, zero: bool = False) -> None:
@@ -65,27 +67,27 @@ class Allowance:
         return max(0, min(self.rate, self.cap - balance))
 
 
-class Allowances(dict[str, Allowance]):
-    """The renewals by account (a dict), counting its changes in :attr:`changes`: whoever
-    keeps an answer read from it (``Economy._due``) knows it is still right while the count
+class Counted(dict[_K, _V]):
+    """A dict counting its writes in :attr:`changes`: whoever keeps an answer read from it
+    (``Economy._due``, the economy's renewal table) knows it is still right while the count
     is the same, whatever wrote to it (a counter kept by the writers missed a removal and an
     addition between two reads: ``tests/test_renewal_kept.py``)."""
 
     changes: int = 0
 
-    def __setitem__(self, key: str, value: Allowance) -> None:
+    def __setitem__(self, key: _K, value: _V) -> None:
         self.changes += 1
         super().__setitem__(key, value)
 
-    def __delitem__(self, key: str) -> None:
+    def __delitem__(self, key: _K) -> None:
         self.changes += 1
         super().__delitem__(key)
 
-    def pop(self, key: str, *default: Any) -> Any:
+    def pop(self, key: _K, *default: Any) -> Any:
         self.changes += 1
         return super().pop(key, *default)
 
-    def popitem(self) -> tuple[str, Allowance]:
+    def popitem(self) -> tuple[_K, _V]:
         self.changes += 1
         return super().popitem()
 
@@ -97,13 +99,17 @@ class Allowances(dict[str, Allowance]):
         self.changes += 1
         super().update(*a, **k)
 
-    def setdefault(self, key: str, default: Allowance) -> Allowance:
+    def setdefault(self, key: _K, default: _V) -> _V:
         self.changes += 1
         return super().setdefault(key, default)
 
-    def __ior__(self, other: Any) -> Allowances:  # type: ignore[override,misc]
+    def __ior__(self, other: Any) -> Counted[_K, _V]:  # type: ignore[override,misc]
         self.changes += 1
         return super().__ior__(other)
+
+
+class Allowances(Counted[str, Allowance]):
+    """The renewals by account (a :class:`Counted` dict)."""
 
 
 @dataclass(frozen=True)
