@@ -6,11 +6,10 @@ a mint over the supply bound moves nothing."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
+from tests.test_renewal_one_pass import books
 
 from merkat.bank import memory_renew
 from merkat.bank.errors import InvalidInput
@@ -38,14 +37,6 @@ def build(start: dict[str, int]) -> Economy:
         economy.owners[a] = USERS[k % len(USERS)]
         economy.allowances[a] = Allowance(10 + k, 60 + 10 * k)
     return economy
-
-
-def books(economy: Economy) -> tuple:
-    ledger = economy.ledger
-    assert isinstance(ledger, MemoryLedger)
-    assert ledger.audit().ok
-    return (ledger.balances(), economy.minted, ledger._next_id,
-            [dataclasses.astuple(t) for t in ledger._all_transfers()])
 
 
 step = st.one_of(
