@@ -7,12 +7,14 @@ that bid (``None``: all of them, the usual case)."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
 from merkat.control.types import AppStatus, VMState
 from merkat.core.model import App, AppConst, AppNext
+from merkat.core.spans import Spans
 from merkat.market import NO_HOST, RESOURCES, VMs
 from merkat.market.types import FloatArray, IntArray
 
@@ -143,66 +145,136 @@ def market_rows(runs: Sequence[Run], n: int) -> Rows:
 
 
 class MarketInput:
-    """:func:`market_vms` for a period, remembering the last input: when the same
-    applications (ids, constant parts, row counts) bid with the same VMs (ids), on the same
-    hosts, with the same bid mappings (identity: a mapping is replaced, never changed, and
-    an equal bid keeps its mapping, :func:`~merkat.core.bids.set_uniform`), the input is the
-    last one, and the last :class:`~merkat.market.VMs` is returned (the same object: no array
-    built or checked again, and the platform's clearing cache sees it at once). The runs are
-    flattened once (lists joined in C, no per-VM read) and compared as whole lists; a
-    different input is built from the same flat lists. A quiet period (no arrival, no
-    rebid, no move) is most periods of a long run. Not a record: a cache of a pure function
-    (``tests/test_market_input.py`` compares both)."""
+    """:func:`market_vms` for a period, keeping **each application's rows** between periods:
+    an application whose run has the same constant parts (identity) and the same bid mappings
+    (identity, element by element: a mapping is replaced, never changed, and an equal bid
+    keeps its mapping, :func:`~merkat.core.bids.set_uniform`) has the bid, cap and minimum
+    rows it had in the last input, which are taken from that input's arrays by spans
+    (:class:`~merkat.core.spans.Spans`: applications kept one after another are one slice);
+    only the other applications' rows are built (:func:`add_bid_rows`, one numpy array per
+    column for all of them) and checked as :class:`~merkat.market.VMs` checks them (the kept
+    rows were checked when first built; VM ids are checked unique over the whole input). The
+    VM ids and hosts are joined per application at C speed every period. When the same rows
+    come back with the same ids and hosts, the last :class:`~merkat.market.VMs` itself is
+    returned (no array built: the platform's clearing cache sees it by identity).
+
+    What it replaces: the whole-input cache (the input reused or patched only when the same
+    applications bid with the same VMs in the same order), which the admission points defeat
+    (they start applications between most periods of a trace window: 207 patched and ~1,400
+    rebuilt of 3,914 inputs on w150000), and each rebuilt input's per-application rows
+    (~190 µs an input there). Not a record: a cache of a pure function
+    (``tests/test_market_input.py`` compares it with :func:`market_vms` and a VM-by-VM
+    reference at every period of random runs and after each kind of change)."""
 
     def __init__(self) -> None:
-        self._last: tuple[Flat, VMs] | None = None
+        self._last: VMs | None = None
+        self._seen: tuple[list[str], list[int]] = ([], [])  # the last input's ids, hosts
+        # per application: its constant parts, bid mappings and first row in ``_last``
+        self._apps: dict[str, tuple[AppConst, list[dict[str, float]], int]] = {}
+        self.kept = 0  # rows the last call took from the input before it (for tests)
 
     def __call__(self, runs: Sequence[Run], n: int) -> VMs:
         """``market_vms(runs, n)``."""
-        flat = _flat(runs)
+        old = self._apps
+        apps: dict[str, tuple[AppConst, list[dict[str, float]], int]] = {}
+        spans = Spans()
+        ids: list[str] = []
+        hosts: list[int] = []
+        bid_rows: list[float] = []  # the built applications' bid rows, and VMs per row
+        bid_counts: list[int] = []
+        built: list[tuple[AppConst, int]] = []
+        fresh = at = 0
+        span = [-1, 0, 0]  # the span being extended (Spans.take, inlined: once per run)
+        is_ = operator.is_
+        for nx, const, rows in runs:
+            if rows is None:
+                vids, vhosts, vbids = nx.ids, nx.hosts, nx.bids
+            else:
+                vids = [nx.ids[k] for k in rows]
+                vhosts = [nx.hosts[k] for k in rows]
+                vbids = [nx.bids[k] for k in rows]
+            k = len(vids)
+            ids += vids
+            hosts += vhosts
+            entry = old.get(nx.id)
+            if (entry is not None and entry[0] is const and len(entry[1]) == k
+                    and all(map(is_, vbids, entry[1]))):
+                lo = entry[2]
+                if span[0] == 0 and span[2] == lo:
+                    span[2] = lo + k
+                else:
+                    span = [0, lo, lo + k]
+                    spans.spans.append(span)
+                apps[nx.id] = entry if lo == at else (const, entry[1], at)
+            else:
+                if k:
+                    add_bid_rows(vbids, bid_rows, bid_counts)
+                built.append((const, k))
+                if span[0] == 1 and span[2] == fresh:
+                    span[2] = fresh + k
+                else:
+                    span = [1, fresh, fresh + k]
+                    spans.spans.append(span)
+                fresh += k
+                apps[nx.id] = (const, vbids[:] if rows is None else vbids, at)
+            at += k
         last = self._last
-        if last is not None:
-            shape, ids, hosts, bids = last[0]
-            if flat[0] == shape and flat[1] == ids:
-                same_hosts = flat[2] == hosts
-                vbids = flat[3]
-                changed = [m for m, (a, b) in enumerate(zip(vbids, bids, strict=True))
-                           if a is not b]
-                if same_hosts and not changed:
-                    return last[1]
-                patched = _patched(last[1], flat, changed, same_hosts)
-                if patched is not None:
-                    self._last = (flat, patched)
-                    return patched
+        self.kept = at - fresh
+        if last is None or at != n:
+            return self._full(runs, n)
+        if ids == self._seen[0]:  # (unique: the last input's)
+            spans_ = spans.spans
+            if (not built and len(spans_) == 1 and spans_[0][2] == len(last)
+                    and hosts == self._seen[1]):
+                self._apps = apps
+                return last
+        elif len(set(ids)) != n:
+            return self._full(runs, n)
+        n_res = len(RESOURCES)
+        empty = np.zeros((0, n_res))
+        if built:
+            counts = [k for _, k in built]
+            bid = np.repeat(np.array(bid_rows, dtype=np.float64).reshape((-1, n_res)),
+                            bid_counts, axis=0)
+            cap = np.repeat(np.array([c.cap_row for c, _ in built], dtype=np.float64)
+                            .reshape(-1, n_res), counts, axis=0)
+            low = np.repeat(np.array([c.min_row for c, _ in built], dtype=np.float64)
+                            .reshape(-1, n_res), counts, axis=0)
+            if not ((bid >= 0).all() and np.isfinite(bid).all() and (cap >= 0).all()
+                    and (low >= 0).all() and np.isfinite(low).all()):
+                return self._full(runs, n)  # (it names the offending entry)
+        else:
+            bid = cap = low = empty
+        vms = _unchecked(tuple(ids), spans.joined((last.bid, bid), empty),
+                         spans.joined((last.cap, cap), empty),
+                         np.array(hosts, dtype=np.int64),
+                         spans.joined((last.minimum, low), empty))
+        self._last, self._seen, self._apps = vms, (ids, hosts), apps
+        return vms
+
+    def _full(self, runs: Sequence[Run], n: int) -> VMs:
+        """The input built and checked in full (:func:`market_vms`; the first call, or rows
+        that fail the check: :class:`~merkat.market.VMs` names the entry), kept."""
+        self._last = None
+        self._apps = {}
+        flat = _flat(runs)
         vms = VMs(*_rows(flat, n))
-        self._last = (flat, vms)
+        at = 0
+        apps = {}
+        for (app_id, const, k), (nx, _, rows) in zip(flat[0], runs, strict=True):
+            apps[app_id] = (const, nx.bids[:] if rows is None else [nx.bids[r] for r in rows],
+                            at)
+            at += k
+        self._last, self._seen, self._apps = vms, (flat[1], flat[2]), apps
         return vms
 
 
-def _patched(old: VMs, flat: Flat, changed: list[int], same_hosts: bool) -> VMs | None:
-    """The market input of ``flat`` from ``old``, the last one, for the same applications
-    (ids, constant parts, row counts) and VMs (ids) in the same order: ``old``'s arrays
-    with the bid rows of the VMs ``changed`` (whose bid mapping is another object) read
-    again and the hosts read again unless ``same_hosts`` — what :func:`_rows` gives (a row
-    repeated for an application's VMs that share a mapping holds the values each VM's own
-    row would), without reading every row again nor checking the rows kept: they, the caps,
-    minimums and ids (unique) were checked when ``old`` was made (:class:`~merkat.market.VMs`),
-    and the new bid rows are checked here. None when a new row fails the check (the caller
-    then builds the input in full, and :class:`~merkat.market.VMs` names the offending
-    entry). ``tests/test_market_input.py`` compares it with :func:`market_vms`."""
-    bid = old.bid
-    if changed:
-        vbids = flat[3]
-        rows = np.array([[vbids[m].get(r, 0.0) for r in RESOURCES] for m in changed],
-                        dtype=np.float64)
-        if not ((rows >= 0).all() and np.isfinite(rows).all()):
-            return None
-        bid = bid.copy()
-        bid[changed] = rows
-    host = old.host if same_hosts else np.array(flat[2], dtype=np.int64)
-    vms: VMs = object.__new__(VMs)  # (the frozen dataclass's fields, checked above)
-    for name, value in (("ids", old.ids), ("bid", bid), ("cap", old.cap), ("host", host),
-                        ("minimum", old.minimum)):
+def _unchecked(ids: tuple[str, ...], bid: FloatArray, cap: FloatArray, host: IntArray,
+               minimum: FloatArray) -> VMs:
+    """A :class:`~merkat.market.VMs` of rows the caller checked (its fields set as they are)."""
+    vms: VMs = object.__new__(VMs)
+    for name, value in (("ids", ids), ("bid", bid), ("cap", cap), ("host", host),
+                        ("minimum", minimum)):
         object.__setattr__(vms, name, value)
     return vms
 
