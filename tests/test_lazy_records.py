@@ -130,6 +130,16 @@ def _flaky(real: Any) -> Any:
     return apply
 
 
+def jobs() -> Workload:
+    """40 jobs of 1-6 VMs over 20,000 s (the flaky runs' workload)."""
+    rng = np.random.default_rng(3)
+    n = 40
+    return Workload.from_arrays(submit=np.sort(rng.integers(0, 20_000, n)).tolist(),
+                                run=rng.integers(600, 6_000, n).tolist(),
+                                procs=rng.integers(1, 7, n).tolist(),
+                                deadline_factor=rng.uniform(1.2, 4.0, n).tolist())
+
+
 BEFORE = "9edc8e36470a481fb1b6b32f5052b7b10ffe01936db939bc74e13e5b5ac36535"
 """The flaky run's digest before the columns were the truth (main at 3e15d42)."""
 
@@ -174,13 +184,7 @@ def _run(monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict[str, int]]:
     monkeypatch.setattr(Platform, "decide", deciding)
     monkeypatch.setattr(Platform, "stop", stopping)
     monkeypatch.setattr(App, "vms", property(lent, lend.fset))  # type: ignore[attr-defined]
-    rng = np.random.default_rng(3)
-    n = 40
-    w = Workload.from_arrays(submit=np.sort(rng.integers(0, 20_000, n)).tolist(),
-                             run=rng.integers(600, 6_000, n).tolist(),
-                             procs=rng.integers(1, 7, n).tolist(),
-                             deadline_factor=rng.uniform(1.2, 4.0, n).tolist())
-    out = simulate_market(w, Cluster(6, 1, None),
+    out = simulate_market(jobs(), Cluster(6, 1, None),
                           MarketConfig(period=300.0, policy="vertical-deadline"))
     monkeypatch.undo()
     h = hashlib.sha256()

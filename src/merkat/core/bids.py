@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping
 
 from merkat.control.types import Demand
+from merkat.core.draft import own_bids
 from merkat.core.model import AppNext, NonFiniteBid, to_micro
 from merkat.defaults import MICRO
 
@@ -23,13 +24,15 @@ def set_bids(nx: AppNext, trade: tuple[str, ...], demand: Demand) -> None:
     bid: dict[str, float] = {}
     fresh = False  # ``bid`` is new and no VM holds it yet
     bids, new_bid = demand.bids, demand.new_vm_bid
-    ids, cur = nx.ids, nx.bids
+    ids = nx.ids
     values = list(bids.values())
     if ids and values.count(new_bid) == len(values):
         # every VM bids alike (Controller.uniform): what the loop below does, in one step
         b = bids.get(ids[0], new_bid)
         set_uniform(nx, {r: float(b.get(r, 0.0)) for r in trade})
         return
+    cur = nx.bids
+    shared = nx.base[2]  # (the record's list until a bid differs: copy on write)
     for k, vm_id in enumerate(ids):
         b = bids.get(vm_id, new_bid)  # Demand.bid_for, inlined
         if b is not src and (src is None or b != src):
@@ -41,6 +44,8 @@ def set_bids(nx: AppNext, trade: tuple[str, ...], demand: Demand) -> None:
             if fresh and old == bid:
                 bid = old
             else:
+                if cur is shared:
+                    cur = own_bids(nx)
                 cur[k] = bid
         fresh = False
 

@@ -11,9 +11,23 @@ record (``App.columns``, :data:`~merkat.core.model.Columns`), and its
 :class:`~merkat.core.model.VMRecord` objects are a view built from them when something
 reads them (``App.records``, ``App.vms``), kept until they change. :func:`install` makes
 the next state's own lists the record's columns (a next state is consumed by its commit):
-O(1) per application, no record written; a draft is six C-speed list copies. Column lists
-are never changed once on a record (a writer puts new ones there, which drops the view), so
-a cache may hold them as its key (:class:`~merkat.core.running.RunningRows`).
+O(1) per application, no record written. Column lists are never changed once on a record
+(a writer puts new ones there, which drops the view), so a cache may hold them as its key
+(:class:`~merkat.core.running.RunningRows`).
+
+**Copy on write** (issue 28, fifteenth session). A draft shares the record's column lists
+(:attr:`AppNext.base <merkat.core.model.AppNext.base>`) and copies none; a writer that
+changes a column in place first makes it the next state's own (:func:`own`,
+:func:`own_allocs`, :func:`own_bids`, the one place that copies: :func:`add_vm`, the
+reconciliation's suspends and resumes, ``set_bids``' per-VM loop, the plan's moves and
+allocations); a writer that puts a new list there needs nothing. A rebid of the bid every
+VM already holds shares every list (:func:`rebid_columns`), and :func:`install` of a next
+state that still holds every list of the record's keeps its columns and its record view.
+So an application the decision does not change costs one :class:`AppNext` from draft to
+commit and no copy. ``tests/test_cow.py`` runs flaky many-VM runs (suspends, resumes,
+migrations, failed operations, withholdings, admission points, a scalar controller trading
+two resources) both ways and checks the columns after every commit equal the eager
+copies', and that no decision, admission or withholding changes a record's columns.
 
 **Every writer of VM records goes through this module**: :func:`install` (a decision's
 outcome), :func:`starting`, :func:`unplace` and :func:`move_back` (the commit's VM starts,
@@ -32,30 +46,69 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from itertools import repeat
+from operator import is_
+from typing import Any
 
 from merkat.control.types import VMState
 from merkat.core.model import App, AppNext, Columns, VMRecord
 from merkat.market import NO_HOST
 
 __all__ = ["Columns", "add_vm", "bidding", "columns", "copy", "draft", "install", "keep",
-           "kept", "move_back", "rebid_columns", "starting", "unplace", "writing"]
+           "kept", "move_back", "own", "own_allocs", "own_bids", "rebid_columns", "starting",
+           "unplace", "writing"]
 
 
 def draft(app: App) -> AppNext:
-    """``app``'s record as a next state: its columns copied (new lists; mappings shared)."""
-    ids, states, bids, hosts, fresh, allocs = app.columns
-    return _next(app, ids[:], states[:], bids[:], hosts[:], fresh[:], allocs[:])
+    """``app``'s record as a next state, copy on write: its column lists are the record's,
+    shared until a writer makes one its own (:func:`own`; :class:`~merkat.core.model.AppNext`).
+    What it replaces: six list copies per application and period (``tests/test_cow.py``
+    pins every period's records equal to the eager copies' and unchanged by the decision)."""
+    cols = app.columns
+    ids, states, bids, hosts, fresh, allocs = cols
+    return _next(app, cols, ids, states, bids, hosts, fresh, allocs)
 
 
-def _next(app: App, ids: list[str], states: list[VMState], bids: list[dict[str, float]],
-          hosts: list[int], fresh: list[bool], allocs: list[dict[str, float]]) -> AppNext:
-    """``app``'s record's fields with these VM columns (new lists, the caller's): a next
-    state, written once for :func:`draft` and the rebids."""
+def _next(app: App, base: Columns, ids: list[str], states: list[VMState],
+          bids: list[dict[str, float]], hosts: list[int], fresh: list[bool],
+          allocs: list[dict[str, float]]) -> AppNext:
+    """``app``'s record's fields with these VM columns (those that are ``base``'s, the
+    record's columns, are shared: copy on write): a next state, written once for
+    :func:`draft` and the rebids."""
     return AppNext(
         app.spec.id, app.status, app.start_time, app.end_time, app.reason, app.outcome,
         app.suspensions, app.resumes, app.vm_count, app.broke_since,
-        ids, states, bids, hosts, fresh, allocs,
+        ids, states, bids, hosts, fresh, allocs, True, False, base,
     )
+
+
+def own(nx: AppNext) -> AppNext:
+    """``nx`` with every column list its own (copied where it is still the record's,
+    :attr:`AppNext.base`): the one place a next state's shared columns are copied, called by
+    every writer that changes a column in place (:func:`add_vm`, the reconciliation's
+    suspends and resumes, the plan's moves). Returns ``nx``."""
+    now: tuple[list[Any], ...] = (nx.ids, nx.states, nx.bids, nx.hosts, nx.fresh, nx.allocs)
+    cols = [c[:] if c is b else c for c, b in zip(now, nx.base, strict=True)]
+    nx.ids, nx.states, nx.bids, nx.hosts, nx.fresh, nx.allocs = cols
+    return nx
+
+
+def own_allocs(nx: AppNext) -> list[dict[str, float]]:
+    """``nx``'s allocations, its own list (copied if it is still the record's): to write
+    in place (the plan's allocations; :func:`own` for the other columns)."""
+    allocs = nx.allocs
+    if allocs is nx.base[5]:
+        allocs = nx.allocs = allocs[:]
+    return allocs
+
+
+def own_bids(nx: AppNext) -> list[dict[str, float]]:
+    """``nx``'s bids, its own list (copied if it is still the record's): to write in place
+    (:func:`~merkat.core.bids.set_bids`)."""
+    bids = nx.bids
+    if bids is nx.base[2]:
+        bids = nx.bids = bids[:]
+    return bids
 
 
 def kept(app: App) -> Columns:
@@ -144,15 +197,21 @@ def bidding(app: App, bid: dict[str, float]) -> AppNext:
 
 
 def rebid_columns(app: App, bid: dict[str, float], columns: Columns) -> AppNext:
-    """:func:`bidding` of ``app`` from its VM ``columns`` (its own, :func:`kept`, read and
-    not changed: the next state holds copies; the batch's gather,
-    :mod:`merkat.core.batch`)."""
+    """:func:`bidding` of ``app`` from its VM ``columns`` (its own, :func:`kept`: shared by
+    the next state, copy on write; the batch's gather, :mod:`merkat.core.batch`). When every
+    VM already holds one mapping equal to ``bid`` (the usual quiet period: one ``==`` and
+    an identity scan in C), the bids list is shared too and the next state is the record's
+    columns untouched; else the VMs share ``bid`` (the first VM's mapping when equal) in a
+    new list. What it replaces: six list copies a call (``tests/test_cow.py``)."""
     ids, states, bids, hosts, fresh, allocs = columns
+    n = len(ids)
     if bids:
         first = bids[0]
         if first == bid:
+            if n == 1 or all(map(is_, bids, repeat(first, n))):
+                return _next(app, columns, ids, states, bids, hosts, fresh, allocs)
             bid = first
-    return _next(app, ids[:], states[:], [bid] * len(ids), hosts[:], fresh[:], allocs[:])
+    return _next(app, columns, ids, states, [bid] * n, hosts, fresh, allocs)
 
 
 def copy(nx: AppNext) -> AppNext:
@@ -166,6 +225,7 @@ def copy(nx: AppNext) -> AppNext:
 
 def add_vm(nx: AppNext, bid: dict[str, float]) -> None:
     """A new VM (booting, not placed) at the end of ``nx``'s VMs."""
+    own(nx)
     nx.vm_count += 1
     nx.ids.append(f"{nx.id}/vm{nx.vm_count}")
     nx.states.append(VMState.BOOTING)
@@ -193,7 +253,11 @@ def install(app: App, nx: AppNext) -> None:
     module docstring). O(1): no VM record is written (its record view is dropped, built
     again from the columns on the next read: ``App.records``). What it replaces: each VM's
     record written from the columns (made for the VMs the decision added), ~1 µs a VM a
-    period; ``tests/test_lazy_records.py`` pins the records equal."""
+    period; ``tests/test_lazy_records.py`` pins the records equal.
+
+    Copy on write (:func:`draft`): when ``nx`` still holds every column list of ``app``'s
+    (nothing written into its VMs), the columns stay, and so does the record view built
+    from them (``App.records``: the same values); ``tests/test_cow.py``."""
     app.status = nx.status
     app.start_time = nx.start_time
     app.end_time = nx.end_time
@@ -203,5 +267,10 @@ def install(app: App, nx: AppNext) -> None:
     app.resumes = nx.resumes
     app.vm_count = nx.vm_count
     app.broke_since = nx.broke_since
-    app.columns = (nx.ids, nx.states, nx.bids, nx.hosts, nx.fresh, nx.allocs)
-    app.view = None
+    cols = app.columns
+    ids, states, bids, hosts, fresh, allocs = nx.ids, nx.states, nx.bids, nx.hosts, nx.fresh, \
+        nx.allocs
+    if (ids is not cols[0] or states is not cols[1] or bids is not cols[2]
+            or hosts is not cols[3] or fresh is not cols[4] or allocs is not cols[5]):
+        app.columns = (ids, states, bids, hosts, fresh, allocs)
+        app.view = None

@@ -248,7 +248,17 @@ class AppNext:
     (:attr:`VMRecord.new`: to be placed for the first time) and ``allocs``. ``same_vms``: the
     VMs are the record's own, in its order (none added or dropped); ``moved``: a state, host
     or ``fresh`` changed (else only bids and allocations may have).
-    :mod:`merkat.core.draft` makes one from a record and writes it into one."""
+    :mod:`merkat.core.draft` makes one from a record and writes it into one.
+
+    **Copy on write** (issue 28): ``base`` is the record's columns the next state was drafted
+    from, and a column list that is still ``base``'s (the same object) is the record's own,
+    shared: it is read, never changed in place. A writer that changes a column in place
+    first makes it the next state's own (:func:`~merkat.core.draft.own`,
+    :func:`~merkat.core.draft.own_allocs`, :func:`~merkat.core.draft.own_bids`: the one place
+    that copies); a writer that puts a new list there (``keep``, ``set_uniform``,
+    ``within_budget``) needs nothing. So an application whose VMs, bids and allocations the
+    decision does not change costs no copy from its draft to its commit, and the commit
+    keeps its columns (and its record view) as they were."""
 
     id: str
     status: AppStatus
@@ -268,6 +278,7 @@ class AppNext:
     allocs: list[dict[str, float]]
     same_vms: bool = True
     moved: bool = False
+    base: Columns = _NO_VMS  # the record's columns it shares until a writer owns them
 
     @property
     def active(self) -> bool:

@@ -20,6 +20,7 @@ import numpy as np
 
 from merkat.control.types import VMState
 from merkat.core.backend import Plan, VMPlacement
+from merkat.core.draft import own, own_allocs
 from merkat.core.market_input import Run
 from merkat.core.model import Ops
 from merkat.defaults import MICRO
@@ -70,6 +71,7 @@ def _plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
                 continue
             r = bisect_right(starts, i) - 1
             nx, _, rows = runs[r]
+            own(nx)  # (hosts and fresh written in place: copy on write)
             k = i - starts[r] if rows is None else rows[i - starts[r]]
             if nx.fresh[k]:
                 (resume if nx.states[k] is VMState.RESUMING else create).append(
@@ -101,6 +103,7 @@ def _plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
     for nx, const, rows in runs if one is None else ():
         columns, zero = const.columns, const.zero
         ids, allocs = nx.ids, nx.allocs
+        shared = nx.base[5]  # (allocs is the record's until a write: copy on write)
         j = i + (len(ids) if rows is None else len(rows))
         at: Sequence[int] = range(j - i) if rows is None else rows  # each row's VM
         where: Sequence[int] = range(i, j)  # each row's market row
@@ -111,6 +114,8 @@ def _plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
             for k, m in zip(at, range(i, j), strict=True):
                 if hosts[m] == NO_HOST:  # gets nothing
                     if allocs[k] != zero:
+                        if allocs is shared:
+                            allocs = own_allocs(nx)
                         allocs[k] = zero
                 else:
                     mine.append(k)
@@ -123,12 +128,16 @@ def _plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
                              strict=True):
                 old = allocs[k]
                 if old.get(r0) != a0 or len(old) != 1:
+                    if allocs is shared:
+                        allocs = own_allocs(nx)
                     allocs[k] = old = {r0: a0}
                 allocations[ids[k]] = old
         else:
             for k, m in zip(at, where, strict=True):
                 alloc = {r: cols[c][m] if c >= 0 else 0.0 for r, c in columns}
                 if alloc != allocs[k]:
+                    if allocs is shared:
+                        allocs = own_allocs(nx)
                     allocs[k] = alloc
                 allocations[ids[k]] = allocs[k]
         i = j
@@ -246,14 +255,16 @@ def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray,
             i += len(nx.ids)
         for m in new:
             r = bisect_right(starts, m) - 1
-            runs[r][0].allocs[m - starts[r]] = allocs[m]
+            own_allocs(runs[r][0])[m - starts[r]] = allocs[m]  # (copy on write)
     else:  # many: the runs' lists take their slices (the mappings kept: the same)
         i = 0
         first, last = new[0], new[-1]
         for nx, _, _ in runs:
             j = i + len(nx.allocs)
             if j > first and i <= last:
-                nx.allocs[:] = allocs[i:j]
+                mine = allocs[i:j]
+                if not all(map(operator.is_, mine, nx.allocs)):
+                    nx.allocs = mine  # (a new list, when one changed: copy on write)
             i = j
     out.allocations = dict(zip(ids, allocs, strict=True))
     return out

@@ -28,7 +28,7 @@ from merkat.control.types import (
     new_vm_view,
 )
 from merkat.core.bids import set_bids, set_uniform, within_budget
-from merkat.core.draft import add_vm, keep
+from merkat.core.draft import add_vm, keep, own
 from merkat.core.lifecycle import app_transition, vm_transition
 from merkat.core.model import App, AppConst, AppNext, AppSpec, Observed, Ops, to_micro
 from merkat.defaults import MICRO
@@ -190,6 +190,8 @@ class Decider:
         if action is Action.STOP:
             end(nx, now, demand.reason, seen.finished, ops)
             return
+        if action is Action.SUSPEND or action is Action.RESUME:
+            own(nx)  # (states, hosts and fresh written in place: copy on write)
         states = nx.states
         if action is Action.SUSPEND:
             for k, state in enumerate(states):
