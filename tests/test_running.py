@@ -22,7 +22,7 @@ def _same(a: Running, b: Running) -> None:
     """``a`` and ``b`` hold the same rows, bit for bit."""
     assert [(app, rows) for app, _, rows in a.apps] == [(app, rows) for app, _, rows in b.apps]
     assert all(x is y for (x, _, _), (y, _, _) in zip(a.apps, b.apps, strict=True))
-    assert a.vms[0] == b.vms[0]
+    assert a.vms[0] == b.vms[0] and a.ends == b.ends
     for x, y in zip((*a.vms[1:], a.current, a.traded, a.odd),
                     (*b.vms[1:], b.current, b.traded, b.odd), strict=True):
         assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()

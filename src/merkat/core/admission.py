@@ -88,21 +88,28 @@ def place(hosts: Hosts, reserve: FloatArray, here: Rows, runs: Sequence[Run]) ->
 
 def _touched(here: Running, result: Placement) -> tuple[list[Run], IntArray]:
     """The running applications whose VMs' allocations ``result`` changes, as runs of those
-    VMs only (their next states drafted), and those VMs' rows in ``result``."""
+    VMs only (their next states drafted), and those VMs' rows in ``result``. Only those
+    applications are visited (each changed row's application found by ``searchsorted`` in
+    ``here.ends``), not every running one."""
     rows = np.flatnonzero(here.changed(result.allocation))
     runs: list[Run] = []
     if rows.size == 0:
         return runs, rows
-    counts = [len(r) for _, _, r in here.apps]
-    ends = np.cumsum(counts)
-    cut = np.searchsorted(rows, ends).tolist()  # rows before each application's end
-    rows_l: list[int] = rows.tolist()
-    lo = 0
-    for (app, const, mine), end, hi in zip(here.apps, ends.tolist(), cut, strict=True):
-        if hi > lo:
-            start = end - len(mine)
-            runs.append((draft(app), const, [mine[m - start] for m in rows_l[lo:hi]]))
-        lo = hi
+    ends = here.ends
+    which: list[int] = np.searchsorted(ends, rows, side="right").tolist()
+    apps = here.apps
+    last = -1
+    mine: list[int] = []
+    cur: list[int] = []
+    start = 0
+    for m, a in zip(rows.tolist(), which, strict=True):
+        if a != last:
+            app, const, mine = apps[a]
+            start = ends[a] - len(mine)
+            cur = []
+            runs.append((draft(app), const, cur))
+            last = a
+        cur.append(mine[m - start])
     return runs, rows
 
 

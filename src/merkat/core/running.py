@@ -18,6 +18,7 @@ import math
 import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 import numpy.typing as npt
@@ -39,13 +40,15 @@ class Running:
     allocations in the market's columns (``current``; NaN where the record has none;
     ``traded`` marks the columns each row's application trades). ``odd`` marks a row whose
     allocation mapping is not of its application's shape (a resource missing or extra, or
-    one outside the market not at 0): :meth:`changed` counts it as changed."""
+    one outside the market not at 0): :meth:`changed` counts it as changed. ``ends``: per
+    application of ``apps``, the row after its last (cumulative)."""
 
     apps: list[tuple[App, AppConst, list[int]]]
     vms: Rows
     current: FloatArray
     traded: npt.NDArray[np.bool_]
     odd: npt.NDArray[np.bool_]
+    ends: list[int]
 
     def changed(self, allocation: FloatArray) -> npt.NDArray[np.bool_]:
         """Per row, whether its allocation in ``allocation`` (market columns) is not the one
@@ -154,6 +157,7 @@ class RunningRows:
         old = self._chunks
         chunks: dict[str, tuple[App, Columns, list[int] | None, int]] = {}
         members: list[tuple[App, AppConst, list[int]]] = []
+        ends: list[int] = []
         spans = Spans()
         take = spans.take
         at = 0  # rows so far
@@ -179,6 +183,7 @@ class RunningRows:
                         chunks[app_id] = (app, cols, rows, at)
                         members.append((app, const, rows))
                         at += len(rows)
+                        ends.append(at)
                     continue
             lo = len(batch.ids)
             rows = batch.add(const, cols[0], cols[1], cols[2], cols[3], cols[5])
@@ -189,6 +194,7 @@ class RunningRows:
                 chunks[app_id] = (app, cols, rows, at)
                 members.append((app, const, rows))
                 at += len(rows)
+                ends.append(at)
         self._chunks = chunks
         kept_ids, kept_num, kept_flags, kept_hosts = last = self._kept
         if batch.ids:
@@ -210,7 +216,7 @@ class RunningRows:
         market = (tuple(ids_out), num_out[:, :n_res], num_out[:, n_res:2 * n_res], hosts_out,
                   num_out[:, 2 * n_res:3 * n_res])
         return Running(members, market, num_out[:, 3 * n_res:], flags_out[:, :n_res],
-                       flags_out[:, n_res])
+                       flags_out[:, n_res], ends)
 
 
 class _Batch:
@@ -325,4 +331,5 @@ def _joined(members: list[tuple[App, AppConst, list[int]]], chunks: list[_Chunk]
     flags = np.concatenate([c.flags for c in chunks])
     market = (tuple(ids), num[:, :n_res], num[:, n_res:2 * n_res],
               np.concatenate([c.hosts for c in chunks]), num[:, 2 * n_res:3 * n_res])
-    return Running(members, market, num[:, 3 * n_res:], flags[:, :n_res], flags[:, n_res])
+    return Running(members, market, num[:, 3 * n_res:], flags[:, :n_res], flags[:, n_res],
+                   list(accumulate(len(rows) for _, _, rows in members)))
