@@ -6,11 +6,15 @@ with Merkat's moves and Themis Fig. 2's (which share the moves' clearings)."""
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
 from merkat.market import BalanceParams, Hosts, VMs, balance_fast, balance_state, clear
 from merkat.market.types import NO_HOST
+
+balance = importlib.import_module("merkat.market.balance")  # (the package exports a function)
 
 
 def _market(seed: int) -> tuple[Hosts, VMs, BalanceParams]:
@@ -71,16 +75,23 @@ def _bytes(c: object) -> list[bytes]:
 
 def test_the_shortcuts_give_the_general_paths_clearing_byte_for_byte(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    taken: dict[str, int] = {"candidates": 0, "exact": 0, "pair_shares": 0, "searches": 0}
-    for name in ("candidates", "exact", "pair_shares"):
-        real = getattr(balance_fast.Shortcuts, name)
+    taken: dict[str, int] = {"pair_shares": 0, "searches": 0, "usual_moves": 0}
+    real = balance_fast.Shortcuts.pair_shares
 
-        def spy(self: object, *a: object, _real=real, _name=name) -> object:  # type: ignore[no-untyped-def]
-            got = _real(self, *a)
-            taken[_name] += got is not None
-            return got
+    def spy(self: object, *a: object) -> object:
+        got = real(self, *a)  # type: ignore[arg-type]
+        taken["pair_shares"] += got is not None
+        return got
 
-        monkeypatch.setattr(balance_fast.Shortcuts, name, spy)
+    monkeypatch.setattr(balance_fast.Shortcuts, "pair_shares", spy)
+    usual = balance.usual_loop
+
+    def counted(search: object, params: BalanceParams, rms0: float) -> object:
+        got = usual(search, params, rms0)
+        taken["usual_moves"] += got[0]
+        return got
+
+    monkeypatch.setattr(balance, "usual_loop", counted)
     for seed in range(240):
         hosts, vms, params = _market(seed)
         monkeypatch.setattr(balance_state, "FAST_PATHS", False)
@@ -89,10 +100,51 @@ def test_the_shortcuts_give_the_general_paths_clearing_byte_for_byte(
         got = clear(hosts, vms, params=params)
         assert _bytes(got) == _bytes(want), seed
         taken["searches"] += got.balance.ran
-    # the shortcuts answered most of the moves of the usual markets
+    # the usual market's loop (balance_loop) made most of the moves; the pair's shortcut
+    # answered the other searches' moves (two resources traded, minimums, Themis's rule)
     assert taken["searches"] > 150
-    assert taken["candidates"] > 1000 and taken["exact"] > 1000
-    assert taken["pair_shares"] > 1000
+    assert taken["usual_moves"] > 1000
+    assert taken["pair_shares"] > 300
+
+
+def test_the_usual_loops_kept_estimates_are_the_fresh_ones() -> None:
+    """After :func:`~merkat.market.balance_loop.usual_loop` (which updates the kept
+    estimates inline, each moved node once), every kept estimate array brought up to date
+    equals the one computed from the nodes' current terms, bit for bit."""
+    from merkat.market.balance_loop import usual_loop
+    from merkat.market.clear import ideal_allocation
+    from merkat.market.placement import worst_fit_decreasing
+
+    checked = 0
+    for seed in range(0, 120, 6):
+        hosts, vms, _ = _market(seed)
+        ideal, _ = ideal_allocation(hosts, vms)
+        s = balance_state.Search(hosts, vms, worst_fit_decreasing(hosts, vms), ideal,
+                                 BalanceParams(max_migrations=40, error_threshold=0.0))
+        if len(hosts) < 2:
+            continue
+        s.prepare()
+        assert s.fast is not None and s.fast.simple, seed
+        with np.errstate(divide="ignore", invalid="ignore"):
+            it, _, _ = usual_loop(s, s.params, s.rms())
+        assert it > 0, seed
+        placed = np.flatnonzero(s.host >= 0).tolist()
+        assert s.host.tolist() == s.host_l and s.err.tolist() == [
+            float(x) for x in s.err]
+        for (b, c, i), entry in list(s.fast.kept.items()):
+            if len(s.fast.log) - entry[1] > balance_fast.STALE:
+                continue  # (computed again when next asked, not updated)
+            s.fast.candidates(next(u for u in placed
+                                   if (s.bid_t[0][u], s.cap_t[0][u], s.ideal_t[0][u])
+                                   == (b, c, i)))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                est = np.minimum(c, b * s.cl[:, 0] / (s.bu[:, 0] + b))
+                fresh = np.where(est > 0, np.abs(1.0 - i / est), 1e3)
+            assert s.fast.kept[b, c, i] is entry
+            assert entry[0].tobytes() == fresh.tobytes(), seed
+            checked += 1
+        assert s.fast.bu_l == s.bu[:, 0].tolist() and s.fast.cl_l == s.cl[:, 0].tolist()
+    assert checked > 20
 
 
 @pytest.mark.parametrize("seed", [6, 7, 13, 19])

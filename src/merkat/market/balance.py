@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from merkat.market.balance_loop import usual_loop
 from merkat.market.balance_state import Search
 from merkat.market.balance_themis import themis_loop
 from merkat.market.types import NO_HOST, BalanceParams, FloatArray, Hosts, IntArray, VMs
@@ -63,7 +66,13 @@ def search_mapping(
         return BalanceResult(host.copy(), 0, rms0, rms0, ran=False), search
 
     search.prepare()
-    loop = themis_loop if params.rule == "themis" else _search_loop
+    loop: Callable[[Any, BalanceParams, float], tuple[int, IntArray, float]]
+    if params.rule == "themis":
+        loop = themis_loop
+    elif search.fast is not None and search.fast.simple:
+        loop = usual_loop  # the same iterations, inline (merkat.market.balance_loop)
+    else:
+        loop = _search_loop
     try:
         with np.errstate(divide="ignore", invalid="ignore"):  # in destination's estimates
             it, best_host, best_rms = loop(search, params, rms0)

@@ -151,7 +151,11 @@ class Search:
         placed = np.flatnonzero(self.placed)
         on = self.host[placed]
         by_node = placed[stable_order(on, n_hosts)]
-        self.bounds: list[int] = [0, *np.cumsum(np.bincount(on, minlength=n_hosts)).tolist()]
+        counts = np.bincount(on, minlength=n_hosts)
+        ends = np.cumsum(counts)
+        self.bounds: list[int] = [0, *ends.tolist()]
+        # Every node's VM count (kept in step by balance_loop's moves, which read it).
+        self.count: list[int] = counts.tolist()
         self.sorted_vms: list[int] = by_node.tolist()
         self.loaded = [False] * n_hosts
         unset = cast(list[list[Any]], [None] * n_hosts)  # each entry set by load() before use
@@ -172,6 +176,17 @@ class Search:
             with np.errstate(divide="ignore", invalid="ignore"):  # = bid_ratio, VM by VM
                 ratio = np.where(b_s > 0, np.where(c_s > 0, b_s / c_s, np.inf), 0.0)
             self.sorted_cols[r] = (b_s.tolist(), c_s.tolist(), ratio.tolist())
+            if FAST_PATHS and placed.size:
+                # Every node's sum and largest ratio at once, as load() computes them (the
+                # shortcuts read them of candidate nodes, which then need no lists):
+                # bincount adds a node's bids in VM order from 0.0, as ``sum`` does its
+                # list, and a maximum is exact. tests/test_market_balance.py compares.
+                self.node_sum[r] = np.bincount(on, weights=vms.bid[placed, r],
+                                               minlength=n_hosts).tolist()
+                full = counts > 0
+                rmax = np.full(n_hosts, -math.inf)
+                rmax[full] = np.maximum.reduceat(ratio, (ends - counts)[full])
+                self.node_rmax[r] = rmax.tolist()
         # Resources that can make an error: those bid on, or with an ideal share (any other
         # resource has a = â = 0 for every VM, an error of 0, and no say in a destination).
         self.err_res = [

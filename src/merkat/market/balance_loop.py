@@ -1,0 +1,300 @@
+"""The tabu search's loop for the usual market, in one function
+(:func:`usual_loop`; :mod:`merkat.market.balance`'s ``_search_loop`` is its reference).
+
+What it replaces: per iteration, ``_search_loop`` calls :meth:`Search.destination
+<merkat.market.balance_state.Search.destination>` (which calls the shortcuts'
+``candidates`` and ``exact``) and :meth:`Search.move
+<merkat.market.balance_state.Search.move>` (``_pair_shares``, the shortcuts'
+``pair_shares``, ``move_errors``, ``moved``), ~12 Python calls, ~150 attribute and
+dictionary look-ups and ~8 numpy operations of bookkeeping (the VM errors read and written
+through index arrays, the mapping written and copied as an array, ``(err > threshold).any()``
+at each better mapping). Here the same steps run inline on the search's lists held in local
+variables: the VM errors as a Python list (``err_l``) with a count of those above the
+threshold, the mapping as ``host_l`` (copied as a list at each better mapping), the node
+terms as the shortcuts' lists. What stays numpy, because its bits or its choices are
+numpy's: the selection's ``argmax`` over the scores (first of equal maxima), the
+candidates' ``argpartition`` (its choice among tied estimates decides the destination),
+a class's first estimate over every node, and the two ``np.dot`` sums of squares of a move
+(OpenBLAS's FMA order feeds ``rms < best``).
+
+Taken when the shortcuts' usual market holds (one resource makes errors, it is traded, every
+node has it, no VM has a minimum: ``Shortcuts.simple``) with Merkat's rule; each step that
+the shortcuts cannot answer (a VM bidding nothing, a capped node above ``_SMALL`` VMs, sums
+that are not safe) calls the general path's method, as ``Search`` does. The same operations
+on the same values in the same order, so the same search: ``tests/test_market_balance.py``
+compares it with the general path (``FAST_PATHS`` off) byte for byte on random markets, and
+the golden digests and ``themis-fig5``'s ``results.json`` pin whole runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from merkat.market.allocation_error import ERROR_LIMIT
+from merkat.market.balance_fast import STALE
+from merkat.market.share import _RTOL, _TINY, share_of_last
+from merkat.market.types import NO_HOST, BalanceParams, IntArray
+
+_LIMIT = 1.0 + _RTOL
+_INF = math.inf
+
+
+def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, IntArray, float]:
+    """``_search_loop(search, params, rms0)`` for the usual market (module docstring):
+    (iterations, best mapping, its rms). ``search`` is prepared, its shortcuts ``simple``;
+    its mapping, errors and migration count are written back when the loop ends."""
+    s = search
+    f = s.fast
+    r = f.r
+    start_host = s.host.copy()
+    moves: list[tuple[int, int]] = []  # (VM, destination) in order: the best mapping is
+    best_n = -1  # the start with the first best_n moves made (-1: the start itself)
+    best_rms = rms0
+    tabu: deque[int] = deque()
+    no_improve = it = 0
+    score, is_tabu = s.score, s.is_tabu
+    argmax = score.argmax
+    err_l: list[float] = s.err.tolist()
+    initial, host_l = s.initial_l, s.host_l
+    threshold, n_placed = params.error_threshold, s.n_placed
+    n_over = int(np.count_nonzero(s.err > threshold))
+    max_it, max_mig = params.max_iterations, params.max_migrations
+    tabu_size, max_no_improve, k_cand = params.tabu_size, params.max_no_improve, params.candidates
+    migrations, sumsq = s.migrations, s.sumsq
+    # the search's lists, changed in place (never replaced) while the loop runs
+    loaded, load, members = s.loaded, s.load, s.members
+    sums, rmaxs, cap_r = s.node_sum[r], s.node_rmax[r], s.cap_node[r]
+    nb, nc, nq = s.node_bids[r], s.node_caps[r], s.node_ratio[r]
+    bid_r, capv_r, ideal_r = s.bid_t[r], s.cap_t[r], s.ideal_t[r]
+    bu, cl = s.bu, s.cl
+    bu_col, cl_col = s.bu_col[r], s.cl_col[r]
+    bu_l, cl_l, log, kept = f.bu_l, f.cl_l, f.log, f.kept
+    small, safe_r = f.small, f.safe[r]
+    n_nodes = cl.shape[0]
+    count = s.count  # (every node's sum and largest ratio: prepared for every node)
+    dot, array, minimum, where, absolute = np.dot, np.array, np.minimum, np.where, np.abs
+    while it < max_it:
+        v = int(argmax())
+        if score[v] < 0:
+            break  # every placed VM is tabu
+        init = initial[v]
+        if init != NO_HOST and host_l[v] == init and migrations >= max_mig:
+            break  # the better mapping would need more migrations than the budget allows
+        it += 1
+        # --- destination (= Search.destination: Shortcuts.candidates, then exact) ---
+        b = bid_r[v]
+        nodes: list[int]
+        if not b > 0:
+            nodes = s._candidates(v)
+        elif n_nodes - 1 <= 0:
+            nodes = []
+        else:
+            c, i = capv_r[v], ideal_r[v]
+            key = (b, c, i)
+            entry = kept.get(key)
+            now = len(log)
+            if entry is None or now - entry[1] > STALE:
+                est = minimum(c, b * cl_col / (bu_col + b))
+                e = where(est > 0, absolute(1.0 - i / est), ERROR_LIMIT)
+                kept[key] = [e, now]
+            else:
+                e = entry[0]
+                if entry[1] < now:
+                    # (a node moved several times since: its last terms, once)
+                    for h in set(log[entry[1]:]):
+                        x = b * cl_l[h] / (bu_l[h] + b)
+                        x = c if c < x else x  # = np.minimum(c, x): NaN kept
+                        e[h] = abs(1.0 - i / x) if x > 0 else ERROR_LIMIT
+                    entry[1] = now
+            src = host_l[v]
+            was = e[src]
+            e[src] = _INF
+            k = k_cand if k_cand < n_nodes - 1 else n_nodes - 1
+            cands = e.argpartition(k - 1)[:k]
+            vals: list[float] = e[cands].tolist()
+            e[src] = was
+            nodes = cands.tolist()
+            if min(vals) > -_INF and max(vals) < _INF:  # all finite: the usual
+                nodes.sort()
+            else:
+                nodes = sorted(h for h, x in zip(nodes, vals, strict=True) if -_INF < x < _INF)
+                if not nodes:
+                    raise ValueError("no candidate destination with a finite estimate")
+        dst = NO_HOST
+        if nodes:
+            b_v, c_v, i_v = b, capv_r[v], ideal_r[v]
+            r_v = (b_v / c_v if c_v > 0 else _INF) if b_v > 0 else 0.0  # = bid_ratio
+            shares: list[float] = []
+            capped: list[int] = []
+            total = len(nodes)
+            for h in nodes:
+                total += count[h]
+                rm = rmaxs[h]
+                if r_v > rm:
+                    rm = r_v
+                left_b = (sums[h] + b_v) - 0.0  # = first_step(sums[h] + b_v, cap_r[h])
+                if left_b < 0.0:
+                    left_b = 0.0
+                left_c = cap_r[h] - 0.0
+                p = 0.0 if left_b <= 0.0 else left_b / left_c if left_c > 0.0 else _INF
+                if not rm <= p * _LIMIT:
+                    capped.append(len(shares))
+                    shares.append(0.0)
+                elif 0.0 < p < _INF:
+                    shares.append(b_v / p if p >= _TINY else (b_v / left_b) * left_c)
+                else:
+                    shares.append(0.0)
+            errs: list[float]
+            if total > small and (capped or not safe_r):
+                for h in nodes:
+                    if not loaded[h]:
+                        load(h)
+                errs = s._exact(v, nodes)
+            else:
+                if total > small:
+                    shares = [a if -_INF < a < _INF else 0.0 for a in shares]
+                else:
+                    for g in capped:
+                        h = nodes[g]
+                        if not loaded[h]:
+                            load(h)
+                        shares[g] = share_of_last(nb[h] + [b_v], nc[h] + [c_v], cap_r[h])
+                errs = []
+                for a in shares:  # = errors_of(shares, i_v)
+                    if a > 0:
+                        x = (a - i_v) / a
+                        if x > ERROR_LIMIT or x < -ERROR_LIMIT:
+                            x = ERROR_LIMIT
+                        elif x < 0.0:
+                            x = -x
+                    else:
+                        x = ERROR_LIMIT if i_v > 0 else 0.0
+                    errs.append(x if x > 0.0 else 0.0)
+            best = 0
+            for g in range(1, len(errs)):
+                if errs[g] < errs[best]:
+                    best = g
+            dst = nodes[best]
+        if dst != NO_HOST:
+            # --- move (= Search.move in the usual market) ---
+            src = host_l[v]
+            if init != NO_HOST:  # leaving the initial host costs one, coming back refunds it
+                migrations += int(dst != init) - int(src != init)
+            if not loaded[src]:
+                load(src)
+            if not loaded[dst]:
+                load(dst)
+            count[src] -= 1
+            count[dst] += 1
+            moves.append((v, dst))
+            ms, md = members[src], members[dst]
+            k_v = ms.index(v)
+            del ms[k_v]
+            md.append(v)
+            b_src, b_dst = nb[src], nb[dst]
+            del b_src[k_v], nc[src][k_v], nq[src][k_v]
+            c_v = capv_r[v]
+            r_v = (b / c_v if c_v > 0 else _INF) if b > 0 else 0.0  # = bid_ratio
+            b_dst.append(b)
+            nc[dst].append(c_v)
+            nq[dst].append(r_v)
+            sums[src] = sum(b_src)
+            rmaxs[src] = max(nq[src], default=-_INF)
+            sums[dst] = sums[dst] + b  # = sum(nb[dst]): v is last
+            if r_v > rmaxs[dst]:
+                rmaxs[dst] = r_v
+            host_l[v] = dst
+            m = ms + md
+            # the pair's shares (= Shortcuts.pair_shares, else the general path's)
+            n = len(b_src) + len(b_dst)
+            segmented = n > small
+            alloc: list[float] | None = None
+            if safe_r or not segmented:
+                ps, lbs, lcs = _first_step(sums[src], cap_r[src])
+                pd, lbd, lcd = _first_step(sums[dst], cap_r[dst])
+                if rmaxs[src] <= ps * _LIMIT and rmaxs[dst] <= pd * _LIMIT:
+                    bu[src, r], cl[src, r] = bu_l[src], cl_l[src] = lbs, lcs
+                    bu[dst, r], cl[dst, r] = bu_l[dst], cl_l[dst] = lbd, lcd
+                    alloc = (_shares(b_src, ps, lbs, lcs) + _shares(b_dst, pd, lbd, lcd))
+                    if segmented:
+                        alloc = [a if -_INF < a < _INF else 0.0 for a in alloc]
+            if alloc is None:
+                alloc = s._pair_general(r, src, dst, n)
+                f.synced(r, (src, dst))
+            new: list[float] = []
+            old: list[float] = []
+            for a, j in zip(alloc, m, strict=True):  # = errors(alloc, ideals of m)
+                i = ideal_r[j]
+                if a > 0:
+                    x = (a - i) / a
+                    if x > ERROR_LIMIT or x < -ERROR_LIMIT:
+                        x = ERROR_LIMIT
+                    elif x < 0.0:
+                        x = -x
+                else:
+                    x = ERROR_LIMIT if i > 0 else 0.0
+                if not x > 0.0:
+                    x = 0.0
+                y = err_l[j]
+                old.append(y)
+                new.append(x)
+                err_l[j] = x
+                n_over += (x > threshold) - (y > threshold)
+            log += (src, dst)
+            new_err, old_err = array(new), array(old)
+            sumsq += float(dot(new_err, new_err) - dot(old_err, old_err))
+            score[m] = new_err  # then -1 for the tabu VMs (a few, if any, of the two nodes)
+            for j in m:
+                if is_tabu[j]:
+                    score[j] = -1.0
+        # v becomes tabu; the oldest tabu VM is released when the list is full.
+        tabu.append(v)
+        is_tabu[v] = True
+        score[v] = -1.0
+        if len(tabu) > tabu_size:
+            u = tabu.popleft()
+            is_tabu[u] = False
+            score[u] = err_l[u]
+        rms = math.sqrt(max(sumsq, 0.0) / n_placed)
+        if dst != NO_HOST and rms < best_rms * (1.0 - 1e-9):
+            best_n, best_rms, no_improve = len(moves), rms, 0
+            if not n_over:
+                break
+        else:
+            no_improve += 1
+            if no_improve >= max_no_improve:
+                break
+    s.migrations, s.sumsq = migrations, sumsq
+    s.host[:] = host_l
+    s.err[:] = err_l
+    best_host = start_host
+    if best_n >= 0:
+        best_host = start_host.copy()
+        for u, h in moves[:best_n]:
+            best_host[u] = h
+    return it, best_host, best_rms
+
+
+def _first_step(total: float, capacity: float) -> tuple[float, float, float]:
+    """:func:`merkat.market.balance_fast.first_step` (the same code: a moved node's price
+    and its two terms)."""
+    left_b = total - 0.0
+    if left_b < 0.0:
+        left_b = 0.0
+    left_c = capacity - 0.0
+    if left_b <= 0.0:
+        return 0.0, left_b, left_c
+    return (left_b / left_c if left_c > 0.0 else _INF), left_b, left_c
+
+
+def _shares(bids: list[float], p: float, left_b: float, left_c: float) -> list[float]:
+    """A node's uncapped shares at price ``p`` (``Shortcuts.pair_shares``' arithmetic)."""
+    if not 0.0 < p < _INF:
+        return [0.0] * len(bids)
+    if p >= _TINY:
+        return [x / p for x in bids]
+    return [(x / left_b) * left_c for x in bids]
