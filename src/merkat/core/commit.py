@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from merkat.control.types import AppStatus, VMState
 from merkat.core.backend import ApplyReport, VMPlacement
-from merkat.core.draft import copy, install, keep, move_back, starting, unplace
+from merkat.core.draft import copy, install_each, keep, move_back, starting, unplace
 from merkat.core.lifecycle import vm_transition
 from merkat.core.model import App, Charged, Decision, Ops
 from merkat.market import NO_HOST
@@ -76,8 +76,8 @@ def settle(apps: Mapping[str, App], decision: Decision, report: ApplyReport,
     """Write ``decision`` (a period's or an admission's), the backend's ``report`` of its plan
     and the economy's ``charged`` into the records ``apps``; return the failed operations,
     one line each, and the destroys and suspends to re-issue."""
-    for app_id, nx in decision.apps.items():
-        install(apps[app_id], nx)
+    nexts = decision.apps
+    install_each(zip(map(apps.__getitem__, nexts), nexts.values(), strict=True))
     plan = decision.plan
     failed = {(o.op, o.vm): o.reason for o in report.ops if not o.ok}
     failures = [f"{op} {vm_id}: {failed[op, vm_id]}" for op, vm_id in sorted(failed)]

@@ -44,17 +44,16 @@ live service's writers that the columns equal a fresh read of the records.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from itertools import repeat
-from operator import is_
 from typing import Any
 
 from merkat.control.types import VMState
 from merkat.core.model import App, AppNext, Columns, VMRecord
 from merkat.market import NO_HOST
 
-__all__ = ["Columns", "add_vm", "bidding", "columns", "copy", "draft", "install", "keep",
+__all__ = ["Columns", "add_vm", "bidding", "columns", "copy", "draft", "install",
+           "install_each", "keep",
            "kept", "move_back", "own", "own_allocs", "own_bids", "rebid_columns", "starting",
            "unplace", "writing"]
 
@@ -87,10 +86,18 @@ def own(nx: AppNext) -> AppNext:
     :attr:`AppNext.base`): the one place a next state's shared columns are copied, called by
     every writer that changes a column in place (:func:`add_vm`, the reconciliation's
     suspends and resumes, the plan's moves). Returns ``nx``."""
+    if nx.base is _OWNED:  # (owned already: the usual second call of a writer)
+        return nx
     now: tuple[list[Any], ...] = (nx.ids, nx.states, nx.bids, nx.hosts, nx.fresh, nx.allocs)
     cols = [c[:] if c is b else c for c, b in zip(now, nx.base, strict=True)]
     nx.ids, nx.states, nx.bids, nx.hosts, nx.fresh, nx.allocs = cols
+    nx.base = _OWNED
     return nx
+
+
+_OWNED: Columns = ([], [], [], [], [], [])
+"""The base of a next state :func:`own` made every list of its own (no record's columns:
+never changed, never a column list)."""
 
 
 def own_allocs(nx: AppNext) -> list[dict[str, float]]:
@@ -199,16 +206,17 @@ def bidding(app: App, bid: dict[str, float]) -> AppNext:
 def rebid_columns(app: App, bid: dict[str, float], columns: Columns) -> AppNext:
     """:func:`bidding` of ``app`` from its VM ``columns`` (its own, :func:`kept`: shared by
     the next state, copy on write; the batch's gather, :mod:`merkat.core.batch`). When every
-    VM already holds one mapping equal to ``bid`` (the usual quiet period: one ``==`` and
-    an identity scan in C), the bids list is shared too and the next state is the record's
-    columns untouched; else the VMs share ``bid`` (the first VM's mapping when equal) in a
-    new list. What it replaces: six list copies a call (``tests/test_cow.py``)."""
+    VM already holds a mapping equal to ``bid`` (the usual quiet period: one ``==`` and a
+    ``count`` in C), the bids list is shared too and the next state is the record's
+    columns untouched (their mappings all equal ``bid``: the same values as the one shared
+    mapping the eager copy made); else the VMs share ``bid`` (the first VM's mapping when
+    equal) in a new list. What it replaces: six list copies a call (``tests/test_cow.py``)."""
     ids, states, bids, hosts, fresh, allocs = columns
     n = len(ids)
     if bids:
         first = bids[0]
         if first == bid:
-            if n == 1 or all(map(is_, bids, repeat(first, n))):
+            if bids.count(first) == n:  # (identity first, then ==: C speed)
                 return _next(app, columns, ids, states, bids, hosts, fresh, allocs)
             bid = first
     return _next(app, columns, ids, states, [bid] * n, hosts, fresh, allocs)
@@ -258,19 +266,26 @@ def install(app: App, nx: AppNext) -> None:
     Copy on write (:func:`draft`): when ``nx`` still holds every column list of ``app``'s
     (nothing written into its VMs), the columns stay, and so does the record view built
     from them (``App.records``: the same values); ``tests/test_cow.py``."""
-    app.status = nx.status
-    app.start_time = nx.start_time
-    app.end_time = nx.end_time
-    app.reason = nx.reason
-    app.outcome = nx.outcome
-    app.suspensions = nx.suspensions
-    app.resumes = nx.resumes
-    app.vm_count = nx.vm_count
-    app.broke_since = nx.broke_since
-    cols = app.columns
-    ids, states, bids, hosts, fresh, allocs = nx.ids, nx.states, nx.bids, nx.hosts, nx.fresh, \
-        nx.allocs
-    if (ids is not cols[0] or states is not cols[1] or bids is not cols[2]
-            or hosts is not cols[3] or fresh is not cols[4] or allocs is not cols[5]):
-        app.columns = (ids, states, bids, hosts, fresh, allocs)
-        app.view = None
+    install_each(((app, nx),))
+
+
+def install_each(pairs: Iterable[tuple[App, AppNext]]) -> None:
+    """:func:`install` of each ``(record, next state)`` of ``pairs``, in one loop (the
+    commit's, :func:`~merkat.core.commit.settle`: no call per application)."""
+    for app, nx in pairs:
+        app.status = nx.status
+        app.start_time = nx.start_time
+        app.end_time = nx.end_time
+        app.reason = nx.reason
+        app.outcome = nx.outcome
+        app.suspensions = nx.suspensions
+        app.resumes = nx.resumes
+        app.vm_count = nx.vm_count
+        app.broke_since = nx.broke_since
+        cols = app.columns
+        ids, states, bids, hosts = nx.ids, nx.states, nx.bids, nx.hosts
+        fresh, allocs = nx.fresh, nx.allocs
+        if (ids is not cols[0] or states is not cols[1] or bids is not cols[2]
+                or hosts is not cols[3] or fresh is not cols[4] or allocs is not cols[5]):
+            app.columns = (ids, states, bids, hosts, fresh, allocs)
+            app.view = None
