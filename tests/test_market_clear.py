@@ -234,3 +234,24 @@ def test_enforceable_skips_only_a_resource_nobody_bids_on(seed: int) -> None:
             s = proportional_share(bid[placed, r], vms.cap[placed, r], cap[:, r], host[placed])
             want_a[placed, r], want_p[:, r] = s.allocation, s.price
     assert alloc.tobytes() == want_a.tobytes() and prices.tobytes() == want_p.tobytes()
+
+
+def test_errors_of_the_columns_that_count_are_all_columns_errors() -> None:
+    """``vm_errors(a, i, columns)`` (the other columns 0 in both) equals ``vm_errors(a, i)``
+    byte for byte: shares and ideals of every kind (zeros of both signs, subnormals, errors
+    beyond the limit, inf and NaN), in either column."""
+    rng = np.random.default_rng(11)
+    pool = np.array([0.0, -0.0, 5e-324, 1e-300, 1e-6, 0.3, 1.0, 2.5, 1e3, 1e300, np.inf,
+                     np.nan])
+    for trial in range(200):
+        n = int(rng.integers(0, 40))
+        k = trial % 2
+        a, i = np.zeros((n, 2)), np.zeros((n, 2))
+        a[:, k] = rng.choice(pool, n) if trial % 3 else rng.uniform(0, 2, n)
+        i[:, k] = rng.choice(pool, n) if trial % 4 else rng.uniform(0, 2, n)
+        with np.errstate(invalid="ignore", over="ignore"):
+            want = vm_errors(a, i)
+            got = vm_errors(a, i, [k])
+        assert got.tobytes() == want.tobytes(), trial
+        assert vm_errors(np.zeros((n, 2)), np.zeros((n, 2)), []).tobytes() == vm_errors(
+            np.zeros((n, 2)), np.zeros((n, 2))).tobytes()

@@ -10,6 +10,8 @@ arrays'. The load balancer (:mod:`merkat.market.balance`) minimises these errors
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from merkat.market.share import proportional_share
@@ -27,9 +29,33 @@ def allocation_errors(actual: FloatArray, ideal: FloatArray) -> FloatArray:
     return np.clip(e, -ERROR_LIMIT, ERROR_LIMIT)
 
 
-def vm_errors(actual: FloatArray, ideal: FloatArray) -> FloatArray:
-    """A VM's error: the largest ``|e_r|`` over its resources."""
+def vm_errors(actual: FloatArray, ideal: FloatArray,
+              columns: Sequence[int] | None = None) -> FloatArray:
+    """A VM's error: the largest ``|e_r|`` over its resources.
+
+    ``columns``: when the caller knows that both arrays are 0 in every other column (a
+    resource nobody bids on has no allocation, and its ideal share is 0), the resources
+    that can make an error; each other column's error is then ``+0.0``, which the largest
+    does not change (``np.maximum(x, 0.0)`` is ``x`` for ``x >= 0`` and NaN), so one such
+    column is computed alone (:func:`column_errors`: ~8 numpy calls on one column instead
+    of ~15 on all). ``tests/test_market_clear.py`` compares both."""
+    if columns is not None and len(columns) <= 1:
+        if not columns:
+            return np.zeros(actual.shape[0])
+        k = columns[0]
+        return column_errors(actual[:, k], ideal[:, k])
     return row_max(np.abs(allocation_errors(actual, ideal)))
+
+
+def column_errors(actual: FloatArray, ideal: FloatArray) -> FloatArray:
+    """``|allocation_errors|`` of one resource (1-D arrays), bit for bit: ``|clip(e, -L,
+    L)|`` is ``min(|e|, L)`` (NaN kept by both), and where ``actual`` is not positive the
+    error is ``L`` or 0 as there."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.abs((actual - ideal) / actual)
+    e = np.where(actual > 0, q, np.where(ideal > 0, ERROR_LIMIT, 0.0))
+    out: FloatArray = np.minimum(e, ERROR_LIMIT)
+    return out
 
 
 def enforceable(hosts: Hosts, vms: VMs, host: IntArray) -> tuple[FloatArray, FloatArray]:

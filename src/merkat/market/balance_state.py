@@ -87,7 +87,10 @@ class Search:
         # nodes were cleared in plain Python): the enforceable allocation if nothing moves.
         self.start_shares: dict[int, Shares] | None = None
         self._fill_all(placed, alloc)
-        self.err = np.where(self.placed, vm_errors(alloc, ideal), 0.0)
+        # The resources that can make an error: those traded (the others have no
+        # allocation) and those with an ideal share.
+        self.err_cols = [r for r in range(n_res) if r in self.traded or ideal[:, r].any()]
+        self.err = np.where(self.placed, vm_errors(alloc, ideal, self.err_cols), 0.0)
         self.n_placed = max(int(placed.size), 1)
         self.sumsq = float(np.dot(self.err, self.err))
 

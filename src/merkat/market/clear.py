@@ -127,7 +127,9 @@ def clear(
     # The mapping the search started from is often kept: its node clearings are then reused.
     reused = search.start_enforceable() if np.array_equal(host, start) else None
     allocation, node_price = reused if reused is not None else enforceable(hosts, vms, host)
-    error = np.where(host >= 0, vm_errors(allocation, ideal), np.nan)
+    # (the search's resources that can make an error: enforceable's allocation is 0 in the
+    # others, as its starting clearing's)
+    error = np.where(host >= 0, vm_errors(allocation, ideal, search.err_cols), np.nan)
     moved = np.flatnonzero((vms.host != NO_HOST) & (host != vms.host))
     migrations = tuple(
         Migration(i, src, dst)
