@@ -15,7 +15,6 @@ import pytest
 
 from merkat.control.base import Controller
 from merkat.control.batched import BATCHED, SUSPEND
-from merkat.control.batched import base as batched_base
 from merkat.control.deadline import VerticalDeadline
 from merkat.control.generic import MerkatVertical
 from merkat.control.registry import make_policy
@@ -35,15 +34,20 @@ SLO = ("deadline-strict", "deadline-partial", "performance-strict", "performance
 POLICIES = (*SLO, "vertical-deadline", "merkat-vertical")
 
 
-@pytest.fixture(autouse=True)
-def every_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Batches of any size (the platform's default leaves small ones to the scalar path)."""
-    monkeypatch.setattr(batch, "MIN_BATCH", 1)
+def counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The applications the period's batched pass decides (``Pass.__call__`` not None), one
+    entry each."""
+    calls: list[int] = []
+    real = batch.Pass.__call__
 
+    def counted(self: batch.Pass, *a: Any) -> Any:
+        out = real(self, *a)
+        if out is not None:
+            calls.append(1)
+        return out
 
-FORMS = {"numpy": 0, "plain": 10 ** 9}
-"""``PLAIN_BELOW`` for each form of a batched policy: every group in its numpy form, or in its
-plain form (``merkat.control.batched.base.plain``)."""
+    monkeypatch.setattr(batch.Pass, "__call__", counted)
+    return calls
 
 
 def _state(ctl: Any) -> tuple[Any, ...]:
@@ -127,21 +131,16 @@ def _random_apps(policy: str, trade: tuple[str, ...], n: int, seed: int
     return rows, now
 
 
-@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("trade", [("cpu",), ("cpu", "memory")])
 @pytest.mark.parametrize("policy", POLICIES)
-def test_a_batch_decides_as_each_controller_would(policy: str, trade: tuple[str, ...],
-                                                  form: str,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(batched_base, "PLAIN_BELOW", FORMS[form])
+def test_a_batch_decides_as_each_controller_would(policy: str, trade: tuple[str, ...]) -> None:
     rows, now = _random_apps(policy, trade, 300, seed=len(trade) * 10 + POLICIES.index(policy))
     decider = Decider(300.0, {"cpu": 64.0, "memory": 65536.0}, {"cpu": 0.01, "memory": 0.001},
                       3)
     prices = {"cpu": 0.37, "memory": 0.0}  # a free resource: share = inf or 0
     scalar = copy.deepcopy(rows)
     assert all(batch.batchable(app) is BATCHED.get(policy) for app, _, _ in rows)
-    got = batch.decide(decider, [(app, BATCHED.get(policy), b, seen) for app, b, seen in rows],
-                       now, prices, [prices])
+    got = batch.decide(decider, rows, now, prices, [prices])
     # every one decided by the batch, but those without a rate (the scalar path's)
     # the rest: a metric of its own or past the deadline with work left (merkat-vertical)
     def declined(app: App, seen: Observed) -> bool:
@@ -219,15 +218,7 @@ def _period(p: Platform, now: float, done: dict[str, float],
 
 def test_one_period_mixing_batched_and_scalar_controllers_is_the_all_scalar_period(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[int] = []
-    real = batch.decide
-
-    def counted(*a: Any) -> Any:
-        out = real(*a)
-        calls.append(len(out))
-        return out
-
-    monkeypatch.setattr(batch, "decide", counted)
+    calls = counting(monkeypatch)
     mixed, scalar = _platform(True), _platform(False)
     for k in range(8):
         now = 300.0 * k
@@ -265,8 +256,8 @@ def test_applications_that_cannot_pay_the_reserve_are_decided_as_the_scalar_path
 
 
 def _run_digest(policy: str, monkeypatch: pytest.MonkeyPatch, batched: bool) -> str:
-    if not batched:
-        monkeypatch.setattr(batch, "batchable", lambda app: None)
+    if not batched:  # every application asked (the resting ones too)
+        monkeypatch.setattr(batch.Pass, "__call__", lambda self, *a: None)
     w = Workload.from_arrays(submit=[0, 100, 200, 900, 1000, 4000, 4100, 4200],
                              run=[900, 600, 1200, 300, 2000, 600, 3000, 450],
                              procs=[2, 1, 3, 1, 2, 1, 4, 2],
@@ -282,49 +273,49 @@ def _run_digest(policy: str, monkeypatch: pytest.MonkeyPatch, batched: bool) -> 
     return h.hexdigest()
 
 
-@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_a_short_run_batched_is_the_scalar_run_bit_for_bit(
-        policy: str, form: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(batched_base, "PLAIN_BELOW", FORMS[form])
-    calls: list[int] = []
-    real = batch.decide
-    monkeypatch.setattr(batch, "decide", lambda *a: calls.append(len(out := real(*a))) or out)
+        policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = counting(monkeypatch)
     batched = _run_digest(policy, monkeypatch, True)
     assert sum(calls) > 20  # the batch decided most application-periods
     assert batched == _run_digest(policy, monkeypatch, False)
 
 
-def test_a_batch_that_raises_leaves_its_applications_to_the_scalar_path(
+def test_a_row_that_raises_leaves_its_application_to_the_scalar_path(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batched form's bug (or the scalar re-split's error) on one application sends it alone
+    to the scalar path, its controller not moved; the others are decided."""
     policy = BATCHED.get("deadline-strict")
+    real = type(policy).one
+    rows, now = _random_apps("deadline-strict", ("cpu",), 6, seed=1)
+    rows = [(a, b, s) for a, b, s in rows if s.metrics.progress_rate is not None
+            or s.metrics.ideal_rate is not None]
+    bad = rows[0][0].controller
 
-    def broken(self: Any, controllers: Any, b: Any) -> Any:
-        raise RuntimeError("a bug")
+    def broken(self: Any, c: Any, *a: Any) -> Any:
+        if c is bad:
+            raise RuntimeError("a bug")
+        return real(self, c, *a)
 
-    monkeypatch.setattr(type(policy), "decide", broken)
-    monkeypatch.setattr(type(policy), "decide_rows", broken)  # (either form)
-    rows, now = _random_apps("deadline-strict", ("cpu",), 5, seed=1)
+    monkeypatch.setattr(type(policy), "one", broken)
     decider = Decider(300.0, {"cpu": 8.0, "memory": 0.0}, {"cpu": 0.01}, 3)
-    before = [_state(a.controller) for a, _, _ in rows]
-    assert batch.decide(decider, [(a, policy, b, s) for a, b, s in rows], now,
-                        {"cpu": 0.1, "memory": 0.0}, []) == {}
-    assert [_state(a.controller) for a, _, _ in rows] == before
+    before = _state(bad)
+    out = batch.decide(decider, rows, now, {"cpu": 0.1, "memory": 0.0}, [])
+    assert set(out) == {a.spec.id for a, _, _ in rows[1:]}
+    assert _state(bad) == before
 
 
-def test_a_group_smaller_than_min_batch_takes_the_scalar_path(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_lone_application_is_batched() -> None:
+    """No group needs a size: one running application of a batched policy is decided by its
+    form (the scalar path only for what a form declines)."""
     rows, now = _random_apps("deadline-strict", ("cpu",), 8, seed=2)
     rows = [(a, b, s) for a, b, s in rows if s.metrics.progress_rate is not None
             or s.metrics.ideal_rate is not None]
     decider = Decider(300.0, {"cpu": 8.0, "memory": 0.0}, {"cpu": 0.01}, 3)
-    policy = BATCHED.get("deadline-strict")
-    n = len(rows)
-    for least, decided in ((n + 1, 0), (n, n)):
-        monkeypatch.setattr(batch, "MIN_BATCH", least)
-        got = batch.decide(decider, [(a, policy, b, s) for a, b, s in copy.deepcopy(rows)],
-                           now, {"cpu": 0.1, "memory": 0.0}, [])
-        assert len(got) == decided
+    for row in rows:
+        got = batch.decide(decider, [row], now, {"cpu": 0.1, "memory": 0.0}, [])
+        assert set(got) == {row[0].spec.id}
 
 
 def test_a_nan_metric_takes_the_scalar_path() -> None:
@@ -335,9 +326,7 @@ def test_a_nan_metric_takes_the_scalar_path() -> None:
     rows = [(a, b, Observed(Metrics(work_done=1.0, work_total=10.0, progress_rate=nan,
                                     ideal_rate=1.0))) for a, b, _ in rows]
     decider = Decider(300.0, {"cpu": 8.0, "memory": 0.0}, {"cpu": 0.01}, 3)
-    policy = BATCHED.get("deadline-strict")
-    assert batch.decide(decider, [(a, policy, b, s) for a, b, s in rows], now,
-                        {"cpu": 0.1, "memory": 0.0}, []) == {}
+    assert batch.decide(decider, rows, now, {"cpu": 0.1, "memory": 0.0}, []) == {}
 
 
 def test_only_the_exact_policy_with_the_parameters_the_batch_covers_is_batched() -> None:

@@ -27,11 +27,6 @@ POLICIES = ("deadline-strict", "deadline-partial", "performance-strict",
             "performance-partial", "vertical-deadline", "merkat-vertical")
 
 
-@pytest.fixture(autouse=True)
-def every_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(batch, "MIN_BATCH", 1)
-
-
 def _apps(policy: str, trade: tuple[str, ...], n: int, seed: int
           ) -> list[tuple[App, int, Observed]]:
     """Running applications of 1 to 40 VMs bidding alike, on track, with balances around
@@ -57,8 +52,9 @@ def _apps(policy: str, trade: tuple[str, ...], n: int, seed: int
 
 
 def test_fitting_is_within_budget_changing_nothing() -> None:
-    """At the edge: balances one micro-credit either side of the bids' total (as
-    ``within_budget`` sums and rounds it), NaN and infinite bids, 1 to 6 VMs."""
+    """``fits`` (and ``fits_one``) at the edge: balances one micro-credit either side of the
+    bids' total (as ``within_budget`` sums and rounds it), NaN and infinite bids, 1 to 6
+    VMs."""
     rng = np.random.default_rng(4)
     decider = Decider(300.0, {"cpu": 1.0, "memory": 1.0}, {"cpu": 0.01, "memory": 0.001}, 3)
     spec = AppSpec("a", "deadline-strict", 1, {"cpu": 1.0, "memory": 1.0}, 0.0, 10.0)
@@ -78,10 +74,14 @@ def test_fitting_is_within_budget_changing_nothing() -> None:
                 total += sum(bid.values())
             micro = to_micro(total) if np.isfinite(total) and total < 1e15 else 0
             balances.append(max(0, micro + int(rng.integers(-1, 2))))
-        got = batch._fitting(new, at, nvms, balances).tolist()
-        one = np.flatnonzero(nvms == 1)  # a batch of one-VM applications only: the same
-        assert batch._fitting(new[:, one], at, nvms[one], [balances[i] for i in one]
-                              ).tolist() == [got[i] for i in one]
+        got = []
+        for i in range(n):
+            values = [float(new[k, i]) for k in at]
+            count = int(nvms[i])
+            ok = batch.fits(values, count, balances[i])
+            if len(values) == 1:  # the one-resource form: the same
+                assert batch.fits_one(values[0], count, balances[i]) is ok
+            got.append(ok)
         for i in range(n):
             bid = {r: float(new[k, i]) for r, k in zip(trade, at, strict=True)}
             app = App(spec, make_policy("deadline-strict"), "app:a", AppStatus.RUNNING)
@@ -109,10 +109,8 @@ def test_the_next_states_a_batch_makes_are_the_periods(policy: str,
     decider = Decider(300.0, {"cpu": 64.0, "memory": 65536.0}, {"cpu": 0.01, "memory": 0.001},
                       3)
     prices = {"cpu": 0.2, "memory": 0.0001}
-    form = BATCHED.get(policy)
     ready: dict = {}
-    out = batch.decide(decider, [(a, form, b, s) for a, b, s in rows], 20.0, prices, [prices],
-                       ready)
+    out = batch.decide(decider, rows, 20.0, prices, [prices], ready)
     bids = {i: o for i, o in out.items() if isinstance(o, dict)}
     assert set(ready) <= set(bids)
     scaled = 0
@@ -213,7 +211,6 @@ def test_a_spec_a_batch_cannot_read_takes_the_scalar_path() -> None:
     """No deadline, an infinite one, or a resource outside the market: no batch, from the
     lane (checked once per application)."""
     decider = Decider(300.0, {"cpu": 8.0, "memory": 512.0, "gpu": 1.0}, {"cpu": 0.01}, 3)
-    form = BATCHED.get("deadline-strict")
     seen = Observed(Metrics(work_done=1.0, work_total=10.0, progress_rate=0.1, ideal_rate=1.0))
     for deadline, trade in ((None, ("cpu",)), (float("inf"), ("cpu",)), (900.0, ("gpu",)),
                             (900.0, ("cpu",))):
@@ -222,7 +219,7 @@ def test_a_spec_a_batch_cannot_read_takes_the_scalar_path() -> None:
         app = App(spec, make_policy("deadline-strict"), "app:a", AppStatus.RUNNING)
         app.vms.append(VMRecord("a/vm1", "a", VMState.RUNNING, host=0, bid={trade[0]: 0.1},
                                 alloc={trade[0]: 0.5}, new=False))
-        out = batch.decide(decider, [(app, form, 10_000_000, seen)], 0.0,
+        out = batch.decide(decider, [(app, 10_000_000, seen)], 0.0,
                            {"cpu": 0.1, "memory": 0.0, "gpu": 0.1}, [])
         assert (out != {}) == (deadline == 900.0 and trade == ("cpu",))
 
@@ -248,3 +245,63 @@ def _answer(f: Any, *args: Any) -> object:
         return f(*args)
     except OverflowError as e:
         return type(e)
+
+
+def _lane_values(ln: batch.Lane) -> tuple[Any, ...]:
+    one = ln.one
+    return (ln.policy, ln.ok, None if one is None else (one.__self__, one.__func__), ln.res,
+            ln.single, ln.key, ln.at, [repr(x) for x in ln.fixed], ln.rest, ln.controller,
+            ln.spec)
+
+
+@pytest.mark.parametrize("policy", ["deadline-strict", "vertical-deadline"])
+def test_a_kept_lane_is_a_fresh_one_after_every_period_of_a_flaky_run(
+        policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the period's pass keeps per application between periods (``App.lane``: its form,
+    its constant row, its resting check) equals a lane read afresh from the application,
+    before every period of a run of many-VM jobs with flaky operations (failed starts,
+    resumes, moves and suspends), suspensions and resumptions; and the run decides most
+    application-periods through the pass."""
+    from tests.test_lazy_records import _flaky
+
+    from merkat.backends.sim import SimBackend
+    from merkat.core.period import Platform
+    from merkat.workload.cluster import Cluster
+    from merkat.workload.jobs import Workload
+    from merkat.worlds.merkat.options import MarketConfig
+    from merkat.worlds.merkat.trace import simulate_market
+
+    monkeypatch.setattr(SimBackend, "apply", _flaky(SimBackend.apply))
+    seen = {"lanes": 0, "passed": 0, "suspended": 0}
+    decide, call = Platform.decide, batch.Pass.__call__
+
+    def deciding(self: Platform, *a: Any) -> Any:
+        for app in self.active.values():
+            if app.lane is None:
+                continue
+            kept = _lane_values(app.lane)
+            fresh = batch.Lane(app)
+            if kept[7]:  # (filled on its first batch)
+                fresh.fill(app, self.decider)
+            assert kept == _lane_values(fresh), app.spec.id
+            seen["lanes"] += 1
+            seen["suspended"] += app.status is AppStatus.SUSPENDED
+        return decide(self, *a)
+
+    def passing(self: batch.Pass, *a: Any) -> Any:
+        out = call(self, *a)
+        seen["passed"] += out is not None
+        return out
+
+    monkeypatch.setattr(Platform, "decide", deciding)
+    monkeypatch.setattr(batch.Pass, "__call__", passing)
+    rng = np.random.default_rng(3)
+    n = 40
+    w = Workload.from_arrays(submit=np.sort(rng.integers(0, 20_000, n)).tolist(),
+                             run=rng.integers(600, 6_000, n).tolist(),
+                             procs=rng.integers(1, 7, n).tolist(),
+                             deadline_factor=rng.uniform(1.2, 4.0, n).tolist())
+    out = simulate_market(w, Cluster(6, 1, None), MarketConfig(period=300.0, policy=policy))
+    assert seen["lanes"] > 300 and seen["passed"] > 200, seen
+    if policy == "vertical-deadline":
+        assert seen["suspended"] > 20 and sum(r.resumed for r in out.records) > 0, seen

@@ -1,5 +1,5 @@
 """A suspended application's answer found without asking its controller
-(:func:`merkat.core.isolation.resting`, ``VerticalDeadline.still_suspended``): whenever the
+(:meth:`merkat.core.batch.Pass.resting`, ``VerticalDeadline.still_suspended``): whenever the
 shortcut says "still suspended", :meth:`Controller.decide` on the observation it stands for
 answers Action.NONE and leaves the controller as it was; the shortcut says so in the usual
 cases (the resume wait, a price that has not dropped); and a period takes it only for a
@@ -99,10 +99,10 @@ def test_the_usual_waits_are_found_and_the_rest_asked() -> None:
 
 
 def test_a_period_takes_the_shortcut_for_its_exact_type_only() -> None:
-    from merkat.core import isolation
+    from merkat.core import batch
 
     class Mine(VD):  # a subclass may answer otherwise: always asked
         pass
 
-    assert isolation._RESTING.get(Mine) is None
-    assert isolation._RESTING[VD] is VD.still_suspended
+    assert batch._RESTING.get(Mine) is None
+    assert batch._RESTING[VD] is VD.still_suspended

@@ -1,39 +1,50 @@
-"""The batched half of a period's decision (issue 28): the running applications whose policy
-has a batched form (:data:`merkat.control.batched.BATCHED`) gathered into arrays, one
-:class:`~merkat.control.batched.Batch` per policy and traded resources, and decided in one
-pass each.
+"""The batched half of a period's decision (issue 28): each running application whose policy
+has a batched form (:data:`merkat.control.batched.BATCHED`) decided in one pass of its own,
+from its kept lane to its next state, inside the period's one loop over its applications
+(:meth:`Platform.decide <merkat.core.period.Platform.decide>`); and a suspended
+``vertical-deadline`` application that still waits answered without its controller.
 
 What it replaces: for those applications, the scalar path of :meth:`Platform.decide
 <merkat.core.period.Platform.decide>` — :meth:`Decider.observe
 <merkat.core.reconcile.Decider.observe>` (an :class:`~merkat.control.types.Observation`
 each), :func:`~merkat.core.isolation.ask` (the controller's ``decide``) and the
-:class:`~merkat.control.types.Demand` of a uniform bid. Everything else takes the scalar path,
-in the same period: an application that waits or is suspended, has a suspended VM, lacks the
-metrics the batch reads (a deadline, a work count, a rate) or reports one as NaN, trades a resource outside
+:class:`~merkat.control.types.Demand` of a uniform bid turned into the next state. Everything
+else takes the scalar path, in the same period: an application that waits or is suspended
+(but those :func:`Pass.__call__` finds resting), has a suspended VM, lacks the metrics the
+batch reads (a deadline, a work count, a rate) or reports one as NaN, trades a resource outside
 :data:`~merkat.market.RESOURCES`, or whose controller the batch does not accept (custom
 controllers, plugins, parameters it does not cover). ``tests/test_batched.py`` pins the two
 paths equal (:attr:`Platform.batched <merkat.core.period.Platform.batched>` turns this one
 off).
 
-A batch that raises (a bug in a batched form) changes no controller and sends its
-applications to the scalar path, where an error fails that application alone
-(:mod:`merkat.core.isolation`).
+**One pass per application** (issue 28, fifteenth session). Until then an application went
+through five loops: the decide loop's first pass (the poor check, :func:`batchable`), the
+gather (its row appended to its policy's group), the policy's pass over the group (the plain
+or the numpy form), the budget check over the group (``_fitting``), the outcomes (a bid
+mapping, :func:`pays`, the next state) and the decide loop's second pass. Now the period's one
+loop calls :class:`Pass` per application, which reads its row from its kept :class:`Lane`, its
+VM columns and its metrics, calls its form's :meth:`~merkat.control.batched.base.BatchedPolicy.one`
+(the plain form's arithmetic, which moves the controller's state last) and checks the budget
+(:func:`fits`, :func:`pays`) to give its next state at once. A row that raises (the scalar
+re-split on a VM size of 0, a bug of a form) moves no controller and takes the scalar path,
+alone. The numpy forms stay as the plain forms' reference (``tests/test_batched_plain.py``):
+with no gather to build, a numpy pass no longer pays at any group size (docs/benchmarks.md,
+"Issue 28, fifteenth session: the controllers").
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-
-import numpy as np
-import numpy.typing as npt
+from collections.abc import Callable, Sequence
 
 from merkat.control.base import Controller
 from merkat.control.batched import BATCHED, SUSPEND, BatchedPolicy
-from merkat.control.batched.base import Rows, batch_of, plain
+from merkat.control.batched.base import Rows
+from merkat.control.deadline import VerticalDeadline
 from merkat.control.formulas import least_alloc, least_alloc_of, mean_bid, mean_bid_of
 from merkat.control.types import Action, AppStatus, Demand, VMState
-from merkat.core.draft import Columns, bidding, rebid_columns
+from merkat.core.draft import bidding
+from merkat.core.isolation import WAIT
 from merkat.core.model import App, AppNext, Observed, to_micro
 from merkat.core.reconcile import Decider, Prices
 from merkat.defaults import MICRO
@@ -43,19 +54,18 @@ Outcome = Demand | dict[str, float]
 """A batched application's demand: a stop or a suspension, or its VMs' one bid (a mapping
 over the resources it trades; the VM count unchanged)."""
 
-MIN_BATCH = 2
-"""The fewest applications a batch decides for; a lone application takes the scalar path.
-Since small groups take a policy's plain form (:func:`~merkat.control.batched.base.plain`,
-a few µs a row, no numpy pass) a batch pays from two applications (8 while every group paid
-a numpy pass's fixed cost; docs/benchmarks.md, "Issue 28, thirteenth session: the batched
-controllers' fixed cost")."""
-
 _FITS_VMS = 4
 """Up to this many VMs, whether an application's balance pays its new bids as they are is
-found in the batch's numpy pass (:func:`decide`'s ``ready``), the rest by
-:func:`~merkat.core.bids.within_budget`."""
+found by :func:`fits` (the VM after VM sum), the rest by :func:`pays` (O(1) where certain)."""
 
 _EXACT = float(2 ** 53)  # balances (micro-credits) a float holds exactly
+
+_RUNNING, _SUSPENDED = AppStatus.RUNNING, AppStatus.SUSPENDED
+_VM_SUSPENDED = VMState.SUSPENDED
+
+_RESTING: dict[type, Callable[..., bool]] = {VerticalDeadline: VerticalDeadline.still_suspended}
+"""The controller types whose suspended state :class:`Pass` decides, by exact type (a
+subclass may change what it answers), with their check."""
 
 
 class Lane:
@@ -63,17 +73,22 @@ class Lane:
     record (``App.lane``, a cache like ``App.const``, valid while ``controller`` and ``spec``
     are the application's): its batched form (``policy``, None: the scalar path), whether its spec
     lets a batch decide for it (``ok``: a finite deadline, every traded resource a market
-    one), its group (``key``: the form's name and the traded resources), the batch's
-    resources (``res``, :attr:`Observation.resources
-    <merkat.control.types.Observation.resources>`' order) and where each traded resource's
-    bid is in them (``at``), and its constant row (``fixed``: renewal, deadline, the VM size
-    per resource, the controller's parameters, :attr:`BatchedPolicy.fixed`).
+    one), its form's one-application pass (``one``: ``policy.one`` when ``ok``, else None),
+    its group (``key``: the form's name and the traded resources), the batch's resources
+    (``res``, :attr:`Observation.resources <merkat.control.types.Observation.resources>`'
+    order), its one traded resource (``single``, None when it trades several) and where each
+    traded resource's bid is in ``res`` (``at``), its constant row (``fixed``: renewal,
+    deadline, the VM size per resource, the controller's parameters,
+    :attr:`BatchedPolicy.fixed`) and, for a suspended application, its controller's "still
+    suspended" check (``rest``, :data:`_RESTING`).
 
     What it replaces: the per-period gather of those values from the spec, the constant
     parts and the controller, and :func:`batchable`'s registry look-up and ``accepts``;
-    ``tests/test_batched.py`` pins the batched period equal to the scalar one."""
+    ``tests/test_batched_gather.py`` pins a kept lane equal to a fresh one after every
+    period of a run with suspends, resumes and failures."""
 
-    __slots__ = ("at", "controller", "fixed", "key", "ok", "policy", "res", "spec")
+    __slots__ = ("at", "controller", "fixed", "key", "ok", "one", "policy", "res", "rest",
+                 "single", "spec")
 
     def __init__(self, app: App) -> None:
         ctl = app.controller
@@ -87,10 +102,13 @@ class Lane:
         self.ok = (self.policy is not None and spec.deadline is not None
                    and math.isfinite(spec.deadline)  # (the scalar spend limit raises)
                    and all(r in RESOURCES for r in trade))
+        self.one = self.policy.one if self.ok and self.policy is not None else None
         self.res: tuple[str, ...] = tuple(r for r in RESOURCES if r in trade)
+        self.single = trade[0] if self.ok and len(trade) == 1 else None
         self.key = f"{ctl.name}\x00{','.join(trade)}"  # (a str: its hash is kept)
         self.at = [self.res.index(r) for r in trade] if self.ok else []
         self.fixed: list[float] = []
+        self.rest = _RESTING.get(type(ctl))
 
     def fill(self, app: App, decider: Decider) -> None:
         """Read :attr:`fixed` (a batch's first use of this lane)."""
@@ -104,200 +122,229 @@ class Lane:
 
 
 def lane(app: App) -> Lane:
-    """``app``'s :class:`Lane` (built on first use)."""
+    """``app``'s :class:`Lane` (built on first use, or again when its controller or spec was
+    replaced)."""
     ln: Lane | None = app.lane
     if ln is None or ln.controller is not app.controller or ln.spec is not app.spec:
         ln = app.lane = Lane(app)
     return ln
 
 
-Entry = tuple[App, int, list[float], list[float | None], "Columns | None"]
-"""One application of a batch as the gather reads it: the application, its balance
-(micro-credits), its lane's ``fixed`` row, its row (balance in credits, VMs, work done and
-total, progress and ideal rates, the generic metric (None: NaN), then per resource its current
-bid and allocation: :class:`~merkat.control.batched.base.Rows`) and its VM columns when it
-has more than one VM (read by the gather, :func:`_columns`, and reused for its next state;
-None: one VM). One tuple appended per application (the gather's one list operation)."""
-
-
-class _Group:
-    """The applications of one batch (:data:`Entry` each), gathered application by
-    application, and the columns :func:`_decide_group` reads of them."""
-
-    def __init__(self, policy: BatchedPolicy, lane: Lane) -> None:
-        self.policy = policy
-        self.resources = lane.res
-        self.trade = lane.spec.trade
-        self.at = lane.at
-        self.entries: list[Entry] = []
-
-    def unzip(self) -> None:
-        """The entries as columns: ``apps``, ``balances``, ``fixed``, ``rows``, ``columns``."""
-        self.apps, self.balances, self.fixed, self.rows, self.columns = (
-            list(c) for c in zip(*self.entries, strict=True))
-
-
 def batchable(app: App) -> BatchedPolicy | None:
     """The batched form that decides for ``app`` this period, or None (the scalar path)."""
     if app.status is not AppStatus.RUNNING or not app.columns[0]:
         return None
-    ln: Lane | None = app.lane
-    if ln is None or ln.controller is not app.controller or ln.spec is not app.spec:
-        ln = lane(app)
-    return ln.policy
+    return lane(app).policy
 
 
-def decide(decider: Decider, rows: Sequence[tuple[App, BatchedPolicy, int, Observed]],
-           now: float, prices: Prices, history: Sequence[Prices],
-           ready: dict[str, AppNext] | None = None) -> dict[str, Outcome]:
-    """The outcomes of the applications of ``rows`` (each with the batched form
-    :func:`batchable` gave it, its balance in micro-credits and what the world reports) that a
-    batch decided, by application id; those absent take the scalar path. ``ready``, when
-    given, receives the next state of each application whose new bid, on each of its VMs, its
-    balance pays as it is (:func:`~merkat.core.draft.bidding`: what
-    :meth:`Decider.rebid <merkat.core.reconcile.Decider.rebid>` makes of a draft, since
-    :func:`~merkat.core.bids.within_budget` changes nothing), by id."""
-    groups: dict[str, _Group] = {}
-    suspended = VMState.SUSPENDED
-    for app, policy, balance, seen in rows:
+class Pass:
+    """One period's batched decisions, one application at a time (see the module docstring):
+    ``Pass(decider, now, prices, history)(app, balance, seen)`` for each application the
+    period decides, in its order. Holds the period's values each form reads (a
+    :class:`~merkat.control.batched.base.Rows` without rows per traded-resource group, made on
+    first use)."""
+
+    __slots__ = ("ctxs", "decider", "history", "now", "prices")
+
+    def __init__(self, decider: Decider, now: float, prices: Prices,
+                 history: Sequence[Prices]) -> None:
+        self.decider = decider
+        self.now = now
+        self.prices = prices
+        self.history = history
+        self.ctxs: dict[str, Rows] = {}
+
+    def context(self, ln: Lane) -> Rows:
+        """The period's values for ``ln``'s group (its prices, reserve and capacity over its
+        resources), made once a period."""
+        decider = self.decider
+        mine = decider.prices_for(ln.spec.trade, self.prices, self.history)
+        res, reserve = ln.res, decider.reserve
+        ctx = self.ctxs[ln.key] = Rows(
+            time=self.now, period=decider.period, resources=res, prices=[mine[r] for r in res],
+            capacity=[decider.capacity[r] for r in res],
+            bid_min=[float(reserve.get(r, 0.0)) for r in res], rows=(), fixed=())
+        return ctx
+
+    def __call__(self, app: App, balance: int, seen: Observed) -> AppNext | Outcome | None:
+        """``app``'s decision this period when a batched form or a resting check decides it
+        (``app`` has VMs; ``balance`` in micro-credits): its next state when its balance pays
+        its new bid on every VM as it is (:func:`~merkat.core.draft.bidding`, what ``draft``
+        + :meth:`Decider.rebid <merkat.core.reconcile.Decider.rebid>` make then), else the
+        bid mapping to rebid, a STOP or SUSPEND demand, :data:`~merkat.core.isolation.WAIT`
+        for a suspended application that still waits; None: the scalar path decides (the
+        controller untouched)."""
         ln: Lane | None = app.lane
         if ln is None or ln.controller is not app.controller or ln.spec is not app.spec:
             ln = lane(app)
-        if not ln.ok:
-            continue
-        if not ln.fixed:
-            ln.fill(app, decider)
+        status = app.status
+        if status is not _RUNNING:
+            if status is _SUSPENDED and ln.rest is not None:
+                return WAIT if self.resting(app, ln, seen) else None
+            return None
+        one = ln.one
+        if one is None:
+            return None
         m = seen.metrics
         done, total, rate, ideal, perf = (m.work_done, m.work_total, m.progress_rate,
                                           m.ideal_rate, m.performance)
         if total is None or (rate is None and ideal is None):
-            continue
+            return None
         if done != done or total != total or rate != rate or ideal != ideal or perf != perf:
-            continue  # NaN stands for None in a batch: a NaN reported takes the scalar path
+            return None  # NaN stands for None in a batch: a NaN reported takes the scalar path
         cols = app.columns
-        res = ln.res
-        columns: Columns | None = None
-        if len(cols[0]) == 1:  # mean_bid and least_alloc of one VM
-            if cols[1][0] is suspended:
-                continue
+        n = len(cols[0])
+        single = ln.single
+        if n == 1:  # mean_bid and least_alloc of one VM
+            if cols[1][0] is _VM_SUSPENDED:
+                return None
             bid, alloc = cols[2][0], cols[5][0]
-            if len(res) == 1:  # (one traded resource: the trace jobs' CPU)
-                r = res[0]
-                row = [balance / MICRO, 1.0, done, total, rate, ideal, perf,
-                       0.0 + bid.get(r, 0.0), alloc.get(r, 0.0)]  # (sum() adds from 0)
+            if single is not None:  # (one traded resource: the trace jobs' CPU)
+                bids = [0.0 + bid.get(single, 0.0)]  # (sum() adds from 0)
+                allocs = [alloc.get(single, 0.0)]
             else:
-                row = [balance / MICRO, 1.0, done, total, rate, ideal, perf,
-                       *[0.0 + bid.get(r, 0.0) for r in res], *[alloc.get(r, 0.0) for r in res]]
+                bids = [0.0 + bid.get(r, 0.0) for r in ln.res]
+                allocs = [alloc.get(r, 0.0) for r in ln.res]
         else:
-            columns = _columns(app)
-            if columns is None:
-                continue
-            if len(res) == 1:
-                r = res[0]
-                row = [balance / MICRO, float(len(cols[0])), done, total, rate, ideal, perf,
-                       mean_bid_of(columns[2], r), least_alloc_of(columns[5], r)]
+            if _VM_SUSPENDED in cols[1]:
+                return None
+            if single is not None:
+                bids = [mean_bid_of(cols[2], single)]
+                allocs = [least_alloc_of(cols[5], single)]
             else:
-                row = [balance / MICRO, float(len(cols[0])), done, total, rate, ideal, perf,
-                       *mean_bid(columns[2], res).values(),
-                       *least_alloc(columns[5], res).values()]
-        group = groups.get(ln.key)
-        if group is None:
-            group = groups[ln.key] = _Group(policy, ln)
-        group.entries.append((app, balance, ln.fixed, row, columns))
+                bids = list(mean_bid(cols[2], ln.res).values())
+                allocs = list(least_alloc(cols[5], ln.res).values())
+        fixed = ln.fixed
+        if not fixed:
+            ln.fill(app, self.decider)
+            fixed = ln.fixed
+        ctx = self.ctxs.get(ln.key)
+        if ctx is None:
+            ctx = self.context(ln)
+        try:
+            stop, suspend, new = one(app.controller, fixed, ctx, balance / MICRO, n + 0.0,
+                                     done, total, rate, ideal, perf, bids, allocs)
+        except Exception:  # (a bug of the form, the scalar re-split's): the scalar path
+            return None
+        if new is None:  # declined
+            return None
+        if stop is not None:
+            return Demand(Action.STOP, reason=stop)
+        if suspend:
+            return Demand(Action.SUSPEND, nvms=n, reason=SUSPEND)
+        # the usual row: every VM bids the new bid (a mapping over the traded resources)
+        if single is not None:
+            x = new[0]
+            out = {single: x}
+            if n == 1:  # fits_one of one VM, inlined
+                x = 0.0 + x
+                ok = (balance < _EXACT and x - x == 0
+                      and (x <= 0 or ((y := x * MICRO) - y == 0 and round(y) <= balance)))
+            else:
+                ok = (fits_one(x, n, balance) if n <= _FITS_VMS
+                      else pays_one(x, n, balance))
+        else:
+            values = [new[k] for k in ln.at]
+            out = dict(zip(app.spec.trade, values, strict=True))
+            ok = fits(values, n, balance) if n <= _FITS_VMS else pays(out, n, balance)
+        return bidding(app, out) if ok else out
+
+    def resting(self, app: App, ln: Lane, seen: Observed) -> bool:
+        """Whether ``app`` (suspended, its controller of a type in :data:`_RESTING`) still
+        waits this period without its controller's state changing: every VM suspended and its
+        controller's check (``still_suspended``) on the values the observation would hold;
+        False when that check raises (the controller's own path reports it).
+
+        What it replaces: :meth:`Decider.observe
+        <merkat.core.reconcile.Decider.observe>` and :func:`~merkat.core.isolation.ask` for
+        the suspended applications of a themis-fig5 run, most periods of most of them (58 k
+        of 61 k scalar decisions of its 0.2 run). ``tests/test_resting.py`` pins
+        ``still_suspended`` against ``decide``; the golden digests and
+        ``tests/test_batched.py`` (``Platform(batched=False)`` asks every controller) the
+        runs."""
+        states = app.columns[1]
+        if states.count(_VM_SUSPENDED) != len(states):  # (Observation.phase)
+            return False
+        decider = self.decider
+        spec = app.spec
+        const = app.const or decider.const(app)
+        try:
+            return bool(ln.rest(app.controller, self.now, decider.period,  # type: ignore[misc]
+                                spec.deadline, seen.metrics,
+                                decider.prices_for(spec.trade, self.prices, self.history),
+                                const.vm_size))
+        except Exception:  # (the controller's own path reports it)
+            return False
+
+
+def decide(decider: Decider, rows: Sequence[tuple[App, int, Observed]], now: float,
+           prices: Prices, history: Sequence[Prices],
+           ready: dict[str, AppNext] | None = None) -> dict[str, Outcome]:
+    """The batched outcomes of the running applications of ``rows`` (each with its balance in
+    micro-credits and what the world reports), by application id, as one period's
+    :class:`Pass` gives them (those absent take the scalar path); ``ready``, when given,
+    receives the next states the pass made (their bids paid as they are), by id, whose bid
+    the outcome then holds."""
+    step = Pass(decider, now, prices, history)
     out: dict[str, Outcome] = {}
-    for group in groups.values():
-        if len(group.entries) < MIN_BATCH:  # the scalar path is faster (docs/benchmarks.md)
+    for app, balance, seen in rows:
+        if app.status is not AppStatus.RUNNING or not app.columns[0]:
             continue
-        group.unzip()
-        _decide_group(decider, group, group.trade, now, prices, history, out, ready)
+        made = step(app, balance, seen)
+        if made is None:
+            continue
+        if isinstance(made, dict | Demand):
+            out[app.spec.id] = made
+            continue
+        out[app.spec.id] = made.bids[0]  # (the new bid's mapping, or its equal it kept)
+        if ready is not None:
+            ready[app.spec.id] = made
     return out
 
 
-def _decide_group(decider: Decider, group: _Group, trade: tuple[str, ...], now: float,
-                  prices: Prices, history: Sequence[Prices], out: dict[str, Outcome],
-                  ready: dict[str, AppNext] | None) -> None:
-    """One group's batch, its outcomes into ``out`` (and ``ready``: see :func:`decide`)."""
-    mine = decider.prices_for(trade, prices, history)
-    res = group.resources
-    reserve = decider.reserve
-    apps = group.apps
-    policy = group.policy
-    controllers = [a.controller for a in apps]
-    n = len(apps)
-    rows = Rows(time=now, period=decider.period, resources=res, prices=[mine[r] for r in res],
-                capacity=[decider.capacity[r] for r in res],
-                bid_min=[float(reserve.get(r, 0.0)) for r in res], rows=group.rows,
-                fixed=group.fixed)
-    try:
-        if plain(policy, n):
-            result = policy.decide_rows(controllers, rows)  # type: ignore[attr-defined]
-        else:
-            result = policy.decide(controllers, batch_of(rows, policy.live(controllers, res)))
-    except Exception:  # a bug of the batched form: the scalar path decides for them
-        return
-    at = group.at
-    stops, suspends, declined = result.stop, result.suspend, result.declined
-    usual = (stops.count(None) == n and True not in suspends
-             and (declined is None or True not in declined))  # (the usual period: every row a bid)
-    # the usual row: every VM bids the new bid (a mapping over the traded resources)
-    values = result.rows()
-    if at != list(range(len(res))):
-        values = [[v[k] for k in at] for v in values]
-    if result.bid is not None:
-        nvms = np.array([row[1] for row in group.rows], dtype=np.float64)
-        fitting = _fitting(result.bid, at, nvms, group.balances)
-        if usual:
-            plain_rows = [True] * n
-        else:
-            other = (np.array([r is not None for r in stops], dtype=bool)
-                     | np.array(suspends, dtype=bool))
-            if declined is not None:
-                other |= np.array(declined, dtype=bool)
-            plain_rows = (~other).tolist()
-            fitting &= ~other
-        fits: list[bool] = fitting.tolist()
-    else:
-        fits = _fitting_rows(values, group.rows, group.balances)
-        if usual:
-            plain_rows = [True] * n
-        else:
-            plain_rows = [r is None and not s for r, s in zip(stops, suspends, strict=True)]
-            if declined is not None:
-                plain_rows = [p and not d for p, d in zip(plain_rows, declined, strict=True)]
-            fits = [f and p for f, p in zip(fits, plain_rows, strict=True)]
-    balances, gathered = group.balances, group.rows
-    one = trade[0] if len(trade) == 1 else None
-    for i, app, row, ok, bids in zip(range(n), apps, values, fits, plain_rows, strict=True):
-        app_id = app.spec.id
-        if bids:
-            bid = out[app_id] = ({one: row[0]} if one is not None
-                                 else dict(zip(trade, row, strict=True)))
-            if ready is not None and not ok:  # (more than _FITS_VMS VMs: pays decides)
-                count = int(gathered[i][1])  # (the gather's VM count)
-                ok = count > _FITS_VMS and pays(bid, count, balances[i])
-            if ok and ready is not None:
-                columns = group.columns[i]
-                ready[app_id] = (bidding(app, bid) if columns is None
-                                 else rebid_columns(app, bid, columns))
-            continue
-        if declined is not None and declined[i]:
-            continue
-        reason = stops[i]
-        if reason is not None:
-            out[app_id] = Demand(Action.STOP, reason=reason)
-        else:  # (suspends[i])
-            out[app_id] = Demand(Action.SUSPEND, nvms=len(app.columns[0]), reason=SUSPEND)
+def fits_one(x: float, nvms: int, balance: int) -> bool:
+    """:func:`fits` of one traded resource's bid ``x`` (its VMs' mapping's one value)."""
+    if not balance < _EXACT:
+        return False
+    x = 0.0 + x
+    total = x
+    for _ in range(1, nvms):
+        total = total + x
+    if total - total != 0:  # not finite
+        return False
+    if total <= 0:
+        return True
+    y = total * MICRO
+    return y - y == 0 and round(y) <= balance
 
 
-def _columns(app: App) -> Columns | None:
-    """``app``'s VM columns (``App.columns``: the record's own, shared, read only), or
-    None when one of its VMs is suspended (the scalar path). What it replaces: a read of
-    every VM record into new lists (:func:`~merkat.core.draft.columns`) at every gather;
-    :func:`~merkat.core.draft.rebid_columns` copies them into the next state.
-    ``tests/test_batched_gather.py`` pins the next states equal to ``draft`` + ``rebid``,
-    ``tests/test_lazy_records.py`` the columns equal to the eager records."""
-    cols = app.columns
-    return None if VMState.SUSPENDED in cols[1] else cols
+def fits(values: Sequence[float], nvms: int, balance: int) -> bool:
+    """Whether :func:`~merkat.core.bids.within_budget` leaves the bids of ``nvms`` VMs (at
+    most :data:`_FITS_VMS`), each bidding ``values`` (in the traded resources' order), as they
+    are: their total, summed as it sums them (each VM's values from 0, then VM after VM), is
+    finite and at most ``balance`` (micro-credits, rounded as :func:`to_micro
+    <merkat.core.model.to_micro>` rounds). False for a balance a float does not hold exactly
+    (within_budget decides). ``tests/test_batched_gather.py`` pins it against within_budget
+    at the micro-credit's edge."""
+    if not balance < _EXACT:
+        return False
+    x = 0.0 + values[0]
+    for y in values[1:]:
+        x = x + y
+    total = x
+    for _ in range(1, nvms):
+        total = total + x
+    if total - total != 0:  # not finite
+        return False
+    if total <= 0:
+        return True
+    y = total * MICRO
+    return y - y == 0 and round(y) <= balance
+
+
+def pays_one(x: float, nvms: int, balance: int) -> bool:
+    """:func:`pays` of one traded resource's bid ``x`` (``sum`` of its mapping: 0 + x)."""
+    return pays_total(0.0 + x, nvms, balance)
 
 
 def pays(bid: dict[str, float], nvms: int, balance: int) -> bool:
@@ -316,7 +363,11 @@ def pays(bid: dict[str, float], nvms: int, balance: int) -> bool:
     would; ``x <= 0`` sums to at most 0. Otherwise (not finite, near the balance, near an
     overflow) the sum itself (:func:`pays_summed`): the answer is the same bool either way
     (``tests/test_batched_gather.py``, hypothesis, balances at the boundary)."""
-    x = sum(bid.values())
+    return pays_total(sum(bid.values()), nvms, balance)
+
+
+def pays_total(x: float, nvms: int, balance: int) -> bool:
+    """:func:`pays` of a VM's bids summed, ``x``."""
     y = nvms * x
     if x - x == 0 and -1e300 < y < 1e300:  # finite, and so is every partial sum
         if x <= 0:
@@ -336,52 +387,3 @@ def pays_summed(x: float, nvms: int, balance: int) -> bool:
     for _ in range(nvms):
         total += x
     return math.isfinite(total) and (total <= 0 or to_micro(total) <= balance)
-
-
-def _fitting(new: np.ndarray, at: list[int], nvms: np.ndarray, balances: list[int]
-             ) -> npt.NDArray[np.bool_]:
-    """Per row, whether :func:`~merkat.core.bids.within_budget` leaves the bids of its
-    ``nvms`` VMs (each bidding ``new``'s column, its values in ``at``'s order) as they are:
-    their total, summed as it sums them (each VM's values from 0, then VM after VM), is
-    finite and at most the balance (micro-credits, rounded as :func:`to_micro
-    <merkat.core.model.to_micro>` rounds). Rows of more than :data:`_FITS_VMS` VMs, or of a
-    balance a float does not hold exactly, are False (within_budget decides)."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        x = 0.0 + new[at[0]]
-        for k in at[1:]:
-            x = x + new[k]
-        total = 0.0 + x
-        for k in range(2, min(int(nvms.max()), _FITS_VMS) + 1):  # (none when every row has 1 VM)
-            total = np.where(nvms >= k, total + x, total)
-        bal = np.array(balances, dtype=np.float64)
-        ok = (np.isfinite(total) & (nvms <= _FITS_VMS) & (bal < _EXACT)
-              & ((total <= 0) | (np.rint(total * MICRO) <= bal)))
-    out: npt.NDArray[np.bool_] = ok
-    return out
-
-
-def _fitting_rows(values: list[list[float]], rows: Sequence[Sequence[float | None]],
-                  balances: list[int]) -> list[bool]:
-    """:func:`_fitting` of a plain form's bids on Python floats: ``values[i]`` the row's bids
-    in the traded resources' order, ``rows[i][1]`` its VM count (the gather's rows);
-    ``tests/test_batched_plain.py`` pins the two equal."""
-    out: list[bool] = []
-    for v, row, bal in zip(values, rows, balances, strict=True):
-        nvms = row[1]
-        if not (nvms <= _FITS_VMS and bal < _EXACT):  # type: ignore[operator]
-            out.append(False)
-            continue
-        x = 0.0 + v[0]
-        for y in v[1:]:
-            x = x + y
-        total = 0.0 + x
-        for _ in range(1, int(nvms)):  # type: ignore[arg-type]
-            total = total + x
-        if total - total != 0:  # not finite
-            out.append(False)
-        elif total <= 0:
-            out.append(True)
-        else:
-            y = total * MICRO
-            out.append(y - y == 0 and round(y) <= bal)
-    return out

@@ -21,15 +21,12 @@ and refusals taken back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 from merkat.control.base import Controller
-from merkat.control.deadline import VerticalDeadline
-from merkat.control.types import Action, AppStatus, Demand, Observation, VMState
-from merkat.core.draft import draft, kept
+from merkat.control.types import Action, AppStatus, Demand, Observation
+from merkat.core.draft import draft
 from merkat.core.lifecycle import app_failure
 from merkat.core.model import App, AppNext, NonFiniteBid, Observed, Ops
-from merkat.core.reconcile import Decider, Prices, end
+from merkat.core.reconcile import Decider, end
 
 REASON_MAX = 200
 
@@ -43,41 +40,9 @@ def ask(controller: Controller, obs: Observation) -> Demand | str:
 
 
 WAIT = Demand(Action.NONE, reason="suspended")
-"""The demand :func:`resting` stands for: no life-cycle change and no bid (a waiting or
-suspended application stays so; the period keeps only its action)."""
-
-
-def resting(decider: Decider, app: App, now: float, seen: Observed, prices: Prices,
-            history: Sequence[Prices]) -> bool:
-    """Whether ``app`` (not running) is suspended and its controller certainly answers
-    :data:`WAIT` this period without changing its state, found without an
-    :class:`~merkat.control.types.Observation` (a controller of a type in :data:`_RESTING`,
-    its ``still_suspended`` on the values the observation would hold); False otherwise, and
-    when the check raises: the caller then asks the controller (:func:`ask`).
-
-    What it replaces: :meth:`Decider.observe <merkat.core.reconcile.Decider.observe>` and
-    :func:`ask` for the suspended applications of a themis-fig5 run, most periods of most of
-    them (61 k of 62 k scalar decisions of its 0.2 run). ``tests/test_resting.py`` pins
-    ``still_suspended`` against ``decide``; the golden digests and ``tests/test_batched.py``
-    (``Platform.batched=False`` asks every controller) the runs."""
-    check = _RESTING.get(type(app.controller))
-    if check is None or app.status is not AppStatus.SUSPENDED:
-        return False
-    states = kept(app)[1]
-    if not states or states.count(VMState.SUSPENDED) != len(states):  # (Observation.phase)
-        return False
-    const = app.const or decider.const(app)
-    spec = app.spec
-    try:
-        return bool(check(app.controller, now, decider.period, spec.deadline, seen.metrics,
-                          decider.prices_for(spec.trade, prices, history), const.vm_size))
-    except Exception:  # (the controller's own path reports it)
-        return False
-
-
-_RESTING: dict[type, Callable[..., bool]] = {VerticalDeadline: VerticalDeadline.still_suspended}
-"""The controller types whose suspended state :func:`resting` decides, by exact type (a
-subclass may change what it answers), with their check."""
+"""The demand a resting application stands for (:meth:`merkat.core.batch.Pass.resting`): no
+life-cycle change and no bid (a waiting or suspended application stays so; the period keeps
+only its action)."""
 
 
 def reason_of(e: Exception) -> str:

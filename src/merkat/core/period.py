@@ -56,7 +56,7 @@ from merkat.control.types import (
 from merkat.core import admission, batch, commit
 from merkat.core.backend import ApplyReport
 from merkat.core.draft import draft, install
-from merkat.core.isolation import WAIT, ask, fail, reconcile, resting
+from merkat.core.isolation import ask, fail, reconcile
 from merkat.core.lifecycle import ENDED, app_failure, app_transition
 from merkat.core.market_input import MarketInput, same_input
 from merkat.core.market_input import bidding as bidding_vms
@@ -81,7 +81,6 @@ from merkat.defaults import KEEP_ALIVE, MECHANISM, MICRO, PERIOD_S, RESERVE_PRIC
 from merkat.market import RESOURCES, BalanceParams, Clearing, Hosts, VMs
 from merkat.market.mechanisms import make_mechanism
 
-_PAYS: tuple[float | None, bool] = (None, False)  # Decider.broke_since of one that can pay
 _new_record = record_builder(PeriodRecord)  # (PeriodRecord(...) without 21 frozen setattrs)
 
 __all__ = ["ENDED", "MICRO", "App", "AppSpec", "AppStatus", "Charged", "Decision", "NonFiniteBid",
@@ -236,53 +235,41 @@ class Platform:
         decider, prices, history = self.decider, self.prices, self.price_history
         running = AppStatus.RUNNING
         order = list(self.active.values())  # (keyed by spec.id)
-        # since when each application that cannot pay the reserve price of its VMs could not,
-        # and whether that has lasted keep_alive periods (the others: (None, False))
-        poor: dict[str, tuple[float | None, bool]] = {}
-        rows = []  # the batch's candidates (merkat.core.batch)
-        batchable = batch.batchable if self.batched else None
+        # one pass per application (merkat.core.batch): a batched form or a resting check
+        # decides it at once, else its controller is asked
+        fused = batch.Pass(decider, now, prices, history) if self.batched else None
         broke_since, const_of = decider.broke_since, decider.const
         for app in order:
+            app_id = app.spec.id
             balance = balances[app.account]
             # Decider.broke_since's first test inlined (the usual answer: it can pay)
             cost = (app.const or const_of(app)).reserve_cost
             n, size = len(app.columns[0]), app.spec.size
+            since: float | None = None
             if balance < cost * (n if n > size else size):
-                since, broke = poor[app.spec.id] = broke_since(app, balance, now)
+                since, broke = broke_since(app, balance, now)
                 if broke:
+                    nx = nexts[app_id] = draft(app)
+                    nx.broke_since = since
+                    end(nx, now, f"could not pay the reserve price for {self.keep_alive} "
+                        "periods", observed[app_id].finished, ops, "stopped-budget")
                     continue
-            if batchable is not None and (policy := batchable(app)) is not None:
-                rows.append((app, policy, balance, observed[app.spec.id]))
-        ready: dict[str, AppNext] = {}  # next states a batch made (its bids paid as they are)
-        batched = batch.decide(decider, rows, now, prices, history, ready) if rows else {}
-        for app in order:
-            app_id = app.spec.id
-            made = ready.get(app_id)
-            since, broke = poor.get(app_id, _PAYS) if poor else _PAYS
-            if made is not None:
-                nexts[app_id] = made
-                made.broke_since = since
-                continue
             seen = observed[app_id]
-            if broke:
-                nx = nexts[app_id] = draft(app)
-                nx.broke_since = since
-                end(nx, now, f"could not pay the reserve price for {self.keep_alive} periods",
-                    seen.finished, ops, "stopped-budget")
-                continue
-            balance = balances[app.account]
-            outcome = batched.get(app_id)
-            if isinstance(outcome, dict):  # a batch's bid (merkat.core.batch)
-                nx = nexts[app_id] = draft(app)
-                nx.broke_since = since
-                decider.rebid(app, nx, outcome, balance)
-                continue
-            if outcome is not None:
-                demand: Demand | str = outcome
-            elif (batchable is not None and app.status is not running
-                  and resting(decider, app, now, seen, prices, history)):
-                demand = WAIT  # its controller's answer, without asking (isolation.resting)
-            else:
+            demand: Demand | str | None = None
+            if fused is not None and n:
+                made = fused(app, balance, seen)
+                if made is not None:
+                    if isinstance(made, dict):  # a bid its balance does not pay as it is
+                        nx = nexts[app_id] = draft(app)
+                        nx.broke_since = since
+                        decider.rebid(app, nx, made, balance)
+                        continue
+                    if not isinstance(made, Demand):  # its next state (its bid paid)
+                        nexts[app_id] = made
+                        made.broke_since = since
+                        continue
+                    demand = made
+            if demand is None:
                 obs = decider.observe(app, now, balance, seen, prices, history)
                 demand = ask(app.controller, obs)
             if isinstance(demand, str):  # its controller raised: it fails, alone

@@ -11,11 +11,12 @@ at once and moves the controllers' own state exactly as the scalar calls would. 
 the four SLO policies (``slo.py``: :class:`BatchedSLO`), ``vertical-deadline``
 (``deadline.py``: :class:`BatchedVerticalDeadline`) and ``merkat-vertical`` on a trace job
 (``generic.py``: :class:`BatchedMerkatVertical`); ``base.py`` holds the data, the
-interface, the registry :data:`BATCHED` and the shared element-wise helpers. The SLO policies
-and ``vertical-deadline`` also have a plain form (``decide_rows``: the same arithmetic row by
-row on Python floats, for groups under :data:`~merkat.control.batched.base.PLAIN_BELOW`
-applications, where a numpy pass's fixed cost does not pay; chosen by
-:func:`~merkat.control.batched.base.plain`, pinned equal by ``tests/test_batched_plain.py``). The scalar path stays the
+interface, the registry :data:`BATCHED` and the shared element-wise helpers. Each form also
+has a plain form (``one``: the same arithmetic for one application on Python floats, its
+controller's state written last, so a row that raises moves nothing; ``decide_rows`` is it row
+by row), which the period runs, one application at a time (:mod:`merkat.core.batch`): since
+the fifteenth session there is no gather for a numpy pass to amortise, and the numpy forms are
+the plain forms' reference (``tests/test_batched_plain.py``, row by row, bit for bit). The scalar path stays the
 reference and runs everything else: waiting and suspended applications (start, resume),
 controllers whose parameters the batch does not cover (``accepts``), custom controllers and
 plugins (the ``Controller`` protocol), all in the same period. The platform's gather and

@@ -167,25 +167,53 @@ class BatchedPolicy(Protocol):
         controller's state as its scalar :meth:`~merkat.control.base.Controller.decide`
         would."""
 
-    # Optional: ``decide_rows(controllers, rows: Rows) -> BatchDemand``, the plain form: the
-    # same demands and state changes as ``decide`` on ``batch_of(rows, live)``, computed row
-    # by row in Python floats (its ``values``), bit for bit (chosen by :func:`plain`).
+    def one(self, controller: Controller, fixed: Sequence[float], ctx: Rows, balance: float,
+            nvms: float, done: float | None, total: float | None, rate: float | None,
+            ideal: float | None, perf: float | None, bids: Sequence[float],
+            allocs: Sequence[float]) -> Row:
+        """One application's decision (the plain form, Python floats): ``controller``'s, with
+        ``fixed`` its :class:`Rows` ``fixed`` entry, ``ctx`` the period's values (its
+        ``time``, ``period``, ``resources``, ``prices``, ``bid_min``; its ``rows`` unread) and
+        the rest one :class:`Rows` row's values (``bids``, ``allocs``: per resource). Returns
+        :data:`Row`, and moves ``controller``'s state as its scalar
+        :meth:`~merkat.control.base.Controller.decide` would, only once nothing can raise any
+        more: a row that raises moves nothing (the caller declines it). The same bits as
+        :meth:`decide` on that row (``tests/test_batched_plain.py``)."""
 
 
-PLAIN_BELOW = 100
-"""Groups of fewer applications than this are decided by a policy's plain form
-(:meth:`BatchedPolicy.decide_rows`, Python floats row by row), larger ones by its numpy form
-(:meth:`BatchedPolicy.decide`): a numpy pass costs ~110 small operations whatever its size
-(~150-250 µs), a plain row ~3-4 µs (docs/benchmarks.md, "Issue 28, thirteenth session: the
-batched controllers' fixed cost"). The two forms give the same bits
-(``tests/test_batched_plain.py``)."""
+Row = tuple[str | None, bool, list[float] | None]
+"""One application's decision by :meth:`BatchedPolicy.one`: the stop reason (None: it goes
+on), whether it suspends (:data:`SUSPEND`) and its VMs' one bid (per resource of the batch, in
+its order; None: declined, the scalar path decides and the controller was not moved)."""
+
+DECLINED: Row = (None, False, None)
+"""The :data:`Row` of an application a form does not decide (the scalar path does)."""
 
 
-def plain(policy: BatchedPolicy, n: int) -> bool:
-    """Whether a group of ``n`` applications of ``policy`` takes its plain form: the one place
-    the form is chosen by the group's size (:data:`PLAIN_BELOW`); a policy without a plain form
-    takes its numpy form."""
-    return n < PLAIN_BELOW and getattr(policy, "decide_rows", None) is not None
+def decide_rows(policy: BatchedPolicy, controllers: Sequence[Controller], rows: Rows
+                ) -> BatchDemand:
+    """The plain form of ``policy`` on a group: :meth:`BatchedPolicy.one` row by row, a row
+    that raises declined (its controller not moved: the scalar path decides for it). The same
+    demands and state changes as :meth:`BatchedPolicy.decide` on ``batch_of(rows, live)``, row
+    by row (``tests/test_batched_plain.py``)."""
+    R = len(rows.resources)
+    one = policy.one
+    stops: list[str | None] = []
+    suspend: list[bool] = []
+    values: list[list[float]] = []
+    declined: list[bool] = []
+    for c, row, fx in zip(controllers, rows.rows, rows.fixed, strict=True):
+        try:
+            stop, susp, new = one(c, fx, rows, row[0], row[1], row[2], row[3],  # type: ignore[arg-type]
+                                  row[4], row[5], row[6], row[7:7 + R],  # type: ignore[arg-type]
+                                  row[7 + R:7 + 2 * R])  # type: ignore[arg-type]
+        except Exception:  # (a bug of the form, or the scalar re-split's): the scalar path
+            stop, susp, new = DECLINED
+        stops.append(stop)
+        suspend.append(susp)
+        values.append([] if new is None else new)
+        declined.append(new is None)
+    return BatchDemand(stops, suspend, None, declined=declined, values=values)
 
 
 BATCHED: Registry[BatchedPolicy] = Registry("batched policy")
@@ -241,13 +269,13 @@ def need_row(work: float, ideal_rate: float, left: float) -> float:
 def spend_cap_row(balance: float, renewal: float, nvms: float, left: float, period: float,
                   horizon: float) -> float:
     """:func:`spend_cap` of one row on Python floats (``period`` > 0, ``horizon`` >= 1, ``left``
-    not NaN: a finite deadline). ``np.ceil``/``np.floor`` are ``math.ceil``/``math.floor``
-    where the value is finite (numpy keeps an infinity and a NaN) and, for the floor, not zero
-    (numpy keeps the zero's sign)."""
+    not NaN: a finite deadline). ``np.ceil``/``np.floor`` are written as floor divisions by 1
+    where the value is finite (exact: a float's integer part is a float), and, for the floor,
+    not zero (numpy keeps the zero's sign); a ceiling of at most 1 is replaced by 1 anyway."""
     if left > 0:
         periods = left / period
         if periods - periods == 0:
-            periods = float(math.ceil(periods))
+            periods = -(-periods // 1.0)  # np.ceil
         if not periods > 1.0:
             periods = 1.0
     else:
@@ -256,7 +284,7 @@ def spend_cap_row(balance: float, renewal: float, nvms: float, left: float, peri
     x = (bal + renewal * (periods - 1)) / periods
     y = (x if x < bal else bal) * 1e6 / (nvms if nvms > 1.0 else 1.0)
     if y != 0 and y - y == 0:
-        y = float(math.floor(y))
+        y = y // 1.0  # np.floor
     return y / 1e6
 
 

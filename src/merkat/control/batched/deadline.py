@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -14,10 +13,11 @@ from merkat.control.batched.base import (
     BATCHED,
     Batch,
     BatchDemand,
+    Row,
     Rows,
+    decide_rows,
     gap,
     gap_row,
-    metrics_row,
     need_row,
     pymax,
     pymin,
@@ -28,6 +28,7 @@ from merkat.control.deadline import VerticalDeadline
 from merkat.control.formulas import scale_to
 from merkat.control.generic import AGGRESSIVE
 
+_INF, _NAN = math.inf, math.nan
 _STATE = 8  # the parameters and counters before the estimates (BatchedVerticalDeadline.state)
 
 
@@ -153,134 +154,128 @@ class BatchedVerticalDeadline:
         return BatchDemand(stops, susp_l, new)
 
     def decide_rows(self, controllers: Sequence[Controller], rows: Rows) -> BatchDemand:
-        """:meth:`decide` row by row on Python floats (the plain form, for small groups:
-        :func:`~merkat.control.batched.base.plain`): each line is the numpy form's, the
-        branches it discards not computed; ``tests/test_batched_plain.py`` pins the two equal
-        bit for bit."""
-        names, prices, floors = rows.resources, rows.prices, rows.bid_min
-        now, period, R = rows.time, rows.period, len(names)
-        stops: list[str | None] = []
-        values: list[list[float]] = []
-        suspend: list[bool] = []
-        # per row, what its controller is left with (written once every row is decided)
-        moves: list[tuple[VerticalDeadline, list[float], bool, int, float, float, bool, float]] = []
-        table: Sequence[Any] = rows.rows  # (None: not reported)
-        inf, nan = math.inf, math.nan
-        one = names[0] if R == 1 else None  # (one traded resource: no slices, no loops)
-        bids: Sequence[float]
-        for c, row, fx in zip(controllers, table, rows.fixed, strict=True):
-            ctl: VerticalDeadline = c  # type: ignore[assignment]
-            balance, nvms, work, rate, ideal_rate, left = metrics_row(row, fx[1], now)
+        """:meth:`one` row by row (:func:`~merkat.control.batched.base.decide_rows`)."""
+        return decide_rows(self, controllers, rows)
+
+    def one(self, c: Controller, fx: Sequence[float], ctx: Rows, balance: float, nvms: float,
+            done: float | None, total: float | None, rate: float | None,
+            ideal_rate: float | None, perf: float | None, bids: Sequence[float],
+            allocs: Sequence[float]) -> Row:
+        """:meth:`decide` of one row on Python floats (the plain form,
+        :meth:`BatchedPolicy.one <merkat.control.batched.base.BatchedPolicy.one>`): each line
+        is the numpy form's, the branches it discards not computed; the controller's state
+        written last. ``tests/test_batched_plain.py`` pins the two equal bit for bit."""
+        ctl: VerticalDeadline = c  # type: ignore[assignment]
+        names, prices, floors = ctx.resources, ctx.prices, ctx.bid_min
+        now, R = ctx.time, len(names)
+        inf, nan = _INF, _NAN
+        # metrics_row, inlined: work left (never negative, NaN as 0), rates (None: NaN)
+        work = (nan if total is None else total) - (nan if done is None else done)
+        if not work > 0.0:
+            work = 0.0
+        if rate is None:
+            rate = nan
+        if ideal_rate is None:
+            ideal_rate = nan
+        scaler, value = ctl.scaler, ctl.alloc_est.value
+        # on_monitor: the EWMA estimate of the allocation (Ewma.update)
+        if R == 1:  # (one traded resource: no slices, no loops)
+            renewal, deadline, size, t_diff, limit, alpha, tol, horizon, abort = fx
+            a = allocs[0]
+            old = value.get(names[0], nan)
+            e = float(a) if old != old else alpha * a + (1 - alpha) * old
+            est = [e]
+            at_max = e >= (1 - tol) * size
+            frac = 1.0
+            if size > 0:
+                x = e / size
+                frac = frac * (x if x < 1.0 else 1.0)
+        else:
+            renewal, deadline = fx[0], fx[1]
             t_diff, limit, alpha, tol, horizon, abort = fx[2 + R:8 + R]
-            scaler, value = ctl.scaler, ctl.alloc_est.value
-            # on_monitor: the EWMA estimate of the allocation (Ewma.update)
-            if one is not None:
-                bids, a, size = (row[7],), row[8], fx[2]
-                old = value.get(one, nan)
-                e = float(a) if old != old else alpha * a + (1 - alpha) * old
-                est = [e]
-                at_max = e >= (1 - tol) * size  # (below, on one resource)
-                frac = 1.0
-                if size > 0:
-                    x = e / size
-                    frac = frac * (x if x < 1.0 else 1.0)
-            else:
-                bids, allocs, sizes = row[7:7 + R], row[7 + R:7 + 2 * R], fx[2:2 + R]
-                est = []
-                for r, a in zip(names, allocs, strict=True):
-                    old = value.get(r, nan)
-                    est.append(float(a) if old != old else alpha * a + (1 - alpha) * old)
-            # stop_reason
-            finished = work <= 0
-            hopeless = abort != 0 and need_row(work, ideal_rate, left) > 1
-            stop = finished or hopeless or left <= 0
-            # at maximum allocation on every resource: halve the bid (lines 4-5)
-            if one is None:
-                at_max = True
-                frac = 1.0
-                for j in range(R):
-                    s = sizes[j]
-                    at_max = at_max and est[j] >= (1 - tol) * s
-                    if s > 0:
-                        x = est[j] / s
-                        frac = frac * (x if x < 1.0 else 1.0)
-            # the progress rates (VerticalDeadline.progress)
-            no_rate = rate != rate
-            p_est = ((0.0 if no_rate else rate) if ideal_rate != ideal_rate
-                     else ideal_rate * frac)
-            p_now = p_est if no_rate else rate
-            p_ref = work / left if left > 0 else inf
-            # Scale-One-VM on p_est against p_ref (ScaleOneVM.step)
-            d = 1 if p_est < p_ref else (-1 if p_est > p_ref else 0)
-            direction, run = scaler.direction, float(scaler.run)
-            if d != 0 and d != direction:
-                direction, run = d, 0.0
-            run = run + 1
-            t = gap_row(p_est, p_ref)
-            hold = t < t_diff or direction == 0
-            if run >= limit:
-                factor = AGGRESSIVE
-            else:
-                factor = 1.0 + t  # pymin(1.0 + t, AGGRESSIVE)
-                factor = AGGRESSIVE if factor > AGGRESSIVE else factor
-            new: list[float] = []
-            wanted = 0.0
+            est = []
+            for r, a in zip(names, allocs, strict=True):
+                old = value.get(r, nan)
+                est.append(float(a) if old != old else alpha * a + (1 - alpha) * old)
+            at_max = True
+            frac = 1.0
             for j in range(R):
-                b, floor = bids[j], floors[j]
-                kept = floor if floor > b else b
-                if hold:
-                    x = kept
-                elif direction > 0:
-                    x = kept * factor
-                else:
-                    x = b / factor
-                    x = floor if floor > x else x
-                new.append(x)
-                wanted = x if j == 0 else wanted + x
-            cap = spend_cap_row(balance, fx[0], nvms, left, period, horizon)
-            short = not at_max and wanted > cap * (1 + 1e-12)
-            susp = not stop and short and p_now < p_ref and p_est < p_ref
-            if at_max:
-                new = [floor if floor > b / 2 else b / 2  # pymax(b / 2, floor)
-                       for b, floor in zip(bids, floors, strict=True)]
-            elif wanted > cap:  # scale_to: the scalar
-                scaled = scale_to(dict(zip(names, new, strict=True)), cap,
-                                  dict(zip(names, floors, strict=True)))
-                new = [scaled[r] for r in names]
-            values.append(new)
-            suspend.append(susp)
-            cost = 0.0  # a full VM's cost (_vm_cost), kept when it suspends
-            if susp:
-                for j in range(R):
-                    cost = cost + prices[j] * fx[2 + j]
-            moves.append((ctl, est, at_max, direction, run, wanted, short, cost))
-            if stop:
-                stops.append("finished" if finished else
-                             "aborted while running: the deadline can no longer be met"
-                             if hopeless else "stopped: the deadline has passed")
-                continue
-            stops.append(None)
-        # the state the scalar calls leave, once every row is decided (a row that raises moves
-        # no controller: the group goes to the scalar path)
-        for (ctl, est, at_max, direction, run, wanted, short, cost), stop_i, susp in zip(
-                moves, stops, suspend, strict=True):
-            if one is not None:
-                ctl.alloc_est.value[one] = est[0]
+                s = fx[2 + j]
+                at_max = at_max and est[j] >= (1 - tol) * s
+                if s > 0:
+                    x = est[j] / s
+                    frac = frac * (x if x < 1.0 else 1.0)
+        # stop_reason
+        left = deadline - now
+        finished = work <= 0
+        hopeless = abort != 0 and need_row(work, ideal_rate, left) > 1
+        stop = finished or hopeless or left <= 0
+        # the progress rates (VerticalDeadline.progress)
+        no_rate = rate != rate
+        p_est = ((0.0 if no_rate else rate) if ideal_rate != ideal_rate
+                 else ideal_rate * frac)
+        p_now = p_est if no_rate else rate
+        p_ref = work / left if left > 0 else inf
+        # Scale-One-VM on p_est against p_ref (ScaleOneVM.step)
+        d = 1 if p_est < p_ref else (-1 if p_est > p_ref else 0)
+        direction, run = scaler.direction, float(scaler.run)
+        if d != 0 and d != direction:
+            direction, run = d, 0.0
+        run = run + 1
+        t = gap_row(p_est, p_ref)
+        hold = t < t_diff or direction == 0
+        if run >= limit:
+            factor = AGGRESSIVE
+        else:
+            factor = 1.0 + t  # pymin(1.0 + t, AGGRESSIVE)
+            factor = AGGRESSIVE if factor > AGGRESSIVE else factor
+        new: list[float] = []
+        wanted = 0.0
+        for j in range(R):
+            b, floor = bids[j], floors[j]
+            kept = floor if floor > b else b
+            if hold:
+                x = kept
+            elif direction > 0:
+                x = kept * factor
             else:
-                ctl.alloc_est.value.update(zip(names, est, strict=True))
-            if stop_i is not None:
-                continue
-            if at_max:
-                ctl.short = False
-                continue
-            scaler = ctl.scaler
-            scaler.direction, scaler.run, scaler.wanted = int(direction), int(run), wanted
-            ctl.short = short
-            if susp:
-                ctl.suspended_at = now
-                ctl.suspend_cost = cost
-                ctl.suspensions += 1
-        return BatchDemand(stops, suspend, None, values=values)
+                x = b / factor
+                x = floor if floor > x else x
+            new.append(x)
+            wanted = x if j == 0 else wanted + x
+        cap = spend_cap_row(balance, renewal, nvms, left, ctx.period, horizon)
+        short = not at_max and wanted > cap * (1 + 1e-12)
+        susp = not stop and short and p_now < p_ref and p_est < p_ref
+        if at_max:
+            new = [floor if floor > b / 2 else b / 2  # pymax(b / 2, floor)
+                   for b, floor in zip(bids, floors, strict=True)]
+        elif wanted > cap:  # scale_to: the scalar
+            scaled = scale_to(dict(zip(names, new, strict=True)), cap,
+                              dict(zip(names, floors, strict=True)))
+            new = [scaled[r] for r in names]
+        cost = 0.0  # a full VM's cost (_vm_cost), kept when it suspends
+        if susp:
+            for j in range(R):
+                cost = cost + prices[j] * fx[2 + j]
+        # the state the scalar call leaves (nothing raises after this)
+        if R == 1:
+            value[names[0]] = est[0]
+        else:
+            value.update(zip(names, est, strict=True))
+        if stop:
+            return ("finished" if finished else
+                    "aborted while running: the deadline can no longer be met" if hopeless
+                    else "stopped: the deadline has passed"), susp, new
+        if at_max:
+            ctl.short = False
+            return None, susp, new
+        scaler.direction, scaler.run, scaler.wanted = int(direction), int(run), wanted
+        ctl.short = short
+        if susp:
+            ctl.suspended_at = now
+            ctl.suspend_cost = cost
+            ctl.suspensions += 1
+        return None, susp, new
 
 
 BATCHED.register(BatchedVerticalDeadline())

@@ -4,14 +4,28 @@ see :mod:`merkat.control.batched`."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from merkat.control.base import Controller
-from merkat.control.batched.base import BATCHED, Batch, BatchDemand, gap, pymax, spend_cap
-from merkat.control.batched.slo import alg1_rows, history_rows, resplit_rows
-from merkat.control.generic import MerkatVertical
+from merkat.control.batched.base import (
+    BATCHED,
+    DECLINED,
+    Batch,
+    BatchDemand,
+    Row,
+    Rows,
+    decide_rows,
+    gap,
+    gap_row,
+    pymax,
+    spend_cap,
+    spend_cap_row,
+)
+from merkat.control.batched.slo import alg1_row, alg1_rows, history_rows, resplit_rows
+from merkat.control.generic import MerkatVertical, MerkatVerticalScaler
 
 
 class BatchedMerkatVertical:
@@ -71,6 +85,62 @@ class BatchedMerkatVertical:
         bid = np.where(stepped, new, b.bid)  # no metric: the current bid (Controller.keep)
         stop: list[str | None] = ["finished" if f else None for f in finished.tolist()]
         return BatchDemand(stop, [False] * n, bid, declined.tolist())
+
+    def decide_rows(self, controllers: Sequence[Controller], rows: Rows) -> BatchDemand:
+        """:meth:`one` row by row (:func:`~merkat.control.batched.base.decide_rows`)."""
+        return decide_rows(self, controllers, rows)
+
+    def one(self, c: Controller, fx: Sequence[float], ctx: Rows, balance: float, nvms: float,
+            done: float | None, total: float | None, rate: float | None,
+            ideal_rate: float | None, perf: float | None, bids: Sequence[float],
+            allocs: Sequence[float]) -> Row:
+        """:meth:`decide` of one row on Python floats (the plain form,
+        :meth:`BatchedPolicy.one <merkat.control.batched.base.BatchedPolicy.one>`): each line
+        is the numpy form's, the branches it discards not computed; the controller's state
+        written last. ``tests/test_batched_plain.py`` pins the two equal bit for bit."""
+        nan = math.nan
+        work = (nan if total is None else total) - (nan if done is None else done)
+        if not work > 0.0:  # pymax(0.0, work): NaN as 0
+            work = 0.0
+        left = fx[1] - ctx.time
+        if work <= 0:
+            return "finished", False, list(bids)
+        if (perf is not None and perf == perf) or (left <= 0 and work > 0):
+            return DECLINED
+        if rate is None or rate != rate or not left > 0:  # no metric: the current bid
+            return None, False, list(bids)
+        names = ctx.resources
+        R = len(names)
+        low, high, alloc_min, horizon = fx[2 + R:6 + R]
+        ref = work / left  # deadline_metric: higher is better
+        direction = 1 if rate < ref / high else (-1 if rate > ref / low else 0)
+        t = gap_row(rate, ref)
+        cap = spend_cap_row(balance, fx[0], nvms, left, ctx.period, horizon)
+        scaler = c.scaler  # type: ignore[attr-defined]
+        hist = scaler.history
+        prices, floors = ctx.prices, ctx.bid_min
+        new: list[float] = []
+        wanted = 0.0
+        for j in range(R):
+            size = fx[2 + j]
+            x = alg1_row(bids[j], direction, t, allocs[j], alloc_min * size, size, prices[j],
+                         floors[j], hist.get(names[j], 0))
+            new.append(x)
+            wanted = x if j == 0 else wanted + x
+        if wanted > cap:  # lines 19-25, the budget re-split: the scalar helper
+            split = MerkatVerticalScaler.resplit(
+                dict(zip(names, new, strict=True)), cap, dict(zip(names, allocs, strict=True)),
+                dict(zip(names, fx[2:2 + R], strict=True)),
+                dict(zip(names, floors, strict=True)))
+            new = [split[r] for r in names]
+        # the state the scalar call leaves (nothing raises after this)
+        scaler.wanted = wanted
+        for j, r in enumerate(names):
+            if new[j] > bids[j]:
+                hist[r] = 1
+            elif new[j] < bids[j]:
+                hist[r] = -1
+        return None, False, new
 
 
 BATCHED.register(BatchedMerkatVertical())

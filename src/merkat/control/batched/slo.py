@@ -15,7 +15,9 @@ from merkat.control.batched.base import (
     Batch,
     BatchDemand,
     FloatArray,
+    Row,
     Rows,
+    decide_rows,
     gap,
     pymax,
     pymin,
@@ -31,6 +33,8 @@ from merkat.control.slo import (
     SLOController,
     SLOKind,
 )
+
+_INF, _NAN = math.inf, math.nan
 
 # --- the SLO policies (merkat.control.slo): SLO Alg. 1 on Merkat Alg. 1 -----------------------
 
@@ -51,6 +55,10 @@ class BatchedSLO:
         self.kind = kind
         self.name = kind.value
         self.cls = self.controller_types[kind]
+        self.strict, self.tracks = kind.strict, kind.tracks_deadline
+        self.dstrict = kind is SLOKind.DEADLINE_STRICT
+        self.late_reason = ("the deadline can no longer be met" if kind.strict
+                            else "deadline reached")
 
     def accepts(self, controller: Controller) -> bool:
         return type(controller) is self.cls and getattr(controller, "share", None) is None
@@ -135,130 +143,114 @@ class BatchedSLO:
         return BatchDemand(stops, suspend, new)
 
     def decide_rows(self, controllers: Sequence[Controller], rows: Rows) -> BatchDemand:
-        """:meth:`decide` row by row on Python floats (the plain form, for small groups:
-        :func:`~merkat.control.batched.base.plain`): each line is the numpy form's, the
-        branches it discards not computed (so no division by zero is ever taken);
-        ``tests/test_batched_plain.py`` pins the two equal bit for bit."""
-        kind = self.kind
-        strict, tracks = kind.strict, kind.tracks_deadline
-        dstrict = kind is SLOKind.DEADLINE_STRICT
-        late_reason = "the deadline can no longer be met" if strict else "deadline reached"
-        now, period, names = rows.time, rows.period, rows.resources
+        """:meth:`one` row by row (:func:`~merkat.control.batched.base.decide_rows`)."""
+        return decide_rows(self, controllers, rows)
+
+    def one(self, c: Controller, fx: Sequence[float], ctx: Rows, balance: float, nvms: float,
+            done: float | None, total: float | None, rate: float | None,
+            ideal_rate: float | None, perf: float | None, bids: Sequence[float],
+            allocs: Sequence[float]) -> Row:
+        """:meth:`decide` of one row on Python floats (the plain form,
+        :meth:`BatchedPolicy.one <merkat.control.batched.base.BatchedPolicy.one>`): each line
+        is the numpy form's, the branches it discards not computed (so no division by zero is
+        ever taken); the controller's state written last. ``tests/test_batched_plain.py`` pins
+        the two equal bit for bit."""
+        names = ctx.resources
+        # metrics_row, inlined: work left (never negative, NaN as 0), rates (None: NaN)
+        work = (_NAN if total is None else total) - (_NAN if done is None else done)
+        if not work > 0.0:
+            work = 0.0
+        if rate is None:
+            rate = _NAN
+        if ideal_rate is None:
+            ideal_rate = _NAN
         R = len(names)
-        prices, floors = rows.prices, rows.bid_min
-        inf, nan = math.inf, math.nan
-        stops: list[str | None] = []
-        suspend: list[bool] = []
-        values: list[list[float]] = []
-        moves: list[tuple[Controller, float, bool, list[float], Sequence[float]]] = []
-        table: Sequence[Any] = rows.rows  # (None: not reported)
-        one = R == 1  # (one traded resource: the trace jobs' CPU, slices and loops not made)
-        bids: Sequence[float]
-        allocs: Sequence[float]
-        sizes: Sequence[float]
-        for c, row, fx in zip(controllers, table, rows.fixed, strict=True):
-            # metrics_row, inlined: work left (never negative, NaN as 0), rates (None: NaN)
-            balance, nvms, done, total, rate, ideal_rate = row[:6]
-            work = (nan if total is None else total) - (nan if done is None else done)
-            if not work > 0.0:
-                work = 0.0
-            if rate is None:
-                rate = nan
-            if ideal_rate is None:
-                ideal_rate = nan
-            left = fx[1] - now
+        if R == 1:  # (one traded resource, the trace jobs' CPU: no slices or loops)
+            renewal, deadline, size, low, high, min_fraction, horizon = fx
+            frac = allocs[0] / size if size > 0 else _NAN
+        else:
+            renewal, deadline = fx[0], fx[1]
             low, high, min_fraction, horizon = fx[2 + R:6 + R]
-            finished = work <= 0
-            if finished:
-                stop = True
-            elif strict:  # need_row, inlined
-                ideal = inf if ideal_rate <= 0 else work / ideal_rate
-                need = (inf if ideal > 0 else 0.0) if left <= 0 else ideal / left
-                stop = need > 1
-            else:
-                stop = left <= 0
-            if one:
-                bids, allocs, sizes = (row[7],), (row[8],), (fx[2],)
-                size = fx[2]
-                frac = row[8] / size if size > 0 else nan
-            else:
-                bids, allocs, sizes = row[7:7 + R], row[7 + R:7 + 2 * R], fx[2:2 + R]
-                frac = None  # _alloc_fraction: the first resource's, then the smallest
-                for a, size in zip(allocs, sizes, strict=True):
-                    x = a / size if size > 0 else nan
-                    if frac is None or frac != frac or x < frac:
-                        frac = x
-            if frac is None or frac != frac:  # (NaN: 1)
-                frac = 1.0
-            if tracks:
-                if rate != rate:
-                    rate = ideal_rate * frac
-                v = 0.0 if work == 0 else (inf if rate <= 0 else work / rate)
-                ref = left
-                direction = 1 if v > high * ref else (-1 if v < low * ref else 0)
-            else:
-                v, ref = frac, 1.0
-                direction = 1 if v < ref / high else (-1 if v > ref / low else 0)
-            # gap_row, inlined
-            if ref == 0:
-                t = 0.0 if v == 0 else inf
-            elif ref - ref != 0 and ref == ref:  # an infinite reference
-                t = 0.0 if v == ref else 1.0
-            else:
-                t = abs((ref - v) / ref)
-            cap = spend_cap_row(balance, fx[0], nvms, left, period, horizon)
-            hist = c.scaler.history  # type: ignore[attr-defined]
-            if one:
-                wanted = alg1_row(bids[0], direction, t, allocs[0], min_fraction * sizes[0],
-                                  sizes[0], prices[0], floors[0], hist.get(names[0], 0))
-                new = [wanted]
-            else:
-                new = []
-                wanted = 0.0
-                for j in range(R):
-                    x = alg1_row(bids[j], direction, t, allocs[j],
-                                 min_fraction * sizes[j], sizes[j], prices[j], floors[j],
-                                 hist.get(names[j], 0))
-                    new.append(x)
-                    wanted = x if j == 0 else wanted + x
-            short = wanted > cap * (1 + 1e-12)
-            condition = short and (direction > 0 if dstrict else frac < min_fraction)
-            if stop:
-                stops.append("finished" if finished else late_reason)
-                suspend.append(False)
-                values.append(new)
-                continue
-            stops.append(None)
-            suspend.append(condition)  # (until the back-off below)
-            if wanted > cap:  # lines 19-25, the budget re-split: the scalar helper
-                split = MerkatVerticalScaler.resplit(
-                    dict(zip(names, new, strict=True)), cap, dict(zip(names, allocs, strict=True)),
-                    dict(zip(names, sizes, strict=True)), dict(zip(names, floors, strict=True)))
-                new = [split[r] for r in names]
-            values.append(new)
-            moves.append((c, wanted, short, new, bids))
-        # the state the scalar calls leave, once every row is decided (a row that raises moves
-        # no controller: the group goes to the scalar path)
-        k = 0
-        for i, stop_i in enumerate(stops):
-            if stop_i is not None:
-                continue
-            c, wanted, short, new, bids = moves[k]
-            k += 1
-            scaler = c.scaler  # type: ignore[attr-defined]
-            scaler.wanted = wanted
-            hist = scaler.history
+            frac = _NAN  # _alloc_fraction: the first resource's, then the smallest
+            for a, size in zip(allocs, fx[2:2 + R], strict=True):
+                x = a / size if size > 0 else _NAN
+                if frac != frac or x < frac:
+                    frac = x
+        if frac != frac:  # (NaN: 1)
+            frac = 1.0
+        left = deadline - ctx.time
+        finished = work <= 0
+        if finished:
+            stop = True
+        elif self.strict:  # need_row, inlined
+            ideal = _INF if ideal_rate <= 0 else work / ideal_rate
+            need = (_INF if ideal > 0 else 0.0) if left <= 0 else ideal / left
+            stop = need > 1
+        else:
+            stop = left <= 0
+        if self.tracks:
+            if rate != rate:
+                rate = ideal_rate * frac
+            v = 0.0 if work == 0 else (_INF if rate <= 0 else work / rate)
+            ref = left
+            direction = 1 if v > high * ref else (-1 if v < low * ref else 0)
+        else:
+            v, ref = frac, 1.0
+            direction = 1 if v < ref / high else (-1 if v > ref / low else 0)
+        # gap_row, inlined
+        if ref == 0:
+            t = 0.0 if v == 0 else _INF
+        elif ref - ref != 0 and ref == ref:  # an infinite reference
+            t = 0.0 if v == ref else 1.0
+        else:
+            t = abs((ref - v) / ref)
+        cap = spend_cap_row(balance, renewal, nvms, left, ctx.period, horizon)
+        scaler = c.scaler  # type: ignore[attr-defined]
+        hist = scaler.history
+        prices, floors = ctx.prices, ctx.bid_min
+        if R == 1:
+            wanted = alg1_row(bids[0], direction, t, allocs[0], min_fraction * size, size,
+                              prices[0], floors[0], hist.get(names[0], 0))
+            new = [wanted]
+        else:
+            new = []
+            wanted = 0.0
+            for j in range(R):
+                size = fx[2 + j]
+                x = alg1_row(bids[j], direction, t, allocs[j], min_fraction * size, size,
+                             prices[j], floors[j], hist.get(names[j], 0))
+                new.append(x)
+                wanted = x if j == 0 else wanted + x
+        short = wanted > cap * (1 + 1e-12)
+        if stop:
+            return ("finished" if finished else self.late_reason), False, new
+        condition = short and (direction > 0 if self.dstrict else frac < min_fraction)
+        if wanted > cap:  # lines 19-25, the budget re-split: the scalar helper
+            split = MerkatVerticalScaler.resplit(
+                dict(zip(names, new, strict=True)), cap, dict(zip(names, allocs, strict=True)),
+                dict(zip(names, fx[2:2 + R], strict=True)),
+                dict(zip(names, floors, strict=True)))
+            new = [split[r] for r in names]
+        # the state the scalar call leaves (nothing raises after this)
+        scaler.wanted = wanted
+        if R == 1:
+            x = new[0]
+            if x > bids[0]:
+                hist[names[0]] = 1
+            elif x < bids[0]:
+                hist[names[0]] = -1
+        else:
             for j, r in enumerate(names):
                 if new[j] > bids[j]:
                     hist[r] = 1
                 elif new[j] < bids[j]:
                     hist[r] = -1
-            c.short = short  # type: ignore[attr-defined]
-            if suspend[i]:
-                suspend[i] = c.back_off(True)  # type: ignore[attr-defined]
-            else:  # back_off(False), inlined (the exact class: accepts)
-                c.backoff, c.waited = None, 0  # type: ignore[attr-defined]
-        return BatchDemand(stops, suspend, None, values=values)
+        c.short = short  # type: ignore[attr-defined]
+        if condition:
+            condition = c.back_off(True)  # type: ignore[attr-defined]
+        else:  # back_off(False), inlined (the exact class: accepts)
+            c.backoff, c.waited = None, 0  # type: ignore[attr-defined]
+        return None, condition, new
 
 
 def history_rows(controllers: Sequence[Controller], resources: tuple[str, ...]
@@ -308,30 +300,42 @@ def alg1(b: FloatArray, direction: Any, t: FloatArray, a: FloatArray, amin: Floa
     return np.where(amax <= 0, floor, out)
 
 
-def _factor_row(base: float, history: float, sign: int) -> float:
-    """:func:`_factor` of one row on Python floats."""
-    f = base if base > 1.0 else 1.0  # pymax(1.0, base)
-    f = f if f < AGGRESSIVE else AGGRESSIVE  # pymin(AGGRESSIVE, f)
-    return 1.0 + (f - 1.0) / 2.0 if history == -sign else f
-
-
 def alg1_row(b: float, direction: float, t: float, a: float, amin: float, amax: float,
              price: float, floor: float, history: float) -> float:
-    """:func:`alg1` of one row on Python floats (the branches numpy discards not computed)."""
+    """:func:`alg1` of one row on Python floats (the branches numpy discards not computed;
+    :func:`_factor`'s ``pymax``/``pymin`` written as their comparisons)."""
     if amax <= 0:
         return floor
-    share = b / price if price > 0 else (math.inf if b > 0 else 0.0)
+    share = b / price if price > 0 else (_INF if b > 0 else 0.0)
     over = share > amax
     if (direction < 0 and a > amin) or over:
-        x = 1.0 + t if direction < 0 else 1.0
-        y = share / amax if over else 1.0
-        d = b / _factor_row(y if y > x else x, history, -1)
+        f = 1.0 + t if direction < 0 else 1.0
+        if over:
+            y = share / amax
+            if y > f:
+                f = y
+        if not f > 1.0:  # _factor(f, history, -1)
+            f = 1.0
+        elif not f < AGGRESSIVE:
+            f = AGGRESSIVE
+        if history == 1:
+            f = 1.0 + (f - 1.0) / 2.0
+        d = b / f
         return floor if floor > d else d
     kept = floor if floor > b else b
     if (direction > 0 and a < amax) or a < amin:
-        x = 1.0 + t if direction > 0 else 1.0
-        y = (amin / a if a > 0 else AGGRESSIVE) if a < amin else 1.0
-        return kept * _factor_row(y if y > x else x, history, +1)
+        f = 1.0 + t if direction > 0 else 1.0
+        if a < amin:
+            y = amin / a if a > 0 else AGGRESSIVE
+            if y > f:
+                f = y
+        if not f > 1.0:  # _factor(f, history, +1)
+            f = 1.0
+        elif not f < AGGRESSIVE:
+            f = AGGRESSIVE
+        if history == -1:
+            f = 1.0 + (f - 1.0) / 2.0
+        return kept * f
     return kept
 
 
