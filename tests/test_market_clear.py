@@ -255,3 +255,22 @@ def test_errors_of_the_columns_that_count_are_all_columns_errors() -> None:
         assert got.tobytes() == want.tobytes(), trial
         assert vm_errors(np.zeros((n, 2)), np.zeros((n, 2)), []).tobytes() == vm_errors(
             np.zeros((n, 2)), np.zeros((n, 2))).tobytes()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_kept_mapping_gives_the_fresh_clearing_and_errors(seed: int) -> None:
+    """When the search keeps the starting mapping (no search, or none better), the clearing's
+    allocation, node prices and errors come from the search's start (its node clearings
+    and their errors): the same bytes as enforceable and vm_errors on the final mapping."""
+    hosts, vms = random_market(60 + 40 * seed, 6 + seed, seed=seed, placed_fraction=0.9)
+    kept = 0
+    for threshold in (1e4, 0.1, 0.0):  # 1e4: no search; 0: a search on every error
+        got = clear(hosts, vms, params=BalanceParams(error_threshold=threshold,
+                                                     max_migrations=seed % 3))
+        alloc, price = enforceable(hosts, vms, got.host)
+        error = np.where(got.host >= 0, vm_errors(alloc, got.ideal), np.nan)
+        assert got.allocation.tobytes() == alloc.tobytes()
+        assert got.node_price.tobytes() == price.tobytes()
+        assert got.error.tobytes() == error.tobytes()
+        kept += bool(np.array_equal(got.host, worst_fit_decreasing(hosts, vms)))
+    assert kept >= 1

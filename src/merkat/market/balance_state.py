@@ -90,7 +90,9 @@ class Search:
         # The resources that can make an error: those traded (the others have no
         # allocation) and those with an ideal share.
         self.err_cols = [r for r in range(n_res) if r in self.traded or ideal[:, r].any()]
-        self.err = np.where(self.placed, vm_errors(alloc, ideal, self.err_cols), 0.0)
+        # (kept: when nothing moves, the clearing's allocation and errors are these)
+        self.start_alloc, self.start_errors = alloc, vm_errors(alloc, ideal, self.err_cols)
+        self.err = np.where(self.placed, self.start_errors, 0.0)
         self.n_placed = max(int(placed.size), 1)
         self.sumsq = float(np.dot(self.err, self.err))
 
@@ -130,13 +132,11 @@ class Search:
         if self.start_shares is None:
             return None
         n_res = self.hosts.capacity.shape[1]
-        alloc = np.zeros((len(self.vms), n_res))
         prices = np.zeros((len(self.hosts), n_res))
-        placed = np.flatnonzero(self.placed)
         for r, s in self.start_shares.items():  # untraded resources: nothing, at price 0
-            alloc[placed, r] = s.allocation
             prices[:, r] = s.price
-        return alloc, prices
+        # (the allocation _fill_all wrote: zeros, and each traded resource's shares)
+        return self.start_alloc, prices
 
     def rms(self) -> float:
         return math.sqrt(max(self.sumsq, 0.0) / self.n_placed)

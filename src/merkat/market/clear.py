@@ -126,10 +126,15 @@ def clear(
     t3 = clock()
     # The mapping the search started from is often kept: its node clearings are then reused.
     reused = search.start_enforceable() if np.array_equal(host, start) else None
-    allocation, node_price = reused if reused is not None else enforceable(hosts, vms, host)
-    # (the search's resources that can make an error: enforceable's allocation is 0 in the
-    # others, as its starting clearing's)
-    error = np.where(host >= 0, vm_errors(allocation, ideal, search.err_cols), np.nan)
+    if reused is not None:  # (and their errors: vm_errors of the same arrays)
+        allocation, node_price = reused
+        errors = search.start_errors
+    else:
+        allocation, node_price = enforceable(hosts, vms, host)
+        # (the search's resources that can make an error: enforceable's allocation is 0 in
+        # the others, as its starting clearing's)
+        errors = vm_errors(allocation, ideal, search.err_cols)
+    error = np.where(host >= 0, errors, np.nan)
     moved = np.flatnonzero((vms.host != NO_HOST) & (host != vms.host))
     migrations = tuple(
         Migration(i, src, dst)
