@@ -8,9 +8,11 @@ each looking every name up again. On a :class:`~merkat.bank.memory.MemoryLedger`
 changes and none can be overdrawn) :func:`renew` does it in one pass over a
 :class:`Table` — the due accounts as rows ``(ledger index, account, owner, rate, cap)``
 resolved once and kept while the due list, the allowances and the owners are the same
-(their :class:`~merkat.bank.policies.Counted` change counts) — crediting each account as it
-goes; the owners' mint is the one small ``mint_many`` and the moves are journaled as one
-batch, with the same ids, reasons, idempotency keys and witnesses as ``transfer_many``'s.
+(their :class:`~merkat.bank.policies.Counted` change counts), else each account's row
+taken from the last ones while its allowance and owner are the same (an admission or an
+end changes the due list most periods of a trace) — crediting each account as it goes; the
+owners' mint is the one small ``mint_many`` and the moves are journaled as one batch, with
+the same ids, reasons, idempotency keys and witnesses as ``transfer_many``'s.
 
 Anything unusual gives None and the caller takes the general path, which raises or answers
 precisely: a key already used (a retry), an unknown account or owner, an owner that is itself
@@ -21,7 +23,7 @@ same mints, moves, journal, transfer ids and balances.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from merkat.bank.ledger import Move, check_period
@@ -29,80 +31,71 @@ from merkat.bank.memory import MemoryLedger
 from merkat.bank.policies import Allowance
 from merkat.bank.witness import witness
 
+Row = tuple[int, str, str, int, int, Allowance]
+"""A due account resolved: ``(ledger index, account, owner, rate, cap, its Allowance)``."""
+
 
 @dataclass
 class Table:
-    """The due accounts as rows resolved against one ledger: ``rows`` are ``(ledger index,
-    account, owner, rate, cap)`` in the due list's order; ``ok`` is False when the one pass
-    cannot take them (an unknown account or owner, an owner among the due accounts).
-    ``key`` is what it was built for (checked by :func:`table`)."""
+    """The due accounts as :data:`Row` s resolved against one ledger, in the due list's
+    order; ``key`` is what they were read for: the ledger, the due list and the change
+    counts of the allowances and owners. ``cache`` holds each account's last row across
+    tables, taken again while its Allowance and owner are the same objects."""
 
     key: tuple[object, ...]
-    rows: list[tuple[int, str, str, int, int]]
-    ok: bool
+    rows: list[Row]
+    cache: dict[str, Row]
 
 
-def table(kept: Table | None, ledger: MemoryLedger, due: list[str],
-          allowances: Mapping[str, Allowance], allowance_changes: int,
-          owners: Mapping[str, str], owner_changes: int) -> Table:
-    """``kept`` while it was built for this ``ledger``, this ``due`` list (the same object:
-    ``Economy._due`` gives its kept list again while nothing changed) and the same change
-    counts of the allowances and owners; else a new :class:`Table` of ``due``."""
-    key = (ledger, due, allowance_changes, owner_changes)
-    if kept is not None and kept.key[0] is ledger and kept.key[1] is due \
-            and kept.key[2:] == key[2:]:
-        return kept
-    index = ledger._index
-    rows: list[tuple[int, str, str, int, int]] = []
-    ok = True
-    names = set(due)
-    for a in due:
-        allowance = allowances[a]
-        owner = owners.get(a)
-        i = index.get(a)
-        if owner is None or i is None or owner not in index or owner in names:
-            ok = False
-            break
-        rows.append((i, a, owner, allowance.rate, allowance.cap))
-    return Table(key, rows, ok)
+def renew(ledger: MemoryLedger, kept: Table | None, due: list[str],
+          allowances: Mapping[str, Allowance], owners: Mapping[str, str],
+          changes: tuple[int, int], period: int) -> tuple[int | None, Table | None]:
+    """The themis renewals of the ``due`` accounts (``Economy._due``'s list) in period
+    ``period``: the owners minted what their accounts need (``allowance``, key
+    ``allowance/{period}``), each account credited ``min(rate, cap - balance)`` from its
+    owner (``credit manager``, key ``credit-manager/{period}``). Returns the micro-credits
+    minted, or None when the general path must answer (a key used before, a bad period, an
+    unknown account or owner, an owner among the due accounts: nothing has moved then), and
+    the :class:`Table` to give next time.
 
-
-def renew(ledger: MemoryLedger, rows: Sequence[tuple[int, str, str, int, int]],
-          period: int) -> int | None:
-    """The themis renewals of ``rows`` (a :class:`Table`'s) in period ``period``: the owners
-    minted what their accounts need (``allowance``, key ``allowance/{period}``), each account
-    credited ``min(rate, cap - balance)`` from its owner (``credit manager``, key
-    ``credit-manager/{period}``). Returns the micro-credits minted, or None when the general
-    path must answer (a key used before, a bad period): nothing has moved then."""
+    ``kept`` (the last call's table) is read while it was built for this ledger, this
+    ``due`` list (the same object: ``Economy._due`` gives its kept list again while nothing
+    changed) and the same ``changes``; else the rows are read again (:func:`_rows`: each
+    from the cache while its allowance and owner are the same)."""
     mint_key, move_key = f"allowance/{period}", f"credit-manager/{period}"
     idem = ledger._idem
     if mint_key in idem or move_key in idem:
-        return None
+        return None, kept
     try:
         check_period(period)
     except ValueError:
-        return None
+        return None, kept
     bal = ledger._bal
     need: dict[str, int] = {}
     moves: list[Move] = []
-    credited: list[int] = []
-    for i, a, owner, rate, cap in rows:
+    if kept is None or kept.key[0] is not ledger or kept.key[1] is not due \
+            or kept.key[2] != changes:
+        kept = _rows(ledger, kept, due, allowances, owners, changes)
+        if kept is None:
+            return None, None
+    for i, a, owner, rate, cap, _ in kept.rows:
         b = bal[i]
         x = cap - b
         if x > rate:
             x = rate
         if x > 0:
             bal[i] = b + x
-            credited.append(i)
             need[owner] = need.get(owner, 0) + x
             moves.append((owner, a, x))
     if not need:
-        return 0
+        return 0, kept
+    if not need.keys().isdisjoint(due):  # an owner renewed too: the reference's case
+        _undo(ledger, moves)
+        return None, kept
     try:
         ledger.mint_many(sorted(need.items()), "allowance", period, mint_key)
     except BaseException:  # (the total supply's bound: nothing stays credited)
-        for i, (_, _, x) in zip(credited, moves, strict=True):
-            bal[i] -= x
+        _undo(ledger, moves)
         raise
     # each owner was just minted what her accounts take and gives it: her balance is as
     # before, and no move overdraws her (transfer_many's check cannot fail)
@@ -111,4 +104,34 @@ def renew(ledger: MemoryLedger, rows: Sequence[tuple[int, str, str, int, int]],
         bal[index[owner]] -= x
     batch = tuple(moves)
     ledger._journal_batch(batch, "credit manager", period, move_key, witness("batch", batch))
-    return sum(need.values())
+    return sum(need.values()), kept
+
+
+def _rows(ledger: MemoryLedger, kept: Table | None, due: list[str],
+          allowances: Mapping[str, Allowance], owners: Mapping[str, str],
+          changes: tuple[int, int]) -> Table | None:
+    """The rows of ``due``: each taken from ``kept``'s cache while its Allowance and owner
+    are the same objects, else resolved; None when an account or owner is unknown."""
+    index = ledger._index
+    cache: dict[str, Row] = kept.cache if kept is not None and kept.key[0] is ledger else {}
+    if len(cache) > 2 * len(due) + 64:  # (ended accounts: the cache follows the active)
+        cache = {r[1]: r for r in kept.rows} if kept is not None else {}
+    rows: list[Row] = []
+    for a in due:
+        allowance = allowances[a]
+        owner = owners.get(a)
+        r = cache.get(a)
+        if r is None or r[5] is not allowance or r[2] is not owner:
+            i = index.get(a)
+            if owner is None or i is None or owner not in index:
+                return None
+            r = cache[a] = (i, a, owner, allowance.rate, allowance.cap, allowance)
+        rows.append(r)
+    return Table((ledger, due, changes), rows, cache)
+
+
+def _undo(ledger: MemoryLedger, moves: list[Move]) -> None:
+    """Take back what the pass credited."""
+    bal, index = ledger._bal, ledger._index
+    for _, a, x in moves:
+        bal[index[a]] -= x

@@ -288,14 +288,12 @@ class Economy:
             return 0
         ledger, owners = self.ledger, self.owners
         if ledger.__class__ is MemoryLedger and self._rules.mints_allowances:
-            kept = self._table = memory_renew.table(
-                self._table, ledger, due, allowances, allowances.changes, owners,
-                owners.changes)
-            if kept.ok:
-                minted = memory_renew.renew(ledger, kept.rows, period)
-                if minted is not None:
-                    self.minted += minted
-                    return minted
+            minted, self._table = memory_renew.renew(
+                ledger, self._table, due, allowances, owners,
+                (allowances.changes, owners.changes), period)
+            if minted is not None:
+                self.minted += minted
+                return minted
         balances = ledger.balances(due)
         need: dict[str, int] = {}
         wants: list[tuple[str, str, int]] = []
