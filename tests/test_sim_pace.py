@@ -126,3 +126,75 @@ def test_a_quiet_cpu_only_pace_is_its_least_allocation_s_bit_for_bit(seed: int) 
             settled = want[2] and want[1] <= t0
             assert reference._quiet.get("app") == (t0 if settled else None)
             assert quiet is None or settled == (quiet <= t0)
+
+
+class AllLive(SimBackend):
+    """The reference of the fixed points: every unfinished application advanced on its own
+    at every advance (none left out of ``_live``, no kept pace)."""
+
+    def advance(self, t0: float, t1: float) -> None:
+        self._unpace_all()
+        self._live.update(dict.fromkeys(a for a, m in self.apps.items()
+                                        if m.finish_time is None))
+        super().advance(t0, t1)
+
+
+def _reports(backend: SimBackend) -> list[tuple[object, ...]]:
+    from types import SimpleNamespace
+
+    from merkat.runtime.observe import observe
+
+    apps = [SimpleNamespace(spec=SimpleNamespace(id=a), status="running") for a in backend.apps]
+    return [(a, o.metrics.work_done, o.metrics.progress_rate, o.finished)
+            for a, o in observe(backend, apps).items()]  # type: ignore[arg-type]
+
+
+def test_a_rigid_application_short_of_vms_is_a_fixed_point_until_one_is_put_or_released(
+        ) -> None:
+    """Three tasks: two VMs (no progress, rate 0), three (progress), two again after a
+    release (rate 0), none (rate None), three again; a neighbour with all its VMs
+    progresses throughout. Each advance's reports equal the reference's, which advances
+    every application every time; the short one is left out of ``_live`` once advanced."""
+    from merkat.core.backend import VMPlacement
+
+    def put(vm: str, app: str) -> VMPlacement:
+        return VMPlacement(vm=vm, app=app, host=0)
+
+    cpu = {"cpu": 1.0}
+    steps = [
+        Plan(0.0, 60.0, create=(put("a0", "a"), put("a1", "a"), put("b0", "b")),
+             allocations={"a0": cpu, "a1": cpu, "b0": cpu}),
+        None, None,
+        Plan(180.0, 60.0, create=(put("a2", "a"),), allocations={"a2": cpu}),
+        None,
+        Plan(300.0, 60.0, suspend=("a1",)),
+        None,
+        Plan(420.0, 60.0, suspend=("a0", "a2")),
+        None,
+        Plan(540.0, 60.0, resume=(put("a0", "a"), put("a1", "a"), put("a2", "a")),
+             allocations={"a0": cpu, "a1": cpu, "a2": cpu}),
+        None, None,
+    ]
+    kept, reference = SimBackend(), AllLive()
+    for backend in (kept, reference):
+        backend.add_app("a", RigidApp(vms=3, work_total=500.0))
+        backend.add_app("b", RigidApp(vms=1, work_total=5000.0))
+    t = 0.0
+    rates = []
+    for plan in steps:
+        for backend in (kept, reference):
+            if plan is not None:
+                backend.apply(plan)
+            backend.advance(t, t + 60.0)
+        assert repr(_reports(kept)) == repr(_reports(reference))
+        rates.append(kept.apps["a"].last_rate)
+        if len(kept._by_app.get("a", ())) < 3:
+            assert "a" not in kept._live and "a" not in kept._pace
+        t += 60.0
+    assert rates[:3] == [0.0, 0.0, 0.0] and rates[3] > 0 and rates[5:7] == [0.0, 0.0]
+    assert rates[7:9] == [None, None] and rates[-1] > 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_fixed_points_give_the_run_of_every_application_advanced(seed: int) -> None:
+    assert repr(_run(Checked(), seed)) == repr(_run(AllLive(), seed))

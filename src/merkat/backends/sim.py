@@ -70,8 +70,9 @@ class SimBackend:
     counts: Counter[str] = field(default_factory=Counter)
     # Applications that may still progress (keys of ``apps`` whose model was unfinished when
     # last seen), so that :meth:`advance` does not scan every application ever added. An
-    # application without VMs leaves it once advanced (advancing it again would change
-    # nothing) and comes back when a VM is created or resumed for it, or when it is observed.
+    # application without VMs, or a rigid one with fewer VMs than its tasks, leaves it once
+    # advanced (advancing it again would change nothing) and comes back when a VM of it is
+    # put or released, or (not rigid) when its ``metrics`` are read.
     # One at a kept pace (``_pace``) is not in it: the two are the applications that may
     # progress, and an application leaves ``_pace`` for ``_live`` when its pace is forgotten.
     _live: dict[str, None] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -150,7 +151,7 @@ class SimBackend:
         ``metrics``, ``idle`` (running applications) and ``finished`` give them, a rigid
         application's in one step and its last report reused while its metrics record and
         its finish are the same (waiting, suspended)."""
-        models, live, kept, pace = self.apps, self._live, self._observed, self._pace
+        models, kept = self.apps, self._observed
         running = AppStatus.RUNNING
         out: dict[str, Observed] = {}
         for a in apps:
@@ -180,8 +181,9 @@ class SimBackend:
                 if was is None or was.metrics is not m or was.finished is not finished:
                     was = kept[app_id] = _observed(m, finished)
                 seen = was
-            if not finished and app_id not in live and app_id not in pace:
-                live[app_id] = None  # (as metrics does)
+            # (a rigid application out of ``live`` and ``pace`` is at a fixed point until
+            # one of its VMs is put or released, which puts it back: reading it changes
+            # nothing, unlike ``metrics``, which puts back whatever is unfinished)
             out[app_id] = seen
         return out
 
@@ -292,6 +294,7 @@ class SimBackend:
             return
         self._changes += 1
         self._unpace(vm.app)
+        self._live[vm.app] = None  # (one with fewer VMs than its tasks left it: see advance)
         group = self._by_app.get(vm.app)
         if group is not None and group.pop(vm_id, None) is not None:
             self._n_indexed -= 1
@@ -343,9 +346,10 @@ class SimBackend:
             if isinstance(model, RigidApp):
                 mine = list(group.values()) if group else []
                 self._advance_rigid(model, mine, t0, t1)
-                # its pace kept from now on: it joins them; no VM: a fixed point until it
-                # has one
-                if app_id in pace or not mine:
+                # its pace kept from now on: it joins them; fewer VMs than its tasks (none
+                # included): a fixed point (no progress whatever their allocations, hosts
+                # or operations) until one is put or released (_put, _release)
+                if app_id in pace or len(mine) < model.vms:
                     done.append(app_id)
                 continue
             vms = list(group.items()) if group else []
