@@ -61,6 +61,23 @@ def eager_next(app: App, base: draft.Columns, ids: list[str], states: list[VMSta
                    ids[:], states[:], bids[:], hosts[:], fresh[:], allocs[:])
 
 
+def state(nx: AppNext) -> tuple[Any, ...]:
+    """A next state by value (its fields, its columns' values, its flags)."""
+    return (nx.id, nx.status, nx.start_time, nx.end_time, nx.reason, nx.outcome,
+            nx.suspensions, nx.resumes, nx.vm_count, nx.broke_since,
+            values((nx.ids, nx.states, nx.bids, nx.hosts, nx.fresh, nx.allocs)), nx.same_vms,
+            nx.moved)
+
+
+def eager_rebid(app: App, bid: dict[str, float], columns: draft.Columns) -> AppNext:
+    """``draft.rebid_columns`` as it was before copy on write (a new next state, its
+    columns copied)."""
+    ids, states, bids, hosts, fresh, allocs = columns
+    if bids and bids[0] == bid:
+        bid = bids[0]
+    return eager_next(app, columns, ids, states, [bid] * len(ids), hosts, fresh, allocs)
+
+
 def _watch(monkeypatch: pytest.MonkeyPatch, eager: bool
            ) -> tuple[dict[str, int], list[tuple[Any, ...]]]:
     """Patches for one run: a backend failing about one in four starts, moves and
@@ -71,7 +88,8 @@ def _watch(monkeypatch: pytest.MonkeyPatch, eager: bool
     monkeypatch.setattr(SimBackend, "apply", _flaky(SimBackend.apply))
     if eager:
         monkeypatch.setattr(draft, "_next", eager_next)
-    seen = {"commits": 0, "kept": 0, "installs": 0, "withheld": 0, "checked": 0}
+    seen = {"commits": 0, "kept": 0, "installs": 0, "withheld": 0, "checked": 0, "reused": 0,
+            "rebids": 0}
     log: list[tuple[Any, ...]] = []
     settle, decide, admit, withhold = (commit.settle, Platform.decide, Platform.admit,
                                        Platform.withhold)
@@ -114,6 +132,18 @@ def _watch(monkeypatch: pytest.MonkeyPatch, eager: bool
     def withholding(self: Platform, decision: Decision, unpaid: Collection[str]) -> Decision:
         return unchanged(withhold)(self, decision, unpaid)  # type: ignore[no-any-return]
 
+    rebid = draft.rebid_columns
+
+    def rebidding(app: App, bid: dict[str, float], columns: draft.Columns) -> AppNext:
+        clean = app.clean
+        nx = rebid(app, bid, columns)
+        seen["rebids"] += 1
+        seen["reused"] += nx is clean
+        assert state(nx) == state(eager_rebid(app, bid, columns))  # a fresh one's values
+        return nx
+
+    if not eager:
+        monkeypatch.setattr(draft, "rebid_columns", rebidding)  # (draft.bidding's too)
     monkeypatch.setattr(commit, "settle", settled)
     monkeypatch.setattr(Platform, "decide", unchanged(decide))
     monkeypatch.setattr(Platform, "admit", unchanged(admit))
@@ -201,7 +231,7 @@ def test_a_scalar_controller_s_writers_equal_the_eager_copies(
         assert got == want
 
 
-@pytest.mark.parametrize(("policy", "hosts"), [("vertical-deadline", 6), ("deadline-strict", 12)])
+@pytest.mark.parametrize(("policy", "hosts"), [("vertical-deadline", 6), ("deadline-strict", 12), ("deadline-strict", 20)])
 def test_the_copy_on_write_state_equals_the_eager_copies_after_every_commit(
         monkeypatch: pytest.MonkeyPatch, policy: str, hosts: int) -> None:
     digest, log, seen = _run(monkeypatch, False, policy, hosts)
@@ -214,9 +244,11 @@ def test_the_copy_on_write_state_equals_the_eager_copies_after_every_commit(
     for got, want in zip(log, ref_log, strict=True):
         assert got == want  # the columns after every commit, value for value
     assert digest == ref_digest  # the same run, bit for bit
-    # copy on write kept the columns (and views) of the applications nothing changed;
-    # the eager copies never could
+    # copy on write kept the columns (and views) of the applications nothing changed, and
+    # handed their installed next states out again (each equal to a fresh one); the eager
+    # copies never could
     assert seen["kept"] > 0 and ref_seen["kept"] == 0
+    assert seen["reused"] > 0 and ref_seen["reused"] == 0
 
 
 def test_a_draft_is_not_changed_by_the_writers_of_its_record() -> None:

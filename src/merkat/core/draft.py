@@ -209,7 +209,9 @@ def rebid_columns(app: App, bid: dict[str, float], columns: Columns) -> AppNext:
     VM already holds a mapping equal to ``bid`` (the usual quiet period: one ``==`` and a
     ``count`` in C), the bids list is shared too and the next state is the record's
     columns untouched (their mappings all equal ``bid``: the same values as the one shared
-    mapping the eager copy made); else the VMs share ``bid`` (the first VM's mapping when
+    mapping the eager copy made), and no next state is even made when the record's last
+    commit installed one unchanged on these very columns (``App.clean``, handed out once:
+    :func:`install_each` sets it); else the VMs share ``bid`` (the first VM's mapping when
     equal) in a new list. What it replaces: six list copies a call (``tests/test_cow.py``)."""
     ids, states, bids, hosts, fresh, allocs = columns
     n = len(ids)
@@ -217,6 +219,10 @@ def rebid_columns(app: App, bid: dict[str, float], columns: Columns) -> AppNext:
         first = bids[0]
         if first == bid:
             if bids.count(first) == n:  # (identity first, then ==: C speed)
+                clean = app.clean
+                if clean is not None and clean.base is columns:  # (see install_each)
+                    app.clean = None
+                    return clean
                 return _next(app, columns, ids, states, bids, hosts, fresh, allocs)
             bid = first
     return _next(app, columns, ids, states, [bid] * n, hosts, fresh, allocs)
@@ -271,7 +277,12 @@ def install(app: App, nx: AppNext) -> None:
 
 def install_each(pairs: Iterable[tuple[App, AppNext]]) -> None:
     """:func:`install` of each ``(record, next state)`` of ``pairs``, in one loop (the
-    commit's, :func:`~merkat.core.commit.settle`: no call per application)."""
+    commit's, :func:`~merkat.core.commit.settle`: no call per application). A next state
+    installed unchanged (every list the record's, no VM added, dropped or moved: its
+    fields are then the record's, as values) is kept as the record's ``clean`` next
+    state, which :func:`rebid_columns` hands out again, once, while the record's columns
+    are those it holds: an application nothing changes costs no new next state
+    (``tests/test_cow.py`` compares every next state handed out with a fresh one)."""
     for app, nx in pairs:
         app.status = nx.status
         app.start_time = nx.start_time
@@ -289,3 +300,9 @@ def install_each(pairs: Iterable[tuple[App, AppNext]]) -> None:
                 or hosts is not cols[3] or fresh is not cols[4] or allocs is not cols[5]):
             app.columns = (ids, states, bids, hosts, fresh, allocs)
             app.view = None
+            app.clean = None
+        elif nx.same_vms and not nx.moved:  # nothing written: nx is app's record, as values
+            nx.base = cols
+            app.clean = nx
+        else:
+            app.clean = None

@@ -103,8 +103,8 @@ class App:
     The other caches (``const``, ``lane``) are not part of the domain state and are
     documented where they are defined."""
 
-    __slots__ = ("__weakref__", "account", "broke_since", "columns", "const", "controller",
-                 "end_time", "lane", "outcome", "reason", "resumes", "spec", "spent",
+    __slots__ = ("__weakref__", "account", "broke_since", "clean", "columns", "const",
+                 "controller", "end_time", "lane", "outcome", "reason", "resumes", "spec", "spent",
                  "start_time", "status", "suspensions", "view", "vm_count")
 
     lent = False
@@ -143,6 +143,9 @@ class App:
         self.const: AppConst | None = None
         # what a batch reads of it that never changes (merkat.core.batch.Lane): a cache
         self.lane: Any = None
+        # the next state its last commit installed unchanged, to hand out again as its
+        # next unchanged draft (merkat.core.draft.rebid_columns): a cache
+        self.clean: AppNext | None = None
 
     def records(self) -> list[VMRecord]:
         """Its VM records, to read only (not lent: see the class docstring), built from its
