@@ -10,7 +10,7 @@ import pytest
 from merkat.control.registry import make_policy
 from merkat.control.types import AppStatus, VMState
 from merkat.core import market_input
-from merkat.core.draft import draft
+from merkat.core.draft import draft, own
 from merkat.core.market_input import MarketInput, Run, bidding, market_vms, size
 from merkat.core.model import App, AppSpec, VMRecord
 from merkat.core.period import Platform
@@ -79,6 +79,7 @@ def test_the_last_input_is_reused_only_for_the_same_vms_hosts_and_bid_mappings(
     again = _runs(platform, apps)  # the next period drafts the same records again
     assert memo(again, size(again)) is first
     for nx, _, _ in again:  # make_plan moves the next states' hosts after the clearing
+        own(nx)  # (as make_plan does: the record's lists are shared, copy on write)
         nx.hosts[:] = [0] * len(nx.hosts)
     assert memo(_runs(platform, apps), size(runs)) is first  # (the copy it kept, not those)
 
@@ -108,14 +109,16 @@ def test_every_period_of_a_run_gets_the_input_market_vms_gives(
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Random applications on six hosts over twelve periods (arrivals, rebids, migrations,
     ends): the platform's input against a fresh ``market_vms`` at every period, and the last
-    one is reused in some periods."""
-    calls = reused = 0
+    one is reused in some periods; the unchanged applications' ids and hosts are taken from
+    the last input by the identity of their record's lists (``MarketInput.kept_ids``)."""
+    calls = reused = kept_ids = 0
     cached = MarketInput.__call__
 
     def checking(self, runs, n):  # type: ignore[no-untyped-def]
-        nonlocal calls, reused
+        nonlocal calls, reused, kept_ids
         last = self._last
         out = cached(self, runs, n)
+        kept_ids += self.kept_ids
         _same(out, market_input.market_vms(runs, n))
         _same(out, _reference(runs, n))
         calls += 1
@@ -125,7 +128,7 @@ def test_every_period_of_a_run_gets_the_input_market_vms_gives(
     monkeypatch.setattr(MarketInput, "__call__", checking)
     random_run(seed, apps=16, over=3, periods=12, work=1500.0,
                best_effort=lambda k, rng: k % 4 != 0)
-    assert calls >= 8 and 0 < reused < calls
+    assert calls >= 8 and 0 < reused < calls and kept_ids > 0
 
 
 @pytest.mark.parametrize("seed", range(10))

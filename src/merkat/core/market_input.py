@@ -144,6 +144,13 @@ def market_rows(runs: Sequence[Run], n: int) -> Rows:
     return _rows(_flat(runs), n)
 
 
+_Kept = tuple[AppConst, list[dict[str, float]], int, "list[str] | None", "list[int] | None"]
+"""What :class:`MarketInput` keeps of an application: its constant parts, its run's bid
+mappings (the record's list itself, else a copy), its first row in the last input, its VM
+ids and hosts when they are its record's lists (else None). Only a record's lists are held
+as they are: they are never changed in place (copy on write, :mod:`merkat.core.draft`),
+while a next state's own list may still be (the plan writes its hosts after the input)."""
+
 class MarketInput:
     """:func:`market_vms` for a period, keeping **each application's rows** between periods:
     an application whose run has the same constant parts (identity) and the same bid mappings
@@ -168,35 +175,69 @@ class MarketInput:
 
     def __init__(self) -> None:
         self._last: VMs | None = None
-        self._seen: tuple[list[str], list[int]] = ([], [])  # the last input's ids, hosts
-        # per application: its constant parts, bid mappings and first row in ``_last``
-        self._apps: dict[str, tuple[AppConst, list[dict[str, float]], int]] = {}
+        # per application: its constant parts, bid mappings' list, first row in ``_last``,
+        # VM ids' and hosts' lists (the lists held: never changed once read, copy on write)
+        self._apps: dict[str, _Kept] = {}
+        self._ids: list[str] = []  # the last input's VM ids and hosts, joined
+        self._hosts: list[int] = []
         self.kept = 0  # rows the last call took from the input before it (for tests)
+        self.kept_ids = 0  # of them, the rows whose ids and hosts were taken too (for tests)
 
     def __call__(self, runs: Sequence[Run], n: int) -> VMs:
         """``market_vms(runs, n)``."""
         old = self._apps
-        apps: dict[str, tuple[AppConst, list[dict[str, float]], int]] = {}
-        spans = Spans()
-        ids: list[str] = []
+        apps: dict[str, _Kept] = {}
+        spans = Spans()  # the bid, cap and minimum rows: 0 the last input's, 1 built here
+        places = Spans()  # the VM ids and hosts: 0 the last input's, 1 joined here
+        ids: list[str] = []  # the ids and hosts not taken from the last input
         hosts: list[int] = []
         bid_rows: list[float] = []  # the built applications' bid rows, and VMs per row
         bid_counts: list[int] = []
         built: list[tuple[AppConst, int]] = []
-        fresh = at = 0
-        span = [-1, 0, 0]  # the span being extended (Spans.take, inlined: once per run)
+        fresh = at = joined = 0
+        span = [-1, 0, 0]  # the spans being extended (Spans.take, inlined: once per run)
+        place = [-1, 0, 0]
         is_ = operator.is_
+        get = old.get
         for nx, const, rows in runs:
+            entry = get(nx.id)
             if rows is None:
                 vids, vhosts, vbids = nx.ids, nx.hosts, nx.bids
+                placed = entry is not None and entry[3] is vids and entry[4] is vhosts
+                if placed:  # the same lists (copy on write: unchanged): ids, hosts kept
+                    k = len(vids)
+                    lo = entry[2]  # type: ignore[index]
+                    if place[0] == 0 and place[2] == lo:
+                        place[2] = lo + k
+                    else:
+                        place = [0, lo, lo + k]
+                        places.spans.append(place)
+                    if entry[1] is vbids and entry[0] is const:  # type: ignore[index]
+                        # and the same bid mappings' list: the rows kept, at once
+                        if span[0] == 0 and span[2] == lo:
+                            span[2] = lo + k
+                        else:
+                            span = [0, lo, lo + k]
+                            spans.spans.append(span)
+                        apps[nx.id] = (entry if lo == at  # type: ignore[assignment]
+                                       else (const, vbids, at, vids, vhosts))
+                        at += k
+                        continue
             else:
                 vids = [nx.ids[k] for k in rows]
                 vhosts = [nx.hosts[k] for k in rows]
                 vbids = [nx.bids[k] for k in rows]
+                placed = False
             k = len(vids)
-            ids += vids
-            hosts += vhosts
-            entry = old.get(nx.id)
+            if not placed:
+                ids += vids
+                hosts += vhosts
+                if place[0] == 1 and place[2] == joined:
+                    place[2] = joined + k
+                else:
+                    place = [1, joined, joined + k]
+                    places.spans.append(place)
+                joined += k
             if (entry is not None and entry[0] is const and len(entry[1]) == k
                     and all(map(is_, vbids, entry[1]))):
                 lo = entry[2]
@@ -205,7 +246,6 @@ class MarketInput:
                 else:
                     span = [0, lo, lo + k]
                     spans.spans.append(span)
-                apps[nx.id] = entry if lo == at else (const, entry[1], at)
             else:
                 if k:
                     add_bid_rows(vbids, bid_rows, bid_counts)
@@ -216,20 +256,36 @@ class MarketInput:
                     span = [1, fresh, fresh + k]
                     spans.spans.append(span)
                 fresh += k
-                apps[nx.id] = (const, vbids[:] if rows is None else vbids, at)
+            if rows is None:  # (only the record's lists are held: never changed in place)
+                base = nx.base
+                apps[nx.id] = (const, vbids if vbids is base[2] else vbids[:], at,
+                               vids if vids is base[0] else None,
+                               vhosts if vhosts is base[3] else None)
+            else:
+                apps[nx.id] = (const, vbids, at, None, None)
             at += k
         last = self._last
         self.kept = at - fresh
+        self.kept_ids = at - joined
         if last is None or at != n:
             return self._full(runs, n)
-        if ids == self._seen[0]:  # (unique: the last input's)
-            spans_ = spans.spans
-            if (not built and len(spans_) == 1 and spans_[0][2] == len(last)
-                    and hosts == self._seen[1]):
-                self._apps = apps
+        whole = not built and len(spans.spans) == 1 and spans.spans[0][1:] == [0, len(last)]
+        if ids:
+            all_ids = places.joined_list([self._ids, ids])
+            all_hosts = places.joined_list([self._hosts, hosts])
+            if all_ids == self._ids:  # (unique: the last input's)
+                if whole and all_hosts == self._hosts:
+                    self._apps = apps
+                    return last
+            elif len(set(all_ids)) != n:
+                return self._full(runs, n)
+        else:  # (the ids taken from the last input are unique: each range taken once)
+            pl = places.spans
+            if whole and len(pl) == 1 and pl[0][1:] == [0, len(last)]:
+                self._apps = apps  # (both one span from 0: the same rows, ids and hosts)
                 return last
-        elif len(set(ids)) != n:
-            return self._full(runs, n)
+            all_ids = places.joined_list([self._ids])
+            all_hosts = places.joined_list([self._hosts])
         n_res = len(RESOURCES)
         empty = np.zeros((0, n_res))
         if built:
@@ -245,11 +301,11 @@ class MarketInput:
                 return self._full(runs, n)  # (it names the offending entry)
         else:
             bid = cap = low = empty
-        vms = _unchecked(tuple(ids), spans.joined((last.bid, bid), empty),
+        vms = _unchecked(tuple(all_ids), spans.joined((last.bid, bid), empty),
                          spans.joined((last.cap, cap), empty),
-                         np.array(hosts, dtype=np.int64),
+                         np.array(all_hosts, dtype=np.int64),
                          spans.joined((last.minimum, low), empty))
-        self._last, self._seen, self._apps = vms, (ids, hosts), apps
+        self._last, self._apps, self._ids, self._hosts = vms, apps, all_ids, all_hosts
         return vms
 
     def _full(self, runs: Sequence[Run], n: int) -> VMs:
@@ -260,12 +316,15 @@ class MarketInput:
         flat = _flat(runs)
         vms = VMs(*_rows(flat, n))
         at = 0
-        apps = {}
+        apps: dict[str, _Kept] = {}
         for (app_id, const, k), (nx, _, rows) in zip(flat[0], runs, strict=True):
-            apps[app_id] = (const, nx.bids[:] if rows is None else [nx.bids[r] for r in rows],
-                            at)
+            base = nx.base
+            apps[app_id] = ((const, nx.bids if nx.bids is base[2] else nx.bids[:], at,
+                             nx.ids if nx.ids is base[0] else None,
+                             nx.hosts if nx.hosts is base[3] else None) if rows is None else
+                            (const, [nx.bids[r] for r in rows], at, None, None))
             at += k
-        self._last, self._seen, self._apps = vms, (flat[1], flat[2]), apps
+        self._last, self._apps, self._ids, self._hosts = vms, apps, flat[1], flat[2]
         return vms
 
 
