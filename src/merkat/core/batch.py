@@ -59,6 +59,7 @@ _FITS_VMS = 4
 found by :func:`fits` (the VM after VM sum), the rest by :func:`pays` (O(1) where certain)."""
 
 _EXACT = float(2 ** 53)  # balances (micro-credits) a float holds exactly
+_NAN = math.nan
 
 _RUNNING, _SUSPENDED = AppStatus.RUNNING, AppStatus.SUSPENDED
 _VM_SUSPENDED = VMState.SUSPENDED
@@ -221,9 +222,13 @@ class Pass:
         ctx = self.ctxs.get(ln.key)
         if ctx is None:
             ctx = self.context(ln)
+        work = total - (_NAN if done is None else done)  # (metrics_row's, inlined)
+        if not work > 0.0:
+            work = 0.0
         try:
             stop, suspend, new = one(app.controller, fixed, ctx, balance / MICRO, n + 0.0,
-                                     done, total, rate, ideal, perf, bids, allocs)
+                                     work, _NAN if rate is None else rate,
+                                     _NAN if ideal is None else ideal, perf, bids, allocs)
         except Exception:  # (a bug of the form, the scalar re-split's): the scalar path
             return None
         if new is None:  # declined
@@ -326,20 +331,10 @@ def fits(values: Sequence[float], nvms: int, balance: int) -> bool:
     <merkat.core.model.to_micro>` rounds). False for a balance a float does not hold exactly
     (within_budget decides). ``tests/test_batched_gather.py`` pins it against within_budget
     at the micro-credit's edge."""
-    if not balance < _EXACT:
-        return False
     x = 0.0 + values[0]
     for y in values[1:]:
         x = x + y
-    total = x
-    for _ in range(1, nvms):
-        total = total + x
-    if total - total != 0:  # not finite
-        return False
-    if total <= 0:
-        return True
-    y = total * MICRO
-    return y - y == 0 and round(y) <= balance
+    return fits_one(x, nvms, balance)  # (0.0 + x is x: a sum from 0.0 is never -0.0)
 
 
 def pays_one(x: float, nvms: int, balance: int) -> bool:

@@ -168,13 +168,14 @@ class BatchedPolicy(Protocol):
         would."""
 
     def one(self, controller: Controller, fixed: Sequence[float], ctx: Rows, balance: float,
-            nvms: float, done: float | None, total: float | None, rate: float | None,
-            ideal: float | None, perf: float | None, bids: Sequence[float],
-            allocs: Sequence[float]) -> Row:
+            nvms: float, work: float, rate: float, ideal: float, perf: float | None,
+            bids: Sequence[float], allocs: Sequence[float]) -> Row:
         """One application's decision (the plain form, Python floats): ``controller``'s, with
         ``fixed`` its :class:`Rows` ``fixed`` entry, ``ctx`` the period's values (its
         ``time``, ``period``, ``resources``, ``prices``, ``bid_min``; its ``rows`` unread) and
-        the rest one :class:`Rows` row's values (``bids``, ``allocs``: per resource). Returns
+        the rest one :class:`Rows` row's values as :func:`metrics_row` reads them (``work``
+        left, never negative, NaN as 0; ``rate``, ``ideal``: NaN when not reported; ``bids``,
+        ``allocs``: per resource). Returns
         :data:`Row`, and moves ``controller``'s state as its scalar
         :meth:`~merkat.control.base.Controller.decide` would, only once nothing can raise any
         more: a row that raises moves nothing (the caller declines it). The same bits as
@@ -190,6 +191,15 @@ DECLINED: Row = (None, False, None)
 """The :data:`Row` of an application a form does not decide (the scalar path does)."""
 
 
+class PlainRows:
+    """A batched form's :meth:`decide_rows` from its :meth:`BatchedPolicy.one` (the forms'
+    base)."""
+
+    def decide_rows(self, controllers: Sequence[Controller], rows: Rows) -> BatchDemand:
+        """:meth:`BatchedPolicy.one` row by row (:func:`decide_rows`)."""
+        return decide_rows(self, controllers, rows)  # type: ignore[arg-type]
+
+
 def decide_rows(policy: BatchedPolicy, controllers: Sequence[Controller], rows: Rows
                 ) -> BatchDemand:
     """The plain form of ``policy`` on a group: :meth:`BatchedPolicy.one` row by row, a row
@@ -203,10 +213,10 @@ def decide_rows(policy: BatchedPolicy, controllers: Sequence[Controller], rows: 
     values: list[list[float]] = []
     declined: list[bool] = []
     for c, row, fx in zip(controllers, rows.rows, rows.fixed, strict=True):
+        balance, nvms, work, rate, ideal, _ = metrics_row(row, 0.0, 0.0)
         try:
-            stop, susp, new = one(c, fx, rows, row[0], row[1], row[2], row[3],  # type: ignore[arg-type]
-                                  row[4], row[5], row[6], row[7:7 + R],  # type: ignore[arg-type]
-                                  row[7 + R:7 + 2 * R])  # type: ignore[arg-type]
+            stop, susp, new = one(c, fx, rows, balance, nvms, work, rate, ideal,
+                                  row[6], row[7:7 + R], row[7 + R:7 + 2 * R])  # type: ignore[arg-type]
         except Exception:  # (a bug of the form, or the scalar re-split's): the scalar path
             stop, susp, new = DECLINED
         stops.append(stop)

@@ -13,9 +13,9 @@ from merkat.control.batched.base import (
     BATCHED,
     Batch,
     BatchDemand,
+    PlainRows,
     Row,
     Rows,
-    decide_rows,
     gap,
     gap_row,
     need_row,
@@ -32,7 +32,7 @@ _INF, _NAN = math.inf, math.nan
 _STATE = 8  # the parameters and counters before the estimates (BatchedVerticalDeadline.state)
 
 
-class BatchedVerticalDeadline:
+class BatchedVerticalDeadline(PlainRows):
     """Themis Fig. 4 lines 1-7 for running applications, row-wise: the EWMA allocation
     estimate (``on_monitor``), ``stop_reason``, the halving at maximum allocation,
     Scale-One-VM (:class:`~merkat.control.generic.ScaleOneVM`) on the progress rates, and the
@@ -153,30 +153,15 @@ class BatchedVerticalDeadline:
                 ctl.suspensions += 1
         return BatchDemand(stops, susp_l, new)
 
-    def decide_rows(self, controllers: Sequence[Controller], rows: Rows) -> BatchDemand:
-        """:meth:`one` row by row (:func:`~merkat.control.batched.base.decide_rows`)."""
-        return decide_rows(self, controllers, rows)
-
     def one(self, c: Controller, fx: Sequence[float], ctx: Rows, balance: float, nvms: float,
-            done: float | None, total: float | None, rate: float | None,
-            ideal_rate: float | None, perf: float | None, bids: Sequence[float],
-            allocs: Sequence[float]) -> Row:
-        """:meth:`decide` of one row on Python floats (the plain form,
-        :meth:`BatchedPolicy.one <merkat.control.batched.base.BatchedPolicy.one>`): each line
-        is the numpy form's, the branches it discards not computed; the controller's state
-        written last. ``tests/test_batched_plain.py`` pins the two equal bit for bit."""
+            work: float, rate: float, ideal_rate: float, perf: float | None,
+            bids: Sequence[float], allocs: Sequence[float]) -> Row:
+        """:meth:`decide` of one row (the plain form: :class:`BatchedPolicy.one
+        <merkat.control.batched.base.BatchedPolicy>`)."""
         ctl: VerticalDeadline = c  # type: ignore[assignment]
         names, prices, floors = ctx.resources, ctx.prices, ctx.bid_min
         now, R = ctx.time, len(names)
         inf, nan = _INF, _NAN
-        # metrics_row, inlined: work left (never negative, NaN as 0), rates (None: NaN)
-        work = (nan if total is None else total) - (nan if done is None else done)
-        if not work > 0.0:
-            work = 0.0
-        if rate is None:
-            rate = nan
-        if ideal_rate is None:
-            ideal_rate = nan
         scaler, value = ctl.scaler, ctl.alloc_est.value
         # on_monitor: the EWMA estimate of the allocation (Ewma.update)
         if R == 1:  # (one traded resource: no slices, no loops)

@@ -4,31 +4,18 @@ see :mod:`merkat.control.batched`."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from merkat.control.base import Controller
-from merkat.control.batched.base import (
-    BATCHED,
-    DECLINED,
-    Batch,
-    BatchDemand,
-    Row,
-    Rows,
-    decide_rows,
-    gap,
-    gap_row,
-    pymax,
-    spend_cap,
-    spend_cap_row,
-)
-from merkat.control.batched.slo import alg1_row, alg1_rows, history_rows, resplit_rows
-from merkat.control.generic import MerkatVertical, MerkatVerticalScaler
+from merkat.control.batched import base
+from merkat.control.batched.base import BATCHED, DECLINED, Batch, BatchDemand, PlainRows, Row, Rows
+from merkat.control.batched.slo import alg1_row, alg1_rows, history_rows, resplit_one, resplit_rows
+from merkat.control.generic import MerkatVertical
 
 
-class BatchedMerkatVertical:
+class BatchedMerkatVertical(PlainRows):
     """Merkat Alg. 1 on the progress rate against the rate the deadline needs
     (:func:`~merkat.control.generic.deadline_metric`), row-wise: stop when the work is done,
     keep the current bid without a measured rate, else one Alg. 1 step
@@ -57,7 +44,7 @@ class BatchedMerkatVertical:
         low, high, alloc_min, horizon = b.state[:4]
         history = b.state[4:]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            work = pymax(0.0, b.work_total - b.work_done)
+            work = base.pymax(0.0, b.work_total - b.work_done)
             left = b.deadline - b.time
             finished = work <= 0
             declined = ~finished & ((b.performance == b.performance) | ((left <= 0) & (work > 0)))
@@ -65,8 +52,8 @@ class BatchedMerkatVertical:
             stepped = ~finished & ~declined & (rate == rate) & (left > 0)
             ref = work / left  # deadline_metric: higher is better
             direction = np.where(rate < ref / high, 1, np.where(rate > ref / low, -1, 0))
-            t = gap(rate, ref)
-            cap = spend_cap(b, left, horizon)
+            t = base.gap(rate, ref)
+            cap = base.spend_cap(b, left, horizon)
             new, wanted = alg1_rows(b, direction, t, alloc_min, history)
         names = b.resources
         resplit_rows(b, new, cap, np.flatnonzero(stepped & (wanted > cap)).tolist())  # 19-25
@@ -86,36 +73,25 @@ class BatchedMerkatVertical:
         stop: list[str | None] = ["finished" if f else None for f in finished.tolist()]
         return BatchDemand(stop, [False] * n, bid, declined.tolist())
 
-    def decide_rows(self, controllers: Sequence[Controller], rows: Rows) -> BatchDemand:
-        """:meth:`one` row by row (:func:`~merkat.control.batched.base.decide_rows`)."""
-        return decide_rows(self, controllers, rows)
-
     def one(self, c: Controller, fx: Sequence[float], ctx: Rows, balance: float, nvms: float,
-            done: float | None, total: float | None, rate: float | None,
-            ideal_rate: float | None, perf: float | None, bids: Sequence[float],
-            allocs: Sequence[float]) -> Row:
-        """:meth:`decide` of one row on Python floats (the plain form,
-        :meth:`BatchedPolicy.one <merkat.control.batched.base.BatchedPolicy.one>`): each line
-        is the numpy form's, the branches it discards not computed; the controller's state
-        written last. ``tests/test_batched_plain.py`` pins the two equal bit for bit."""
-        nan = math.nan
-        work = (nan if total is None else total) - (nan if done is None else done)
-        if not work > 0.0:  # pymax(0.0, work): NaN as 0
-            work = 0.0
+            work: float, rate: float, ideal_rate: float, perf: float | None,
+            bids: Sequence[float], allocs: Sequence[float]) -> Row:
+        """:meth:`decide` of one row (the plain form: :class:`BatchedPolicy.one
+        <merkat.control.batched.base.BatchedPolicy>`)."""
         left = fx[1] - ctx.time
         if work <= 0:
             return "finished", False, list(bids)
         if (perf is not None and perf == perf) or (left <= 0 and work > 0):
             return DECLINED
-        if rate is None or rate != rate or not left > 0:  # no metric: the current bid
+        if rate != rate or not left > 0:  # no metric: the current bid
             return None, False, list(bids)
         names = ctx.resources
         R = len(names)
         low, high, alloc_min, horizon = fx[2 + R:6 + R]
         ref = work / left  # deadline_metric: higher is better
         direction = 1 if rate < ref / high else (-1 if rate > ref / low else 0)
-        t = gap_row(rate, ref)
-        cap = spend_cap_row(balance, fx[0], nvms, left, ctx.period, horizon)
+        t = base.gap_row(rate, ref)
+        cap = base.spend_cap_row(balance, fx[0], nvms, left, ctx.period, horizon)
         scaler = c.scaler  # type: ignore[attr-defined]
         hist = scaler.history
         prices, floors = ctx.prices, ctx.bid_min
@@ -128,11 +104,7 @@ class BatchedMerkatVertical:
             new.append(x)
             wanted = x if j == 0 else wanted + x
         if wanted > cap:  # lines 19-25, the budget re-split: the scalar helper
-            split = MerkatVerticalScaler.resplit(
-                dict(zip(names, new, strict=True)), cap, dict(zip(names, allocs, strict=True)),
-                dict(zip(names, fx[2:2 + R], strict=True)),
-                dict(zip(names, floors, strict=True)))
-            new = [split[r] for r in names]
+            new = resplit_one(names, new, cap, allocs, fx[2:2 + R], floors)
         # the state the scalar call leaves (nothing raises after this)
         scaler.wanted = wanted
         for j, r in enumerate(names):

@@ -15,9 +15,9 @@ from merkat.control.batched.base import (
     Batch,
     BatchDemand,
     FloatArray,
+    PlainRows,
     Row,
     Rows,
-    decide_rows,
     gap,
     pymax,
     pymin,
@@ -39,7 +39,7 @@ _INF, _NAN = math.inf, math.nan
 # --- the SLO policies (merkat.control.slo): SLO Alg. 1 on Merkat Alg. 1 -----------------------
 
 
-class BatchedSLO:
+class BatchedSLO(PlainRows):
     """The four SLO policies of :mod:`merkat.control.slo` (``steer="scale"``) for running
     applications: ``stop_reason``, ``metric``/``judge``/``gap``, ``vm_bid_max``, Merkat
     Alg. 1's step (:class:`~merkat.control.generic.MerkatVerticalScaler`) and the suspend
@@ -142,28 +142,12 @@ class BatchedSLO:
             suspend[i] = c.back_off(cond_l[i])  # type: ignore[attr-defined]
         return BatchDemand(stops, suspend, new)
 
-    def decide_rows(self, controllers: Sequence[Controller], rows: Rows) -> BatchDemand:
-        """:meth:`one` row by row (:func:`~merkat.control.batched.base.decide_rows`)."""
-        return decide_rows(self, controllers, rows)
-
     def one(self, c: Controller, fx: Sequence[float], ctx: Rows, balance: float, nvms: float,
-            done: float | None, total: float | None, rate: float | None,
-            ideal_rate: float | None, perf: float | None, bids: Sequence[float],
-            allocs: Sequence[float]) -> Row:
-        """:meth:`decide` of one row on Python floats (the plain form,
-        :meth:`BatchedPolicy.one <merkat.control.batched.base.BatchedPolicy.one>`): each line
-        is the numpy form's, the branches it discards not computed (so no division by zero is
-        ever taken); the controller's state written last. ``tests/test_batched_plain.py`` pins
-        the two equal bit for bit."""
+            work: float, rate: float, ideal_rate: float, perf: float | None,
+            bids: Sequence[float], allocs: Sequence[float]) -> Row:
+        """:meth:`decide` of one row (the plain form: :class:`BatchedPolicy.one
+        <merkat.control.batched.base.BatchedPolicy>`; no division by zero is ever taken)."""
         names = ctx.resources
-        # metrics_row, inlined: work left (never negative, NaN as 0), rates (None: NaN)
-        work = (_NAN if total is None else total) - (_NAN if done is None else done)
-        if not work > 0.0:
-            work = 0.0
-        if rate is None:
-            rate = _NAN
-        if ideal_rate is None:
-            ideal_rate = _NAN
         R = len(names)
         if R == 1:  # (one traded resource, the trace jobs' CPU: no slices or loops)
             renewal, deadline, size, low, high, min_fraction, horizon = fx
@@ -226,11 +210,7 @@ class BatchedSLO:
             return ("finished" if finished else self.late_reason), False, new
         condition = short and (direction > 0 if self.dstrict else frac < min_fraction)
         if wanted > cap:  # lines 19-25, the budget re-split: the scalar helper
-            split = MerkatVerticalScaler.resplit(
-                dict(zip(names, new, strict=True)), cap, dict(zip(names, allocs, strict=True)),
-                dict(zip(names, fx[2:2 + R], strict=True)),
-                dict(zip(names, floors, strict=True)))
-            new = [split[r] for r in names]
+            new = resplit_one(names, new, cap, allocs, fx[2:2 + R], floors)
         # the state the scalar call leaves (nothing raises after this)
         scaler.wanted = wanted
         if R == 1:
@@ -251,6 +231,18 @@ class BatchedSLO:
         else:  # back_off(False), inlined (the exact class: accepts)
             c.backoff, c.waited = None, 0  # type: ignore[attr-defined]
         return None, condition, new
+
+
+def resplit_one(names: Sequence[str], new: Sequence[float], cap: float,
+                allocs: Sequence[float], sizes: Sequence[float], floors: Sequence[float]
+                ) -> list[float]:
+    """Alg. 1's lines 19-25 on one row on Python floats: its bids ``new`` re-split within
+    ``cap`` by the scalar helper (:meth:`~merkat.control.generic.MerkatVerticalScaler.resplit`),
+    per resource of ``names``."""
+    split = MerkatVerticalScaler.resplit(
+        dict(zip(names, new, strict=True)), cap, dict(zip(names, allocs, strict=True)),
+        dict(zip(names, sizes, strict=True)), dict(zip(names, floors, strict=True)))
+    return [split[r] for r in names]
 
 
 def history_rows(controllers: Sequence[Controller], resources: tuple[str, ...]
