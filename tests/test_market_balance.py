@@ -108,77 +108,43 @@ def test_the_shortcuts_give_the_general_paths_clearing_byte_for_byte(
 
 
 def test_the_usual_loops_kept_estimates_are_the_fresh_ones() -> None:
-    """After :func:`~merkat.market.balance_loop.usual_loop` (which updates the kept
-    estimates inline, each moved node once), every kept estimate array brought up to date
-    equals the one computed from the nodes' current terms, bit for bit."""
+    """After :func:`~merkat.market.balance_loop.usual_loop` (which updates a kept estimate
+    array inline when its class is next asked, each node moved since once), every kept
+    array equals the one computed from the nodes' current terms (the general path's numpy
+    expression), bit for bit, on every node not moved since it was last brought up to
+    date; the usual market's terms kept as Python floats equal the search's arrays. On
+    one-core markets and on hosts of several cores with capped VMs."""
     from merkat.market.balance_loop import usual_loop
     from merkat.market.clear import ideal_allocation
     from merkat.market.placement import worst_fit_decreasing
 
-    checked = 0
-    for seed in range(0, 120, 6):
+    checked = nodes = moves = 0
+    for seed in range(60):
         hosts, vms, _ = _market(seed)
+        if len(hosts) < 2:
+            continue
         ideal, _ = ideal_allocation(hosts, vms)
         s = balance_state.Search(hosts, vms, worst_fit_decreasing(hosts, vms), ideal,
                                  BalanceParams(max_migrations=40, error_threshold=0.0))
-        if len(hosts) < 2:
-            continue
         s.prepare()
-        assert s.fast is not None and s.fast.simple, seed
+        if s.fast is None or not s.fast.simple:
+            continue
         with np.errstate(divide="ignore", invalid="ignore"):
             it, _, _ = usual_loop(s, s.params, s.rms())
-        assert it > 0, seed
-        placed = np.flatnonzero(s.host >= 0).tolist()
-        assert s.host.tolist() == s.host_l and s.err.tolist() == [
-            float(x) for x in s.err]
-        for (b, c, i), entry in list(s.fast.kept.items()):
-            if len(s.fast.log) - entry[1] > balance_fast.STALE:
-                continue  # (computed again when next asked, not updated)
-            s.fast.candidates(next(u for u in placed
-                                   if (s.bid_t[0][u], s.cap_t[0][u], s.ideal_t[0][u])
-                                   == (b, c, i)))
+        moves += it
+        assert s.host.tolist() == s.host_l, seed
+        log = s.fast.log
+        for (b, c, i), (e, at) in s.fast.kept.items():
             with np.errstate(divide="ignore", invalid="ignore"):
                 est = np.minimum(c, b * s.cl[:, 0] / (s.bu[:, 0] + b))
                 fresh = np.where(est > 0, np.abs(1.0 - i / est), 1e3)
-            assert s.fast.kept[b, c, i] is entry
-            assert entry[0].tobytes() == fresh.tobytes(), seed
+            same = np.ones(len(hosts), dtype=bool)
+            same[log[at:]] = False
+            assert e[same].tobytes() == fresh[same].tobytes(), seed
             checked += 1
+            nodes += int(same.sum())
         assert s.fast.bu_l == s.bu[:, 0].tolist() and s.fast.cl_l == s.cl[:, 0].tolist()
-    assert checked > 20
-
-
-@pytest.mark.parametrize("seed", [6, 7, 13, 19])
-def test_a_kept_estimate_is_the_fresh_one(seed: int) -> None:
-    """After moves, every kept estimate array equals the one computed from the nodes'
-    current terms (the general path's numpy expression), bit for bit: on the usual market
-    (seed 6) and on hosts of several cores with capped VMs (the others)."""
-    hosts, vms, params = _market(seed)
-    from merkat.market.clear import ideal_allocation
-    from merkat.market.placement import worst_fit_decreasing
-
-    ideal, _ = ideal_allocation(hosts, vms)
-    s = balance_state.Search(hosts, vms, worst_fit_decreasing(hosts, vms), ideal, params)
-    s.prepare()
-    assert s.fast is not None and s.fast.simple
-    placed = np.flatnonzero(s.host >= 0).tolist()
-    checked = 0
-    for v in placed * 2:
-        s.fast.candidates(v)
-        dst = s.destination(v)
-        if dst != NO_HOST:
-            s.move(v, dst)
-        for (b, c, i), entry in s.fast.kept.items():
-            s.fast.candidates(next(u for u in placed
-                                   if (s.bid_t[0][u], s.cap_t[0][u], s.ideal_t[0][u])
-                                   == (b, c, i)))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                est = np.minimum(c, b * s.cl[:, 0] / (s.bu[:, 0] + b))
-                fresh = np.where(est > 0, np.abs(1.0 - i / est), 1e3)
-            assert entry[0].tobytes() == fresh.tobytes()
-            checked += 1
-        # the usual market's terms kept as Python floats equal the search's arrays
-        assert s.fast.bu_l == s.bu[:, 0].tolist() and s.fast.cl_l == s.cl[:, 0].tolist()
-    assert checked > 20
+    assert checked > 50 and nodes > 1000 and moves > 200
 
 
 def test_stable_order_is_numpys_stable_argsort() -> None:

@@ -5,7 +5,8 @@ runs random searches both ways, :data:`~merkat.market.balance_state.FAST_PATHS` 
 and compares every mapping, error and count; the golden digests and ``themis-fig5``'s
 ``results.json`` pin the whole runs):
 
-- **the destination's estimates kept per VM class** (:meth:`Shortcuts.candidates`): a VM's
+- **the destination's estimates kept per VM class** (``Shortcuts.kept``, used by
+  :func:`~merkat.market.balance_loop.usual_loop`): a VM's
   estimated error on every node depends only on its bid, cap and ideal share and on each
   node's uncapped bids and capacity left; a move changes those of two nodes. VMs of one
   application share their class, so most estimates of a search were already computed for an
@@ -15,7 +16,7 @@ and compares every mapping, error and count; the golden digests and ``themis-fig
   positive), instead of ~10 numpy calls over every node. Taken when one resource makes
   errors, it is traded, every node has it and no VM has a minimum (the other searches take
   the general path);
-- **the candidates' exact errors in O(1) per node** (:meth:`Shortcuts.exact`): when no VM
+- **the candidates' exact errors in O(1) per node** (in ``usual_loop``'s destination): when no VM
   of a candidate node would be capped with the VM added, the water-filling's first step is
   its answer (:func:`~merkat.market.share.first_share_of_added`, inlined with
   :func:`~merkat.market.allocation_error.rel_error`); above ``_SMALL`` VMs the general path
@@ -34,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from merkat.market.allocation_error import ERROR_LIMIT
-from merkat.market.share import _RTOL, _TINY, bid_ratio, share_of_last
+from merkat.market.share import _RTOL, _TINY
 from merkat.market.types import FloatArray
 
 SAFE_SUM = 1e300
@@ -93,12 +94,6 @@ def errors(shares: list[float], ideals: list[float]) -> list[float]:
     return out
 
 
-def errors_of(shares: list[float], i: float) -> list[float]:
-    """:func:`errors` of ``shares`` against one ideal share ``i`` (a destination's
-    candidates: the same VM on each node)."""
-    return errors(shares, [i] * len(shares))
-
-
 class Shortcuts:
     """The shortcuts of one search (module docstring); ``s`` is its
     :class:`~merkat.market.balance_state.Search`, prepared; up to ``small`` VMs its general
@@ -134,98 +129,6 @@ class Shortcuts:
             for h in nodes:
                 self.bu_l[h] = float(s.bu[h, r])
                 self.cl_l[h] = float(s.cl[h, r])
-
-    def candidates(self, v: int) -> list[int] | None:
-        """``Search._candidates(v)`` from the kept estimates, or None (not the usual
-        market, or ``v`` bids nothing)."""
-        if not self.simple:
-            return None
-        s, r = self.s, self.r
-        b = s.bid_t[r][v]
-        if not b > 0:
-            return None
-        c, i = s.cap_t[r][v], s.ideal_t[r][v]
-        key = (b, c, i)
-        entry = self.kept.get(key)
-        log = self.log
-        now = len(log)
-        if entry is None or now - entry[1] > STALE:
-            est = np.minimum(c, b * s.cl_col[r] / (s.bu_col[r] + b))
-            e = np.where(est > 0, np.abs(1.0 - i / est), ERROR_LIMIT)
-            self.kept[key] = [e, now]
-        else:
-            e = entry[0]
-            if entry[1] < now:
-                bu, cl = self.bu_l, self.cl_l
-                for h in log[entry[1]:]:
-                    x = b * cl[h] / (bu[h] + b)
-                    x = c if c < x else x  # = np.minimum(c, x): NaN kept (c is not NaN)
-                    e[h] = abs(1.0 - i / x) if x > 0 else ERROR_LIMIT
-                entry[1] = now
-        n_nodes = e.shape[0]
-        if n_nodes - 1 <= 0:
-            return []
-        src = s.host_l[v]
-        was = e[src]
-        e[src] = _INF
-        k = s.params.candidates
-        if k > n_nodes - 1:
-            k = n_nodes - 1
-        # = lowest(e, k), inlined (k < n_nodes: argpartition's choice among ties)
-        cands = e.argpartition(k - 1)[:k]
-        vals: list[float] = e[cands].tolist()
-        e[src] = was
-        nodes: list[int] = cands.tolist()
-        if min(vals) > -_INF and max(vals) < _INF:  # all finite: the usual
-            nodes.sort()
-            return nodes
-        nodes = sorted(h for h, x in zip(nodes, vals, strict=True) if -_INF < x < _INF)
-        if not nodes:
-            raise ValueError("no candidate destination with a finite estimate")
-        return nodes
-
-    def exact(self, v: int, nodes: list[int]) -> list[float] | None:
-        """``Search._exact(v, nodes)`` when no candidate node has a capped VM with ``v``
-        added (above ``_SMALL`` VMs in all, also the running sums finite), else None; up to
-        ``_SMALL`` VMs a node with a capped VM is cleared by ``share_of_last`` as there."""
-        if not self.simple:
-            return None
-        s, r = self.s, self.r
-        members = s.members
-        sums, rmaxs, cap_r = s.node_sum[r], s.node_rmax[r], s.cap_node[r]
-        b_v, c_v, i_v = s.bid_t[r][v], s.cap_t[r][v], s.ideal_t[r][v]
-        r_v = bid_ratio(b_v, c_v)
-        shares: list[float] = []
-        capped: list[int] = []  # positions of the nodes where the first step does not hold
-        total = len(nodes)
-        for h in nodes:
-            total += len(members[h])
-            rm = rmaxs[h]
-            if r_v > rm:
-                rm = r_v
-            # = first_step(sums[h] + b_v, cap_r[h]), inlined
-            left_b = (sums[h] + b_v) - 0.0
-            if left_b < 0.0:
-                left_b = 0.0
-            left_c = cap_r[h] - 0.0
-            p = 0.0 if left_b <= 0.0 else left_b / left_c if left_c > 0.0 else _INF
-            if not rm <= p * _LIMIT:
-                capped.append(len(shares))
-                shares.append(0.0)
-            elif 0.0 < p < _INF:
-                shares.append(b_v / p if p >= _TINY else (b_v / left_b) * left_c)
-            else:
-                shares.append(0.0)
-        if total > self.small:
-            if capped or not self.safe[r]:
-                return None
-            shares = [a if -_INF < a < _INF else 0.0 for a in shares]
-        else:
-            for g in capped:
-                h = nodes[g]
-                shares[g] = share_of_last(s.node_bids[r][h] + [b_v],
-                                          s.node_caps[r][h] + [c_v], cap_r[h])
-        return errors_of(shares, i_v)
 
     def move_errors(self, alloc: list[float], m: list[int]) -> list[float]:
         """``Search.move``'s new errors of VMs ``m`` from their allocations ``alloc`` of

@@ -9,7 +9,8 @@ What it replaces: per iteration, ``_search_loop`` calls :meth:`Search.destinatio
 dictionary look-ups and ~8 numpy operations of bookkeeping (the VM errors read and written
 through index arrays, the mapping written and copied as an array, ``(err > threshold).any()``
 at each better mapping). Here the same steps run inline on the search's lists held in local
-variables: the VM errors as a Python list (``err_l``) with a count of those above the
+variables (calling only the shortcuts' ``pair_shares`` and ``errors``, and the general path
+where the shortcuts do not hold): the VM errors as a Python list (``err_l``) with a count of those above the
 threshold, the mapping as ``host_l`` (copied as a list at each better mapping), the node
 terms as the shortcuts' lists. What stays numpy, because its bits or its choices are
 numpy's: the selection's ``argmax`` over the scores (first of equal maxima), the
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from merkat.market.allocation_error import ERROR_LIMIT
-from merkat.market.balance_fast import STALE
+from merkat.market.balance_fast import STALE, errors
 from merkat.market.share import _RTOL, _TINY, share_of_last
 from merkat.market.types import NO_HOST, BalanceParams, IntArray
 
@@ -70,9 +71,9 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
     sums, rmaxs, cap_r = s.node_sum[r], s.node_rmax[r], s.cap_node[r]
     nb, nc, nq = s.node_bids[r], s.node_caps[r], s.node_ratio[r]
     bid_r, capv_r, ideal_r = s.bid_t[r], s.cap_t[r], s.ideal_t[r]
-    bu, cl = s.bu, s.cl
+    cl = s.cl
     bu_col, cl_col = s.bu_col[r], s.cl_col[r]
-    bu_l, cl_l, log, kept = f.bu_l, f.cl_l, f.log, f.kept
+    bu_l, cl_l, log, kept, pair_shares = f.bu_l, f.cl_l, f.log, f.kept, f.pair_shares
     small, safe_r = f.small, f.safe[r]
     n_nodes = cl.shape[0]
     count = s.count  # (every node's sum and largest ratio: prepared for every node)
@@ -163,17 +164,7 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
                         if not loaded[h]:
                             load(h)
                         shares[g] = share_of_last(nb[h] + [b_v], nc[h] + [c_v], cap_r[h])
-                errs = []
-                for a in shares:  # = errors_of(shares, i_v)
-                    if a > 0:
-                        x = (a - i_v) / a
-                        if x > ERROR_LIMIT or x < -ERROR_LIMIT:
-                            x = ERROR_LIMIT
-                        elif x < 0.0:
-                            x = -x
-                    else:
-                        x = ERROR_LIMIT if i_v > 0 else 0.0
-                    errs.append(x if x > 0.0 else 0.0)
+                errs = errors(shares, [i_v] * len(shares))
             best = 0
             for g in range(1, len(errs)):
                 if errs[g] < errs[best]:
@@ -209,39 +200,17 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
                 rmaxs[dst] = r_v
             host_l[v] = dst
             m = ms + md
-            # the pair's shares (= Shortcuts.pair_shares, else the general path's)
+            # the pair's shares (the shortcut, else the general path's)
             n = len(b_src) + len(b_dst)
-            segmented = n > small
-            alloc: list[float] | None = None
-            if safe_r or not segmented:
-                ps, lbs, lcs = _first_step(sums[src], cap_r[src])
-                pd, lbd, lcd = _first_step(sums[dst], cap_r[dst])
-                if rmaxs[src] <= ps * _LIMIT and rmaxs[dst] <= pd * _LIMIT:
-                    bu[src, r], cl[src, r] = bu_l[src], cl_l[src] = lbs, lcs
-                    bu[dst, r], cl[dst, r] = bu_l[dst], cl_l[dst] = lbd, lcd
-                    alloc = (_shares(b_src, ps, lbs, lcs) + _shares(b_dst, pd, lbd, lcd))
-                    if segmented:
-                        alloc = [a if -_INF < a < _INF else 0.0 for a in alloc]
+            alloc = pair_shares(r, src, dst, n > small)
             if alloc is None:
                 alloc = s._pair_general(r, src, dst, n)
                 f.synced(r, (src, dst))
-            new: list[float] = []
+            new = errors(alloc, [ideal_r[j] for j in m])
             old: list[float] = []
-            for a, j in zip(alloc, m, strict=True):  # = errors(alloc, ideals of m)
-                i = ideal_r[j]
-                if a > 0:
-                    x = (a - i) / a
-                    if x > ERROR_LIMIT or x < -ERROR_LIMIT:
-                        x = ERROR_LIMIT
-                    elif x < 0.0:
-                        x = -x
-                else:
-                    x = ERROR_LIMIT if i > 0 else 0.0
-                if not x > 0.0:
-                    x = 0.0
+            for x, j in zip(new, m, strict=True):
                 y = err_l[j]
                 old.append(y)
-                new.append(x)
                 err_l[j] = x
                 n_over += (x > threshold) - (y > threshold)
             log += (src, dst)
@@ -278,23 +247,3 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
             best_host[u] = h
     return it, best_host, best_rms
 
-
-def _first_step(total: float, capacity: float) -> tuple[float, float, float]:
-    """:func:`merkat.market.balance_fast.first_step` (the same code: a moved node's price
-    and its two terms)."""
-    left_b = total - 0.0
-    if left_b < 0.0:
-        left_b = 0.0
-    left_c = capacity - 0.0
-    if left_b <= 0.0:
-        return 0.0, left_b, left_c
-    return (left_b / left_c if left_c > 0.0 else _INF), left_b, left_c
-
-
-def _shares(bids: list[float], p: float, left_b: float, left_c: float) -> list[float]:
-    """A node's uncapped shares at price ``p`` (``Shortcuts.pair_shares``' arithmetic)."""
-    if not 0.0 < p < _INF:
-        return [0.0] * len(bids)
-    if p >= _TINY:
-        return [x / p for x in bids]
-    return [(x / left_b) * left_c for x in bids]

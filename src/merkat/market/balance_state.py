@@ -250,22 +250,17 @@ class Search:
         Every node is ranked by a closed-form estimate of v's allocation there (v's bid over
         the node's uncapped bids plus v's, times the capacity left to them, capped); the best
         ``params.candidates`` are then cleared exactly and the best of them is returned.
+        (The usual market's searches run :mod:`merkat.market.balance_loop`, whose
+        destination keeps the estimates and clears by the first step: the same answer.)
         """
-        if self.fast is not None:
-            nodes = self.fast.candidates(v)
-            if nodes is None:
-                nodes = self._candidates(v)
-        else:
-            nodes = self._candidates(v)
+        nodes = self._candidates(v)
         if not nodes:
             return NO_HOST
         loaded = self.loaded
         for h in nodes:
             if not loaded[h]:
                 self.load(h)
-        errs = self.fast.exact(v, nodes) if self.fast is not None else None
-        if errs is None:
-            errs = self._exact(v, nodes)
+        errs = self._exact(v, nodes)
         best = 0
         for g in range(1, len(errs)):
             if errs[g] < errs[best]:
