@@ -79,12 +79,12 @@ def install() -> None:
     from merkat.core import market_input
     patch(market_input.MarketInput, "__call__", "market input")
     patch(admission, "market_rows", "market input")
-    from merkat.core import plan_memo
+    from merkat.core import plan
     # (the batched controllers run inside the decide loop since the fifteenth session, one
     # pass per application: their time is in "decide (loop)"; a counter per application
     # would cost as much as what it counts)
-    patch(plan_memo.Plans, "__call__", "plan and bills")
-    patch(plan_memo.Bills, "__call__", "plan and bills")
+    patch(plan.Plans, "__call__", "plan and bills")
+    patch(plan.Bills, "__call__", "plan and bills")
     patch(admission, "make_plan", "plan and bills")
     patch(admission, "bills_of", "plan and bills")
     patch(period, "bidding_vms", "market input")

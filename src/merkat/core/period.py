@@ -74,7 +74,7 @@ from merkat.core.model import (
     to_micro,
 )
 from merkat.core.period_log import PeriodLog
-from merkat.core.plan_memo import Bills, Plans
+from merkat.core.plan import Bills, Plans
 from merkat.core.reconcile import Decider, end
 from merkat.core.running import RunningRows
 from merkat.defaults import KEEP_ALIVE, MECHANISM, MICRO, PERIOD_S, RESERVE_PRICE
@@ -296,7 +296,7 @@ class Platform:
         result = self._clear(vms)
         prices = {r: float(result.price[k]) for k, r in enumerate(RESOURCES)}
         plan = self._plans(now, self.period, runs, result, ops, vms.host)
-        bills, usage = self._bills(runs, result, vms.host, vms.bid, prices, self._plans.same)
+        bills, usage = self._bills(runs, result, vms.host, vms.bid, prices)
         alloc = result.allocation.sum(axis=0) if bidding else np.zeros(len(RESOURCES))
         return Decision(
             index=self.index, time=now, plan=plan, bills=bills, usage=usage,

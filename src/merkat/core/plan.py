@@ -400,3 +400,82 @@ def _per_application(ids: list[str], any_hosted: list[bool], totals: list[int],
             usage[i] = usage.get(i, 0) + v
     names = sorted(bills)
     return tuple((i, bills[i]) for i in names), tuple((i, usage[i]) for i in names)
+
+
+class Plans:
+    """:func:`make_plan` for a period, remembering the last plan: when the clearing is the
+    last one (the same object: a quiet period, :meth:`Platform._clear
+    <merkat.core.period.Platform._clear>`), no VM changes host, and the same applications
+    hold the same VMs whose allocation mappings are the ones the last plan gave them
+    (identity: a mapping is kept while its values do not change), every VM keeps its
+    allocation and the plan's ``allocations`` are the last plan's (the same mapping, shared:
+    plans are read, never changed); only the destroys and suspends are new. Checked with
+    list comparisons over the runs joined (the applications, their rows and VM counts, the
+    VM ids; the mappings by identity) instead of a visit per VM or per application. Not a
+    record: a cache of a pure function (``tests/test_plan.py`` compares both)."""
+
+    def __init__(self) -> None:
+        self._last: tuple[Any, ...] | None = None
+
+    def __call__(self, now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
+                 before: IntArray) -> Plan:
+        """``make_plan(now, period, runs, result, ops, before)``; for the same runs holding
+        the last plan's mappings and a new clearing, its one-column allocations compared
+        with the last ones (:func:`_one_column_allocations`' ``prior``)."""
+        key, allocs = _joined(runs)
+        last = self._last
+        prior: Column | None = None
+        if last is not None and key == last[1] and all(map(operator.is_, allocs, last[2])):
+            if last[0] is result and not (result.host != before).any():
+                return Plan(time=now, period=period, destroy=tuple(ops.destroy),
+                            suspend=tuple(ops.suspend), allocations=last[3].allocations)
+            prior = last[4]
+        plan, column = _plan(now, period, runs, result, ops, before, prior, (key[3], allocs))
+        self._last = (result, key, _joined(runs)[1] if column is None else column.allocs,
+                      plan, column)
+        return plan
+
+
+def _joined(runs: Sequence[Run]) -> tuple[tuple[list[Any], ...], list[dict[str, float]]]:
+    """What :class:`Plans` compares of ``runs``: ``(application ids, rows, VM counts, VM
+    ids)`` and the VMs' allocation mappings, each joined over the runs (new lists)."""
+    apps: list[str] = []
+    rows_of: list[list[int] | None] = []
+    counts: list[int] = []
+    ids: list[str] = []
+    allocs: list[dict[str, float]] = []
+    for nx, _, rows in runs:
+        apps.append(nx.id)
+        rows_of.append(rows)
+        counts.append(len(nx.ids))
+        ids += nx.ids
+        allocs += nx.allocs
+    return (apps, rows_of, counts, ids), allocs
+
+
+class Bills:
+    """:func:`bills_of` for a period, remembering the last answer: a quiet period reuses
+    the last clearing (the same object, for the same bids and hosts:
+    :meth:`Platform._clear <merkat.core.period.Platform._clear>`), and its bills are then
+    those of the last period when the same applications hold the same rows (ids, row
+    counts, traded columns) at the same prices. Not a record: a cache of a pure function,
+    checked by identity of the clearing and equality of everything else it reads."""
+
+    def __init__(self) -> None:
+        self._last: tuple[Any, ...] | None = None
+
+    def __call__(self, runs: Sequence[Run], result: Any, before: IntArray, bid: FloatArray,
+                 prices: Mapping[str, float]
+                 ) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
+        """``bills_of(runs, result.host, before, result.allocation, bid, prices)``."""
+        key = [(nx.id, len(nx.ids) if rows is None else len(rows), const.columns)
+               for nx, const, rows in runs]
+        last = self._last
+        if (last is not None and last[0] is result and last[1] == key and last[2] == prices
+                and (last[3] is before or np.array_equal(last[3], before))
+                and (last[4] is bid or np.array_equal(last[4], bid))):
+            out: tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] = last[5]
+            return out
+        out = bills_of(runs, result.host, before, result.allocation, bid, prices)
+        self._last = (result, key, dict(prices), before, bid, out)
+        return out
