@@ -366,3 +366,41 @@ def test_the_plain_bills_are_the_numpy_bills(seed: int, monkeypatch: pytest.Monk
         got.append(bills_of(runs, host, before, allocation, bid, prices, start=start))
     assert got[0] == got[1]
     assert all(type(v) is int for part in got[1] for _, v in part)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_every_period_s_plan_and_bills_are_a_fresh_computation_s(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random runs (arrivals, rebids, migrations, suspends, ends): at every period the
+    platform's ``Plans`` (a quiet period's reuse, a new clearing against the last column, or
+    the full plan) and ``Bills`` give what ``make_plan`` and ``bills_of`` give on copies of
+    the same runs, each VM left the same mappings, and the clearing is reused in some
+    periods."""
+    from tests.test_market_support import random_run
+
+    from merkat.core.draft import copy
+
+    seen = {"calls": 0, "quiet": 0}
+    plans_call, bills_call = Plans.__call__, Bills.__call__
+
+    def plans(self, now, period, runs, result, ops, before):  # type: ignore[no-untyped-def]
+        fresh = [(copy(nx), const, rows) for nx, const, rows in runs]
+        want = make_plan(now, period, fresh, result, Ops(list(ops.destroy),
+                                                         list(ops.suspend)), before)
+        seen["quiet"] += self._last is not None and self._last[0] is result
+        got = plans_call(self, now, period, runs, result, ops, before)
+        assert got == want
+        assert [nx.allocs for nx, _, _ in runs] == [nx.allocs for nx, _, _ in fresh]
+        seen["calls"] += 1
+        return got
+
+    def bills(self, runs, result, before, bid, prices):  # type: ignore[no-untyped-def]
+        got = bills_call(self, runs, result, before, bid, prices)
+        assert got == bills_of(runs, result.host, before, result.allocation, bid, prices)
+        return got
+
+    monkeypatch.setattr(Plans, "__call__", plans)
+    monkeypatch.setattr(Bills, "__call__", bills)
+    random_run(seed, apps=16, over=3, periods=14, work=1500.0,
+               best_effort=lambda k, rng: k % 8 != 0 or seed == 0)
+    assert seen["calls"] >= 10 and 0 < seen["quiet"] < seen["calls"]
