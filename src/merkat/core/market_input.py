@@ -195,8 +195,7 @@ class MarketInput:
         bid_counts: list[int] = []
         built: list[tuple[AppConst, int]] = []
         fresh = at = joined = 0
-        span = [-1, 0, 0]  # the spans being extended (Spans.take, inlined: once per run)
-        place = [-1, 0, 0]
+        take_span, take_place = spans.take, places.take
         is_ = operator.is_
         get = old.get
         for nx, const, rows in runs:
@@ -207,18 +206,10 @@ class MarketInput:
                 if placed:  # the same lists (copy on write: unchanged): ids, hosts kept
                     k = len(vids)
                     lo = entry[2]  # type: ignore[index]
-                    if place[0] == 0 and place[2] == lo:
-                        place[2] = lo + k
-                    else:
-                        place = [0, lo, lo + k]
-                        places.spans.append(place)
+                    take_place(0, lo, lo + k)
                     if entry[1] is vbids and entry[0] is const:  # type: ignore[index]
                         # and the same bid mappings' list: the rows kept, at once
-                        if span[0] == 0 and span[2] == lo:
-                            span[2] = lo + k
-                        else:
-                            span = [0, lo, lo + k]
-                            spans.spans.append(span)
+                        take_span(0, lo, lo + k)
                         apps[nx.id] = (entry if lo == at  # type: ignore[assignment]
                                        else (const, vbids, at, vids, vhosts))
                         at += k
@@ -232,29 +223,16 @@ class MarketInput:
             if not placed:
                 ids += vids
                 hosts += vhosts
-                if place[0] == 1 and place[2] == joined:
-                    place[2] = joined + k
-                else:
-                    place = [1, joined, joined + k]
-                    places.spans.append(place)
+                take_place(1, joined, joined + k)
                 joined += k
             if (entry is not None and entry[0] is const and len(entry[1]) == k
                     and all(map(is_, vbids, entry[1]))):
-                lo = entry[2]
-                if span[0] == 0 and span[2] == lo:
-                    span[2] = lo + k
-                else:
-                    span = [0, lo, lo + k]
-                    spans.spans.append(span)
+                take_span(0, entry[2], entry[2] + k)
             else:
                 if k:
                     add_bid_rows(vbids, bid_rows, bid_counts)
                 built.append((const, k))
-                if span[0] == 1 and span[2] == fresh:
-                    span[2] = fresh + k
-                else:
-                    span = [1, fresh, fresh + k]
-                    spans.spans.append(span)
+                take_span(1, fresh, fresh + k)
                 fresh += k
             if rows is None:  # (only the record's lists are held: never changed in place)
                 base = nx.base
