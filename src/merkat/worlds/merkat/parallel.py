@@ -31,7 +31,7 @@ cut; at each of its idle points it publishes that it was idle there, and it stop
 of them where a later piece was idle too (waiting, if needed, until that piece has got past
 it). Piece 0 runs in the calling process. A cut at a point where the market's cluster is busy
 costs speed (the piece before it runs on to the next common idle point), never exactness.
-``tests/test_segments.py`` checks every field of the outcome against one process.
+``tests/test_parallel.py`` checks every field of the outcome against one process.
 """
 
 from __future__ import annotations
