@@ -86,7 +86,7 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
         if init != NO_HOST and host_l[v] == init and migrations >= max_mig:
             break  # the better mapping would need more migrations than the budget allows
         it += 1
-        # --- destination (= Search.destination: Shortcuts.candidates, then exact) ---
+        # --- destination (= Search.destination: its _candidates, then _exact) ---
         b = bid_r[v]
         nodes: list[int]
         if not b > 0:
