@@ -91,14 +91,47 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def wait(cond: Any, timeout: float = 30.0) -> Any:
+def wait(cond: Any, timeout: float = 30.0, why: Any = None) -> Any:
+    """``cond()``'s first true value within ``timeout`` s; else fail, saying ``why()``."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         v = cond()
         if v:
             return v
         time.sleep(0.2)
-    raise AssertionError("timed out")
+    raise AssertionError("timed out" + (f": {why()}" if why else ""))
+
+
+def _pids_file(pids_dir: Path, name: str) -> str:
+    try:
+        return (pids_dir / name).read_text()
+    except OSError:
+        return ""
+
+
+def bomb_reached_its_limit(pids_dir: Path) -> bool:
+    """The group held nearly its limit of 40 at some point, or the limit refused a fork.
+
+    Sampling ``pids.current`` alone can miss it: a bomb whose shells are short-lived (each
+    forks a pipeline in the background and exits) and slowed by a loaded machine may sit below
+    35 whenever it is read. ``pids.peak`` (where the kernel has it) and ``pids.events``'s
+    ``max`` count (forks the limit refused, v1 and v2) record what happened between reads."""
+    current = _pids_file(pids_dir, "pids.current").strip()
+    peak = _pids_file(pids_dir, "pids.peak").strip()
+    refused = dict(line.split() for line in _pids_file(pids_dir, "pids.events").splitlines()
+                   if len(line.split()) == 2)
+    return (int(current or 0) >= 35 or int(peak or 0) >= 35
+            or int(refused.get("max", "0")) > 0)
+
+
+def bomb_state(svc: Any, pids_dir: Path, vm: str) -> str:
+    """What a failing fork-bomb wait shows: the group's counters, the VM's record, its log."""
+    files = {f: _pids_file(pids_dir, f).strip() for f in ("pids.current", "pids.peak",
+                                                          "pids.max", "pids.events")}
+    log = svc.backend.log_path(vm)
+    tail = Path(log).read_text(errors="replace")[-800:] if log and Path(log).exists() else None
+    return (f"{files}; backend vms {svc.backend.vm_ids()}; failures {svc.backend.failures}; "
+            f"log tail {tail!r}")
 
 
 def test_a_hostile_command_runs_as_its_owner_and_reaches_nothing(world: dict[str, Any]) -> None:
@@ -214,7 +247,8 @@ clusters:
     wait(lambda: tree.exists("bomb/vm1") and tree.pids_max("bomb/vm1") == 40)
     dirs = tree.dirs("bomb/vm1")
     pids_dir = dirs.get("pids") or dirs["unified"]  # v1 pids controller, or v2
-    wait(lambda: int((pids_dir / "pids.current").read_text()) >= 35, 60)  # a loaded machine grows the bomb slowly
+    wait(lambda: bomb_reached_its_limit(pids_dir), 60,
+         lambda: bomb_state(svc, pids_dir, "bomb/vm1"))  # a loaded machine grows it slowly
     for _ in range(5):
         t0 = time.monotonic()
         code, _ = bob.call("GET", "/prices", timeout=5)
