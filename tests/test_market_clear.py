@@ -274,3 +274,27 @@ def test_a_kept_mapping_gives_the_fresh_clearing_and_errors(seed: int) -> None:
         assert got.error.tobytes() == error.tobytes()
         kept += bool(np.array_equal(got.host, worst_fit_decreasing(hosts, vms)))
     assert kept >= 1
+
+
+def test_bid_on_is_any_nonzero_on_bids_of_every_kind() -> None:
+    """``bid_on`` (the columns' sums by one product) answers ``bid.any(axis=0)`` on bids
+    ``>= 0``: zeros of both signs, subnormals, huge values that overflow the sum, NaN."""
+    from merkat.market.types import bid_on
+
+    rng = np.random.default_rng(5)
+    kinds = [0.0, -0.0, 5e-324, 1e-300, 1.0, 1e308, np.nan]
+    for n in (1, 2, 3, 17, 300):
+        for _ in range(60):
+            bid = rng.choice(kinds, size=(n, 2), p=[0.4, 0.3, 0.06, 0.06, 0.1, 0.06, 0.02])
+            want = [bool(x) for x in bid.any(axis=0).tolist()]
+            assert bid_on(bid) == want, bid
+    assert bid_on(np.zeros((0, 2))) == [False, False]
+    assert bid_on(np.array([[0.0, -0.0], [-0.0, 0.0]])) == [False, False]
+
+
+def test_hosts_derived_terms_are_the_direct_ones() -> None:
+    """``Hosts.inv_capacity`` and ``all_have_capacity`` (kept per cluster for worst-fit)."""
+    hosts = Hosts(("a", "b"), np.array([[2.0, 0.0], [0.5, 1e12]]))
+    assert hosts.inv_capacity.tolist() == [[0.5, math.inf], [2.0, 1e-12]]
+    assert not hosts.all_have_capacity
+    assert Hosts(("a",), np.array([[1.0, 3.0]])).all_have_capacity

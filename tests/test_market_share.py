@@ -287,3 +287,72 @@ def test_the_uncapped_share_refuses_a_binding_cap_and_overflowing_sums() -> None
                           np.array([0, 0, 1])) is None
     assert uncapped_share(np.ones(3), np.full(3, 1e308), np.array([1.0, 1.0]),
                           np.array([0, 0, 1])) is None
+
+
+def _capped_market(seed: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """One market near the all-capped bound: caps summing just under or over the capacity,
+    bids of every scale, and now and then a zero bid, a zero or ``-0.0`` or infinite cap."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 200))
+    m = rng.choice([1.0, 0.5, 2.0, 1.0 / 3.0], n) * (1.0 if seed % 3 else rng.random(n))
+    b = rng.random(n) * 10.0 ** rng.integers(-12, 6)
+    if seed % 7 == 0:
+        b[rng.integers(n)] = 0.0
+    if seed % 11 == 0:
+        m[rng.integers(n)] = 0.0
+    if seed % 13 == 0:
+        m[rng.integers(n)] = -0.0
+    if seed % 17 == 0:
+        m[rng.integers(n)] = np.inf
+    if seed % 19 == 0:
+        b[rng.integers(n)] = 1e-250  # a ratio below the bound's floor
+    slack = [0.0, 1e-6, 1e-3, 0.01, 0.5, -0.1][seed % 6]
+    cap = float(np.sum(m[np.isfinite(m)])) * (1.0 + slack) + (seed % 5 == 0)
+    return b, m, cap
+
+
+def test_every_vm_capped_is_the_reference_byte_for_byte() -> None:
+    """Where ``every_vm_capped`` answers True (the ideal allocation of an underloaded
+    cluster, taken without the sort), the reference caps every VM: its allocation is the
+    caps byte for byte and its price +0.0; it refuses zero bids, ``-0.0`` and infinite caps,
+    tiny ratios and a capacity within 0.1 % of the caps' sum, and answers most others."""
+    from merkat.market.share import proportional_share_numpy
+    from merkat.market.share_capped import every_vm_capped
+
+    answered = refused = 0
+    for seed in range(900):
+        b, m, cap = _capped_market(seed)
+        want = proportional_share_numpy(b, m, np.array([cap]), None)
+        if not every_vm_capped(b, m, cap):
+            refused += 1
+            continue
+        answered += 1
+        assert want.capped.all(), seed
+        assert want.allocation.tobytes() == m.tobytes(), seed
+        assert want.price.tobytes() == np.zeros(1).tobytes(), seed
+        assert (b > 0).all() and np.isfinite(m).all() and not np.signbit(m).any(), seed
+    assert answered > 250 and refused > 250, (answered, refused)
+    one = np.ones(4)
+    assert every_vm_capped(one, one, 8.0)
+    assert not every_vm_capped(one, one, 4.0)  # (no capacity left over: the reference decides)
+    assert not every_vm_capped(np.array([1.0, 0.0]), np.ones(2), 8.0)
+    assert not every_vm_capped(np.ones(2), np.array([1.0, -0.0]), 8.0)
+    assert not every_vm_capped(np.zeros(0), np.zeros(0), 8.0)
+
+
+def test_the_ideal_allocation_of_an_underloaded_cluster_is_the_caps() -> None:
+    """``ideal_allocation`` with the shortcut gives what the reference's per-resource
+    clearing gives, byte for byte, on an underloaded cluster and on a loaded one."""
+    from merkat.market import Hosts, VMs, ideal_allocation
+    from merkat.market.share import proportional_share_numpy
+
+    hosts = Hosts(("a", "b", "c"), np.array([[1.0, 1e12]] * 3))
+    for n in (2, 3, 7):
+        bid = np.column_stack([np.linspace(0.001, 0.005, n), np.zeros(n)])
+        cap = np.column_stack([np.ones(n), np.zeros(n)])
+        vms = VMs(tuple(f"v{i}" for i in range(n)), bid, cap, np.full(n, -1))
+        ideal, price = ideal_allocation(hosts, vms)
+        ref = proportional_share_numpy(bid[:, 0], cap[:, 0], np.array([3.0]), None)
+        assert ideal[:, 0].tobytes() == ref.allocation.tobytes()
+        assert price.tolist() == [ref.price[0], 0.0]
+        assert (ideal[:, 0] == 1.0).all() == (n < 3)

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from merkat.market.allocation_error import ERROR_LIMIT
-from merkat.market.balance_fast import STALE, errors
+from merkat.market.balance_fast import STALE, errors, first_step
 from merkat.market.share import _RTOL, _TINY, share_of_last
 from merkat.market.types import NO_HOST, BalanceParams, IntArray
 
@@ -71,9 +71,9 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
     sums, rmaxs, cap_r = s.node_sum[r], s.node_rmax[r], s.cap_node[r]
     nb, nc, nq = s.node_bids[r], s.node_caps[r], s.node_ratio[r]
     bid_r, capv_r, ideal_r = s.bid_t[r], s.cap_t[r], s.ideal_t[r]
-    cl = s.cl
     bu_col, cl_col = s.bu_col[r], s.cl_col[r]
-    bu_l, cl_l, log, kept, pair_shares = f.bu_l, f.cl_l, f.log, f.kept, f.pair_shares
+    bu_l, cl_l, log, kept = f.bu_l, f.cl_l, f.log, f.kept
+    bu, cl = s.bu, s.cl
     small, safe_r = f.small, f.safe[r]
     n_nodes = cl.shape[0]
     count = s.count  # (every node's sum and largest ratio: prepared for every node)
@@ -129,46 +129,59 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
         if nodes:
             b_v, c_v, i_v = b, capv_r[v], ideal_r[v]
             r_v = (b_v / c_v if c_v > 0 else _INF) if b_v > 0 else 0.0  # = bid_ratio
-            shares: list[float] = []
-            capped: list[int] = []
             total = len(nodes)
             for h in nodes:
                 total += count[h]
-                rm = rmaxs[h]
-                if r_v > rm:
-                    rm = r_v
-                left_b = (sums[h] + b_v) - 0.0  # = first_step(sums[h] + b_v, cap_r[h])
-                if left_b < 0.0:
-                    left_b = 0.0
-                left_c = cap_r[h] - 0.0
-                p = 0.0 if left_b <= 0.0 else left_b / left_c if left_c > 0.0 else _INF
-                if not rm <= p * _LIMIT:
-                    capped.append(len(shares))
-                    shares.append(0.0)
-                elif 0.0 < p < _INF:
-                    shares.append(b_v / p if p >= _TINY else (b_v / left_b) * left_c)
-                else:
-                    shares.append(0.0)
-            errs: list[float]
-            if total > small and (capped or not safe_r):
+            seg = total > small
+            # Each candidate's share, its error and the first smallest error in one pass
+            # (= the shares' list, then ``errors``, then the first argmin by ``<``); a capped
+            # node of a segmented clearing, or unsafe sums, take the general path.
+            general = seg and not safe_r
+            best, best_e = 0, _INF
+            if not general:
+                for g, h in enumerate(nodes):
+                    rm = rmaxs[h]
+                    if r_v > rm:
+                        rm = r_v
+                    left_b = (sums[h] + b_v) - 0.0  # = first_step(sums[h] + b_v, cap_r[h])
+                    if left_b < 0.0:
+                        left_b = 0.0
+                    left_c = cap_r[h] - 0.0
+                    p = 0.0 if left_b <= 0.0 else left_b / left_c if left_c > 0.0 else _INF
+                    if not rm <= p * _LIMIT:
+                        if seg:
+                            general = True
+                            break
+                        if not loaded[h]:
+                            load(h)
+                        a = share_of_last(nb[h] + [b_v], nc[h] + [c_v], cap_r[h])
+                    elif 0.0 < p < _INF:
+                        a = b_v / p if p >= _TINY else (b_v / left_b) * left_c
+                        if seg and not -_INF < a < _INF:
+                            a = 0.0
+                    else:
+                        a = 0.0
+                    if a > 0:  # = errors([a], [i_v])[0]
+                        x = (a - i_v) / a
+                        if x > ERROR_LIMIT or x < -ERROR_LIMIT:
+                            x = ERROR_LIMIT
+                        elif x < 0.0:
+                            x = -x
+                    else:
+                        x = ERROR_LIMIT if i_v > 0 else 0.0
+                    if not x > 0.0:
+                        x = 0.0
+                    if g == 0 or x < best_e:
+                        best, best_e = g, x
+            if general:
                 for h in nodes:
                     if not loaded[h]:
                         load(h)
                 errs = s._exact(v, nodes)
-            else:
-                if total > small:
-                    shares = [a if -_INF < a < _INF else 0.0 for a in shares]
-                else:
-                    for g in capped:
-                        h = nodes[g]
-                        if not loaded[h]:
-                            load(h)
-                        shares[g] = share_of_last(nb[h] + [b_v], nc[h] + [c_v], cap_r[h])
-                errs = errors(shares, [i_v] * len(shares))
-            best = 0
-            for g in range(1, len(errs)):
-                if errs[g] < errs[best]:
-                    best = g
+                best = 0
+                for g in range(1, len(errs)):
+                    if errs[g] < errs[best]:
+                        best = g
             dst = nodes[best]
         if dst != NO_HOST:
             # --- move (= Search.move in the usual market) ---
@@ -200,19 +213,55 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
                 rmaxs[dst] = r_v
             host_l[v] = dst
             m = ms + md
-            # the pair's shares (the shortcut, else the general path's)
+            # the pair's shares and the VMs' new errors in one pass (= the shortcut's
+            # pair_shares, then ``errors``; else the general path's)
             n = len(b_src) + len(b_dst)
-            alloc = pair_shares(r, src, dst, n > small)
-            if alloc is None:
+            seg = n > small
+            ok = safe_r or not seg
+            if ok:
+                p_s, lb_s, lc_s = first_step(sums[src], cap_r[src])
+                p_d, lb_d, lc_d = first_step(sums[dst], cap_r[dst])
+                ok = rmaxs[src] <= p_s * _LIMIT and rmaxs[dst] <= p_d * _LIMIT
+            new: list[float] = []
+            old: list[float] = []
+            if ok:
+                bu[src, r], cl[src, r], bu[dst, r], cl[dst, r] = lb_s, lc_s, lb_d, lc_d
+                bu_l[src], cl_l[src], bu_l[dst], cl_l[dst] = lb_s, lc_s, lb_d, lc_d
+                for js, bs, p, left_b, left_c in ((ms, b_src, p_s, lb_s, lc_s),
+                                                  (md, b_dst, p_d, lb_d, lc_d)):
+                    pos = 0.0 < p < _INF
+                    for j, bj in zip(js, bs, strict=True):
+                        if not pos:
+                            a = 0.0
+                        else:
+                            a = bj / p if p >= _TINY else (bj / left_b) * left_c
+                            if seg and not -_INF < a < _INF:
+                                a = 0.0
+                        i_j = ideal_r[j]
+                        if a > 0:  # = errors([a], [i_j])[0]
+                            x = (a - i_j) / a
+                            if x > ERROR_LIMIT or x < -ERROR_LIMIT:
+                                x = ERROR_LIMIT
+                            elif x < 0.0:
+                                x = -x
+                        else:
+                            x = ERROR_LIMIT if i_j > 0 else 0.0
+                        if not x > 0.0:
+                            x = 0.0
+                        new.append(x)
+                        y = err_l[j]
+                        old.append(y)
+                        err_l[j] = x
+                        n_over += (x > threshold) - (y > threshold)
+            else:
                 alloc = s._pair_general(r, src, dst, n)
                 f.synced(r, (src, dst))
-            new = errors(alloc, [ideal_r[j] for j in m])
-            old: list[float] = []
-            for x, j in zip(new, m, strict=True):
-                y = err_l[j]
-                old.append(y)
-                err_l[j] = x
-                n_over += (x > threshold) - (y > threshold)
+                new = errors(alloc, [ideal_r[j] for j in m])
+                for x, j in zip(new, m, strict=True):
+                    y = err_l[j]
+                    old.append(y)
+                    err_l[j] = x
+                    n_over += (x > threshold) - (y > threshold)
             log += (src, dst)
             new_err, old_err = array(new), array(old)
             sumsq += float(dot(new_err, new_err) - dot(old_err, old_err))

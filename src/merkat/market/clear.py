@@ -23,6 +23,7 @@ from merkat.market.allocation_error import enforceable, vm_errors
 from merkat.market.balance import BalanceResult, search_mapping
 from merkat.market.placement import worst_fit_decreasing
 from merkat.market.share import proportional_share
+from merkat.market.share_capped import every_vm_capped
 from merkat.market.types import (
     NO_HOST,
     RESOURCES,
@@ -86,11 +87,16 @@ def check_reserve(vms: VMs, reserve_price: FloatArray) -> None:
 
 
 def ideal_allocation(hosts: Hosts, vms: VMs) -> tuple[FloatArray, FloatArray]:
-    """Proportional share of the whole cluster as one host: allocations ``(n, R)``, prices."""
+    """Proportional share of the whole cluster as one host: allocations ``(n, R)``, prices.
+    A resource on which every VM is provably capped (an underloaded cluster) takes the caps
+    and price 0 without the sort (:func:`~merkat.market.share_capped.every_vm_capped`)."""
     total = hosts.capacity.sum(axis=0) if len(hosts) else np.zeros(len(RESOURCES))
     ideal = np.zeros_like(vms.bid)
     price = np.zeros(len(RESOURCES))
     for r in range(len(RESOURCES)):
+        if every_vm_capped(vms.bid[:, r], vms.cap[:, r], float(total[r])):
+            ideal[:, r] = vms.cap[:, r]  # (price[r] stays 0.0)
+            continue
         s = proportional_share(vms.bid[:, r], vms.cap[:, r], total[r])
         ideal[:, r], price[r] = s.allocation, s.price[0]
     return ideal, price

@@ -26,6 +26,9 @@ def node_load(hosts: Hosts, vms: VMs, host: IntArray) -> np.ndarray:
         if traded[r]:
             load[:, r] = np.bincount(on, weights=vms.bid[placed, r], minlength=len(hosts))
     with np.errstate(divide="ignore", invalid="ignore"):
+        if hosts.all_have_capacity:  # (the usual: the same divisions, none of the where)
+            out: np.ndarray = load / hosts.capacity
+            return out
         return np.where(hosts.capacity > 0, load / hosts.capacity, np.where(load > 0, np.inf, 0.0))
 
 
@@ -48,13 +51,12 @@ def worst_fit_decreasing(hosts: Hosts, vms: VMs) -> IntArray:
     n_res = cap.shape[1]
     load = node_load(hosts, vms, host)
     key = row_max(load)  # each node's worst-resource load
-    with np.errstate(divide="ignore"):
-        inv_cap = np.where(cap > 0, 1.0 / np.where(cap > 0, cap, 1.0), np.inf)
+    inv_cap = hosts.inv_capacity  # (read only here)
     total_bid = row_sum(vms.bid[new])
     order = new[np.argsort(-total_bid, kind="stable")]
     bids = vms.bid[order].tolist()  # rows of the new VMs only, in placement order
     # Feasibility only needs checking when some VM has a minimum or some node lacks a resource.
-    check = bool((vms.minimum[new] > 0).any() or (cap <= 0).any())
+    check = bool((vms.minimum[new] > 0).any()) or not hosts.all_have_capacity
     if check:
         mins = vms.minimum[order].tolist()
         reserved = np.zeros_like(cap)

@@ -7,6 +7,7 @@ Money is in credits per period (floats here; the bank keeps exact micro-credits)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -49,9 +50,19 @@ def row_sum(a: FloatArray) -> FloatArray:
 
 
 def bid_on(bid: FloatArray) -> list[bool]:
-    """Per resource (column of ``bid``), whether some VM bids a non-zero amount on it (NaN
-    counts): a column without is an untraded resource, which every clearing leaves at 0."""
-    return [bool(x) for x in np.asarray(bid.any(axis=0)).tolist()]
+    """Per resource (column of ``bid``, an ``(n, R)`` array of bids ``>= 0`` or NaN, as
+    :class:`VMs` holds), whether some VM bids a non-zero amount on it (NaN counts): a column
+    without is an untraded resource, which every clearing leaves at 0.
+
+    The columns' sums by one matrix-vector product (~4 us on 900 VMs, against ~20 us for
+    ``bid.any(axis=0)``, numpy's reduction along the long axis): a sum of terms ``>= 0`` is
+    non-zero exactly when one term is (an addition of non-negative numbers never rounds a
+    positive sum to 0; ``-0.0`` terms sum to a zero; NaN and overflow stay non-zero).
+    ``tests/test_market_clear.py`` compares it with ``any``."""
+    if bid.ndim != 2 or bid.shape[0] == 0:
+        return [bool(x) for x in np.asarray(bid.any(axis=0)).tolist()]
+    sums: list[float] = (bid.T @ np.ones(bid.shape[0])).tolist()
+    return [x != 0.0 for x in sums]
 
 
 class MarketError(ValueError):
@@ -90,6 +101,21 @@ class Hosts:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    # Derived once per cluster (a run keeps one ``Hosts``; its capacity is never written):
+    # worst-fit reads them at every placement.
+    @cached_property
+    def all_have_capacity(self) -> bool:
+        """Whether every node has some of every resource (no zero capacity)."""
+        return bool((self.capacity > 0).all())
+
+    @cached_property
+    def inv_capacity(self) -> FloatArray:
+        """``1 / capacity`` per node and resource, ``inf`` where a node has none."""
+        cap = self.capacity
+        with np.errstate(divide="ignore"):
+            out: FloatArray = np.where(cap > 0, 1.0 / np.where(cap > 0, cap, 1.0), np.inf)
+        return out
 
 
 @dataclass(frozen=True)
