@@ -20,7 +20,7 @@ from merkat.control.generic import MerkatVertical
 from merkat.control.registry import make_policy
 from merkat.control.slo import DeadlineStrict
 from merkat.control.types import Action, AppStatus, Metrics, VMState
-from merkat.core import batch
+from merkat.core import batch, period
 from merkat.core.model import App, AppSpec, Observed, VMRecord
 from merkat.core.period import Platform
 from merkat.core.reconcile import Decider
@@ -35,10 +35,10 @@ POLICIES = (*SLO, "vertical-deadline", "merkat-vertical")
 
 
 def counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The applications the period's batched pass decides (``Pass.__call__`` not None), one
-    entry each."""
+    """The applications the period's batched pass decides (``Pass.__call__`` or, for an SLO
+    application of one traded resource, ``decide_slo1`` not None), one entry each."""
     calls: list[int] = []
-    real = batch.Pass.__call__
+    real, slo1 = batch.Pass.__call__, period.decide_slo1
 
     def counted(self: batch.Pass, *a: Any) -> Any:
         out = real(self, *a)
@@ -46,7 +46,14 @@ def counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
             calls.append(1)
         return out
 
+    def counted_slo1(*a: Any) -> Any:
+        out = slo1(*a)
+        if out is not None:
+            calls.append(1)
+        return out
+
     monkeypatch.setattr(batch.Pass, "__call__", counted)
+    monkeypatch.setattr(period, "decide_slo1", counted_slo1)
     return calls
 
 
@@ -258,6 +265,7 @@ def test_applications_that_cannot_pay_the_reserve_are_decided_as_the_scalar_path
 def _run_digest(policy: str, monkeypatch: pytest.MonkeyPatch, batched: bool) -> str:
     if not batched:  # every application asked (the resting ones too)
         monkeypatch.setattr(batch.Pass, "__call__", lambda self, *a: None)
+        monkeypatch.setattr(period, "decide_slo1", lambda *a: None)
     w = Workload.from_arrays(submit=[0, 100, 200, 900, 1000, 4000, 4100, 4200],
                              run=[900, 600, 1200, 300, 2000, 600, 3000, 450],
                              procs=[2, 1, 3, 1, 2, 1, 4, 2],

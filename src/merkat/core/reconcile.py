@@ -12,6 +12,7 @@ record: the records change only in the commit (:mod:`merkat.core.commit`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -65,6 +66,9 @@ class Decider:
         self.keep_alive = keep_alive
         # Per traded-resource tuple: its view of the last prices.
         self._shared: dict[tuple[str, ...], Shared] = {}
+        # Per traded resource: its period's values for the batched SLO rows
+        # (merkat.core.batch_slo.Tick, made there: that module imports this one)
+        self.ticks: dict[str, Any] = {}
 
     # --- what a controller sees --------------------------------------------------------
 

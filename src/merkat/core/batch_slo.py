@@ -1,0 +1,255 @@
+"""A running SLO application of one traded resource decided in one function (issue 28,
+sixteenth session): :func:`decide_slo1`, the lane's closed row.
+
+What it replaces, for the applications it takes (a running application of one of the four
+SLO policies, :class:`~merkat.control.batched.slo.BatchedSLO`, trading one resource: every
+trace job): the chain :class:`Pass.__call__ <merkat.core.batch.Pass>` →
+:meth:`BatchedSLO.one <merkat.control.batched.slo.BatchedSLO.one>` →
+:func:`~merkat.control.batched.base.spend_cap_row` and
+:func:`~merkat.control.batched.slo.alg1_row` → :func:`~merkat.core.batch.fits_one` →
+:func:`~merkat.core.draft.bidding` → :func:`~merkat.core.draft.rebid_columns`, ~870
+bytecodes an application on the 150,000-job window, of which ~450 moved values between
+those layers: the metrics into a row, the row into the form's arguments, the constant row
+unpacked and re-checked (its resource count, the policy's kind) at every call, the bid into a
+mapping and back. Here the lane holds what never changes as one tuple read once
+(:class:`Slo1`: the controller's parameters, the renewal, the deadline, the VM size and the
+kind's flags), a period's values (the time, the period, the resource's price and reserve) are
+taken once a period per lane (:attr:`Slo1.tick`), and the arithmetic of those functions runs
+in their order on the same Python floats, so every float and every branch is theirs.
+
+The reference stays: :class:`~merkat.core.batch.Pass` decides every other batched
+application (several resources, ``vertical-deadline``, the resting check) and is what
+``tests/test_batch_slo.py`` compares this function with, bit for bit (hypothesis: the
+outcome, the next state's columns, every bid by ``repr`` and the controller's state, its
+generator's included, over zeros of both signs, infinities, NaN metrics, broke and rich
+balances, deadlines passed, a VM size of 0, several VMs); the golden digests and
+``tests/test_batched.py`` (batched = scalar) pin the runs.
+
+Why not a numpy pass over columns kept between periods (the brief's first choice): every
+input of a running application changes every period (the time to its deadline, its work
+done, its balance), so the columns would be rewritten row by row each period, and the SLO
+form's numpy pass is ~110 array operations, a fixed ~190 µs a period on this VM against
+~1.5 µs a row for this function: it pays only above ~150 running applications of one
+policy, which a trace period rarely has (docs/benchmarks.md, "Issue 28, sixteenth session:
+the controllers' inputs and the decide loop").
+"""
+
+from __future__ import annotations
+
+import math
+
+from merkat.control.batched.base import SUSPEND, gap_row
+from merkat.control.batched.slo import BatchedSLO, resplit_one
+from merkat.control.formulas import least_alloc_of, mean_bid_of
+from merkat.control.generic import AGGRESSIVE
+from merkat.control.types import Action, Demand, VMState
+from merkat.core.draft import rebid_columns
+from merkat.core.fits import _EXACT, _FITS_VMS, fits_one, pays_one
+from merkat.core.model import App, AppNext, Observed
+from merkat.defaults import MICRO
+
+_INF, _NAN = math.inf, math.nan
+_VM_SUSPENDED = VMState.SUSPENDED
+_STOP, _SUSPEND = Action.STOP, Action.SUSPEND
+
+
+class Tick:
+    """One traded resource's values for a period, shared by every :class:`Slo1` of that
+    resource (kept by the platform's :class:`~merkat.core.reconcile.Decider`, ``ticks``):
+    the time, the period, the resource's price and reserve, and the period's
+    :class:`~merkat.core.batch.Pass` they were taken for (``at``)."""
+
+    __slots__ = ("at", "floor", "period", "price", "time")
+
+    def __init__(self) -> None:
+        self.at: object = None
+        self.time = self.period = self.price = self.floor = 0.0
+
+
+class Slo1:
+    """What :func:`decide_slo1` reads of one lane that never changes (kept on the lane,
+    ``Lane.slo1``; made by :func:`slo1_of` on the lane's first batched period), and its
+    resource's :class:`Tick` (``per``)."""
+
+    __slots__ = ("amin", "deadline", "dstrict", "high", "horizon", "late", "low",
+                 "min_fraction", "names", "per", "renewal", "res", "size", "strict", "tracks")
+
+    def __init__(self, policy: BatchedSLO, res: str, fixed: list[float], per: Tick) -> None:
+        (self.renewal, self.deadline, self.size, self.low, self.high, self.min_fraction,
+         self.horizon) = fixed
+        self.amin = self.min_fraction * self.size  # (one() computes it so, every call)
+        self.res = res
+        self.names = (res,)
+        self.strict, self.tracks, self.dstrict = policy.strict, policy.tracks, policy.dstrict
+        self.late = policy.late_reason
+        self.per = per
+
+
+def decide_slo1(app: App, k: Slo1, balance: int, seen: Observed
+                ) -> AppNext | Demand | dict[str, float] | None:
+    """:class:`Pass.__call__ <merkat.core.batch.Pass>` of a running application whose lane
+    has a :class:`Slo1` (``k``, its :class:`Tick` taken for this period), bit for bit: its next state when
+    its balance pays its new bid as it is, else that bid's mapping, a STOP or SUSPEND
+    demand, or None (the scalar path decides; the controller not moved)."""
+    m = seen.metrics
+    done, total, rate, ideal = m.work_done, m.work_total, m.progress_rate, m.ideal_rate
+    if total is None or (rate is None and ideal is None):
+        return None
+    perf = m.performance
+    if done != done or total != total or rate != rate or ideal != ideal or perf != perf:
+        return None  # (NaN: the scalar path, as the reference)
+    cols = app.columns
+    n = len(cols[0])
+    r = k.res
+    if n == 1:
+        if cols[1][0] is _VM_SUSPENDED:
+            return None
+        b = 0.0 + cols[2][0].get(r, 0.0)
+        a = cols[5][0].get(r, 0.0)
+    else:
+        if _VM_SUSPENDED in cols[1]:
+            return None
+        b = mean_bid_of(cols[2], r)
+        a = least_alloc_of(cols[5], r)
+    work = total - (_NAN if done is None else done)
+    if not work > 0.0:
+        work = 0.0
+    if rate is None:
+        rate = _NAN
+    if ideal is None:
+        ideal = _NAN
+    c = app.controller
+    try:
+        fbal = balance / MICRO
+        # --- BatchedSLO.one, one resource ---------------------------------------------------
+        per = k.per
+        size = k.size
+        frac = a / size if size > 0 else _NAN
+        if frac != frac:
+            frac = 1.0
+        left = k.deadline - per.time
+        finished = work <= 0
+        if finished:
+            stop = True
+        elif k.strict:
+            need_t = _INF if ideal <= 0 else work / ideal
+            need = (_INF if need_t > 0 else 0.0) if left <= 0 else need_t / left
+            stop = need > 1
+        else:
+            stop = left <= 0
+        if k.tracks:
+            if rate != rate:
+                rate = ideal * frac
+            v = 0.0 if work == 0 else (_INF if rate <= 0 else work / rate)
+            ref = left
+            direction = 1 if v > k.high * ref else (-1 if v < k.low * ref else 0)
+        else:
+            v, ref = frac, 1.0
+            direction = 1 if v < ref / k.high else (-1 if v > ref / k.low else 0)
+        # --- spend_cap_row ----------------------------------------------------------------
+        if left > 0:
+            periods = left / per.period
+            if periods - periods == 0:
+                periods = -(-periods // 1.0)
+            if not periods > 1.0:
+                periods = 1.0
+        else:
+            periods = k.horizon
+        bal = fbal if fbal > 0.0 else 0.0
+        y = (bal + k.renewal * (periods - 1)) / periods
+        nvms = n + 0.0
+        y = (y if y < bal else bal) * 1e6 / (nvms if nvms > 1.0 else 1.0)
+        if y != 0 and y - y == 0:
+            y = y // 1.0
+        cap = y / 1e6
+        # --- alg1_row -----------------------------------------------------------------------
+        # (the gap and the history are read only where a factor is made)
+        scaler = c.scaler  # type: ignore[attr-defined]
+        hist = scaler.history
+        floor = per.floor
+        amin = k.amin
+        if size <= 0:
+            wanted = floor
+        else:
+            price = per.price
+            share = b / price if price > 0 else (_INF if b > 0 else 0.0)
+            over = share > size
+            if (direction < 0 and a > amin) or over:
+                if b == floor and floor > 0:  # at the reserve: b / f <= b for every f >= 1
+                    wanted = floor  # (floor > b / f, or b / f == floor: the same float)
+                else:
+                    f = 1.0 + gap_row(v, ref) if direction < 0 else 1.0
+                    if over:
+                        q = share / size
+                        if q > f:
+                            f = q
+                    if not f > 1.0:
+                        f = 1.0
+                    elif not f < AGGRESSIVE:
+                        f = AGGRESSIVE
+                    if hist.get(r, 0) == 1:
+                        f = 1.0 + (f - 1.0) / 2.0
+                    d = b / f
+                    wanted = floor if floor > d else d
+            else:
+                kept = floor if floor > b else b
+                if (direction > 0 and a < size) or a < amin:
+                    f = 1.0 + gap_row(v, ref) if direction > 0 else 1.0
+                    if a < amin:
+                        q = amin / a if a > 0 else AGGRESSIVE
+                        if q > f:
+                            f = q
+                    if not f > 1.0:
+                        f = 1.0
+                    elif not f < AGGRESSIVE:
+                        f = AGGRESSIVE
+                    if hist.get(r, 0) == -1:
+                        f = 1.0 + (f - 1.0) / 2.0
+                    wanted = kept * f
+                else:
+                    wanted = kept
+        short = wanted > cap * (1 + 1e-12)
+        if stop:
+            return Demand(_STOP, reason="finished" if finished else k.late)
+        condition = short and (direction > 0 if k.dstrict else frac < k.min_fraction)
+        x = wanted
+        if wanted > cap:
+            x = resplit_one(k.names, [wanted], cap, [a], [size], [floor])[0]
+        scaler.wanted = wanted
+        if x > b:
+            hist[r] = 1
+        elif x < b:
+            hist[r] = -1
+        c.short = short  # type: ignore[attr-defined]
+        if condition:
+            condition = c.back_off(True)  # type: ignore[attr-defined]
+        else:
+            c.backoff, c.waited = None, 0  # type: ignore[attr-defined]
+    except Exception:  # (the scalar re-split's, a bug): the scalar path, as the reference
+        return None
+    if condition:
+        return Demand(_SUSPEND, nvms=n, reason=SUSPEND)
+    # --- Pass.__call__'s budget check, one resource ---------------------------------------
+    out = {r: x}
+    if n == 1:
+        x = 0.0 + x
+        ok = (balance < _EXACT and x - x == 0
+              and (x <= 0 or ((z := x * MICRO) - z == 0 and round(z) <= balance)))
+    else:
+        ok = fits_one(x, n, balance) if n <= _FITS_VMS else pays_one(x, n, balance)
+    if not ok:
+        return out
+    return rebid_columns(app, out, cols)  # (draft.bidding's, on the columns read)
+
+
+def slo1_of(policy: object, res: str | None, fixed: list[float],
+            ticks: dict[str, Tick]) -> Slo1 | None:
+    """A lane's :class:`Slo1` when :func:`decide_slo1` decides for it (an SLO form, one
+    traded resource ``res``; its :class:`Tick` from ``ticks``, made on first use), else
+    None."""
+    if res is None or not isinstance(policy, BatchedSLO):
+        return None
+    per = ticks.get(res)
+    if per is None:
+        per = ticks[res] = Tick()
+    return Slo1(policy, res, fixed, per)
