@@ -183,13 +183,7 @@ def decide_slo1(app: App, k: Slo1, balance: int, seen: Observed
                         q = share / size
                         if q > f:
                             f = q
-                    if not f > 1.0:
-                        f = 1.0
-                    elif not f < AGGRESSIVE:
-                        f = AGGRESSIVE
-                    if hist.get(r, 0) == 1:
-                        f = 1.0 + (f - 1.0) / 2.0
-                    d = b / f
+                    d = b / _factor(f, hist.get(r, 0) == 1)
                     wanted = floor if floor > d else d
             else:
                 kept = floor if floor > b else b
@@ -199,13 +193,7 @@ def decide_slo1(app: App, k: Slo1, balance: int, seen: Observed
                         q = amin / a if a > 0 else AGGRESSIVE
                         if q > f:
                             f = q
-                    if not f > 1.0:
-                        f = 1.0
-                    elif not f < AGGRESSIVE:
-                        f = AGGRESSIVE
-                    if hist.get(r, 0) == -1:
-                        f = 1.0 + (f - 1.0) / 2.0
-                    wanted = kept * f
+                    wanted = kept * _factor(f, hist.get(r, 0) == -1)
                 else:
                     wanted = kept
         short = wanted > cap * (1 + 1e-12)
@@ -240,6 +228,16 @@ def decide_slo1(app: App, k: Slo1, balance: int, seen: Observed
     if not ok:
         return out
     return rebid_columns(app, out, cols)  # (draft.bidding's, on the columns read)
+
+
+def _factor(f: float, halve: bool) -> float:
+    """``alg1_row``'s factor ``f`` kept within [1, AGGRESSIVE] (NaN: 1), then halved toward 1
+    when ``halve`` (the scaler's last move went the other way)."""
+    if not f > 1.0:
+        f = 1.0
+    elif not f < AGGRESSIVE:
+        f = AGGRESSIVE
+    return 1.0 + (f - 1.0) / 2.0 if halve else f
 
 
 def slo1_of(policy: object, res: str | None, fixed: list[float],
