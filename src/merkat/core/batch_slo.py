@@ -25,12 +25,12 @@ generator's included, over zeros of both signs, infinities, NaN metrics, broke a
 balances, deadlines passed, a VM size of 0, several VMs); the golden digests and
 ``tests/test_batched.py`` (batched = scalar) pin the runs.
 
-Why not a numpy pass over columns kept between periods (the brief's first choice): every
-input of a running application changes every period (the time to its deadline, its work
-done, its balance), so the columns would be rewritten row by row each period, and the SLO
-form's numpy pass is ~110 array operations, a fixed ~190 µs a period on this VM against
-~1.5 µs a row for this function: it pays only above ~150 running applications of one
-policy, which a trace period rarely has (docs/benchmarks.md, "Issue 28, sixteenth session:
+Why not a numpy pass over columns kept between periods: every input of a running
+application changes every period (the time to its deadline, its work done, its balance), so
+the columns would be rewritten row by row each period, and the SLO form's numpy pass costs
+~150 µs a period whatever its size (212 µs on 43 rows against 102 µs for the plain form):
+it pays only from ~150 running applications of one policy, ~1 % of the part on a trace
+window (docs/benchmarks.md, "Issue 28, sixteenth session:
 the controllers' inputs and the decide loop").
 """
 
