@@ -65,15 +65,23 @@ def _runs(platform: Platform, apps: list[App]) -> list[Run]:
                    platform.decider.const)
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_the_last_input_is_reused_only_for_the_same_vms_hosts_and_bid_mappings(
-        seed: int) -> None:
+def _first_input(seed: int) -> tuple[np.random.Generator, Platform, list[App], MarketInput,
+                                     VMs]:
+    """Random applications on three hosts (:func:`_apps`) and a cache given their first
+    input: the generator, platform, applications, cache and that input."""
     rng = np.random.default_rng(seed)
     platform = Platform(Hosts(("h0", "h1", "h2"), np.array([[2.0, 4096.0]] * 3)))
     apps = _apps(rng)
     memo = MarketInput()
     runs = _runs(platform, apps)
-    first = memo(runs, size(runs))
+    return rng, platform, apps, memo, memo(runs, size(runs))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_last_input_is_reused_only_for_the_same_vms_hosts_and_bid_mappings(
+        seed: int) -> None:
+    _, platform, apps, memo, first = _first_input(seed)
+    runs = _runs(platform, apps)
     _same(first, market_vms(runs, size(runs)))
     _same(first, _reference(runs, size(runs)))
     again = _runs(platform, apps)  # the next period drafts the same records again
@@ -210,3 +218,26 @@ def test_rows_kept_per_application_in_any_order_and_subset(seed: int) -> None:
         _same(got, _reference(runs, n))
         kept += memo.kept
     assert kept > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_rebid_keeps_the_cap_and_minimum_rows(seed: int) -> None:
+    """A rebid (new bid mappings, the same VMs and constant parts) builds only the bid rows:
+    when no application joins, leaves or changes its VMs, the new input's cap and minimum
+    arrays are the last input's own (no copy), its bids new, and the whole input byte for
+    byte ``market_vms``'s and the VM-by-VM reference; a bad new bid still gives the full
+    build's error, which names it."""
+    rng, platform, apps, memo, first = _first_input(seed)
+    for app in apps:  # every VM rebids (the first half of the applications only, then all)
+        for vm in app.vms[: len(app.vms) if seed % 2 else 1]:
+            vm.bid = {r: float(rng.uniform(0.01, 2.0)) for r in vm.bid}
+    runs = _runs(platform, apps)
+    got = memo(runs, size(runs))
+    _same(got, market_vms(runs, size(runs)))
+    _same(got, _reference(runs, size(runs)))
+    assert got.cap is first.cap and got.minimum is first.minimum
+    assert got.bid is not first.bid and memo.kept < size(runs)
+    apps[0].vms[0].bid = {r: -1.0 for r in apps[0].vms[0].bid}
+    runs = _runs(platform, apps)
+    with pytest.raises(ValueError, match="bid"):
+        memo(runs, size(runs))

@@ -151,6 +151,18 @@ ids and hosts when they are its record's lists (else None). Only a record's list
 as they are: they are never changed in place (copy on write, :mod:`merkat.core.draft`),
 while a next state's own list may still be (the plan writes its hosts after the input)."""
 
+
+def _kept(nx: AppNext, const: AppConst, bids: list[dict[str, float]], at: int,
+          rows: list[int] | None) -> _Kept:
+    """What :class:`MarketInput` keeps of ``nx``'s run (its rows from ``at``): only its
+    record's lists are held as they are (never changed in place: copy on write)."""
+    if rows is not None:
+        return (const, bids, at, None, None)
+    base = nx.base
+    return (const, bids if bids is base[2] else bids[:], at,
+            nx.ids if nx.ids is base[0] else None, nx.hosts if nx.hosts is base[3] else None)
+
+
 class MarketInput:
     """:func:`market_vms` for a period, keeping **each application's rows** between periods:
     an application whose run has the same constant parts (identity) and the same bid mappings
@@ -159,7 +171,10 @@ class MarketInput:
     rows it had in the last input, which are taken from that input's arrays by spans
     (:class:`~merkat.core.spans.Spans`: applications kept one after another are one slice);
     only the other applications' rows are built (:func:`add_bid_rows`, one numpy array per
-    column for all of them) and checked as :class:`~merkat.market.VMs` checks them (the kept
+    column for all of them; a rebid, the same constant parts and number of VMs, only its bid
+    rows: its cap and minimum rows are spans of their own, so that a period of rebids gives
+    the last input's cap and minimum arrays themselves, ``tests/test_market_input.py``)
+    and checked as :class:`~merkat.market.VMs` checks them (the kept
     rows were checked when first built; VM ids are checked unique over the whole input). The
     VM ids and hosts are joined per application at C speed every period. When the same rows
     come back with the same ids and hosts, the last :class:`~merkat.market.VMs` itself is
@@ -187,15 +202,16 @@ class MarketInput:
         """``market_vms(runs, n)``."""
         old = self._apps
         apps: dict[str, _Kept] = {}
-        spans = Spans()  # the bid, cap and minimum rows: 0 the last input's, 1 built here
+        spans = Spans()  # the bid rows: 0 the last input's, 1 built here
+        limits = Spans()  # the cap and minimum rows: 0 the last input's, 1 built here
         places = Spans()  # the VM ids and hosts: 0 the last input's, 1 joined here
         ids: list[str] = []  # the ids and hosts not taken from the last input
         hosts: list[int] = []
         bid_rows: list[float] = []  # the built applications' bid rows, and VMs per row
         bid_counts: list[int] = []
         built: list[tuple[AppConst, int]] = []
-        fresh = at = joined = 0
-        take_span, take_place = spans.take, places.take
+        fresh = at = joined = limited = 0
+        take_span, take_place, take_limit = spans.take, places.take, limits.take
         is_ = operator.is_
         get = old.get
         for nx, const, rows in runs:
@@ -210,6 +226,7 @@ class MarketInput:
                     if entry[1] is vbids and entry[0] is const:  # type: ignore[index]
                         # and the same bid mappings' list: the rows kept, at once
                         take_span(0, lo, lo + k)
+                        take_limit(0, lo, lo + k)
                         apps[nx.id] = (entry if lo == at  # type: ignore[assignment]
                                        else (const, vbids, at, vids, vhosts))
                         at += k
@@ -225,29 +242,32 @@ class MarketInput:
                 hosts += vhosts
                 take_place(1, joined, joined + k)
                 joined += k
-            if (entry is not None and entry[0] is const and len(entry[1]) == k
-                    and all(map(is_, vbids, entry[1]))):
-                take_span(0, entry[2], entry[2] + k)
+            if entry is not None and entry[0] is const and len(entry[1]) == k:
+                # the same constant parts and VMs: its cap and minimum rows kept (a rebid
+                # changes only its bid rows)
+                take_limit(0, entry[2], entry[2] + k)
+                if all(map(is_, vbids, entry[1])):
+                    take_span(0, entry[2], entry[2] + k)
+                    apps[nx.id] = _kept(nx, const, vbids, at, rows)
+                    at += k
+                    continue
             else:
-                if k:
-                    add_bid_rows(vbids, bid_rows, bid_counts)
                 built.append((const, k))
-                take_span(1, fresh, fresh + k)
-                fresh += k
-            if rows is None:  # (only the record's lists are held: never changed in place)
-                base = nx.base
-                apps[nx.id] = (const, vbids if vbids is base[2] else vbids[:], at,
-                               vids if vids is base[0] else None,
-                               vhosts if vhosts is base[3] else None)
-            else:
-                apps[nx.id] = (const, vbids, at, None, None)
+                take_limit(1, limited, limited + k)
+                limited += k
+            if k:
+                add_bid_rows(vbids, bid_rows, bid_counts)
+            take_span(1, fresh, fresh + k)
+            fresh += k
+            apps[nx.id] = _kept(nx, const, vbids, at, rows)
             at += k
         last = self._last
         self.kept = at - fresh
         self.kept_ids = at - joined
         if last is None or at != n:
             return self._full(runs, n)
-        whole = not built and len(spans.spans) == 1 and spans.spans[0][1:] == [0, len(last)]
+        # (every bid row the last input's, whole: so are the cap and minimum rows)
+        whole = not fresh and len(spans.spans) == 1 and spans.spans[0][1:] == [0, len(last)]
         if ids:
             all_ids = places.joined_list([self._ids, ids])
             all_hosts = places.joined_list([self._hosts, hosts])
@@ -266,23 +286,24 @@ class MarketInput:
             all_hosts = places.joined_list([self._hosts])
         n_res = len(RESOURCES)
         empty = np.zeros((0, n_res))
-        if built:
-            counts = [k for _, k in built]
+        bid = cap = low = empty
+        if bid_rows:
             bid = np.repeat(np.array(bid_rows, dtype=np.float64).reshape((-1, n_res)),
                             bid_counts, axis=0)
+            if not ((bid >= 0).all() and np.isfinite(bid).all()):
+                return self._full(runs, n)  # (it names the offending entry)
+        if built:
+            counts = [k for _, k in built]
             cap = np.repeat(np.array([c.cap_row for c, _ in built], dtype=np.float64)
                             .reshape(-1, n_res), counts, axis=0)
             low = np.repeat(np.array([c.min_row for c, _ in built], dtype=np.float64)
                             .reshape(-1, n_res), counts, axis=0)
-            if not ((bid >= 0).all() and np.isfinite(bid).all() and (cap >= 0).all()
-                    and (low >= 0).all() and np.isfinite(low).all()):
-                return self._full(runs, n)  # (it names the offending entry)
-        else:
-            bid = cap = low = empty
+            if not ((cap >= 0).all() and (low >= 0).all() and np.isfinite(low).all()):
+                return self._full(runs, n)
         vms = _unchecked(tuple(all_ids), spans.joined((last.bid, bid), empty),
-                         spans.joined((last.cap, cap), empty),
+                         limits.joined((last.cap, cap), empty),
                          np.array(all_hosts, dtype=np.int64),
-                         spans.joined((last.minimum, low), empty))
+                         limits.joined((last.minimum, low), empty))
         self._last, self._apps, self._ids, self._hosts = vms, apps, all_ids, all_hosts
         return vms
 
