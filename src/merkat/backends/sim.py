@@ -14,9 +14,11 @@ Applications (their models in :mod:`merkat.backends.sim_models`, exported here):
 - :class:`RigidApp` — an iterative application with one task per VM that progresses in
   lock-step: the slowest VM sets the pace, and it progresses only when all its VMs run. Work is
   counted in seconds at full size (its ideal run time). Those at a kept pace advance together
-  (:mod:`merkat.backends.sim_pace`), paced from the plan's column (:mod:`.sim_columns`).
+  (:mod:`merkat.backends.sim_pace`).
 - :class:`TaskFarm` — a master-worker bag of tasks; each worker (VM) takes the next task and
-  runs it at its speed. Every operation is counted in :attr:`SimBackend.counts`.
+  runs it at its speed.
+
+Every operation is counted in :attr:`SimBackend.counts`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from merkat.backends.sim_columns import apply_column, pace_from_lows
 from merkat.backends.sim_models import (
     _NO_VMS,
     _RIGID_METRICS,
@@ -101,14 +102,12 @@ class SimBackend:
     # upper bound of its VMs' ``ready_at`` and ``migrating_until``, raised by _put and by a
     # migration, set by :meth:`_rigid_pace` when it saw them all; absent: unknown. Before it,
     # a CPU-only rigid application's pace is its least CPU allocation's (:meth:`_rigid_pace`).
-    _quiet: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
-    # Per application, its VMs' least CPU allocation from the last plan's column, while no
-    # VM of it is put, released or given another mapping (sim_columns; absent: unknown).
-    _low: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _quiet: dict[str, float] = field(default_factory=dict, init=False, repr=False,
+                                     compare=False)
 
     def __post_init__(self) -> None:  # the private state
         self._live, self._seen, self._by_app, self._n_indexed = {}, 0, {}, 0
-        self._quiet, self._low = {}, {}
+        self._quiet = {}
         self._pace, self._observed = {}, {}
         self._applied, self._changes, self._stamp = None, 0, -1
 
@@ -135,7 +134,6 @@ class SimBackend:
             self._pace.pop(app_id, None)
             self._observed.pop(app_id, None)
             self._quiet.pop(app_id, None)
-            self._low.pop(app_id, None)
 
     # --- Backend ---------------------------------------------------------------------
 
@@ -243,29 +241,21 @@ class SimBackend:
         if allocations is self._applied and self._changes == self._stamp:
             return ApplyReport(t)  # every VM holds its mapping already
         vms = self.vms
-        column = plan.column
-        if column is not None and column.resource == "cpu":  # (the same, in passes)
-            self._low = apply_column(vms, column, pace, live,
-                                     self._by_app if self._n_indexed == len(vms) else None)
-        else:
-            lows = self._low
-            last = None  # (an application's VMs come together in a period's plan: one pop)
-            for vm_id, alloc in allocations.items():
-                vm = vms[vm_id]
-                if vm.alloc is not alloc:  # a mapping is kept while its values do not change
-                    vm.alloc = alloc
-                    app = vm.app
-                    if app is not last:
-                        last = app
-                        lows.pop(app, None)
-                        if pace.pop(app, None) is not None:
-                            live[app] = None
+        last = None  # (an application's VMs come together in a period's plan: one pop)
+        for vm_id, alloc in allocations.items():
+            vm = vms[vm_id]
+            if vm.alloc is not alloc:  # a mapping is kept while its values do not change
+                vm.alloc = alloc
+                app = vm.app
+                if app is not last:
+                    last = app
+                    if pace.pop(app, None) is not None:
+                        live[app] = None
         self._applied, self._stamp = allocations, self._changes
         return ApplyReport(t)
 
     def _unpace(self, app_id: str) -> None:
-        """Forget ``app_id``'s kept pace (and least CPU allocation): it advances on its own."""
-        self._low.pop(app_id, None)
+        """Forget ``app_id``'s kept pace: it advances on its own again."""
         if self._pace.pop(app_id, None) is not None:
             self._live[app_id] = None
 
@@ -331,7 +321,6 @@ class SimBackend:
             live.update(dict.fromkeys(self._by_app))
             self._unpace_all()  # ``vms`` was changed directly: nothing kept is known valid
             self._quiet.clear()
-            self._low.clear()
             self._changes += 1
         by_app = self._by_app
         if len(apps) != self._seen:  # ``apps`` changed directly, not by add_app: rescan it
@@ -342,9 +331,6 @@ class SimBackend:
         # Those at a kept pace (rigid, nothing changed since it was kept) go together; one
         # that finishes leaves them.
         pace = self._pace
-        if self._low and type(self)._speed is SimBackend._speed:
-            pace_from_lows(self._low, live, pace, apps, by_app, self._quiet, t0,
-                           self.trade_memory)
         if pace:
             ids = list(pace)
             rigid: list[RigidApp] = [apps[a] for a in ids]  # type: ignore[misc]  # (kept for these)
@@ -430,9 +416,7 @@ class SimBackend:
             # ``min(1.0, cpu / full_cpu)`` and ``t0``; division by a positive number keeps
             # the order, so it is that of the first least CPU allocation (``min``), unless
             # that is NaN (``min`` then returns it) or the quotient a zero (its sign)
-            low = self._low.get(app_id)  # (kept from the plan's column: sim_columns)
-            if low is None:
-                low = min([vm.alloc.get("cpu", 0.0) for vm in vms])
+            low = min([vm.alloc.get("cpu", 0.0) for vm in vms])
             cpu = low / full_cpu
             if cpu == cpu and cpu != 0.0:
                 return (cpu if cpu < 1.0 else 1.0), t0, True

@@ -12,7 +12,7 @@ the applications' progress; the live ones manage real processes or pods. All rec
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,23 +29,6 @@ class VMPlacement:
 
 
 @dataclass(frozen=True)
-class AllocationColumn:
-    """A period's allocations of one traded resource as a column (the clearing's, in market
-    order), which :attr:`Plan.column` carries beside the per-VM mapping: ``vms[m]`` holds
-    ``allocs[m]``, the mapping ``{resource: v}`` with ``v == values[m]`` (``values``: a float
-    numpy array); each application's VMs are contiguous, ``apps[i]``'s ``counts[i]`` of them
-    in turn. A backend may read it instead of :attr:`Plan.allocations` (the simulated one
-    does: :meth:`SimBackend.apply <merkat.backends.sim.SimBackend.apply>`)."""
-
-    resource: str
-    vms: Sequence[str]
-    allocs: Sequence[Mapping[str, float]]
-    values: Any
-    apps: Sequence[str]
-    counts: Sequence[int]
-
-
-@dataclass(frozen=True)
 class Plan:
     """Everything the backend must do at the start of a period, in this order.
 
@@ -56,10 +39,7 @@ class Plan:
     in MiB): the limits to enforce. A resource the application does not trade (memory in a
     CPU-only market) is absent: it is reserved as requested, not limited. An admission's plan
     (between periods) lists only the newcomers and the VMs whose allocation it changes; a VM
-    not listed keeps the allocation it has. ``column``: the same allocations as an
-    :class:`AllocationColumn` when the market traded one resource and placed every VM (a
-    period's plan of the usual market), else None; a plan changed after it was made (the
-    bills withheld) drops it. Not compared: two plans are equal when they ask the same.
+    not listed keeps the allocation it has.
     """
 
     time: float
@@ -70,7 +50,6 @@ class Plan:
     resume: tuple[VMPlacement, ...] = ()
     migrate: tuple[tuple[str, int, int], ...] = ()
     allocations: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
-    column: AllocationColumn | None = field(default=None, compare=False, repr=False)
 
 
 OPS = ("create", "resume", "destroy", "suspend", "migrate", "resize")

@@ -12,14 +12,14 @@ import math
 import operator
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import compress, repeat
 from typing import Any
 
 import numpy as np
 
 from merkat.control.types import VMState
-from merkat.core.backend import AllocationColumn, Plan, VMPlacement
+from merkat.core.backend import Plan, VMPlacement
 from merkat.core.draft import own, own_allocs
 from merkat.core.market_input import Run
 from merkat.core.model import Ops
@@ -150,9 +150,6 @@ def _plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
         resume=tuple(resume),
         migrate=tuple(migrate),
         allocations=allocations,
-        column=None if column is None else AllocationColumn(
-            column.one[0], column.ids, column.allocs, column.values,
-            [nx.id for nx, _, _ in runs], [len(nx.ids) for nx, _, _ in runs]),
     ), column
 
 
@@ -187,7 +184,6 @@ class Column:
     allocations: dict[str, dict[str, float]]
     allocs: list[dict[str, float]]
     one: tuple[str, int] = ("", -1)
-    ids: list[str] = field(default_factory=list)  # the VMs, market order
 
 
 def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray,
@@ -227,7 +223,7 @@ def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray,
     if prior is not None:
         at = np.flatnonzero(prior.values != col)
         if not at.size:  # every mapping kept: the last plan's allocations
-            return Column(prior.values, prior.allocations, allocs, ids=ids)
+            return Column(prior.values, prior.allocations, allocs)
         new = at.tolist()
         for m, a in zip(new, col[at].tolist(), strict=True):
             allocs[m] = {r0: a}
@@ -247,7 +243,7 @@ def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray,
         new = at.tolist()
         for m, a in zip(new, col[at].tolist(), strict=True):
             allocs[m] = {r0: a}
-    out = Column(col.copy(), {}, allocs, ids=ids)
+    out = Column(col.copy(), {}, allocs)
     if not new:
         out.allocations = dict(zip(ids, allocs, strict=True))
         return out
@@ -432,8 +428,7 @@ class Plans:
         if last is not None and key == last[1] and all(map(operator.is_, allocs, last[2])):
             if last[0] is result and not (result.host != before).any():
                 return Plan(time=now, period=period, destroy=tuple(ops.destroy),
-                            suspend=tuple(ops.suspend), allocations=last[3].allocations,
-                            column=last[3].column)
+                            suspend=tuple(ops.suspend), allocations=last[3].allocations)
             prior = last[4]
         plan, column = _plan(now, period, runs, result, ops, before, prior, (key[3], allocs))
         self._last = (result, key, _joined(runs)[1] if column is None else column.allocs,
