@@ -9,10 +9,12 @@ What it replaces: per iteration, ``_search_loop`` calls :meth:`Search.destinatio
 dictionary look-ups and ~8 numpy operations of bookkeeping (the VM errors read and written
 through index arrays, the mapping written and copied as an array, ``(err > threshold).any()``
 at each better mapping). Here the same steps run inline on the search's lists held in local
-variables (calling only the shortcuts' ``pair_shares`` and ``errors``, and the general path
-where the shortcuts do not hold): the VM errors as a Python list (``err_l``) with a count of those above the
-threshold, the mapping as ``host_l`` (copied as a list at each better mapping), the node
-terms as the shortcuts' lists. What stays numpy, because its bits or its choices are
+variables (the general path's methods only where the shortcuts do not hold): the VM
+errors as a Python list (``err_l``) with a count of those above the threshold, the mapping as ``host_l`` (copied as a list at each better mapping), the node
+terms as the shortcuts' lists; each candidate's share, its error and the first smallest
+one in one pass over the candidates, and a move's shares (the shortcuts' ``pair_shares``),
+the VMs' new errors (``errors``) and their bookkeeping in one pass over the two nodes'
+VMs. What stays numpy, because its bits or its choices are
 numpy's: the selection's ``argmax`` over the scores (first of equal maxima), the
 candidates' ``argpartition`` (its choice among tied estimates decides the destination),
 a class's first estimate over every node, and the two ``np.dot`` sums of squares of a move
