@@ -1,14 +1,16 @@
-"""``core/batch_slo.py``'s ``decide_slo1`` (a running SLO application of one traded resource
-decided in one function) gives what its reference, ``batch.Pass`` (the lane, ``BatchedSLO.one``,
-``spend_cap_row``, ``alg1_row``, ``fits_one``/``pays_one``, ``draft.bidding``), gives on the
-same application, bit for bit: the same kind of outcome, the same demand, the same bid
+"""``core/batch_slo.py``'s ``decide_slo1`` and ``core/batch_vd.py``'s ``decide_vd1`` (a running
+SLO or ``vertical-deadline`` application of one traded resource decided in one function) give
+what their reference, ``batch.Pass`` (the lane, the form's ``one``, ``spend_cap_row``,
+``alg1_row`` or Scale-One-VM's step, ``fits_one``/``pays_one``, ``draft.bidding``), gives on
+the same application, bit for bit: the same kind of outcome, the same demand, the same bid
 mapping (``repr``: the sign of a zero, NaN, infinities), the same next state (its fields and
 columns, a kept ``App.clean`` handed out the same way) and the same controller state (its
 generator's included), on random applications full of edge values: zeros of both signs, NaN
 and infinite bids and allocations, metrics not reported or NaN, balances broke, rich and
 beyond a float's exact integers, deadlines passed and far, a VM size of 0 (the scalar
 re-split raises: both decline with the controller unmoved), several VMs with equal and
-different bids, a suspended VM."""
+different bids, a suspended VM, an allocation estimate absent or not, every direction and
+run of Scale-One-VM."""
 
 from __future__ import annotations
 
@@ -18,15 +20,18 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from merkat.control.deadline import VerticalDeadline
 from merkat.control.registry import make_policy
 from merkat.control.types import AppStatus, Demand, Metrics, VMState
 from merkat.core import batch
 from merkat.core.batch_slo import decide_slo1
+from merkat.core.batch_vd import decide_vd1
 from merkat.core.draft import draft, install
 from merkat.core.model import App, AppNext, AppSpec, Observed
 from merkat.core.reconcile import Decider
 
-POLICIES = ("deadline-strict", "deadline-partial", "performance-strict", "performance-partial")
+POLICIES = ("deadline-strict", "deadline-partial", "performance-strict", "performance-partial",
+            "vertical-deadline")
 NOW = 10_000.0
 
 edge = st.sampled_from([0.0, -0.0, 1e-300, 0.01, 0.2, 0.5, 0.99, 1.0, 1.5, 2.0, 40.0, 1e308,
@@ -75,20 +80,34 @@ def cases(draw: Any) -> dict[str, Any]:
         "allocs": [draw(usual if calm else amount) for _ in range(n)],
         "suspended": n > 1 and draw(st.integers(0, 9)) == 0,
         "metrics": metrics,
-        "price": draw(st.sampled_from([0.0, 0.37, 2.0, 1e308])),
+        "price": draw(st.sampled_from([0.0, 0.37, 2.0, 1e308])),  # (finite: the prices' check)
         "floor": draw(st.sampled_from([0.0, 0.001, 0.01])),
         "clean": draw(st.booleans()),
+        "vd": (draw(st.booleans()), draw(st.sampled_from([0.0, 0.05, 0.5])),
+               draw(st.integers(1, 3)), draw(st.sampled_from([0.3, 0.5, 1.0])),
+               draw(st.sampled_from([0.0, 0.01, 0.5])),
+               draw(st.one_of(st.none(), usual if calm else amount)), draw(st.integers(0, 4))),
     }
 
 
 def _build(case: dict[str, Any]) -> tuple[App, Decider, Observed]:
     """One application of ``case`` (a new controller and record each call)."""
-    ctl = make_policy(case["policy"], seed=case["seed"], backoff_max=case["backoff_max"],
-                      low=case["low"], high=case["high"], min_fraction=case["min_fraction"],
-                      horizon=case["horizon"])
-    ctl.scaler.history["cpu"] = case["history"]  # type: ignore[attr-defined]
-    if case["backoff"] is not None:
-        ctl.backoff, ctl.waited = case["backoff"]  # type: ignore[attr-defined]
+    ctl: Any
+    if case["policy"] == "vertical-deadline":
+        vd = case["vd"]
+        ctl = VerticalDeadline(seed=case["seed"], abort_hopeless=vd[0], t_diff=vd[1],
+                               limit=vd[2], ewma_alpha=vd[3], max_alloc_tol=vd[4],
+                               horizon=case["horizon"])
+        if vd[5] is not None:
+            ctl.alloc_est.value["cpu"] = vd[5]
+        ctl.scaler.direction, ctl.scaler.run = case["history"], vd[6]
+    else:
+        ctl = make_policy(case["policy"], seed=case["seed"], backoff_max=case["backoff_max"],
+                          low=case["low"], high=case["high"],
+                          min_fraction=case["min_fraction"], horizon=case["horizon"])
+        ctl.scaler.history["cpu"] = case["history"]
+        if case["backoff"] is not None:
+            ctl.backoff, ctl.waited = case["backoff"]
     spec = AppSpec("a", case["policy"], len(case["bids"]), {"cpu": case["size"]}, 0.0, 10.0,
                    renewal=case["renewal"], deadline=case["deadline"], trade=("cpu",))
     app = App(spec, ctl, "app:a", status=AppStatus.RUNNING)
@@ -113,8 +132,12 @@ def _build(case: dict[str, Any]) -> tuple[App, Decider, Observed]:
 def _state(app: App) -> tuple[Any, ...]:
     ctl: Any = app.controller
     rng = json.dumps(ctl.rng.bit_generator.state, sort_keys=True, default=str)
-    return (dict(ctl.scaler.history), repr(ctl.scaler.wanted), ctl.short, ctl.backoff,
-            ctl.waited, rng)
+    scaler = ctl.scaler
+    if isinstance(ctl, VerticalDeadline):
+        return (repr(ctl.alloc_est.value), scaler.direction, scaler.run, repr(scaler.wanted),
+                ctl.short, ctl.suspended_at, repr(ctl.suspend_cost), ctl.suspensions, rng)
+    return (dict(scaler.history), repr(scaler.wanted), ctl.short, ctl.backoff, ctl.waited,
+            rng)
 
 
 def _outcome(app: App, made: Any, clean: AppNext | None) -> Any:
@@ -151,14 +174,14 @@ def test_decide_slo1_is_the_pass_bit_for_bit(case: dict[str, Any]) -> None:
     fused = batch.Pass(decider, NOW, prices, [prices])
     fused.take(k.per, ln)
     clean = app.clean
-    got = decide_slo1(app, k, case["balance"], seen)
+    got = (decide_slo1 if k.slo else decide_vd1)(app, k, case["balance"], seen)  # type: ignore[operator]
     assert _outcome(app, got, clean) == _outcome(ref, want, ref_clean)
     assert _state(app) == _state(ref)
 
 
-def test_a_lane_of_several_resources_or_another_policy_has_no_slo1() -> None:
-    """Only an SLO form of one traded resource is decided by ``decide_slo1``; the others keep
-    the reference pass (``vertical-deadline``, two traded resources)."""
+def test_a_lane_of_several_resources_has_no_one_function() -> None:
+    """An SLO form of one traded resource is decided by ``decide_slo1``, ``vertical-deadline``'s
+    by ``decide_vd1``; two traded resources keep the reference pass."""
     decider = Decider(300.0, {"cpu": 64.0, "memory": 65536.0}, {"cpu": 0.01, "memory": 0.0}, 3)
     for policy, trade in (("vertical-deadline", ("cpu",)),
                           ("deadline-strict", ("cpu", "memory")),
@@ -168,4 +191,5 @@ def test_a_lane_of_several_resources_or_another_policy_has_no_slo1() -> None:
         app = App(spec, make_policy(policy, seed=1), "app:a", status=AppStatus.RUNNING)
         ln = batch.lane(app)
         ln.fill(app, decider)
-        assert (ln.slo1 is not None) is (policy == "deadline-strict" and len(trade) == 1)
+        assert (ln.slo1 is not None) is (len(trade) == 1)
+        assert ln.slo1 is None or ln.slo1.slo is (policy == "deadline-strict")

@@ -36,9 +36,10 @@ POLICIES = (*SLO, "vertical-deadline", "merkat-vertical")
 
 def counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The applications the period's batched pass decides (``Pass.__call__`` or, for an SLO
-    application of one traded resource, ``decide_slo1`` not None), one entry each."""
+    application of one traded resource, ``decide_slo1``, a ``vertical-deadline`` one
+    ``decide_vd1``, not None), one entry each."""
     calls: list[int] = []
-    real, slo1 = batch.Pass.__call__, period.decide_slo1
+    real, slo1, vd1 = batch.Pass.__call__, period.decide_slo1, period.decide_vd1
 
     def counted(self: batch.Pass, *a: Any) -> Any:
         out = real(self, *a)
@@ -52,8 +53,15 @@ def counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
             calls.append(1)
         return out
 
+    def counted_vd1(*a: Any) -> Any:
+        out = vd1(*a)
+        if out is not None:
+            calls.append(1)
+        return out
+
     monkeypatch.setattr(batch.Pass, "__call__", counted)
     monkeypatch.setattr(period, "decide_slo1", counted_slo1)
+    monkeypatch.setattr(period, "decide_vd1", counted_vd1)
     return calls
 
 
@@ -266,6 +274,7 @@ def _run_digest(policy: str, monkeypatch: pytest.MonkeyPatch, batched: bool) -> 
     if not batched:  # every application asked (the resting ones too)
         monkeypatch.setattr(batch.Pass, "__call__", lambda self, *a: None)
         monkeypatch.setattr(period, "decide_slo1", lambda *a: None)
+        monkeypatch.setattr(period, "decide_vd1", lambda *a: None)
     w = Workload.from_arrays(submit=[0, 100, 200, 900, 1000, 4000, 4100, 4200],
                              run=[900, 600, 1200, 300, 2000, 600, 3000, 450],
                              procs=[2, 1, 3, 1, 2, 1, 4, 2],

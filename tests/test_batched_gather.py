@@ -274,7 +274,8 @@ def test_a_kept_lane_is_a_fresh_one_after_every_period_of_a_flaky_run(
 
     monkeypatch.setattr(SimBackend, "apply", _flaky(SimBackend.apply))
     seen = {"lanes": 0, "passed": 0, "suspended": 0}
-    decide, call, slo1 = Platform.decide, batch.Pass.__call__, period.decide_slo1
+    decide, call = Platform.decide, batch.Pass.__call__
+    slo1, vd1 = period.decide_slo1, period.decide_vd1
 
     def deciding(self: Platform, *a: Any) -> Any:
         for app in self.active.values():
@@ -299,9 +300,15 @@ def test_a_kept_lane_is_a_fresh_one_after_every_period_of_a_flaky_run(
         seen["passed"] += out is not None
         return out
 
+    def passing_vd1(*a: Any) -> Any:
+        out = vd1(*a)
+        seen["passed"] += out is not None
+        return out
+
     monkeypatch.setattr(Platform, "decide", deciding)
     monkeypatch.setattr(batch.Pass, "__call__", passing)
     monkeypatch.setattr(period, "decide_slo1", passing_slo1)
+    monkeypatch.setattr(period, "decide_vd1", passing_vd1)
     rng = np.random.default_rng(3)
     n = 40
     w = Workload.from_arrays(submit=np.sort(rng.integers(0, 20_000, n)).tolist(),

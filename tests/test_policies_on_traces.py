@@ -213,6 +213,7 @@ def bids(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, set[float]]]:
     # every decision is seen (tests/test_batched.py pins the two paths equal)
     monkeypatch.setattr(batch.Pass, "__call__", lambda self, *a: None)
     monkeypatch.setattr(period, "decide_slo1", lambda *a: None)
+    monkeypatch.setattr(period, "decide_vd1", lambda *a: None)
     yield seen
 
 

@@ -44,6 +44,7 @@ from merkat.control.deadline import VerticalDeadline
 from merkat.control.formulas import least_alloc, least_alloc_of, mean_bid, mean_bid_of
 from merkat.control.types import Action, AppStatus, Demand, VMState
 from merkat.core.batch_slo import Slo1, Tick, slo1_of
+from merkat.core.batch_vd import Vd1, vd1_of
 from merkat.core.draft import bidding
 from merkat.core.fits import (
     _EXACT,
@@ -119,7 +120,7 @@ class Lane:
         self.at = [self.res.index(r) for r in trade] if self.ok else []
         self.fixed: list[float] = []
         self.rest = _RESTING.get(type(ctl))
-        self.slo1: Slo1 | None = None
+        self.slo1: Slo1 | Vd1 | None = None  # (one traded resource: one function)
 
     def fill(self, app: App, decider: Decider) -> None:
         """Read :attr:`fixed` (a batch's first use of this lane)."""
@@ -130,8 +131,9 @@ class Lane:
         self.fixed = [float(x) for x in (  # type: ignore[arg-type]
             const.renewal, app.spec.deadline, *[size[r] for r in self.res],
             *self.policy.state(self.controller, self.res)[:self.policy.fixed])]
-        if self.ok:
-            self.slo1 = slo1_of(self.policy, self.single, self.fixed, decider.ticks)
+        if self.ok and self.single is not None:
+            self.slo1 = (slo1_of(self.policy, self.single, self.fixed, decider.ticks)
+                         or vd1_of(self.policy, self.single, self.fixed, decider.ticks))
 
 
 def lane(app: App) -> Lane:

@@ -73,6 +73,7 @@ class Slo1:
 
     __slots__ = ("amin", "deadline", "dstrict", "high", "horizon", "late", "low",
                  "min_fraction", "names", "per", "renewal", "res", "size", "strict", "tracks")
+    slo = True  # (the period's loop: decide_slo1; merkat.core.batch_vd's Vd1: decide_vd1)
 
     def __init__(self, policy: BatchedSLO, res: str, fixed: list[float], per: Tick) -> None:
         (self.renewal, self.deadline, self.size, self.low, self.high, self.min_fraction,

@@ -56,6 +56,7 @@ from merkat.control.types import (
 from merkat.core import admission, batch, commit
 from merkat.core.backend import ApplyReport
 from merkat.core.batch_slo import decide_slo1
+from merkat.core.batch_vd import decide_vd1
 from merkat.core.draft import draft, install
 from merkat.core.isolation import ask, fail, reconcile
 from merkat.core.lifecycle import ENDED, app_failure, app_transition
@@ -262,10 +263,11 @@ class Platform:
                 if ln is None or ln.controller is not app.controller or ln.spec is not app.spec:
                     ln = batch.lane(app)
                 k = ln.slo1
-                if k is not None and app.status is running:  # one SLO resource: one function
+                if k is not None and app.status is running:  # one resource: one function
                     if k.per.at is not fused:
                         fused.take(k.per, ln)
-                    made = decide_slo1(app, k, balance, seen)
+                    made = (decide_slo1(app, k, balance, seen) if k.slo
+                            else decide_vd1(app, k, balance, seen))
                 else:
                     made = fused(app, balance, seen)
                 if made is not None:

@@ -1,0 +1,184 @@
+"""A running ``vertical-deadline`` application of one traded resource decided in one function
+(issue 28, sixteenth session): :func:`decide_vd1`, themis-fig5's many-VM jobs.
+
+What it replaces, for the applications it takes (a running application of
+:class:`~merkat.control.batched.deadline.BatchedVerticalDeadline` trading one resource): the
+chain :class:`Pass.__call__ <merkat.core.batch.Pass>` →
+:meth:`BatchedVerticalDeadline.one <merkat.control.batched.deadline.BatchedVerticalDeadline.one>`
+→ :func:`~merkat.control.batched.base.need_row`,
+:func:`~merkat.control.batched.base.spend_cap_row` → :func:`~merkat.core.fits.pays_one` →
+:func:`~merkat.core.draft.bidding`, as :mod:`merkat.core.batch_slo` does for the SLO
+policies: the lane's constants are one object read once (:class:`Vd1`), the period's time,
+price and reserve of its resource the shared :class:`~merkat.core.batch_slo.Tick`, and the
+arithmetic of those functions runs in their order on the same Python floats (the estimate,
+the stop rule, the progress rates, Scale-One-VM's step, the spend cap, the suspend rule, the
+controller's state written last), so every float and every branch is theirs.
+``tests/test_batch_slo.py`` compares it with the :class:`~merkat.core.batch.Pass`, bit for
+bit, on random applications full of edge values (hypothesis).
+"""
+
+from __future__ import annotations
+
+import math
+
+from merkat.control.batched.base import SUSPEND, gap_row, need_row, spend_cap_row
+from merkat.control.batched.deadline import BatchedVerticalDeadline
+from merkat.control.formulas import least_alloc_of, mean_bid_of, scale_to
+from merkat.control.generic import AGGRESSIVE
+from merkat.control.types import Action, Demand, VMState
+from merkat.core.batch_slo import Tick
+from merkat.core.draft import rebid_columns
+from merkat.core.fits import _EXACT, _FITS_VMS, fits_one, pays_one
+from merkat.core.model import App, AppNext, Observed
+from merkat.defaults import MICRO
+
+_INF, _NAN = math.inf, math.nan
+_VM_SUSPENDED = VMState.SUSPENDED
+_STOP, _SUSPEND = Action.STOP, Action.SUSPEND
+
+
+class Vd1:
+    """What :func:`decide_vd1` reads of one lane that never changes (``Lane.slo1``, made by
+    :func:`vd1_of` on the lane's first batched period: renewal, deadline, VM size and the
+    controller's parameters), and its resource's :class:`~merkat.core.batch_slo.Tick`
+    (``per``)."""
+
+    __slots__ = ("abort", "alpha", "deadline", "horizon", "limit", "per", "renewal", "res",
+                 "size", "t_diff", "tol")
+    slo = False  # (the period's loop: decide_vd1, not decide_slo1)
+
+    def __init__(self, res: str, fixed: list[float], per: Tick) -> None:
+        (self.renewal, self.deadline, self.size, self.t_diff, self.limit, self.alpha,
+         self.tol, self.horizon, self.abort) = fixed
+        self.res = res
+        self.per = per
+
+
+def decide_vd1(app: App, k: Vd1, balance: int, seen: Observed
+               ) -> AppNext | Demand | dict[str, float] | None:
+    """:class:`Pass.__call__ <merkat.core.batch.Pass>` of a running application whose lane
+    has a :class:`Vd1` (``k``, its :class:`~merkat.core.batch_slo.Tick` taken for this
+    period), bit for bit: its next state when its balance pays its new bid as it is, else
+    that bid's mapping, a STOP or SUSPEND demand, or None (the scalar path decides)."""
+    m = seen.metrics
+    done, total, rate, ideal = m.work_done, m.work_total, m.progress_rate, m.ideal_rate
+    if total is None or (rate is None and ideal is None):
+        return None
+    perf = m.performance
+    if done != done or total != total or rate != rate or ideal != ideal or perf != perf:
+        return None  # (NaN: the scalar path, as the reference)
+    cols = app.columns
+    n = len(cols[0])
+    r = k.res
+    if n == 1:
+        if cols[1][0] is _VM_SUSPENDED:
+            return None
+        b = 0.0 + cols[2][0].get(r, 0.0)
+        a = cols[5][0].get(r, 0.0)
+    else:
+        if _VM_SUSPENDED in cols[1]:
+            return None
+        b = mean_bid_of(cols[2], r)
+        a = least_alloc_of(cols[5], r)
+    work = total - (_NAN if done is None else done)
+    if not work > 0.0:
+        work = 0.0
+    if rate is None:
+        rate = _NAN
+    if ideal is None:
+        ideal = _NAN
+    ctl = app.controller
+    try:
+        # --- BatchedVerticalDeadline.one, one resource ----------------------------------
+        fbal = balance / MICRO
+        per = k.per
+        now = per.time
+        scaler, value = ctl.scaler, ctl.alloc_est.value  # type: ignore[attr-defined]
+        size, alpha = k.size, k.alpha
+        old = value.get(r, _NAN)
+        e = float(a) if old != old else alpha * a + (1 - alpha) * old
+        at_max = e >= (1 - k.tol) * size
+        frac = 1.0
+        if size > 0:
+            x = e / size
+            frac = frac * (x if x < 1.0 else 1.0)
+        left = k.deadline - now
+        finished = work <= 0
+        hopeless = k.abort != 0 and need_row(work, ideal, left) > 1
+        stop = finished or hopeless or left <= 0
+        no_rate = rate != rate
+        p_est = ((0.0 if no_rate else rate) if ideal != ideal else ideal * frac)
+        p_now = p_est if no_rate else rate
+        p_ref = work / left if left > 0 else _INF
+        d = 1 if p_est < p_ref else (-1 if p_est > p_ref else 0)
+        direction, run = scaler.direction, float(scaler.run)
+        if d != 0 and d != direction:
+            direction, run = d, 0.0
+        run = run + 1
+        t = gap_row(p_est, p_ref)
+        hold = t < k.t_diff or direction == 0
+        if run >= k.limit:
+            factor = AGGRESSIVE
+        else:
+            factor = 1.0 + t
+            factor = AGGRESSIVE if factor > AGGRESSIVE else factor
+        floor = per.floor
+        kept = floor if floor > b else b
+        if hold:
+            x = kept
+        elif direction > 0:
+            x = kept * factor
+        else:
+            x = b / factor
+            x = floor if floor > x else x
+        wanted = x
+        cap = spend_cap_row(fbal, k.renewal, n + 0.0, left, per.period, k.horizon)
+        short = not at_max and wanted > cap * (1 + 1e-12)
+        susp = not stop and short and p_now < p_ref and p_est < p_ref
+        if at_max:
+            x = floor if floor > b / 2 else b / 2
+        elif wanted > cap:
+            x = scale_to({r: x}, cap, {r: floor})[r]
+        cost = 0.0
+        if susp:
+            cost = cost + per.price * size
+        value[r] = e
+        if stop:
+            return Demand(_STOP, reason="finished" if finished else (
+                "aborted while running: the deadline can no longer be met" if hopeless
+                else "stopped: the deadline has passed"))
+        if at_max:
+            ctl.short = False  # type: ignore[attr-defined]
+        else:
+            scaler.direction, scaler.run, scaler.wanted = int(direction), int(run), wanted
+            ctl.short = short  # type: ignore[attr-defined]
+            if susp:
+                ctl.suspended_at = now  # type: ignore[attr-defined]
+                ctl.suspend_cost = cost  # type: ignore[attr-defined]
+                ctl.suspensions += 1  # type: ignore[attr-defined]
+    except Exception:  # (a bug, scale_to's): the scalar path, as the reference
+        return None
+    if susp:
+        return Demand(_SUSPEND, nvms=n, reason=SUSPEND)
+    # --- Pass.__call__'s budget check, one resource ---------------------------------------
+    out = {r: x}
+    if n == 1:
+        x = 0.0 + x
+        ok = (balance < _EXACT and x - x == 0
+              and (x <= 0 or ((z := x * MICRO) - z == 0 and round(z) <= balance)))
+    else:
+        ok = fits_one(x, n, balance) if n <= _FITS_VMS else pays_one(x, n, balance)
+    if not ok:
+        return out
+    return rebid_columns(app, out, cols)  # (draft.bidding's, on the columns read)
+
+
+def vd1_of(policy: object, res: str, fixed: list[float], ticks: dict[str, Tick]) -> Vd1 | None:
+    """A lane's :class:`Vd1` when :func:`decide_vd1` decides for it (``vertical-deadline``'s
+    form, one traded resource ``res``), else None."""
+    if not isinstance(policy, BatchedVerticalDeadline):
+        return None
+    per = ticks.get(res)
+    if per is None:
+        per = ticks[res] = Tick()
+    return Vd1(res, fixed, per)
