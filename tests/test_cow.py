@@ -27,7 +27,7 @@ import pytest
 from merkat.backends.sim import RigidApp, SimBackend
 from merkat.bank.memory import MemoryLedger
 from merkat.control.types import Action, Demand, Observation, VMState
-from merkat.core import batch, batch_slo, batch_vd, commit, draft
+from merkat.core import batch, batch_slo, commit, draft
 from merkat.core.backend import ApplyReport
 from merkat.core.model import App, AppNext, AppSpec, Charged, Decision, Ops
 from merkat.core.period import Platform
@@ -146,7 +146,6 @@ def _watch(monkeypatch: pytest.MonkeyPatch, eager: bool
         monkeypatch.setattr(draft, "rebid_columns", rebidding)  # (draft.bidding's too)
         monkeypatch.setattr(batch, "rebid_columns", rebidding, raising=False)  # (by name)
         monkeypatch.setattr(batch_slo, "rebid_columns", rebidding)
-        monkeypatch.setattr(batch_vd, "rebid_columns", rebidding)
     monkeypatch.setattr(commit, "settle", settled)
     monkeypatch.setattr(Platform, "decide", unchanged(decide))
     monkeypatch.setattr(Platform, "admit", unchanged(admit))

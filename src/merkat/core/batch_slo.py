@@ -45,7 +45,7 @@ from merkat.control.generic import AGGRESSIVE
 from merkat.control.types import Action, Demand, VMState
 from merkat.core.draft import rebid_columns
 from merkat.core.fits import _EXACT, _FITS_VMS, fits_one, pays_one
-from merkat.core.model import App, AppNext, Observed
+from merkat.core.model import App, AppNext, Columns, Observed
 from merkat.defaults import MICRO
 
 _INF, _NAN = math.inf, math.nan
@@ -89,36 +89,14 @@ class Slo1:
 def decide_slo1(app: App, k: Slo1, balance: int, seen: Observed
                 ) -> AppNext | Demand | dict[str, float] | None:
     """:class:`Pass.__call__ <merkat.core.batch.Pass>` of a running application whose lane
-    has a :class:`Slo1` (``k``, its :class:`Tick` taken for this period), bit for bit: its next state when
-    its balance pays its new bid as it is, else that bid's mapping, a STOP or SUSPEND
-    demand, or None (the scalar path decides; the controller not moved)."""
-    m = seen.metrics
-    done, total, rate, ideal = m.work_done, m.work_total, m.progress_rate, m.ideal_rate
-    if total is None or (rate is None and ideal is None):
+    has a :class:`Slo1` (``k``, its :class:`Tick` taken for this period), bit for bit: its
+    next state when its balance pays its new bid as it is, else that bid's mapping, a STOP
+    or SUSPEND demand, or None (the scalar path decides; the controller not moved)."""
+    row = row_of(app, k.res, seen)
+    if row is None:
         return None
-    perf = m.performance
-    if done != done or total != total or rate != rate or ideal != ideal or perf != perf:
-        return None  # (NaN: the scalar path, as the reference)
-    cols = app.columns
-    n = len(cols[0])
+    cols, n, b, a, work, rate, ideal = row
     r = k.res
-    if n == 1:
-        if cols[1][0] is _VM_SUSPENDED:
-            return None
-        b = 0.0 + cols[2][0].get(r, 0.0)
-        a = cols[5][0].get(r, 0.0)
-    else:
-        if _VM_SUSPENDED in cols[1]:
-            return None
-        b = mean_bid_of(cols[2], r)
-        a = least_alloc_of(cols[5], r)
-    work = total - (_NAN if done is None else done)
-    if not work > 0.0:
-        work = 0.0
-    if rate is None:
-        rate = _NAN
-    if ideal is None:
-        ideal = _NAN
     c = app.controller
     try:
         fbal = balance / MICRO
@@ -218,7 +196,55 @@ def decide_slo1(app: App, k: Slo1, balance: int, seen: Observed
         return None
     if condition:
         return Demand(_SUSPEND, nvms=n, reason=SUSPEND)
-    # --- Pass.__call__'s budget check, one resource ---------------------------------------
+    return paid(app, cols, r, x, n, balance)
+
+
+
+Row1 = tuple[Columns, int, float, float, float, float, float]
+"""What :func:`row_of` reads of a running application of one traded resource: its VM
+columns, VM count, current bid (the VMs' mean), least allocation, work left (never
+negative, NaN as 0), progress rate and ideal rate (NaN: not reported)."""
+
+
+def row_of(app: App, r: str, seen: Observed) -> Row1 | None:
+    """:class:`Pass.__call__ <merkat.core.batch.Pass>`'s reading of ``app``'s inputs on its
+    one traded resource ``r`` (:data:`Row1`), or None when the scalar path decides (no work
+    count, no rate, a NaN reported, a suspended VM): the input of :func:`decide_slo1` and
+    :func:`~merkat.core.batch_vd.decide_vd1`."""
+    m = seen.metrics
+    done, total, rate, ideal = m.work_done, m.work_total, m.progress_rate, m.ideal_rate
+    if total is None or (rate is None and ideal is None):
+        return None
+    perf = m.performance
+    if done != done or total != total or rate != rate or ideal != ideal or perf != perf:
+        return None  # (NaN: the scalar path, as the reference)
+    cols = app.columns
+    n = len(cols[0])
+    if n == 1:
+        if cols[1][0] is _VM_SUSPENDED:
+            return None
+        b = 0.0 + cols[2][0].get(r, 0.0)
+        a = cols[5][0].get(r, 0.0)
+    else:
+        if _VM_SUSPENDED in cols[1]:
+            return None
+        b = mean_bid_of(cols[2], r)
+        a = least_alloc_of(cols[5], r)
+    work = total - (_NAN if done is None else done)
+    if not work > 0.0:
+        work = 0.0
+    if rate is None:
+        rate = _NAN
+    if ideal is None:
+        ideal = _NAN
+    return cols, n, b, a, work, rate, ideal
+
+
+def paid(app: App, cols: Columns, r: str, x: float, n: int, balance: int
+         ) -> AppNext | dict[str, float]:
+    """``app``'s next state when its balance pays ``x`` on each of its ``n`` VMs as it is
+    (:class:`Pass.__call__ <merkat.core.batch.Pass>`'s budget check on one resource ``r``,
+    then ``draft.bidding`` on the columns read), else the bid's mapping to rebid."""
     out = {r: x}
     if n == 1:
         x = 0.0 + x

@@ -23,17 +23,14 @@ import math
 
 from merkat.control.batched.base import SUSPEND, gap_row, need_row, spend_cap_row
 from merkat.control.batched.deadline import BatchedVerticalDeadline
-from merkat.control.formulas import least_alloc_of, mean_bid_of, scale_to
+from merkat.control.formulas import scale_to
 from merkat.control.generic import AGGRESSIVE
-from merkat.control.types import Action, Demand, VMState
-from merkat.core.batch_slo import Tick
-from merkat.core.draft import rebid_columns
-from merkat.core.fits import _EXACT, _FITS_VMS, fits_one, pays_one
+from merkat.control.types import Action, Demand
+from merkat.core.batch_slo import Tick, paid, row_of
 from merkat.core.model import App, AppNext, Observed
 from merkat.defaults import MICRO
 
 _INF, _NAN = math.inf, math.nan
-_VM_SUSPENDED = VMState.SUSPENDED
 _STOP, _SUSPEND = Action.STOP, Action.SUSPEND
 
 
@@ -60,33 +57,11 @@ def decide_vd1(app: App, k: Vd1, balance: int, seen: Observed
     has a :class:`Vd1` (``k``, its :class:`~merkat.core.batch_slo.Tick` taken for this
     period), bit for bit: its next state when its balance pays its new bid as it is, else
     that bid's mapping, a STOP or SUSPEND demand, or None (the scalar path decides)."""
-    m = seen.metrics
-    done, total, rate, ideal = m.work_done, m.work_total, m.progress_rate, m.ideal_rate
-    if total is None or (rate is None and ideal is None):
+    row = row_of(app, k.res, seen)
+    if row is None:
         return None
-    perf = m.performance
-    if done != done or total != total or rate != rate or ideal != ideal or perf != perf:
-        return None  # (NaN: the scalar path, as the reference)
-    cols = app.columns
-    n = len(cols[0])
+    cols, n, b, a, work, rate, ideal = row
     r = k.res
-    if n == 1:
-        if cols[1][0] is _VM_SUSPENDED:
-            return None
-        b = 0.0 + cols[2][0].get(r, 0.0)
-        a = cols[5][0].get(r, 0.0)
-    else:
-        if _VM_SUSPENDED in cols[1]:
-            return None
-        b = mean_bid_of(cols[2], r)
-        a = least_alloc_of(cols[5], r)
-    work = total - (_NAN if done is None else done)
-    if not work > 0.0:
-        work = 0.0
-    if rate is None:
-        rate = _NAN
-    if ideal is None:
-        ideal = _NAN
     ctl = app.controller
     try:
         # --- BatchedVerticalDeadline.one, one resource ----------------------------------
@@ -160,17 +135,7 @@ def decide_vd1(app: App, k: Vd1, balance: int, seen: Observed
         return None
     if susp:
         return Demand(_SUSPEND, nvms=n, reason=SUSPEND)
-    # --- Pass.__call__'s budget check, one resource ---------------------------------------
-    out = {r: x}
-    if n == 1:
-        x = 0.0 + x
-        ok = (balance < _EXACT and x - x == 0
-              and (x <= 0 or ((z := x * MICRO) - z == 0 and round(z) <= balance)))
-    else:
-        ok = fits_one(x, n, balance) if n <= _FITS_VMS else pays_one(x, n, balance)
-    if not ok:
-        return out
-    return rebid_columns(app, out, cols)  # (draft.bidding's, on the columns read)
+    return paid(app, cols, r, x, n, balance)
 
 
 def vd1_of(policy: object, res: str, fixed: list[float], ticks: dict[str, Tick]) -> Vd1 | None:
