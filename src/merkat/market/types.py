@@ -84,7 +84,11 @@ def _matrix(name: str, value: npt.ArrayLike, rows: int) -> FloatArray:
 
 @dataclass(frozen=True)
 class Hosts:
-    """The nodes of the cluster: ``ids[h]`` and ``capacity[h, r]`` (cores, MiB)."""
+    """The nodes of the cluster: ``ids[h]`` and ``capacity[h, r]`` (cores, MiB).
+
+    Never written after it is made (a new cluster is a new ``Hosts``: the live service swaps
+    ``Platform.hosts``): the period's reuse of its last clearing (``Platform._clear``, by
+    identity) and the derived terms below rely on it."""
 
     ids: tuple[str, ...]
     capacity: FloatArray
