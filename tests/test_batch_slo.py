@@ -174,9 +174,22 @@ def test_decide_slo1_is_the_pass_bit_for_bit(case: dict[str, Any]) -> None:
     fused = batch.Pass(decider, NOW, prices, [prices])
     fused.take(k.per, ln)
     clean = app.clean
-    got = (decide_slo1 if k.slo else decide_vd1)(app, k, case["balance"], seen)  # type: ignore[operator]
+    one = decide_slo1 if k.slo else decide_vd1
+    got = one(app, k, case["balance"], seen)  # type: ignore[operator]
     assert _outcome(app, got, clean) == _outcome(ref, want, ref_clean)
     assert _state(app) == _state(ref)
+    # the next periods: the same columns (row_of's kept count, mean bid and least
+    # allocation, k.cols), then new ones of other values (read again), then the first again
+    first = app.columns
+    halved = (*first[:5], [{"cpu": a["cpu"] / 2} for a in first[5]])
+    for cols, ref_cols in ((first, ref.columns), (halved, (*ref.columns[:5], halved[5])),
+                           (first, ref.columns)):
+        app.columns, ref.columns = cols, ref_cols
+        want = batch.Pass(ref_decider, NOW, prices, [prices])(ref, case["balance"], ref_seen)
+        got = one(app, k, case["balance"], seen)  # type: ignore[operator]
+        assert _outcome(app, got, None) == _outcome(ref, want, None)
+        assert _state(app) == _state(ref)
+        assert got is None or k.cols is cols
 
 
 def test_a_lane_of_several_resources_has_no_one_function() -> None:

@@ -26,7 +26,7 @@ from merkat.control.batched.deadline import BatchedVerticalDeadline
 from merkat.control.formulas import scale_to
 from merkat.control.generic import AGGRESSIVE
 from merkat.control.types import Action, Demand
-from merkat.core.batch_slo import Tick, paid, row_of
+from merkat.core.batch_slo import Kept1, Tick, paid, row_of
 from merkat.core.model import App, AppNext, Observed
 from merkat.defaults import MICRO
 
@@ -34,20 +34,20 @@ _INF, _NAN = math.inf, math.nan
 _STOP, _SUSPEND = Action.STOP, Action.SUSPEND
 
 
-class Vd1:
+class Vd1(Kept1):
     """What :func:`decide_vd1` reads of one lane that never changes (``Lane.slo1``, made by
     :func:`vd1_of` on the lane's first batched period: renewal, deadline, VM size and the
     controller's parameters), and its resource's :class:`~merkat.core.batch_slo.Tick`
     (``per``)."""
 
-    __slots__ = ("abort", "alpha", "deadline", "horizon", "limit", "per", "renewal", "res",
-                 "size", "t_diff", "tol")
+    __slots__ = ("abort", "alpha", "deadline", "horizon", "limit", "per", "renewal", "size",
+                 "t_diff", "tol")
     slo = False  # (the period's loop: decide_vd1, not decide_slo1)
 
     def __init__(self, res: str, fixed: list[float], per: Tick) -> None:
+        super().__init__(res)
         (self.renewal, self.deadline, self.size, self.t_diff, self.limit, self.alpha,
          self.tol, self.horizon, self.abort) = fixed
-        self.res = res
         self.per = per
 
 
@@ -57,7 +57,7 @@ def decide_vd1(app: App, k: Vd1, balance: int, seen: Observed
     has a :class:`Vd1` (``k``, its :class:`~merkat.core.batch_slo.Tick` taken for this
     period), bit for bit: its next state when its balance pays its new bid as it is, else
     that bid's mapping, a STOP or SUSPEND demand, or None (the scalar path decides)."""
-    row = row_of(app, k.res, seen)
+    row = row_of(app, k, seen)
     if row is None:
         return None
     cols, n, b, a, work, rate, ideal = row

@@ -24,19 +24,36 @@ Run = tuple[AppNext, AppConst, "list[int] | None"]
 def bidding(nexts: Iterable[AppNext], apps: dict[str, App],
             const_of: Callable[[App], AppConst]) -> list[Run]:
     """The VMs that bid this period, in runs of one application each (in the order of
-    ``nexts``): a waiting app has no VM, a suspended one only suspended VMs."""
+    ``nexts``): a waiting app has no VM, a suspended one only suspended VMs
+    (:func:`run_of` each)."""
     runs: list[Run] = []
-    suspended = VMState.SUSPENDED
     for nx in nexts:
-        if nx.status is AppStatus.RUNNING and nx.ids:
-            rows: list[int] | None = None
-            if suspended in nx.states:
-                rows = [k for k, s in enumerate(nx.states) if s is not suspended]
-                if not rows:
-                    continue
+        if nx.status is _RUNNING and nx.ids:
             app = apps[nx.id]
-            runs.append((nx, app.const or const_of(app), rows))
+            run_of(nx, app.const or const_of(app), runs)
     return runs
+
+
+_RUNNING, _SUSPENDED = AppStatus.RUNNING, VMState.SUSPENDED
+
+
+def run_of(nx: AppNext, const: AppConst, runs: list[Run]) -> int:
+    """``nx``'s VMs that bid (its :data:`Run`, with ``const`` its application's constant
+    parts) appended to ``runs``; returns how many (0: none, nothing appended). The rule of
+    :func:`bidding`, for one next state: the period's loop calls it as it decides each
+    application (:meth:`Platform.decide <merkat.core.period.Platform.decide>`: one visit per
+    application, no second pass over the next states)."""
+    ids = nx.ids
+    if nx.status is not _RUNNING or not ids:
+        return 0
+    states = nx.states
+    if _SUSPENDED in states:
+        rows = [k for k, s in enumerate(states) if s is not _SUSPENDED]
+        if rows:
+            runs.append((nx, const, rows))
+        return len(rows)
+    runs.append((nx, const, None))
+    return len(ids)
 
 
 def placed(nexts: Iterable[AppNext], apps: dict[str, App],
@@ -214,30 +231,46 @@ class MarketInput:
         take_span, take_place, take_limit = spans.take, places.take, limits.take
         is_ = operator.is_
         get = old.get
+        # rows [plo, phi) of the last input, of applications kept whole one after another
+        # (their ids, hosts, bid, cap and minimum rows): one span of each kind, taken when
+        # something else comes (what it replaces: three ``take`` calls per application; the
+        # spans are the same, ``take`` merging adjacent ranges)
+        plo = phi = 0
         for nx, const, rows in runs:
             entry = get(nx.id)
             if rows is None:
                 vids, vhosts, vbids = nx.ids, nx.hosts, nx.bids
                 placed = entry is not None and entry[3] is vids and entry[4] is vhosts
-                if placed:  # the same lists (copy on write: unchanged): ids, hosts kept
-                    k = len(vids)
+                if placed and entry[1] is vbids and entry[0] is const:  # type: ignore[index]
+                    # the same lists (copy on write: unchanged) and bid mappings' list:
+                    # ids, hosts and rows kept, at once
                     lo = entry[2]  # type: ignore[index]
-                    take_place(0, lo, lo + k)
-                    if entry[1] is vbids and entry[0] is const:  # type: ignore[index]
-                        # and the same bid mappings' list: the rows kept, at once
-                        take_span(0, lo, lo + k)
-                        take_limit(0, lo, lo + k)
-                        apps[nx.id] = (entry if lo == at  # type: ignore[assignment]
-                                       else (const, vbids, at, vids, vhosts))
-                        at += k
-                        continue
+                    if lo != phi:
+                        if phi > plo:
+                            take_place(0, plo, phi)
+                            take_span(0, plo, phi)
+                            take_limit(0, plo, phi)
+                        plo = lo
+                    k = len(vids)
+                    phi = lo + k
+                    apps[nx.id] = (entry if lo == at  # type: ignore[assignment]
+                                   else (const, vbids, at, vids, vhosts))
+                    at += k
+                    continue
             else:
                 vids = [nx.ids[k] for k in rows]
                 vhosts = [nx.hosts[k] for k in rows]
                 vbids = [nx.bids[k] for k in rows]
                 placed = False
+            if phi > plo:
+                take_place(0, plo, phi)
+                take_span(0, plo, phi)
+                take_limit(0, plo, phi)
+                plo = phi
             k = len(vids)
-            if not placed:
+            if placed:  # the same lists (copy on write: unchanged): ids, hosts kept
+                take_place(0, entry[2], entry[2] + k)  # type: ignore[index]
+            else:
                 ids += vids
                 hosts += vhosts
                 take_place(1, joined, joined + k)
@@ -261,6 +294,10 @@ class MarketInput:
             fresh += k
             apps[nx.id] = _kept(nx, const, vbids, at, rows)
             at += k
+        if phi > plo:
+            take_place(0, plo, phi)
+            take_span(0, plo, phi)
+            take_limit(0, plo, phi)
         last = self._last
         self.kept = at - fresh
         self.kept_ids = at - joined

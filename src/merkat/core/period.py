@@ -60,8 +60,7 @@ from merkat.core.batch_vd import decide_vd1
 from merkat.core.draft import draft, install
 from merkat.core.isolation import ask, fail, reconcile
 from merkat.core.lifecycle import ENDED, app_failure, app_transition
-from merkat.core.market_input import MarketInput, same_input
-from merkat.core.market_input import bidding as bidding_vms
+from merkat.core.market_input import MarketInput, Run, run_of, same_input
 from merkat.core.model import (
     App,
     AppNext,
@@ -234,6 +233,10 @@ class Platform:
         ops = Ops(list(self._retry.destroy), list(self._retry.suspend))
         refused: list[str] = []
         nexts: dict[str, AppNext] = {}
+        # the market's runs (market_input.bidding's), each added as its application is
+        # decided: one visit per application (market_input.run_of)
+        runs: list[Run] = []
+        bidding = 0
         decider, prices, history = self.decider, self.prices, self.price_history
         running = AppStatus.RUNNING
         order = list(self.active.values())  # (keyed by spec.id)
@@ -245,7 +248,8 @@ class Platform:
             app_id = app.spec.id
             balance = balances[app.account]
             # Decider.broke_since's first test inlined (the usual answer: it can pay)
-            cost = (app.const or const_of(app)).reserve_cost
+            const = app.const or const_of(app)
+            cost = const.reserve_cost
             n, size = len(app.columns[0]), app.spec.size
             since: float | None = None
             if balance < cost * (n if n > size else size):
@@ -255,6 +259,7 @@ class Platform:
                     nx.broke_since = since
                     end(nx, now, f"could not pay the reserve price for {self.keep_alive} "
                         "periods", observed[app_id].finished, ops, "stopped-budget")
+                    bidding += run_of(nx, const, runs)
                     continue
             seen = observed[app_id]
             demand: Demand | str | None = None
@@ -275,10 +280,15 @@ class Platform:
                         nx = nexts[app_id] = draft(app)
                         nx.broke_since = since
                         decider.rebid(app, nx, made, balance)
+                        bidding += run_of(nx, const, runs)
                         continue
                     if not isinstance(made, Demand):  # its next state (its bid paid)
                         nexts[app_id] = made
                         made.broke_since = since
+                        # (a batched next state runs every VM of its columns, none
+                        # suspended: its whole run, market_input.run_of's answer)
+                        runs.append((made, const, None))
+                        bidding += n
                         continue
                     demand = made
             if demand is None:
@@ -288,22 +298,21 @@ class Platform:
                 nx = nexts[app_id] = draft(app)
                 nx.broke_since = since
                 fail(nx, now, demand, ops)
+                bidding += run_of(nx, const, runs)
                 continue
             if demand.action is Action.NONE and app.status is not running:
                 if since != app.broke_since:  # waiting or suspended, and staying so
                     nx = nexts[app_id] = draft(app)
                     nx.broke_since = since
+                    bidding += run_of(nx, const, runs)
                 continue
             nx = draft(app)
             nx.broke_since = since
             # (a bid that is not a finite number fails this application alone)
-            nexts[app_id] = reconcile(decider, app, nx, demand, now, balance, seen, ops,
-                                      refused)
+            nx = nexts[app_id] = reconcile(decider, app, nx, demand, now, balance, seen, ops,
+                                           refused)
+            bidding += run_of(nx, const, runs)
 
-        runs = bidding_vms(nexts.values(), self.apps, decider.const)
-        bidding = 0
-        for nx, _, vms_of in runs:  # (market_input.size, without a generator's frames)
-            bidding += len(nx.ids) if vms_of is None else len(vms_of)
         vms = self._input(runs, bidding)
         result = self._clear(vms)
         prices = {r: float(result.price[k]) for k, r in enumerate(RESOURCES)}
