@@ -25,8 +25,9 @@ from merkat.control.registry import make_policy
 from merkat.control.types import AppStatus, Demand, Metrics, VMState
 from merkat.core import batch
 from merkat.core.batch_slo import decide_slo1
-from merkat.core.batch_vd import decide_vd1
+from merkat.core.batch_vd import Vd1, decide_vd1, rests_vd1
 from merkat.core.draft import draft, install
+from merkat.core.isolation import WAIT
 from merkat.core.model import App, AppNext, AppSpec, Observed
 from merkat.core.reconcile import Decider
 
@@ -206,3 +207,54 @@ def test_a_lane_of_several_resources_has_no_one_function() -> None:
         ln.fill(app, decider)
         assert (ln.slo1 is not None) is (len(trade) == 1)
         assert ln.slo1 is None or ln.slo1.slo is (policy == "deadline-strict")
+
+
+suspended_at = st.one_of(st.none(), st.sampled_from([0.0, NOW - 600.0, NOW - 300.0, NOW,
+                                                     NOW + 1.0, float("nan")]))
+
+
+@settings(max_examples=500, deadline=None)
+@given(cases(), st.one_of(suspended_at, st.just("edge")), st.integers(0, 20),
+       st.integers(0, 4),
+       st.sampled_from([0.0, -0.0, 0.3, 0.74, 1.0, 2.0, float("inf"), float("nan"), "edge",
+                        "edge"]),
+       st.booleans(), st.sampled_from([0.0, 0.25, 0.37, 1.0]))
+def test_rests_vd1_is_the_pass_s_resting_check_bit_for_bit(
+        case: dict[str, Any], since: Any, suspensions: int, wait: int, cost: Any,
+        every: bool, price: float) -> None:
+    """A suspended ``vertical-deadline`` application (every VM suspended, or not): the
+    period's one function answers "still waits" exactly when ``Pass`` does (its resting
+    check), and neither moves the controller; "edge" draws the resume wait ending now and
+    a VM's cost equal to the suspension's."""
+    if since == "edge":  # (the resume wait ends exactly now)
+        since = NOW - wait * 2 ** min(suspensions - 1, 16) * 300.0
+    if cost == "edge":  # (a VM costs what it did at the suspension)
+        cost = 0 + price * case["size"]
+    case = {**case, "policy": "vertical-deadline", "suspended": False, "price": price}
+    prices = {"cpu": price, "memory": 0.0}
+    pair = []
+    for _ in range(2):
+        app, decider, seen = _build(case)
+        ctl: Any = app.controller
+        ctl.suspended_at, ctl.suspensions, ctl.suspend_cost = since, suspensions, cost
+        ctl.resume_wait = wait
+        n = len(app.columns[0])
+        states = [VMState.SUSPENDED] * n
+        if not every:
+            states[0] = VMState.RUNNING
+        app.columns = (app.columns[0], states, *app.columns[2:])
+        app.status = AppStatus.SUSPENDED
+        pair.append((app, decider, seen))
+    (ref, ref_decider, ref_seen), (app, decider, seen) = pair
+    want = batch.Pass(ref_decider, NOW, prices, [prices])(ref, case["balance"], ref_seen)
+    ln = batch.lane(app)
+    ln.fill(app, decider)
+    k = ln.slo1
+    if k is None:  # (a VM size of 0: no one-resource lane)
+        return
+    assert isinstance(k, Vd1) and ln.rest is not None
+    batch.Pass(decider, NOW, prices, [prices]).take(k.per, ln)
+    got = rests_vd1(app, k, seen)
+    assert want in (WAIT, None)
+    assert got is (want is WAIT)
+    assert _state(app) == _state(ref)

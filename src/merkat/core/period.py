@@ -56,9 +56,9 @@ from merkat.control.types import (
 from merkat.core import admission, batch, commit
 from merkat.core.backend import ApplyReport
 from merkat.core.batch_slo import decide_slo1
-from merkat.core.batch_vd import decide_vd1
+from merkat.core.batch_vd import decide_vd1, rests_vd1
 from merkat.core.draft import draft, install
-from merkat.core.isolation import ask, fail, reconcile
+from merkat.core.isolation import WAIT, ask, fail, reconcile
 from merkat.core.lifecycle import ENDED, app_failure, app_transition
 from merkat.core.market_input import MarketInput, Run, run_of, same_input
 from merkat.core.model import (
@@ -238,7 +238,7 @@ class Platform:
         runs: list[Run] = []
         bidding = 0
         decider, prices, history = self.decider, self.prices, self.price_history
-        running = AppStatus.RUNNING
+        running, suspended = AppStatus.RUNNING, AppStatus.SUSPENDED
         order = list(self.active.values())  # (keyed by spec.id)
         # one pass per application (merkat.core.batch): a batched form or a resting check
         # decides it at once, else its controller is asked
@@ -268,11 +268,17 @@ class Platform:
                 if ln is None or ln.controller is not app.controller or ln.spec is not app.spec:
                     ln = batch.lane(app)
                 k = ln.slo1
-                if k is not None and app.status is running:  # one resource: one function
+                status = app.status
+                if k is not None and status is running:  # one resource: one function
                     if k.per.at is not fused:
                         fused.take(k.per, ln)
                     made = (decide_slo1(app, k, balance, seen) if k.slo
                             else decide_vd1(app, k, balance, seen))
+                elif (k is not None and status is suspended and not k.slo
+                      and ln.rest is not None):  # (Pass.resting's, in one function)
+                    if k.per.at is not fused:
+                        fused.take(k.per, ln)
+                    made = WAIT if rests_vd1(app, k, seen) else None
                 else:
                     made = fused(app, balance, seen)
                 if made is not None:
