@@ -132,7 +132,7 @@ def test_the_usual_loops_kept_estimates_are_the_fresh_ones() -> None:
         with np.errstate(divide="ignore", invalid="ignore"):
             it, _, _ = usual_loop(s, s.params, s.rms())
         moves += it
-        assert s.host.tolist() == s.host_l, seed
+        assert s.host.tolist() == s.host_l.tolist(), seed
         log = s.fast.log
         for (b, c, i), (e, at) in s.fast.kept.items():
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -156,3 +156,24 @@ def test_stable_order_is_numpys_stable_argsort() -> None:
         want = np.argsort(keys, kind="stable")
         got = balance_state.stable_order(keys, bound)
         assert got.tolist() == want.tolist(), (n, bound)
+
+
+def test_a_view_reads_and_writes_what_tolist_holds() -> None:
+    """The search's per-VM columns are memoryviews (``balance_state.view``): every element
+    read is ``tolist()``'s (the same bits: zeros of both signs, subnormals, inf, NaN; a
+    strided column; int64 host indices), and a write reaches the array."""
+    rng = np.random.default_rng(5)
+    bid = rng.uniform(0, 3, (50, 2))
+    bid[:6, 0] = [0.0, -0.0, 5e-324, np.inf, np.nan, 1e308]
+    for col in (bid[:, 0], bid[:, 1], np.ascontiguousarray(bid[:, 0])):
+        v = balance_state.view(col)
+        want = col.tolist()
+        got = [v[j] for j in range(len(col))]
+        assert [type(x) for x in got] == [float] * len(col)
+        assert np.array(got).tobytes() == np.array(want).tobytes()
+    host = rng.integers(-1, 240, 50).astype(np.int64)
+    hv = balance_state.view(host)
+    assert [hv[j] for j in range(50)] == host.tolist()
+    assert all(type(hv[j]) is int for j in range(50))
+    hv[7] = 239
+    assert host[7] == 239

@@ -10,8 +10,10 @@ dictionary look-ups and ~8 numpy operations of bookkeeping (the VM errors read a
 through index arrays, the mapping written and copied as an array, ``(err > threshold).any()``
 at each better mapping). Here the same steps run inline on the search's lists held in local
 variables (the general path's methods only where the shortcuts do not hold): the VM
-errors as a Python list (``err_l``) with a count of those above the threshold, the mapping as ``host_l`` (copied as a list at each better mapping), the node
-terms as the shortcuts' lists; each candidate's share, its error and the first smallest
+errors read and written one at a time through a view of the search's array (``err_l``,
+:func:`~merkat.market.balance_state.view`) with a count of those above the threshold, the
+mapping through a view of the search's (``host_l``; the best mapping is the start with
+the first moves replayed), the node terms as the shortcuts' lists; each candidate's share, its error and the first smallest
 one in one pass over the candidates, and a move's shares (the shortcuts' ``pair_shares``),
 the VMs' new errors (``errors``) and their bookkeeping in one pass over the two nodes'
 VMs. What stays numpy, because its bits or its choices are
@@ -39,6 +41,7 @@ import numpy as np
 
 from merkat.market.allocation_error import ERROR_LIMIT
 from merkat.market.balance_fast import STALE, errors, first_step
+from merkat.market.balance_state import view
 from merkat.market.share import _RTOL, _TINY, share_of_last
 from merkat.market.types import NO_HOST, BalanceParams, IntArray
 
@@ -61,7 +64,7 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
     no_improve = it = 0
     score, is_tabu = s.score, s.is_tabu
     argmax = score.argmax
-    err_l: list[float] = s.err.tolist()
+    err_l: Any = view(s.err)  # (written in place: the search's errors)
     initial, host_l = s.initial_l, s.host_l
     threshold, n_placed = params.error_threshold, s.n_placed
     n_over = int(np.count_nonzero(s.err > threshold))
@@ -289,8 +292,6 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
             if no_improve >= max_no_improve:
                 break
     s.migrations, s.sumsq = migrations, sumsq
-    s.host[:] = host_l
-    s.err[:] = err_l
     best_host = start_host
     if best_n >= 0:
         best_host = start_host.copy()
