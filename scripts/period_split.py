@@ -92,6 +92,10 @@ def install() -> None:
     from merkat.core import running
     patch(running.RunningRows, "__call__", "market input")
     patch(admission, "place", "clearing")
+    from merkat.core import admission_keep  # (the kept state's path: issue 28, 17th session)
+    patch(admission_keep.AdmissionKeep, "place", "clearing")
+    patch(admission_keep.AdmissionKeep, "record", "clearing")
+    patch(admission_keep.AdmissionKeep, "valid", "market input")
     patch(reconcile.Decider, "observe", "observe")
     patch(reconcile.Decider, "reconcile", "reconcile")
     patch(reconcile.Decider, "broke_since", "reconcile")

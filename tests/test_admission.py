@@ -222,3 +222,160 @@ def test_an_admission_touches_only_the_vms_whose_share_changes(seed: int) -> Non
     platform.settle = checking_settle  # type: ignore[method-assign]
     driver.run(until=6 * PERIOD)
     assert checked > 0 and untouched > 0
+
+
+# --- the kept state's path (merkat.core.admission_keep) against the full path ---------------
+
+def _kept_world(seed: int, *, cores: float, hosts: int = 8, apps: int = 80,
+                memory: bool = False) -> tuple[Driver, Platform]:
+    """A random run with many admission points in each period: 1-4 VM applications
+    (best-effort or deadline-strict, small budgets: suspends and stops) on ``hosts`` hosts
+    of ``cores`` cores, arriving over five 60 s periods; with ``memory``, minimums that some
+    hosts cannot hold (refused placements)."""
+    from merkat.backends.sim import RigidApp as Rigid
+    rng = np.random.default_rng(seed)
+    items = []
+    for k, t in enumerate(sorted(rng.uniform(0.0, 5 * PERIOD, apps))):
+        size = int(rng.integers(1, 5))
+        policy = str(rng.choice(["best-effort", "deadline-strict", "vertical-deadline"]))
+        vm_min = {"memory": float(rng.choice([0.0, 1500.0]))} if memory else {}
+        s = AppSpec(f"a{k}", policy, size, {"cpu": 1.0}, float(t),
+                    float(rng.uniform(0.05, 10.0)), deadline=float(t + rng.uniform(60, 600)),
+                    trade=("cpu",), owner="alice", vm_min=vm_min)
+        items.append(Arrival(s.submit_time, s, Rigid(vms=size,
+                                                     work_total=float(rng.uniform(20, 400)))))
+    platform = Platform(Hosts(tuple(f"h{k}" for k in range(hosts)),
+                              np.array([[cores, 4096.0]] * hosts)),
+                        period=PERIOD, reserve={"cpu": 0.01})
+    driver = Driver(platform, SimBackend(trade_memory=False, boot_s=0.0),
+                    Economy(MemoryLedger()), ListArrivals(items), admission=10.0)
+    return driver, platform
+
+
+def _same_placed(a, b) -> None:  # type: ignore[no-untyped-def]
+    """Two admissions' placements are the same: the touched runs, the newcomers that fit,
+    every array byte for byte."""
+    assert (a is None) == (b is None)
+    if a is None:
+        return
+    assert [(nx.id, rows) for nx, _, rows in a.touched] == \
+        [(nx.id, rows) for nx, _, rows in b.touched]
+    assert [nx.id for nx, _, _ in a.fits] == [nx.id for nx, _, _ in b.fits]
+    for x, y in zip((*vars(a.placement).values(), a.allocated),
+                    (*vars(b.placement).values(), b.allocated), strict=True):
+        assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+
+
+@pytest.mark.parametrize(("seed", "cores", "memory"), [(0, 1.0, False), (1, 1.0, False),
+                                                       (2, 1.0, True), (3, 2.0, False),
+                                                       (4, 1.0, False)])
+def test_the_kept_path_places_as_the_full_path(seed: int, cores: float, memory: bool,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """At every admission point of random runs (arrivals, ends, suspends, stops,
+    migrations, refused placements), the placement the platform takes (from the last point's
+    kept state when proved) is the full path's, computed beside it on a fresh state, byte for
+    byte; and the kept path does run (two thirds of the points follow another one of the
+    same period), while capped hosts (two cores for one-core VMs) send every point to the
+    full path."""
+    from dataclasses import replace
+
+    from merkat.core import admission
+    from merkat.core.admission_keep import AdmissionKeep
+    from merkat.core.running import RunningRows
+
+    placed = admission._placed
+    fast = AdmissionKeep.place
+    counts = {"points": 0, "kept": 0}
+
+    def counting(self, *a):  # type: ignore[no-untyped-def]
+        out = fast(self, *a)
+        counts["kept"] += out is not None
+        return out
+
+    def both(market, here, newcomers, new_apps):  # type: ignore[no-untyped-def]
+        fresh = replace(market, keep=AdmissionKeep(), running=RunningRows())
+        want = admission._full(fresh, here, newcomers, new_apps)
+        got = placed(market, here, newcomers, new_apps)
+        _same_placed(got, want)
+        counts["points"] += 1
+        return got
+
+    monkeypatch.setattr(admission, "_placed", both)
+    monkeypatch.setattr(AdmissionKeep, "place", counting)
+    driver, platform = _kept_world(seed, cores=cores, memory=memory)
+    driver.run(until=8 * PERIOD)
+    assert counts["points"] >= 15 and sum(r.migrations for r in platform.records) > 0
+    assert sum(a.suspensions for a in platform.apps.values()) > 0
+    # both paths run: the kept one, and the full one (each period's first point, capped
+    # nodes, refused placements)
+    assert counts["kept"] >= 5 and counts["points"] - counts["kept"] >= 5, counts
+
+
+@pytest.mark.parametrize(("seed", "memory"), [(5, False), (6, True)])
+def test_a_run_with_the_kept_path_is_the_full_paths_run(
+        seed: int, memory: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same random run with the kept path and without it (``FAST`` off): every
+    period's record and every application's records and money the same."""
+    from merkat.core import admission_keep
+
+    def outcome() -> list[object]:
+        driver, platform = _kept_world(seed, cores=1.0, memory=memory)
+        driver.run(until=8 * PERIOD)
+        return [[(r.index, r.time, r.prices, r.allocated, r.migrations, r.charged)
+                 for r in platform.records],
+                [(a.spec.id, a.status, a.start_time, a.end_time, a.spent, a.suspensions,
+                  [(vm.id, vm.host, vm.state, vm.alloc, vm.bid) for vm in a.vms])
+                 for a in platform.apps.values()]]
+
+    fast = outcome()
+    monkeypatch.setattr(admission_keep, "FAST", False)
+    assert outcome() == fast
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_the_kept_state_is_a_fresh_computation_after_every_point(seed: int) -> None:
+    """After every admission point's settle, the state kept for the next point (when it
+    holds for the records) equals what the full path would compute from the records: the
+    running rows (ids, bids, caps, hosts), each row's allocation (every node re-cleared),
+    each node's rows, summed bids and minimums (``np.bincount``, row order)."""
+    from merkat.core.admission_keep import Kept
+    from merkat.core.running import running
+    from merkat.market import enforceable
+
+    driver, platform = _kept_world(seed, cores=1.0)
+    settle = platform.settle
+    checked = 0
+
+    def checking(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal checked
+        out = settle(*args, **kwargs)
+        keep = platform._keep
+        apps = [a for a in platform.active.values() if a.status is AppStatus.RUNNING]
+        k = keep.valid(platform.hosts, platform.decider.reserve_row, platform.index, apps)
+        if k is None:
+            return out
+        assert isinstance(k, Kept)
+        fresh = running(apps, platform.decider.const)
+        ids, bid, cap, host, minimum = fresh.vms
+        assert k.row_ids == list(ids) and k.host == host.tolist()
+        assert k.bid == bid.T.tolist() and k.cap == cap.T.tolist()
+        from merkat.market import VMs
+        vms = VMs(ids, bid, cap, host, minimum)
+        alloc, _ = enforceable(platform.hosts, vms, host)
+        assert k.alloc.tobytes() == alloc.tobytes() and k.alloc_c == alloc.T.tolist()
+        for c in range(bid.shape[1]):
+            sums = np.bincount(host, weights=bid[:, c], minlength=len(platform.hosts))
+            mins = np.bincount(host, weights=minimum[:, c], minlength=len(platform.hosts))
+            assert k.sums[:, c].tobytes() == sums.tobytes()
+            assert k.mins[:, c].tobytes() == mins.tobytes()
+        on: dict[int, list[int]] = {}
+        for i, h in enumerate(host.tolist()):
+            on.setdefault(h, []).append(i)
+        assert k.on == on
+        assert [a for a, _, _ in fresh.apps] == k.apps and fresh.ends == k.ends
+        checked += 1
+        return out
+
+    platform.settle = checking  # type: ignore[method-assign]
+    driver.run(until=8 * PERIOD)
+    assert checked > 10

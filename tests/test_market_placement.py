@@ -96,3 +96,90 @@ def test_node_load_skips_only_what_sums_to_zero(seed: int) -> None:
     with np.errstate(divide="ignore", invalid="ignore"):
         want = np.where(cap > 0, load / cap, np.where(load > 0, np.inf, 0.0))
     assert node_load(hosts, vms, host).tobytes() == want.tobytes()
+
+
+# --- what an admission point keeps (merkat.core.admission_keep, merkat.market.host_shares) ---
+
+@pytest.mark.parametrize("seed", range(40))
+def test_kept_sums_plus_the_new_rows_are_the_sums_of_every_row(seed: int) -> None:
+    """``np.bincount`` adds a node's weights one after another in row order: the sums of
+    the first rows, then each new row's bid added in order (plain floats), are the sums of
+    every row, bit for bit (what lets an admission point keep each node's summed bids), and
+    the loads :func:`loads_of` derives from them are :func:`node_load`'s."""
+    from merkat.market.placement import loads_of
+
+    rng = np.random.default_rng(seed)
+    n_hosts, n = int(rng.integers(2, 12)), int(rng.integers(1, 120))
+    host = rng.integers(0, n_hosts, n)
+    w = rng.choice([0.0, -0.0, 1e-300, 0.1, 1.0 / 3.0, 7.0, 1e300, 2.5e-7], n) * \
+        rng.uniform(0.5, 2.0, n)
+    cut = int(rng.integers(0, n + 1))
+    sums = np.bincount(host[:cut], weights=w[:cut], minlength=n_hosts)
+    kept = sums.tolist()
+    for h, x in zip(host[cut:].tolist(), w[cut:].tolist(), strict=True):
+        kept[h] += x
+    every = np.bincount(host, weights=w, minlength=n_hosts)
+    assert np.array(kept).tobytes() == every.tobytes()
+    cap = rng.choice([0.0, 1.0, 2.0, 48.0], (n_hosts, 2))
+    hosts = Hosts(tuple(f"h{k}" for k in range(n_hosts)), cap)
+    bid = np.stack((np.abs(w), np.zeros(n)), axis=1)
+    vms = VMs(tuple(f"v{i}" for i in range(n)), bid, np.full((n, 2), np.inf), host)
+    sums2 = np.zeros((n_hosts, 2))
+    sums2[:, 0] = np.bincount(host, weights=bid[:, 0], minlength=n_hosts)
+    assert loads_of(hosts, sums2).tobytes() == node_load(hosts, vms, host).tobytes()
+
+
+def _market(rng: np.random.Generator, regime: int) -> tuple[Hosts, VMs]:
+    """A random market: regime 0 the trace's (one-core VMs capped at 1 on one-core nodes),
+    1 caps far above any share (nothing capped), 2 anything (caps that bind, zero caps and
+    capacities, subnormal and huge bids)."""
+    n_hosts, n = int(rng.integers(2, 10)), int(rng.integers(1, 60))
+    bid = rng.choice([0.0, -0.0, 1e-310, 0.01, 1.0, 3.0, 1e250], (n, 2),
+                     p=[0.1, 0.05, 0.05, 0.3, 0.3, 0.15, 0.05]) * rng.uniform(0.5, 2.0, (n, 2))
+    if regime == 0:
+        cap = np.ones((n_hosts, 2))
+        caps = np.ones((n, 2))
+    elif regime == 1:
+        cap = rng.choice([1.0, 2.0, 4.0], (n_hosts, 2))
+        caps = rng.choice([np.inf, 1e300], (n, 2))
+    else:
+        cap = rng.choice([0.0, 1.0, 2.0, 4.0, 1e-6], (n_hosts, 2),
+                         p=[0.1, 0.4, 0.2, 0.2, 0.1])
+        caps = rng.choice([np.inf, 0.0, 0.5, 1.0, 4.0, 1e-300], (n, 2),
+                          p=[0.3, 0.05, 0.2, 0.3, 0.1, 0.05])
+    hosts = Hosts(tuple(f"h{k}" for k in range(n_hosts)), cap)
+    host = rng.integers(0, n_hosts, n)
+    return hosts, VMs(tuple(f"v{i}" for i in range(n)), bid, caps, host)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_one_node_cleared_alone_is_the_whole_clusters_share(seed: int) -> None:
+    """:func:`node_shares` of each node (its VMs in row order, its bids summed in that
+    order) against :func:`enforceable` of the whole cluster, on random markets (caps that
+    bind or not, zero and subnormal bids, zero capacities, empty nodes, many VMs on one
+    node): when no VM of any node is capped, every node's shares are the cluster's, byte
+    for byte; a node with a capped VM answers None; and ``enforceable_capped`` says capped
+    exactly when some node answers None."""
+    from merkat.market.allocation_error import enforceable_capped
+    from merkat.market.host_shares import node_shares
+
+    rng = np.random.default_rng(seed)
+    hosts, vms = _market(rng, seed % 3)
+    with np.errstate(over="ignore"):  # (the reference's bid / cap of a subnormal cap)
+        alloc, _, capped = enforceable_capped(hosts, vms, vms.host)
+    host = vms.host.tolist()
+    none = False
+    for c in range(2):
+        if not (vms.bid[:, c] != 0).any():
+            continue  # (not traded: enforceable leaves it at 0)
+        total = np.bincount(vms.host, weights=vms.bid[:, c], minlength=len(hosts))
+        for h in range(len(hosts)):
+            rows = [i for i in range(len(host)) if host[i] == h]
+            got = node_shares(float(total[h]), float(hosts.capacity[h, c]),
+                              vms.bid[rows, c].tolist(), vms.cap[rows, c].tolist())
+            if got is None:
+                none = True
+            elif not capped:
+                assert np.array(got).tobytes() == alloc[rows, c].tobytes(), (h, c)
+    assert none == capped
+    assert not capped or seed % 3 == 2  # (regimes 0 and 1 compare every node)

@@ -10,6 +10,7 @@ import pytest
 
 from merkat.control.registry import make_policy
 from merkat.control.types import AppStatus, VMState
+from merkat.core import admission_keep
 from merkat.core import running as running_mod
 from merkat.core.model import App, AppSpec, VMRecord
 from merkat.core.period import Platform
@@ -58,6 +59,8 @@ def test_every_admission_point_of_a_run_reads_the_rows_a_fresh_read_gives(
         return out
 
     monkeypatch.setattr(RunningRows, "__call__", checking)
+    # every point reads the rows (the kept state's path reads none: tests/test_admission.py)
+    monkeypatch.setattr(admission_keep, "FAST", False)
     platform = random_run(seed, apps=40, over=5, periods=8, work=400.0,
                           best_effort=lambda k, rng: bool(rng.random() < 0.3))
     records = platform.records

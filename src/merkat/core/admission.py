@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from merkat.control.types import AppStatus
+from merkat.core.admission_keep import AdmissionKeep, Placed, Placement
 from merkat.core.backend import Plan
 from merkat.core.draft import draft, keep
 from merkat.core.isolation import ask, fail, reconcile
@@ -56,34 +57,26 @@ from merkat.core.model import App, AppNext, Decision, Observed, Ops
 from merkat.core.plan import bills_of, make_plan
 from merkat.core.reconcile import Decider, Prices
 from merkat.core.running import Running, RunningRows
-from merkat.market import NO_HOST, RESOURCES, Hosts, VMs, enforceable, worst_fit_decreasing
+from merkat.market import NO_HOST, RESOURCES, Hosts, VMs, worst_fit_decreasing
+from merkat.market.allocation_error import enforceable_capped
 from merkat.market.clear import check_reserve
 from merkat.market.share import FloatArray, IntArray
 
 
-@dataclass(frozen=True)
-class Placement:
-    """An admission's clearing: every VM's host and allocation (the two fields of a
-    :class:`~merkat.market.Clearing` that :func:`~merkat.core.plan.make_plan` reads)."""
-
-    host: IntArray
-    allocation: FloatArray
-    bid: FloatArray  # the market's input: bids and hosts before
-    before: IntArray
-
-
-def place(hosts: Hosts, reserve: FloatArray, here: Rows, runs: Sequence[Run]) -> Placement:
+def place(hosts: Hosts, reserve: FloatArray, here: Rows,
+          runs: Sequence[Run]) -> tuple[Placement, VMs, bool]:
     """Place ``runs``' new VMs (host ``NO_HOST``) by worst-fit on ``hosts`` beside the VMs
     running there (``here``: their market rows, which stay where they are); each host's
     proportional share of its VMs' bids (``reserve``: the minimum bid per VM and resource,
-    in market order). The rows are ``here``'s, then ``runs``'."""
+    in market order). The rows are ``here``'s, then ``runs``'; with the checked input and
+    whether a VM was capped somewhere."""
     new = market_rows(runs, size(runs))
     vms = VMs(here[0] + new[0], *(np.concatenate((a, b)) for a, b in zip(here[1:], new[1:],
                                                                           strict=True)))
     check_reserve(vms, reserve)
     host = worst_fit_decreasing(hosts, vms)
-    allocation, _ = enforceable(hosts, vms, host)
-    return Placement(host, allocation, vms.bid, vms.host)
+    allocation, _, capped = enforceable_capped(hosts, vms, host)
+    return Placement(host, allocation, vms.bid, vms.host), vms, capped
 
 
 def _touched(here: Running, result: Placement) -> tuple[list[Run], IntArray]:
@@ -125,7 +118,8 @@ def _revert(nx: AppNext, app: App) -> None:
 class Market:
     """What an admission reads of the platform: its cluster, rules, last prices (and the
     past ones, the last entry being ``prices``), records, the period's index and the
-    running VMs' rows kept from the last admission point (:class:`RunningRows`)."""
+    running VMs' rows kept from the last admission point (:class:`RunningRows`) and the
+    last admission point's state (:class:`~merkat.core.admission_keep.AdmissionKeep`)."""
 
     hosts: Hosts
     decider: Decider
@@ -135,6 +129,7 @@ class Market:
     active: Sequence[App]
     index: int
     running: RunningRows
+    keep: AdmissionKeep
 
 
 def admit(market: Market, queued: Sequence[App], now: float, until: float,
@@ -165,44 +160,32 @@ def admit(market: Market, queued: Sequence[App], now: float, until: float,
             starting.append((nx, app))
     const = decider.const
     newcomers: list[Run] = [(nx, const(app), None) for nx, app in starting]
-    result = None
+    placed = None
     if newcomers:
         # the VMs placed by the last clearing (and admissions since) keep their hosts
-        here = market.running([a for a in market.active
-                               if a.status is AppStatus.RUNNING and a.spec.id not in nexts],
-                              const)
-        n_here = len(here.odd)
-        while newcomers:  # place them all, or send back those whose VMs do not all fit
-            result = place(market.hosts, decider.reserve_row, here.vms, newcomers)
-            hosts = result.host
-            fits, i = [], n_here
-            for run in newcomers:
-                n = len(run[0].ids)
-                if (hosts[i:i + n] != NO_HOST).all():
-                    fits.append(run)
-                i += n
-            if len(fits) == len(newcomers):
-                break
-            for nx, app in starting:
-                if all(nx is not run[0] for run in fits):
-                    _revert(nx, app)
-            newcomers = fits
-    if newcomers and result is not None:
+        here = [a for a in market.active
+                if a.status is AppStatus.RUNNING and a.spec.id not in nexts]
+        placed = _placed(market, here, newcomers, [app for _, app in starting])
+        fitting = {id(run[0]) for run in placed.fits} if placed is not None else set()
+        for nx, app in starting:  # those whose VMs do not all fit: back to the queue
+            if id(nx) not in fitting:
+                _revert(nx, app)
+    if placed is not None:
         # Only the VMs whose allocation changes (those sharing a host with a newcomer) are
         # drafted, planned and committed; the others keep their records as they are.
-        touched, rows = _touched(here, result)
-        sub = np.concatenate((rows, np.arange(n_here, len(result.host))))
-        placement = Placement(result.host[sub], result.allocation[sub], result.bid[sub],
-                              result.before[sub])
+        newcomers, touched, placement = placed.fits, placed.touched, placed.placement
         plan = make_plan(now, period, touched + newcomers, placement, ops, placement.before)
         nexts.update((run[0].id, run[0]) for run in touched)
-        bills, usage = bills_of(newcomers, result.host, result.before, result.allocation,
-                                result.bid, market.prices, start=n_here)
+        n_new = size(newcomers)
+        bills, usage = bills_of(newcomers, placement.host, placement.before,
+                                placement.allocation, placement.bid, market.prices,
+                                start=len(placement.host) - n_new)
         frac = max(0.0, min(1.0, (until - now) / period))
         bills = tuple((a, round(x * frac)) for a, x in bills)
         usage = tuple((a, round(x * frac)) for a, x in usage)
-        alloc = result.allocation.sum(axis=0)
+        alloc = placed.allocated
     else:
+        newcomers = []
         plan = Plan(time=now, period=period, destroy=tuple(ops.destroy),
                     suspend=tuple(ops.suspend))
         bills = usage = ()
@@ -213,3 +196,52 @@ def admit(market: Market, queued: Sequence[App], now: float, until: float,
         allocated={r: float(alloc[k]) for k, r in enumerate(RESOURCES)},
         bidding=size(newcomers), apps=nexts, admission=True,
     )
+
+
+def _placed(market: Market, here_apps: list[App], newcomers: list[Run],
+            new_apps: list[App]) -> Placed | None:
+    """The placement of ``newcomers`` (records ``new_apps``) beside the running
+    applications ``here_apps``: from the last point's kept state when it is proved to give
+    the reference's answer (:mod:`merkat.core.admission_keep`), else the reference
+    (:func:`_full`). None when no newcomer fits. Changes no record."""
+    keep = market.keep
+    kept = keep.valid(market.hosts, market.decider.reserve_row, market.index, here_apps)
+    placed = keep.place(kept, newcomers, new_apps) if kept is not None else None
+    return placed if placed is not None else _full(market, here_apps, newcomers, new_apps)
+
+
+def _full(market: Market, here_apps: list[App], newcomers: list[Run],
+          new_apps: list[App]) -> Placed | None:
+    """The reference placement of ``newcomers`` (records ``new_apps``) beside the running
+    applications ``here_apps``: every running row read, every node's load summed and
+    every node re-cleared; those whose VMs do not all fit are left out and the others
+    placed again. None when none fits. Its answer is kept for the next point
+    (:meth:`AdmissionKeep.record <merkat.core.admission_keep.AdmissionKeep.record>`)."""
+    decider = market.decider
+    here = market.running(here_apps, decider.const)
+    n_here = len(here.odd)
+    runs = newcomers
+    while True:  # place them all, or send back those whose VMs do not all fit
+        result, vms, capped = place(market.hosts, decider.reserve_row, here.vms, runs)
+        hosts = result.host
+        fits, i = [], n_here
+        for run in runs:
+            n = len(run[0].ids)
+            if (hosts[i:i + n] != NO_HOST).all():
+                fits.append(run)
+            i += n
+        if len(fits) == len(runs):
+            break
+        runs = fits
+        if not runs:
+            market.keep.forget()
+            return None
+    touched, rows = _touched(here, result)
+    sub = np.concatenate((rows, np.arange(n_here, len(result.host))))
+    placement = Placement(result.host[sub], result.allocation[sub], result.bid[sub],
+                          result.before[sub])
+    of = {id(run[0]): app for run, app in zip(newcomers, new_apps, strict=True)}
+    market.keep.record(market.hosts, decider.reserve_row, market.index, here,
+                       rows.tolist(), runs, [of[id(run[0])] for run in runs], vms.bid,
+                       vms.cap, vms.minimum, result.host, result.allocation, capped)
+    return Placed(touched, runs, placement, result.allocation.sum(axis=0))

@@ -54,6 +54,7 @@ from merkat.control.types import (
     record_builder,
 )
 from merkat.core import admission, batch, commit
+from merkat.core.admission_keep import AdmissionKeep
 from merkat.core.backend import ApplyReport
 from merkat.core.batch_slo import decide_slo1
 from merkat.core.batch_vd import decide_vd1, rests_vd1
@@ -139,6 +140,7 @@ class Platform:
         self._plans = Plans()  # the last period's plan and bills, reused with its
         self._bills = Bills()  # clearing when nothing they read changed
         self._running = RunningRows()  # the running VMs' rows, kept between admissions
+        self._keep = AdmissionKeep()  # the last admission point's state (same period)
         self._input = MarketInput()  # the last market input, reused when the same
         self._joined = 0  # applications ever submitted (the roster's validity)
         self._roster: tuple[int, int, list[App], list[str]] = (-1, -1, [], [])
@@ -217,7 +219,7 @@ class Platform:
         decision that takes the whole queue, changing no record (:meth:`settle` commits it)."""
         market = admission.Market(self.hosts, self.decider, self.prices, self.price_history,
                                   self.apps, tuple(self.active.values()), self.index,
-                                  self._running)
+                                  self._running, self._keep)
         decision = admission.admit(market, self.queued(), now, until, balances, observed)
         decision.taken = tuple(self.queue)
         return decision

@@ -62,13 +62,23 @@ def enforceable(hosts: Hosts, vms: VMs, host: IntArray) -> tuple[FloatArray, Flo
     """Per-node proportional share: allocations ``(n, R)`` (0 when unplaced) and node prices.
     A resource nobody bids on is not cleared: its allocations and prices stay 0, which is
     what :func:`~merkat.market.share.proportional_share` gives a market without a bid."""
+    alloc, prices, _ = enforceable_capped(hosts, vms, host)
+    return alloc, prices
+
+
+def enforceable_capped(hosts: Hosts, vms: VMs,
+                       host: IntArray) -> tuple[FloatArray, FloatArray, bool]:
+    """:func:`enforceable`, and whether some VM of some node was capped (the water-filling
+    went past its first step somewhere: an admission point then cannot clear a node alone,
+    :mod:`merkat.market.host_shares`)."""
     n, n_res = len(vms), len(hosts.capacity[0]) if len(hosts) else vms.bid.shape[1]
     alloc = np.zeros((n, n_res))
     prices = np.zeros((len(hosts), n_res))
     placed = np.flatnonzero(host >= 0)
     if placed.size == 0 or len(hosts) == 0:
-        return alloc, prices
+        return alloc, prices, False
     traded = bid_on(vms.bid)
+    capped = False
     for r in range(n_res):
         if not traded[r]:
             continue
@@ -77,7 +87,8 @@ def enforceable(hosts: Hosts, vms: VMs, host: IntArray) -> tuple[FloatArray, Flo
         )
         alloc[placed, r] = s.allocation
         prices[:, r] = s.price
-    return alloc, prices
+        capped = capped or bool(s.capped.any())
+    return alloc, prices, capped
 
 
 def rel_error(a: float, ideal: float) -> float:

@@ -25,11 +25,32 @@ def node_load(hosts: Hosts, vms: VMs, host: IntArray) -> np.ndarray:
     for r in range(hosts.capacity.shape[1]):
         if traded[r]:
             load[:, r] = np.bincount(on, weights=vms.bid[placed, r], minlength=len(hosts))
+    return loads_of(hosts, load)
+
+
+def loads_of(hosts: Hosts, sums: np.ndarray) -> np.ndarray:
+    """The bid loads of per-node bid sums ``sums`` (``(hosts, R)``: each node's placed bids
+    summed in row order, as :func:`node_load`'s ``bincount``): ``sums / capacity``,
+    ``inf`` where a node without the resource has a bid, 0 where it has none. A new
+    array; an admission point's kept sums (:mod:`merkat.core.admission_keep`) give the
+    loads :func:`node_load` would compute from every row."""
     with np.errstate(divide="ignore", invalid="ignore"):
         if hosts.all_have_capacity:  # (the usual: the same divisions, none of the where)
-            out: np.ndarray = load / hosts.capacity
+            out: np.ndarray = sums / hosts.capacity
             return out
-        return np.where(hosts.capacity > 0, load / hosts.capacity, np.where(load > 0, np.inf, 0.0))
+        return np.where(hosts.capacity > 0, sums / hosts.capacity,
+                        np.where(sums > 0, np.inf, 0.0))
+
+
+def reserved_of(hosts: Hosts, vms: VMs, host: IntArray) -> np.ndarray:
+    """Per node and resource, the minimums of the VMs placed there (``bincount`` in row
+    order)."""
+    placed = host >= 0
+    reserved = np.zeros_like(hosts.capacity)
+    for r in range(hosts.capacity.shape[1]):
+        reserved[:, r] = np.bincount(host[placed], weights=vms.minimum[placed, r],
+                                     minlength=len(hosts))
+    return reserved
 
 
 def worst_fit_decreasing(hosts: Hosts, vms: VMs) -> IntArray:
@@ -37,39 +58,45 @@ def worst_fit_decreasing(hosts: Hosts, vms: VMs) -> IntArray:
 
     Each new VM (in descending order of total bid, ties in index order) goes to the node
     with the smallest worst-resource load among those that can hold it, ties to the lowest
-    index: one ``argmin`` over the nodes' loads per VM (numpy), and only the chosen node's
-    row updated, in plain Python floats (the same operations as a heap of ``(load, node)``
-    pairs gives, without building one over every node for a few new VMs). Cost: O(n h) in
-    numpy's inner loop for n new VMs on h nodes.
+    index (:func:`worst_fit_new`). Cost: O(n h) in numpy's inner loop for n new VMs on h
+    nodes.
     """
     host = vms.host.copy()
     new = np.flatnonzero(host == NO_HOST)
     if new.size == 0 or len(hosts) == 0:
         return host
-    cap = hosts.capacity
-    placed = host >= 0
-    n_res = cap.shape[1]
-    load = node_load(hosts, vms, host)
-    key = row_max(load)  # each node's worst-resource load
-    inv_cap = hosts.inv_capacity  # (read only here)
-    total_bid = row_sum(vms.bid[new])
-    order = new[np.argsort(-total_bid, kind="stable")]
-    bids = vms.bid[order].tolist()  # rows of the new VMs only, in placement order
-    # Feasibility only needs checking when some VM has a minimum or some node lacks a resource.
     check = bool((vms.minimum[new] > 0).any()) or not hosts.all_have_capacity
-    if check:
-        mins = vms.minimum[order].tolist()
-        reserved = np.zeros_like(cap)
-        for r in range(n_res):
-            reserved[:, r] = np.bincount(
-                host[placed], weights=vms.minimum[placed, r], minlength=len(hosts)
-            )
+    reserved = reserved_of(hosts, vms, host) if check else None
+    load = node_load(hosts, vms, host)
+    order = np.argsort(-row_sum(vms.bid[new]), kind="stable").tolist()
+    host[new] = worst_fit_new(hosts, load, row_max(load), reserved, order,
+                              vms.bid[new].tolist(), vms.minimum[new].tolist())
+    return host
+
+
+def worst_fit_new(hosts: Hosts, load: np.ndarray, key: np.ndarray,
+                  reserved: np.ndarray | None, order: list[int], bids: list[list[float]],
+                  mins: list[list[float]]) -> list[int]:
+    """The hosts of new VMs (their bid and minimum rows ``bids`` and ``mins``; ``NO_HOST``
+    for one that fits nowhere), taken in ``order`` (descending total bid, ties in row
+    order), placed by worst-fit beside the placed ones: ``load`` is their bid loads
+    (:func:`node_load`), ``key`` each node's worst-resource load (``row_max(load)``), both
+    changed in place; ``reserved`` their minimums per node (None: no new VM has a minimum
+    and every node has every resource, so nothing is checked). Each VM goes to the feasible
+    node whose key is smallest, ties to the lowest index: one ``argmin`` over the nodes per
+    VM (numpy), and only the chosen node's row updated, in plain Python floats (the same
+    operations as a heap of ``(load, node)`` pairs gives, without building one)."""
+    n_res = hosts.capacity.shape[1]
+    out = [NO_HOST] * len(bids)
+    inv_cap = hosts.inv_capacity  # (read only here)
+    if reserved is not None:
+        cap = hosts.capacity
         free = cap - reserved
         no_cap = ~(cap > 0)
-    for k, i in enumerate(order.tolist()):
-        b = bids[k]
-        if check:
-            mn = mins[k]
+    for i in order:
+        b = bids[i]
+        if reserved is not None:
+            mn = mins[i]
             fits = np.ones(len(hosts), dtype=np.bool_)
             for r in range(n_res):
                 fits &= free[:, r] >= mn[r]
@@ -81,7 +108,7 @@ def worst_fit_decreasing(hosts: Hosts, vms: VMs) -> IntArray:
             chosen = int(ok[key[ok].argmin()])
         else:
             chosen = int(key.argmin())
-        host[i] = chosen
+        out[i] = chosen
         lh = load[chosen].tolist()
         ih = inv_cap[chosen].tolist()
         for r in range(n_res):
@@ -89,6 +116,6 @@ def worst_fit_decreasing(hosts: Hosts, vms: VMs) -> IntArray:
                 lh[r] += b[r] * ih[r]
         load[chosen] = lh
         key[chosen] = max(lh)
-        if check:
+        if reserved is not None:
             free[chosen] -= mn
-    return host
+    return out

@@ -1,0 +1,179 @@
+"""What an admission point keeps for the next one of the same period
+(:mod:`merkat.core.admission_keep`): the full path's answer as it gave it (:class:`Full`),
+the state made of it (:class:`Kept`, :func:`kept_of`) and the check that an application's
+records still give its kept rows (:func:`same_rows`)."""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass
+
+import numpy as np
+
+from merkat.control.types import VMState
+from merkat.core.market_input import Run
+from merkat.core.model import App, AppConst, Columns
+from merkat.core.running import Running
+from merkat.market import NO_HOST, RESOURCES, Hosts, share_kernel
+from merkat.market.host_shares import SAFE_BOUND
+from merkat.market.share import FloatArray, IntArray
+from merkat.market.types import bid_on
+
+
+@dataclass(frozen=True)
+class Full:
+    """The full path's answer as it gave it (:meth:`AdmissionKeep.record`): made into a
+    :class:`Kept` only when a next point of the same period reads it."""
+
+    hosts: Hosts
+    reserve: FloatArray
+    index: int
+    here: Running
+    cols: list[Columns]  # the running applications' columns when read
+    touched: list[int]  # the rows whose allocation it changed
+    fits: list[Run]
+    fit_apps: list[App]
+    bid: FloatArray
+    cap: FloatArray
+    minimum: FloatArray
+    host: IntArray
+    alloc: FloatArray
+    capped: bool  # some VM of some node capped (enforceable_capped)
+
+
+@dataclass
+class Kept:
+    """The rows after an admission point, as the next point of the same period reads them,
+    in plain Python lists (a point reads and writes a few of them). Per application
+    (``apps``, the running ones in row order): its VM columns when checked (None: to check
+    by value, :func:`same_rows`), constant parts, running VMs' indexes and
+    end row. Per row: id, host, and per resource (one flat list each, ``bid[c][row]``) its
+    bid, cap and allocation (also as one array, ``alloc``, for its sum); per node: its rows (``on``), its bids and minimums summed in row order
+    (``sums``, ``mins``: the arrays worst-fit's loads are computed from); per resource:
+    whether it is traded and running totals of the bids and finite caps (only bounds).
+    ``src``: per application, the columns its kept rows were last read from or checked
+    against (record columns, never changed in place: a list still there is not read
+    again)."""
+
+    hosts: Hosts
+    reserve: FloatArray
+    index: int
+    apps: list[App]
+    cols: list[Columns | None]
+    consts: list[AppConst]
+    vmrows: list[list[int]]
+    ends: list[int]
+    ids: set[str]
+    row_ids: list[str]
+    bid: list[list[float]]
+    cap: list[list[float]]
+    host: list[int]
+    alloc_c: list[list[float]]
+    alloc: FloatArray
+    on: dict[int, list[int]]
+    sums: FloatArray
+    mins: FloatArray
+    cap_g: list[list[float]]  # per resource, each node's capacity
+    total_bid: list[float]
+    total_cap: list[float]
+    traded: list[bool]
+    reserve_l: list[float]
+    src: list[Columns | None]
+
+
+def kept_of(full: Full, cap_g: list[list[float]]) -> Kept | None:
+    """The :class:`Kept` of the full path's answer (``cap_g``: each node's capacity per
+    resource), or None when the proof cannot hold: a capped VM (the water-filling went past
+    its first step on some node, so a node's shares are not its own alone), sums near
+    overflow, one node, the compiled kernels."""
+    hosts = full.hosts
+    if full.capped or len(hosts) < 2 or share_kernel.enabled():
+        return None
+    n_res = hosts.capacity.shape[1]
+    bid, cap, minimum, host = full.bid, full.cap, full.minimum, full.host
+    cap_t: list[list[float]] = cap.T.tolist()
+    inf = math.inf
+    total_bid = [float(bid[:, c].sum()) for c in range(n_res)]
+    total_cap = [sum([x for x in col if x < inf]) for col in cap_t]
+    if not all(t < SAFE_BOUND for t in total_bid + total_cap):
+        return None
+    sums = np.zeros((len(hosts), n_res))
+    mins = np.zeros((len(hosts), n_res))
+    any_min = bool(minimum.any())
+    for c in range(n_res):  # (what node_load and worst-fit's reserved sum, in row order)
+        sums[:, c] = np.bincount(host, weights=bid[:, c], minlength=len(hosts))
+        if any_min:
+            mins[:, c] = np.bincount(host, weights=minimum[:, c], minlength=len(hosts))
+    traded = bid_on(bid)
+    here = full.here
+    apps = [a for a, _, _ in here.apps]
+    cols: list[Columns | None] = list(full.cols)
+    consts = [c for _, c, _ in here.apps]
+    vmrows = [rows for _, _, rows in here.apps]
+    ends = list(here.ends)
+    for i in full.touched:  # (checked by value at the next point)
+        cols[bisect_right(ends, i)] = None
+    at = ends[-1] if ends else 0
+    for (nx, const, _), app in zip(full.fits, full.fit_apps, strict=True):
+        apps.append(app)
+        cols.append(None)
+        consts.append(const)
+        vmrows.append(list(range(len(nx.ids))))
+        at += len(nx.ids)
+        ends.append(at)
+    row_ids = [*here.vms[0], *(i for nx, _, _ in full.fits for i in nx.ids)]
+    host_l: list[int] = host.tolist()
+    on: dict[int, list[int]] = {}
+    for i, h in enumerate(host_l):
+        on.setdefault(h, []).append(i)
+    return Kept(
+        hosts, full.reserve, full.index, apps, cols, consts, vmrows, ends, set(row_ids),
+        row_ids, bid.T.tolist(), cap_t, host_l, full.alloc.T.tolist(), full.alloc,
+        on, sums, mins, cap_g, total_bid, total_cap, traded, full.reserve.tolist(), [*full.cols, *([None] * len(full.fits))])
+
+
+def same_bits(x: float, y: float) -> bool:
+    """``x`` and ``y`` are the same float (a zero's sign included; never NaN here)."""
+    return x == y and (x != 0.0 or math.copysign(1.0, x) == math.copysign(1.0, y))
+
+
+def same_rows(k: Kept, i: int, cols: Columns) -> bool:
+    """Whether application ``i``'s columns give the kept rows: the same running VMs
+    (placed, not suspended), ids, hosts, bids (bit for bit), allocations (equal where it
+    trades, 0 where its resource is outside the market) and none odd. A column list
+    that is the one the rows were last checked against (``Kept.src``) is not read."""
+    ids, states, bids, hosts, _, allocs = cols
+    was = k.src[i]
+    rows = k.vmrows[i]
+    r0 = k.ends[i] - len(rows)
+    if was is None or states is not was[1] or hosts is not was[3]:
+        suspended = VMState.SUSPENDED
+        if [j for j, (h, s) in enumerate(zip(hosts, states, strict=True))
+                if h != NO_HOST and s is not suspended] != rows:
+            return False
+        if [hosts[j] for j in rows] != k.host[r0:r0 + len(rows)]:
+            return False
+    if (was is None or ids is not was[0]) and [ids[j] for j in rows] != k.row_ids[
+            r0:r0 + len(rows)]:
+        return False
+    if was is None or bids is not was[2]:
+        kb = k.bid
+        for c, res in enumerate(RESOURCES):
+            col = kb[c]
+            for r, vm in enumerate(rows, r0):
+                if not same_bits(bids[vm].get(res, 0.0), col[r]):
+                    return False
+    columns = k.consts[i].columns
+    width = len(columns)
+    nan = math.nan
+    ka = k.alloc_c
+    for r, vm in enumerate(rows, r0):
+        a = allocs[vm]
+        if len(a) != width:
+            return False
+        for res, c in columns:
+            v = a.get(res, nan)
+            if not (v == ka[c][r] if c >= 0 else v == 0.0):
+                return False
+    return True
