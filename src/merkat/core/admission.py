@@ -50,6 +50,7 @@ import numpy as np
 from merkat.control.types import AppStatus
 from merkat.core.admission_keep import AdmissionKeep, Placed, Placement
 from merkat.core.backend import Plan
+from merkat.core.bills import Usage
 from merkat.core.draft import draft, keep
 from merkat.core.isolation import ask, fail, reconcile
 from merkat.core.market_input import Rows, Run, market_rows, size
@@ -182,7 +183,8 @@ def admit(market: Market, queued: Sequence[App], now: float, until: float,
                                 start=len(placement.host) - n_new)
         frac = max(0.0, min(1.0, (until - now) / period))
         bills = tuple((a, round(x * frac)) for a, x in bills)
-        usage = tuple((a, round(x * frac)) for a, x in usage)
+        used = usage  # (prorated when read: charging by bid never reads it)
+        usage = Usage(lambda: tuple((a, round(x * frac)) for a, x in used))
         alloc = placed.allocated
     else:
         newcomers = []

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from merkat.control.types import AppStatus, VMState
 from merkat.core.backend import ApplyReport, VMPlacement
+from merkat.core.bills import Usage
 from merkat.core.draft import copy, install_each, keep, move_back, starting, unplace
 from merkat.core.lifecycle import vm_transition
 from merkat.core.model import App, Charged, Decision, Ops
@@ -31,6 +32,7 @@ def withhold(decision: Decision, unpaid: Collection[str]) -> Decision:
     suspend: list[str] = []
     starting = {p.vm for p in plan.create} | {p.vm for p in plan.resume}
     apps = dict(decision.apps)
+    usage = decision.usage  # (read when the new one is: charging by use)
     for app_id in sorted(unpaid):
         nx = apps[app_id] = copy(apps[app_id])
         gone.update(nx.ids)
@@ -67,7 +69,7 @@ def withhold(decision: Decision, unpaid: Collection[str]) -> Decision:
     return replace(
         decision, plan=new_plan, apps=apps,
         bills=tuple(b for b in decision.bills if b[0] not in unpaid),
-        usage=tuple(u for u in decision.usage if u[0] not in unpaid),
+        usage=Usage(lambda: tuple(u for u in usage if u[0] not in unpaid)),
     )
 
 

@@ -9,7 +9,7 @@ where they are defined.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
@@ -305,7 +305,7 @@ class Decision:
     time: float
     plan: Plan
     bills: tuple[tuple[str, int], ...]
-    usage: tuple[tuple[str, int], ...]
+    usage: Sequence[tuple[str, int]]  # (a tuple, or a Usage computed when first read)
     refused: tuple[str, ...]
     prices: dict[str, float]
     allocated: dict[str, float]

@@ -58,6 +58,7 @@ from merkat.core.admission_keep import AdmissionKeep
 from merkat.core.backend import ApplyReport
 from merkat.core.batch_slo import decide_slo1
 from merkat.core.batch_vd import decide_vd1, rests_vd1
+from merkat.core.bills import Bills
 from merkat.core.draft import draft, install
 from merkat.core.isolation import WAIT, ask, fail, reconcile
 from merkat.core.lifecycle import ENDED, app_failure, app_transition
@@ -76,7 +77,7 @@ from merkat.core.model import (
     to_micro,
 )
 from merkat.core.period_log import PeriodLog
-from merkat.core.plan import Bills, Plans
+from merkat.core.plan import Plans
 from merkat.core.reconcile import Decider, end
 from merkat.core.running import RunningRows
 from merkat.defaults import KEEP_ALIVE, MECHANISM, MICRO, PERIOD_S, RESERVE_PRICE

@@ -11,22 +11,22 @@ from __future__ import annotations
 import math
 import operator
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import compress, repeat
+from itertools import repeat
 from typing import Any
 
 import numpy as np
 
 from merkat.control.types import VMState
 from merkat.core.backend import Plan, VMPlacement
+from merkat.core.bills import Bills as Bills  # (re-exported: where callers find them)
+from merkat.core.bills import bills_of as bills_of
 from merkat.core.draft import own, own_allocs
 from merkat.core.market_input import Run
 from merkat.core.model import Ops
-from merkat.defaults import MICRO
-from merkat.market import NO_HOST, RESOURCES
+from merkat.market import NO_HOST
 from merkat.market.share import FloatArray, IntArray
-from merkat.market.types import row_sum
 
 
 def make_plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
@@ -270,138 +270,6 @@ def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray,
     return out
 
 
-def bills_of(
-    runs: Sequence[Run], host: IntArray, before: IntArray, alloc: FloatArray, bid: FloatArray,
-    prices: Mapping[str, float], start: int = 0,
-) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
-    """Per application (id order): the bids of its VMs that have a host (micro-credits,
-    rounded per VM) and what they use at ``prices`` (allocation x price over the resources it
-    trades, rounded per VM, at most the VM's bid). ``runs`` are rows ``start`` on of the
-    market's input (``bid``, hosts ``before``) and of the placement (``host``, ``alloc``), as
-    :func:`make_plan` took them into the next states: a VM the clearing did not place keeps
-    the host it had (and is billed its bid, as it was VM by VM) and uses nothing.
-
-    Vectorised over the VMs (numpy) with the arithmetic of the per-VM sums it replaces: a
-    VM's bid holds its traded resources only, so its row sum is ``sum(vm.bid.values())``
-    (two resources: addition commutes), and a VM's usage adds its traded columns' ``a * p``
-    in trade order; ``np.rint`` rounds half to even as :func:`round` does."""
-    counts = [len(nx.ids) if rows is None else len(rows) for nx, _, rows in runs]
-    n = sum(counts)
-    if not n:
-        return (), ()
-    if n < MIN_ARRAY_BILLS and len(RESOURCES) == 2 and 0 not in counts:
-        plain = _bills_plain(runs, counts, host, before, alloc, bid, prices, start, n)
-        if plain is not None:
-            return plain
-    span = slice(start, start + n)
-    placed = host[span] != NO_HOST
-    hosted = placed | (before[span] != NO_HOST)  # the VMs' hosts after make_plan
-    x = np.rint(row_sum(bid[span]) * MICRO).astype(np.int64)
-    price = np.array([prices[r] for r in RESOURCES])
-    a = alloc[span]
-    used = np.zeros(n)
-    kinds = [const.columns for _, const, _ in runs]
-    if kinds.count(kinds[0]) == len(kinds):  # (usual) every application trades the same
-        columns = [{k for _, k in kinds[0]}]
-        counts_of = [n]
-    else:
-        columns = [{k for _, k in c} for c in kinds]
-        counts_of = counts
-    for k in range(len(RESOURCES)):  # column k, for the VMs whose applications trade it
-        traded = [k in c for c in columns]
-        if any(traded):
-            term = a[:, k] * price[k]
-            if not all(traded):
-                term = np.where(np.repeat(traded, counts_of), term, 0.0)
-            used = used + term
-    u = np.where(placed, np.minimum(np.rint(used * MICRO).astype(np.int64), x), 0)
-    starts = np.cumsum([0, *counts[:-1]])
-    totals = np.add.reduceat(np.where(hosted, x, 0), starts).tolist()
-    uses = np.add.reduceat(np.where(hosted, u, 0), starts).tolist()
-    any_hosted = np.logical_or.reduceat(hosted, starts).tolist()
-    return _per_application([nx.id for nx, _, _ in runs], any_hosted, totals, uses)
-
-
-MIN_ARRAY_BILLS = 24
-"""The fewest VMs :func:`bills_of` bills with numpy (~20 operations: ~45 µs whatever the
-size on a loaded machine); fewer (an admission point's newcomers, ~15 VMs on the
-150,000-job window) take :func:`_bills_plain`, ~20 µs and ~1-2 µs per VM (captured w150000
-calls, both ways: 0-7 VMs 59 → 24 µs, 8-15 60 → 30, 16-23 49 → 36, 24-31 45 → 46)."""
-
-
-def _bills_plain(runs: Sequence[Run], counts: list[int], host: IntArray, before: IntArray,
-                 alloc: FloatArray, bid: FloatArray, prices: Mapping[str, float], start: int,
-                 n: int) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] | None:
-    """:func:`bills_of` VM by VM in plain Python, with its numpy arithmetic written out
-    (two resources, no empty run): a bid's row sum ``b0 + b1 + 0.0`` (``row_sum``), a
-    usage ``0.0 + t0 + t1`` over the columns some application trades (a column its own
-    application does not trade adds ``0.0``), each times ``MICRO`` and rounded half to even
-    (:func:`round` as ``np.rint``), the usage at most the bid, per application the sums of
-    its hosted VMs'. None when a product is not a finite number within ``int64`` (the
-    numpy path's answer then stands). ``tests/test_plan.py`` runs the bills both ways."""
-    span = slice(start, start + n)
-    hs: list[int] = host[span].tolist()
-    was: list[int] = before[span].tolist()
-    bids: list[list[float]] = bid[span].tolist()
-    allocs: list[list[float]] = alloc[span].tolist()
-    price = np.array([prices[r] for r in RESOURCES]).tolist()
-    kinds = [{k for _, k in const.columns} for _, const, _ in runs]
-    some = [any(k in c for c in kinds) for k in range(2)]
-    totals: list[int] = []
-    uses: list[int] = []
-    any_hosted: list[bool] = []
-    i = 0
-    for count, cols in zip(counts, kinds, strict=True):
-        total = use = 0
-        hosted = False
-        t0, t1 = some[0] and 0 in cols, some[1] and 1 in cols
-        for m in range(i, i + count):
-            if hs[m] == NO_HOST and was[m] == NO_HOST:
-                continue
-            hosted = True
-            b = bids[m]
-            x = (b[0] + b[1] + 0.0) * MICRO
-            if not -9e18 < x < 9e18:  # (NaN, infinite, beyond int64)
-                return None
-            bill = round(x)
-            total += bill
-            if hs[m] != NO_HOST:
-                a = allocs[m]
-                used = 0.0
-                if some[0]:
-                    used = used + (a[0] * price[0] if t0 else 0.0)
-                if some[1]:
-                    used = used + (a[1] * price[1] if t1 else 0.0)
-                u = used * MICRO
-                if not -9e18 < u < 9e18:
-                    return None
-                use += min(round(u), bill)
-        totals.append(total)
-        uses.append(use)
-        any_hosted.append(hosted)
-        i += count
-    return _per_application([nx.id for nx, _, _ in runs], any_hosted, totals, uses)
-
-
-def _per_application(ids: list[str], any_hosted: list[bool], totals: list[int],
-                     uses: list[int]
-                     ) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
-    """The bills and usage of the runs ``ids`` with a hosted VM, summed per application,
-    in application id order."""
-    if len(set(ids)) == len(ids):  # (usual) one run per application: no sums, one sort
-        rows_of = sorted(zip(compress(ids, any_hosted), compress(totals, any_hosted),
-                             compress(uses, any_hosted), strict=True))
-        return tuple((i, t) for i, t, _ in rows_of), tuple((i, v) for i, _, v in rows_of)
-    bills: dict[str, int] = {}
-    usage: dict[str, int] = {}
-    for i, p, t, v in zip(ids, any_hosted, totals, uses, strict=True):
-        if p:
-            bills[i] = bills.get(i, 0) + t
-            usage[i] = usage.get(i, 0) + v
-    names = sorted(bills)
-    return tuple((i, bills[i]) for i in names), tuple((i, usage[i]) for i in names)
-
-
 class Plans:
     """:func:`make_plan` for a period, remembering the last plan: when the clearing is the
     last one (the same object: a quiet period, :meth:`Platform._clear
@@ -451,31 +319,3 @@ def _joined(runs: Sequence[Run]) -> tuple[tuple[list[Any], ...], list[dict[str, 
         ids += nx.ids
         allocs += nx.allocs
     return (apps, rows_of, counts, ids), allocs
-
-
-class Bills:
-    """:func:`bills_of` for a period, remembering the last answer: a quiet period reuses
-    the last clearing (the same object, for the same bids and hosts:
-    :meth:`Platform._clear <merkat.core.period.Platform._clear>`), and its bills are then
-    those of the last period when the same applications hold the same rows (ids, row
-    counts, traded columns) at the same prices. Not a record: a cache of a pure function,
-    checked by identity of the clearing and equality of everything else it reads."""
-
-    def __init__(self) -> None:
-        self._last: tuple[Any, ...] | None = None
-
-    def __call__(self, runs: Sequence[Run], result: Any, before: IntArray, bid: FloatArray,
-                 prices: Mapping[str, float]
-                 ) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
-        """``bills_of(runs, result.host, before, result.allocation, bid, prices)``."""
-        key = [(nx.id, len(nx.ids) if rows is None else len(rows), const.columns)
-               for nx, const, rows in runs]
-        last = self._last
-        if (last is not None and last[0] is result and last[1] == key and last[2] == prices
-                and (last[3] is before or np.array_equal(last[3], before))
-                and (last[4] is bid or np.array_equal(last[4], bid))):
-            out: tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] = last[5]
-            return out
-        out = bills_of(runs, result.host, before, result.allocation, bid, prices)
-        self._last = (result, key, dict(prices), before, bid, out)
-        return out
