@@ -298,3 +298,19 @@ def test_hosts_derived_terms_are_the_direct_ones() -> None:
     assert hosts.inv_capacity.tolist() == [[0.5, math.inf], [2.0, 1e-12]]
     assert not hosts.all_have_capacity
     assert Hosts(("a",), np.array([[1.0, 3.0]])).all_have_capacity
+
+
+def test_the_clusters_kept_terms_are_the_fresh_ones() -> None:
+    """``Hosts.total``, ``capacity_lists``, ``has_capacity`` and ``everywhere`` (kept on the
+    cluster, whose capacity is never written) equal what the clearing computed each time
+    before: the same bits, a node without memory, and a cluster without nodes."""
+    cap = np.array([[1.0, 8192.0], [4.0, 0.0], [0.1, 3e-320]])
+    hosts = Hosts(("a", "b", "c"), cap)
+    assert hosts.total.tobytes() == cap.sum(axis=0).tobytes()
+    assert hosts.capacity_lists == cap.T.tolist()
+    assert hosts.has_capacity.tolist() == (cap > 0).tolist()
+    assert hosts.everywhere == [True, False]
+    assert hosts.total is hosts.total  # (computed once)
+    empty = Hosts((), np.zeros((0, 2)))
+    assert empty.total.tolist() == [0.0, 0.0] and empty.capacity_lists == [[], []]
+    assert empty.everywhere == [True, True]

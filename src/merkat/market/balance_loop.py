@@ -64,6 +64,7 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
     no_improve = it = 0
     score, is_tabu = s.score, s.is_tabu
     argmax = score.argmax
+    sc = view(score)  # (its elements written one at a time: the move's VMs, v, u)
     err_l: Any = view(s.err)  # (written in place: the search's errors)
     initial, host_l = s.initial_l, s.host_l
     threshold, n_placed = params.error_threshold, s.n_placed
@@ -78,14 +79,14 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
     bid_r, capv_r, ideal_r = s.bid_t[r], s.cap_t[r], s.ideal_t[r]
     bu_col, cl_col = s.bu_col[r], s.cl_col[r]
     bu_l, cl_l, log, kept = f.bu_l, f.cl_l, f.log, f.kept
-    bu, cl = s.bu, s.cl
+    bu_v, cl_v = view(bu_col), view(cl_col)  # (s.bu[:, r], s.cl[:, r] written in place)
     small, safe_r = f.small, f.safe[r]
-    n_nodes = cl.shape[0]
+    n_nodes = len(cap_r)
     count = s.count  # (every node's sum and largest ratio: prepared for every node)
     dot, array, minimum, where, absolute = np.dot, np.array, np.minimum, np.where, np.abs
     while it < max_it:
         v = int(argmax())
-        if score[v] < 0:
+        if sc[v] < 0:
             break  # every placed VM is tabu
         init = initial[v]
         if init != NO_HOST and host_l[v] == init and migrations >= max_mig:
@@ -230,7 +231,7 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
             new: list[float] = []
             old: list[float] = []
             if ok:
-                bu[src, r], cl[src, r], bu[dst, r], cl[dst, r] = lb_s, lc_s, lb_d, lc_d
+                bu_v[src], cl_v[src], bu_v[dst], cl_v[dst] = lb_s, lc_s, lb_d, lc_d
                 bu_l[src], cl_l[src], bu_l[dst], cl_l[dst] = lb_s, lc_s, lb_d, lc_d
                 for js, bs, p, left_b, left_c in ((ms, b_src, p_s, lb_s, lc_s),
                                                   (md, b_dst, p_d, lb_d, lc_d)):
@@ -257,6 +258,7 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
                         y = err_l[j]
                         old.append(y)
                         err_l[j] = x
+                        sc[j] = -1.0 if is_tabu[j] else x
                         n_over += (x > threshold) - (y > threshold)
             else:
                 alloc = s._pair_general(r, src, dst, n)
@@ -266,22 +268,19 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
                     y = err_l[j]
                     old.append(y)
                     err_l[j] = x
+                    sc[j] = -1.0 if is_tabu[j] else x
                     n_over += (x > threshold) - (y > threshold)
             log += (src, dst)
             new_err, old_err = array(new), array(old)
             sumsq += float(dot(new_err, new_err) - dot(old_err, old_err))
-            score[m] = new_err  # then -1 for the tabu VMs (a few, if any, of the two nodes)
-            for j in m:
-                if is_tabu[j]:
-                    score[j] = -1.0
         # v becomes tabu; the oldest tabu VM is released when the list is full.
         tabu.append(v)
         is_tabu[v] = True
-        score[v] = -1.0
+        sc[v] = -1.0
         if len(tabu) > tabu_size:
             u = tabu.popleft()
             is_tabu[u] = False
-            score[u] = err_l[u]
+            sc[u] = err_l[u]
         rms = math.sqrt(max(sumsq, 0.0) / n_placed)
         if dst != NO_HOST and rms < best_rms * (1.0 - 1e-9):
             best_n, best_rms, no_improve = len(moves), rms, 0

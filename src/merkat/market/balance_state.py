@@ -98,7 +98,9 @@ class Search:
         self._fill_all(placed, alloc)
         # The resources that can make an error: those traded (the others have no
         # allocation) and those with an ideal share.
-        self.err_cols = [r for r in range(n_res) if r in self.traded or ideal[:, r].any()]
+        nonzero = [r in self.traded or bool(ideal[:, r].any()) for r in range(n_res)]
+        self.err_cols = [r for r in range(n_res) if nonzero[r]]
+        self._nonzero, self._placed = nonzero, placed  # (prepare reads them)
         # (kept: when nothing moves, the clearing's allocation and errors are these)
         self.start_alloc, self.start_errors = alloc, vm_errors(alloc, ideal, self.err_cols)
         self.err = np.where(self.placed, self.start_errors, 0.0)
@@ -164,7 +166,7 @@ class Search:
         # cap in the same order, the sum of the bids (left to right, as ``sum`` does) and the
         # largest bid per unit of cap (most candidate clearings need nothing else:
         # first_share_of_added).
-        placed = np.flatnonzero(self.placed)
+        placed = self._placed  # (= np.flatnonzero(self.placed): the mapping has not moved)
         on = self.host[placed]
         by_node = placed[stable_order(on, n_hosts)]
         counts = np.bincount(on, minlength=n_hosts)
@@ -206,23 +208,24 @@ class Search:
         # Resources that can make an error: those bid on, or with an ideal share (any other
         # resource has a = â = 0 for every VM, an error of 0, and no say in a destination).
         self.err_res = [
-            r for r in range(n_res) if r in self.traded or bool(np.any(self.ideal[:, r] > 0))
-        ]
+            r for r in range(n_res)
+            if r in self.traded or (self._nonzero[r] and bool(np.any(self.ideal[:, r] > 0)))
+        ]  # (a column without a non-zero has none > 0)
         # Per resource that counts, one flat list over VMs.
         self.bid_t: dict[int, Any] = {r: view(vms.bid[:, r]) for r in self.err_res}
         self.cap_t: dict[int, Any] = {r: view(vms.cap[:, r]) for r in self.err_res}
         self.ideal_t: dict[int, Any] = {r: view(self.ideal[:, r]) for r in self.err_res}
         self.has_min = bool((vms.minimum > 0).any())
         self.min_t = {r: vms.minimum[:, r].tolist() for r in self.err_res} if self.has_min else {}
-        self.cap_node: list[list[float]] = hosts.capacity.T.tolist()  # [r][node]
+        self.cap_node: list[list[float]] = hosts.capacity_lists  # [r][node] (read only)
         self.free = hosts.capacity.copy()  # what each node can still hold (VM minimums)
         if self.has_min:
             for r in range(n_res):
                 self.free[:, r] -= np.bincount(
                     on, weights=vms.minimum[placed, r], minlength=n_hosts
                 )
-        self.has_cap = hosts.capacity > 0
-        self.all_have_cap = [bool(self.has_cap[:, r].all()) for r in range(n_res)]
+        self.has_cap = hosts.has_capacity
+        self.all_have_cap = hosts.everywhere
         self.bu_col = [self.bu[:, r] for r in range(n_res)]  # views, updated in place
         self.cl_col = [self.cl[:, r] for r in range(n_res)]
         # Selection score: the VM's error when it may move, -1 otherwise (tabu, unplaced, or

@@ -90,7 +90,7 @@ def ideal_allocation(hosts: Hosts, vms: VMs) -> tuple[FloatArray, FloatArray]:
     """Proportional share of the whole cluster as one host: allocations ``(n, R)``, prices.
     A resource on which every VM is provably capped (an underloaded cluster) takes the caps
     and price 0 without the sort (:func:`~merkat.market.share_capped.every_vm_capped`)."""
-    total = hosts.capacity.sum(axis=0) if len(hosts) else np.zeros(len(RESOURCES))
+    total = hosts.total  # (cached on the cluster: its capacity is never written)
     ideal = np.zeros_like(vms.bid)
     price = np.zeros(len(RESOURCES))
     for r in range(len(RESOURCES)):

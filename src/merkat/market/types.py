@@ -114,6 +114,32 @@ class Hosts:
         return bool((self.capacity > 0).all())
 
     @cached_property
+    def total(self) -> FloatArray:
+        """The cluster's capacity per resource, ``capacity.sum(axis=0)`` (zeros without
+        nodes): the ideal allocation's market, one per clearing."""
+        if not len(self.ids):
+            return np.zeros(len(RESOURCES))
+        out: FloatArray = self.capacity.sum(axis=0)
+        return out
+
+    @cached_property
+    def capacity_lists(self) -> list[list[float]]:
+        """``capacity.T.tolist()``: per resource, every node's capacity as a Python float
+        (the load balancer's start reads it; read only, shared by every search)."""
+        out: list[list[float]] = self.capacity.T.tolist()
+        return out
+
+    @cached_property
+    def has_capacity(self) -> npt.NDArray[np.bool_]:
+        """``capacity > 0`` per node and resource (read only)."""
+        return self.capacity > 0
+
+    @cached_property
+    def everywhere(self) -> list[bool]:
+        """Per resource, whether every node has some of it."""
+        return [bool(self.has_capacity[:, r].all()) for r in range(self.capacity.shape[1])]
+
+    @cached_property
     def inv_capacity(self) -> FloatArray:
         """``1 / capacity`` per node and resource, ``inf`` where a node has none."""
         cap = self.capacity
