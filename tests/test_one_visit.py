@@ -19,10 +19,13 @@ import pytest
 
 from merkat.backends.sim import RigidApp, SimBackend
 from merkat.bank.memory import MemoryLedger
-from merkat.control.types import VMState
-from merkat.core.draft import writing
+from merkat.control.registry import make_policy
+from merkat.control.types import Action, AppStatus, Demand, Metrics, VMState
+from merkat.core import reconcile
+from merkat.core.draft import draft, writing
+from merkat.core.lifecycle import TransitionRefused, vm_transition
 from merkat.core.market_input import MarketInput, bidding, market_vms, size
-from merkat.core.model import AppSpec
+from merkat.core.model import App, AppSpec, Observed, Ops
 from merkat.core.period import Platform
 from merkat.market import Hosts, VMs
 from merkat.runtime.driver import Driver
@@ -109,3 +112,34 @@ def test_scalar_controllers_mixed_with_batched_ones_give_the_reference_runs(
         d.step(60.0 * t)
     monkeypatch.undo()
     assert seen["periods"] == 30 and seen["partial"] > 0 and seen["kept"] > 0
+
+
+@pytest.mark.parametrize("to", [VMState.SUSPENDED, VMState.RESUMING])
+def test_a_suspension_or_resumption_checks_the_table_as_each_vm_would(to: VMState) -> None:
+    """``reconcile._allowed`` (a whole application's VMs to one state, checked at once) is
+    True exactly when ``vm_transition`` allows every VM, on every list of up to two states;
+    and a refused one still raises the table's error from ``reconcile``."""
+    every = list(VMState)
+    for a in every:
+        for b in every:
+            for states in ([a], [a, b]):
+                try:
+                    for s in states:
+                        vm_transition(s, to)
+                    want = True
+                except TransitionRefused:
+                    want = False
+                into = (reconcile._INTO_SUSPENDED if to is VMState.SUSPENDED
+                        else reconcile._INTO_RESUMING)
+                assert reconcile._allowed(states, to, into) is want
+    app = App(AppSpec("a", "best-effort", 2, {"cpu": 1.0}, 0.0, 10.0, trade=("cpu",)),
+              make_policy("best-effort"), "app:a", status=AppStatus.SUSPENDED
+              if to is VMState.RESUMING else AppStatus.RUNNING)
+    bad = VMState.RUNNING if to is VMState.RESUMING else VMState.MIGRATING
+    app.columns = (["a/vm0", "a/vm1"], [bad, bad], [{"cpu": 0.1}] * 2, [0, 0],
+                   [False] * 2, [{}] * 2)
+    decider = reconcile.Decider(60.0, {"cpu": 4.0}, {"cpu": 0.01}, 3)
+    action = Action.SUSPEND if to is VMState.SUSPENDED else Action.RESUME
+    with pytest.raises(TransitionRefused, match=f"{bad.value} -> {to.value}"):
+        decider.reconcile(app, draft(app), Demand(action, nvms=2), 0.0, 10 ** 9,
+                          Observed(Metrics()), Ops(), [])

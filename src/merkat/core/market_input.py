@@ -109,9 +109,6 @@ def _flat(runs: Sequence[Run]) -> Flat:
     return shape, ids, hosts, bids
 
 
-_ZEROS = (0.0,) * len(RESOURCES)
-
-
 def add_bid_rows(bids: list[dict[str, float]], rows: list[float], counts: list[int]) -> None:
     """One application's VMs' bid rows (``RESOURCES`` order, flat) added to ``rows``, and to
     ``counts`` how many VMs each row stands for (to repeat it by): one row when its VMs
@@ -120,7 +117,7 @@ def add_bid_rows(bids: list[dict[str, float]], rows: list[float], counts: list[i
     n = len(bids)
     first = bids[0]
     if n == 1 or bids.count(first) == n:
-        rows += map(first.get, RESOURCES, _ZEROS)  # (b.get(r, 0.0) per resource, in C)
+        rows += [first.get(r, 0.0) for r in RESOURCES]
         counts.append(n)
         return
     last: dict[str, float] | None = None
@@ -128,7 +125,7 @@ def add_bid_rows(bids: list[dict[str, float]], rows: list[float], counts: list[i
     for b in bids:
         if b is not last:
             last = b
-            row = list(map(b.get, RESOURCES, _ZEROS))
+            row = [b.get(r, 0.0) for r in RESOURCES]
         rows += row
     counts += [1] * n
 

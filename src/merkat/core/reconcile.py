@@ -30,7 +30,7 @@ from merkat.control.types import (
 )
 from merkat.core.bids import set_bids, set_uniform, within_budget
 from merkat.core.draft import add_vm, keep, own
-from merkat.core.lifecycle import app_transition, vm_transition
+from merkat.core.lifecycle import VM_TRANSITIONS, app_transition, vm_transition
 from merkat.core.model import App, AppConst, AppNext, AppSpec, Observed, Ops, to_micro
 from merkat.defaults import MICRO
 from merkat.market import NO_HOST, RESOURCES
@@ -198,10 +198,17 @@ class Decider:
             own(nx)  # (states, hosts and fresh written in place: copy on write)
         states = nx.states
         if action is Action.SUSPEND:
-            for k, state in enumerate(states):
-                if state is not VMState.SUSPENDED:
-                    states[k] = vm_transition(state, VMState.SUSPENDED)
-                    ops.suspend.append(nx.ids[k])
+            if _allowed(states, _SUSPENDED, _INTO_SUSPENDED):
+                ids = nx.ids
+                for k, state in enumerate(states):
+                    if state is not _SUSPENDED:
+                        states[k] = _SUSPENDED
+                        ops.suspend.append(ids[k])
+            else:  # (the table's refusal, raised where the per-VM check raises it)
+                for k, state in enumerate(states):
+                    if state is not VMState.SUSPENDED:
+                        states[k] = vm_transition(state, VMState.SUSPENDED)
+                        ops.suspend.append(nx.ids[k])
             nx.status = AppStatus.SUSPENDED
             nx.suspensions += 1
             nx.moved = True
@@ -213,10 +220,16 @@ class Decider:
             if nx.start_time is None:
                 nx.start_time = now
         elif action is Action.RESUME:
-            for k, state in enumerate(states):
-                states[k] = vm_transition(state, VMState.RESUMING)
-                nx.hosts[k] = NO_HOST
-                nx.fresh[k] = True
+            if _allowed(states, _RESUMING, _INTO_RESUMING):
+                n = len(states)  # (own(nx) above: the next state's own lists, in place)
+                states[:] = [_RESUMING] * n
+                nx.hosts[:] = [NO_HOST] * n
+                nx.fresh[:] = [True] * n
+            else:  # (the table's refusal, raised where the per-VM check raises it)
+                for k, state in enumerate(states):
+                    states[k] = vm_transition(state, VMState.RESUMING)
+                    nx.hosts[k] = NO_HOST
+                    nx.fresh[k] = True
             nx.status = AppStatus.RUNNING
             nx.resumes += 1
             nx.moved = True
@@ -240,6 +253,25 @@ class Decider:
         :mod:`merkat.core.batch`)."""
         set_uniform(nx, bid)
         within_budget(nx, balance, self.reserve, app.controller.name)
+
+
+_SUSPENDED, _RESUMING = VMState.SUSPENDED, VMState.RESUMING
+_INTO_SUSPENDED = tuple(a for a, b in VM_TRANSITIONS if b is _SUSPENDED)
+_INTO_RESUMING = tuple(a for a, b in VM_TRANSITIONS if b is _RESUMING)
+
+
+def _allowed(states: list[VMState], to: VMState, into: tuple[VMState, ...]) -> bool:
+    """Whether the lifecycle table lets every VM of ``states`` go to ``to`` (``into``: the
+    states it allows that from; a VM already there stays): then each
+    :func:`~merkat.core.lifecycle.vm_transition` would answer ``to``. What it replaces, for
+    a suspension or a resumption of every VM (themis-fig5: 50,851 suspends and 42,416
+    resumes in its 0.2 run): one ``vm_transition`` call per VM, each hashing two enum
+    members in Python (``Enum.__hash__``) for the table's set; here a tuple's identity
+    scan in C. ``tests/test_one_visit.py`` checks both ways on every state pair."""
+    for state in states:  # noqa: SIM110  (a loop: no generator's frame)
+        if state is not to and state not in into:
+            return False
+    return True
 
 
 def end(nx: AppNext, now: float, reason: str, finished: bool, ops: Ops,
