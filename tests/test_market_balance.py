@@ -92,6 +92,16 @@ def test_the_shortcuts_give_the_general_paths_clearing_byte_for_byte(
         return got
 
     monkeypatch.setattr(balance, "usual_loop", counted)
+    for name in ("_exact", "_pair_general"):  # (the usual loop's steps the shortcuts leave)
+        taken[name] = 0
+        real_step = getattr(balance_state.Search, name)
+
+        def step(self: object, *a: object, _real: object = real_step, _name: str = name
+                 ) -> object:
+            taken[_name] += 1
+            return _real(self, *a)  # type: ignore[operator]
+
+        monkeypatch.setattr(balance_state.Search, name, step)
     for seed in range(240):
         hosts, vms, params = _market(seed)
         monkeypatch.setattr(balance_state, "FAST_PATHS", False)
@@ -105,6 +115,8 @@ def test_the_shortcuts_give_the_general_paths_clearing_byte_for_byte(
     assert taken["searches"] > 150
     assert taken["usual_moves"] > 1000
     assert taken["pair_shares"] > 300
+    # the general path's steps, their node lists built from the members (balance_loop.lists)
+    assert taken["_exact"] > 100 and taken["_pair_general"] > 300
 
 
 def test_the_usual_loops_kept_estimates_are_the_fresh_ones() -> None:

@@ -13,7 +13,11 @@ variables (the general path's methods only where the shortcuts do not hold): the
 errors read and written one at a time through a view of the search's array (``err_l``,
 :func:`~merkat.market.balance_state.view`) with a count of those above the threshold, the
 mapping through a view of the search's (``host_l``; the best mapping is the start with
-the first moves replayed), the node terms as the shortcuts' lists; each candidate's share, its error and the first smallest
+the first moves replayed), the node terms as the shortcuts' lists, and of each node only
+its members (a moved node's sum of bids and largest bid per unit of cap from the VMs'
+columns in its members' order: the values and order of ``Search.move``'s per-node bid and
+ratio lists, which the loop does not keep; the general path's methods get those lists
+built from the members when they are called, ``lists``); each candidate's share, its error and the first smallest
 one in one pass over the candidates, and a move's shares (the shortcuts' ``pair_shares``),
 the VMs' new errors (``errors``) and their bookkeeping in one pass over the two nodes'
 VMs. What stays numpy, because its bits or its choices are
@@ -73,10 +77,19 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
     tabu_size, max_no_improve, k_cand = params.tabu_size, params.max_no_improve, params.candidates
     migrations, sumsq = s.migrations, s.sumsq
     # the search's lists, changed in place (never replaced) while the loop runs
-    loaded, load, members = s.loaded, s.load, s.members
+    loaded, members, sorted_vms, bounds = s.loaded, s.members, s.sorted_vms, s.bounds
     sums, rmaxs, cap_r = s.node_sum[r], s.node_rmax[r], s.cap_node[r]
-    nb, nc, nq = s.node_bids[r], s.node_caps[r], s.node_ratio[r]
-    bid_r, capv_r, ideal_r = s.bid_t[r], s.cap_t[r], s.ideal_t[r]
+    nb, nc = s.node_bids[r], s.node_caps[r]
+    bid_r, capv_r, ideal_r, ratio_r = s.bid_t[r], s.cap_t[r], s.ideal_t[r], s.ratio_t[r]
+
+    def lists(h: int) -> None:
+        # node h's bids and caps in its members' order, for the general path's methods
+        # (the loop itself keeps only the members and reads the VMs' columns)
+        if not loaded[h]:
+            loaded[h] = True
+            members[h] = sorted_vms[bounds[h]:bounds[h + 1]].tolist()
+        js = members[h]
+        nb[h], nc[h] = [bid_r[j] for j in js], [capv_r[j] for j in js]
     bu_col, cl_col = s.bu_col[r], s.cl_col[r]
     bu_l, cl_l, log, kept = f.bu_l, f.cl_l, f.log, f.kept
     bu_v, cl_v = view(bu_col), view(cl_col)  # (s.bu[:, r], s.cl[:, r] written in place)
@@ -158,8 +171,7 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
                         if seg:
                             general = True
                             break
-                        if not loaded[h]:
-                            load(h)
+                        lists(h)
                         a = share_of_last(nb[h] + [b_v], nc[h] + [c_v], cap_r[h])
                     elif 0.0 < p < _INF:
                         a = b_v / p if p >= _TINY else (b_v / left_b) * left_c
@@ -181,8 +193,7 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
                         best, best_e = g, x
             if general:
                 for h in nodes:
-                    if not loaded[h]:
-                        load(h)
+                    lists(h)
                 errs = s._exact(v, nodes)
                 best = 0
                 for g in range(1, len(errs)):
@@ -194,34 +205,30 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
             src = host_l[v]
             if init != NO_HOST:  # leaving the initial host costs one, coming back refunds it
                 migrations += int(dst != init) - int(src != init)
-            if not loaded[src]:
-                load(src)
+            if not loaded[src]:  # (a node's members, in ascending VM index at the start)
+                loaded[src] = True
+                members[src] = sorted_vms[bounds[src]:bounds[src + 1]].tolist()
             if not loaded[dst]:
-                load(dst)
+                loaded[dst] = True
+                members[dst] = sorted_vms[bounds[dst]:bounds[dst + 1]].tolist()
             count[src] -= 1
             count[dst] += 1
             moves.append((v, dst))
             ms, md = members[src], members[dst]
-            k_v = ms.index(v)
-            del ms[k_v]
+            ms.remove(v)
             md.append(v)
-            b_src, b_dst = nb[src], nb[dst]
-            del b_src[k_v], nc[src][k_v], nq[src][k_v]
-            c_v = capv_r[v]
-            r_v = (b / c_v if c_v > 0 else _INF) if b > 0 else 0.0  # = bid_ratio
-            b_dst.append(b)
-            nc[dst].append(c_v)
-            nq[dst].append(r_v)
-            sums[src] = sum(b_src)
-            rmaxs[src] = max(nq[src], default=-_INF)
-            sums[dst] = sums[dst] + b  # = sum(nb[dst]): v is last
+            # (a node's bids and ratios in its members' order: the lists Search.move keeps)
+            sums[src] = sum([bid_r[j] for j in ms])
+            rmaxs[src] = max([ratio_r[j] for j in ms], default=-_INF)
+            sums[dst] = sums[dst] + b  # = the sum of dst's bids: v is last
+            r_v = ratio_r[v]
             if r_v > rmaxs[dst]:
                 rmaxs[dst] = r_v
             host_l[v] = dst
             m = ms + md
             # the pair's shares and the VMs' new errors in one pass (= the shortcut's
             # pair_shares, then ``errors``; else the general path's)
-            n = len(b_src) + len(b_dst)
+            n = len(ms) + len(md)
             seg = n > small
             ok = safe_r or not seg
             if ok:
@@ -233,13 +240,13 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
             if ok:
                 bu_v[src], cl_v[src], bu_v[dst], cl_v[dst] = lb_s, lc_s, lb_d, lc_d
                 bu_l[src], cl_l[src], bu_l[dst], cl_l[dst] = lb_s, lc_s, lb_d, lc_d
-                for js, bs, p, left_b, left_c in ((ms, b_src, p_s, lb_s, lc_s),
-                                                  (md, b_dst, p_d, lb_d, lc_d)):
+                for js, p, left_b, left_c in ((ms, p_s, lb_s, lc_s), (md, p_d, lb_d, lc_d)):
                     pos = 0.0 < p < _INF
-                    for j, bj in zip(js, bs, strict=True):
+                    for j in js:
                         if not pos:
                             a = 0.0
                         else:
+                            bj = bid_r[j]
                             a = bj / p if p >= _TINY else (bj / left_b) * left_c
                             if seg and not -_INF < a < _INF:
                                 a = 0.0
@@ -261,6 +268,8 @@ def usual_loop(search: Any, params: BalanceParams, rms0: float) -> tuple[int, In
                         sc[j] = -1.0 if is_tabu[j] else x
                         n_over += (x > threshold) - (y > threshold)
             else:
+                lists(src)
+                lists(dst)
                 alloc = s._pair_general(r, src, dst, n)
                 f.synced(r, (src, dst))
                 new = errors(alloc, [ideal_r[j] for j in m])

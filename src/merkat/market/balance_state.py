@@ -184,16 +184,21 @@ class Search:
         self.node_sum: dict[int, list[float]] = {}
         self.node_rmax: dict[int, list[float]] = {}
         self.sorted_cols: dict[int, tuple[Any, Any, Any]] = {}
+        self.ratio_t: dict[int, Any] = {}  # per traded resource, every VM's bid per unit of cap
+        self._ratio_sorted: dict[int, FloatArray] = {}
+        self._by_node = by_node
         for r in self.traded:
             self.node_bids[r] = unset.copy()
             self.node_caps[r] = unset.copy()
             self.node_ratio[r] = unset.copy()
             self.node_sum[r] = [0.0] * n_hosts
             self.node_rmax[r] = [-math.inf] * n_hosts
-            b_s, c_s = vms.bid[by_node, r], vms.cap[by_node, r]
+            b_all, c_all = vms.bid[:, r], vms.cap[:, r]
             with np.errstate(divide="ignore", invalid="ignore"):  # = bid_ratio, VM by VM
-                ratio = np.where(b_s > 0, np.where(c_s > 0, b_s / c_s, np.inf), 0.0)
-            self.sorted_cols[r] = (view(b_s), view(c_s), view(ratio))
+                ratio_all = np.where(b_all > 0, np.where(c_all > 0, b_all / c_all, np.inf), 0.0)
+            self.ratio_t[r] = view(ratio_all)
+            ratio = ratio_all[by_node]  # (the same divisions, host-sorted)
+            self._ratio_sorted[r] = ratio  # (load's host-sorted columns: built on first use)
             if FAST_PATHS and placed.size:
                 # Every node's sum and largest ratio at once, as load() computes them (the
                 # shortcuts read them of candidate nodes, which then need no lists):
@@ -242,7 +247,12 @@ class Search:
         a, z = self.bounds[h], self.bounds[h + 1]
         self.members[h] = self.sorted_vms[a:z].tolist()
         for r in self.traded:
-            b_s, c_s, q_s = self.sorted_cols[r]
+            cols = self.sorted_cols.get(r)
+            if cols is None:  # (the usual market's loop never asks: it reads the VMs' columns)
+                by = self._by_node
+                cols = self.sorted_cols[r] = (view(self.vms.bid[by, r]), view(self.vms.cap[by, r]),
+                                              view(self._ratio_sorted[r]))
+            b_s, c_s, q_s = cols
             nb = self.node_bids[r][h] = b_s[a:z].tolist()
             self.node_caps[r][h] = c_s[a:z].tolist()
             nq = self.node_ratio[r][h] = q_s[a:z].tolist()
