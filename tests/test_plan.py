@@ -3,6 +3,8 @@ their per-VM definitions: the same operations, allocations and micro-credits, ex
 
 from __future__ import annotations
 
+import copy
+import pickle
 from typing import Any
 
 import numpy as np
@@ -441,6 +443,9 @@ def test_the_usage_is_computed_only_when_first_read(monkeypatch: pytest.MonkeyPa
     assert dict(usage) == want_usage and len(usage) == len(want_usage)
     assert usage[0] == usage.rows[0] and list(usage) == list(usage.rows)
     assert usage == Usage(lambda: usage.rows) and usage != tuple(want_usage.items())[:-1]
+    fresh = bills_of(market, host, vms.host, allocation, vms.bid, {"cpu": 1.25, "memory": 0.001})
+    loaded = pickle.loads(pickle.dumps(fresh[1]))  # (computed when pickled)
+    assert isinstance(loaded, Usage) and loaded == usage and copy.deepcopy(fresh[1]) == usage
 
 
 def _charged_run(charging: str) -> tuple[list[Any], dict[str, int]]:

@@ -77,6 +77,17 @@ class Usage(Sequence[tuple[str, int]]):
     def __repr__(self) -> str:
         return f"Usage({self.rows!r})"
 
+    def __reduce__(self) -> tuple[Any, tuple[Rows]]:
+        """Pickled as its rows (computed then: the function it holds is not pickled)."""
+        return _computed, (self.rows,)
+
+
+def _computed(rows: Rows) -> Usage:
+    """A :class:`Usage` of ``rows``, already computed (what a pickled one loads as)."""
+    usage = Usage(tuple)
+    usage._rows, usage._make = rows, None
+    return usage
+
 
 def bills_of(
     runs: Sequence[Run], host: IntArray, before: IntArray, alloc: FloatArray, bid: FloatArray,
