@@ -337,7 +337,8 @@ def test_the_kept_state_is_a_fresh_computation_after_every_point(seed: int) -> N
     """After every admission point's settle, the state kept for the next point (when it
     holds for the records) equals what the full path would compute from the records: the
     running rows (ids, bids, caps, hosts), each row's allocation (every node re-cleared),
-    each node's rows, summed bids and minimums (``np.bincount``, row order)."""
+    each node's rows, summed bids and minimums (``np.bincount``, row order) and its
+    worst-resource load."""
     from merkat.core.admission_keep import Kept
     from merkat.core.running import running
     from merkat.market import enforceable
@@ -368,6 +369,9 @@ def test_the_kept_state_is_a_fresh_computation_after_every_point(seed: int) -> N
             mins = np.bincount(host, weights=minimum[:, c], minlength=len(platform.hosts))
             assert k.sums[:, c].tobytes() == sums.tobytes()
             assert k.mins[:, c].tobytes() == mins.tobytes()
+        from merkat.market.placement import loads_of
+        from merkat.market.types import row_max
+        assert k.key.tobytes() == row_max(loads_of(platform.hosts, k.sums)).tobytes()
         on: dict[int, list[int]] = {}
         for i, h in enumerate(host.tolist()):
             on.setdefault(h, []).append(i)

@@ -12,7 +12,7 @@ import pytest
 
 from merkat.market import NO_HOST, Hosts, VMs, worst_fit_decreasing
 from merkat.market.placement import node_load
-from merkat.market.types import row_sum
+from merkat.market.types import row_max, row_sum
 
 
 def _reference(hosts: Hosts, vms: VMs) -> np.ndarray:
@@ -127,6 +127,34 @@ def test_kept_sums_plus_the_new_rows_are_the_sums_of_every_row(seed: int) -> Non
     sums2 = np.zeros((n_hosts, 2))
     sums2[:, 0] = np.bincount(host, weights=bid[:, 0], minlength=n_hosts)
     assert loads_of(hosts, sums2).tobytes() == node_load(hosts, vms, host).tobytes()
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_worst_fit_from_kept_sums_is_worst_fit_decreasing(seed: int) -> None:
+    """:func:`worst_fit_sums` (the loads read from per-node sums, a chosen node's row
+    computed when first chosen) places the new VMs where :func:`worst_fit_decreasing` does,
+    on random markets of nodes with every resource (ties of load and of bid, VMs without a
+    bid, nodes chosen several times)."""
+    from merkat.market.placement import loads_of, worst_fit_sums
+
+    rng = np.random.default_rng(seed)
+    n_hosts, n = int(rng.integers(1, 12)), int(rng.integers(1, 80))
+    cap = rng.choice([1.0, 2.0, 3.0, 1024.0], (n_hosts, 2))
+    hosts = Hosts(tuple(f"h{k}" for k in range(n_hosts)), cap)
+    bid = rng.choice([0.0, 0.5, 1.0, 1.0 / 3.0, 2.0], (n, 2)) * rng.choice([1.0, 1.5], (n, 2))
+    host = np.where(rng.random(n) < 0.7, rng.integers(0, n_hosts, n), NO_HOST)
+    vms = VMs(tuple(f"v{i}" for i in range(n)), bid, np.full((n, 2), np.inf), host)
+    want = worst_fit_decreasing(hosts, vms)
+    placed = host >= 0
+    sums = np.zeros((n_hosts, 2))
+    for c in range(2):
+        sums[:, c] = np.bincount(host[placed], weights=bid[placed, c], minlength=n_hosts)
+    new = np.flatnonzero(host == NO_HOST)
+    order = np.argsort(-row_sum(bid[new]), kind="stable").tolist()
+    key = row_max(loads_of(hosts, sums))
+    got = worst_fit_sums(sums, key, cap.tolist(), hosts.inv_capacity.tolist(), order,
+                         bid[new].tolist())
+    assert got == want[new].tolist()
 
 
 def _market(rng: np.random.Generator, regime: int) -> tuple[Hosts, VMs]:

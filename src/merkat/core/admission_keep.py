@@ -54,7 +54,7 @@ from merkat.core.model import App, AppConst
 from merkat.core.running import Running
 from merkat.market import NO_HOST, RESOURCES, Hosts
 from merkat.market.host_shares import SAFE_BOUND, node_shares
-from merkat.market.placement import loads_of, worst_fit_new
+from merkat.market.placement import loads_of, worst_fit_new, worst_fit_sums
 from merkat.market.share import FloatArray, IntArray
 from merkat.market.types import row_max
 
@@ -114,7 +114,10 @@ class AdmissionKeep:
 
     def __init__(self) -> None:
         self.kept: Kept | Full | None = None
-        self._cap_g: tuple[Hosts | None, list[list[float]]] = (None, [])
+        # per cluster: each node's capacity per resource, by resource and by node, and its
+        # inverse by node (a cluster's capacity is never written)
+        self._cap: tuple[Hosts | None, list[list[float]], list[list[float]],
+                         list[list[float]]] = (None, [], [], [])
 
     def forget(self) -> None:
         """No kept state: the next point takes the full path."""
@@ -148,9 +151,10 @@ class AdmissionKeep:
             self.kept = None
             return None
         if isinstance(k, Full):
-            if self._cap_g[0] is not hosts:  # (a cluster's capacity is never written)
-                self._cap_g = (hosts, hosts.capacity.T.tolist())
-            k = self.kept = kept_of(k, self._cap_g[1])
+            if self._cap[0] is not hosts:
+                self._cap = (hosts, hosts.capacity.T.tolist(), hosts.capacity.tolist(),
+                             hosts.inv_capacity.tolist())
+            k = self.kept = kept_of(k, *self._cap[1:])
             if k is None:
                 return None
         if apps != k.apps or not all(map(operator.is_, [a.const for a in apps], k.consts)):
@@ -216,9 +220,12 @@ class AdmissionKeep:
             bids = [nb[j] for j in rows]
             total = [(b[0] + b[1]) + 0.0 for b in bids]  # row_sum's, for two resources
             order = sorted(range(len(rows)), key=lambda q: -total[q])
-            load = loads_of(hosts, sums)  # (node_load's, from the kept sums)
-            got = worst_fit_new(hosts, load, row_max(load), k.mins if check else None, order,
-                                bids, [nm[j] for j in rows])
+            if check:
+                load = loads_of(hosts, sums)  # (node_load's, from the kept sums)
+                got = worst_fit_new(hosts, load, row_max(load), k.mins, order, bids,
+                                    [nm[j] for j in rows])
+            else:
+                got = worst_fit_sums(sums, k.key, k.cap_rows, k.inv_rows, order, bids)
             fits: list[int] = []
             fit_rows: list[int] = []
             i = 0
@@ -350,6 +357,13 @@ class AdmissionKeep:
             on.setdefault(h, []).append(n_old + q)
         for h, c, tot in new_sums:
             sums[h, c] = tot
+        if hosts.all_have_capacity:  # (row_max of loads_of's divisions, on those nodes)
+            key, cap_rows = k.key, k.cap_rows
+            for h in on_new:
+                key[h] = max([x / y for x, y in zip(sums[h].tolist(), cap_rows[h],
+                                                    strict=True)])
+        else:
+            k.key = row_max(loads_of(hosts, sums))
         for q, h in enumerate(new_host):
             mn = nm[q]
             if any(mn):  # (adding zeros changes no sum: they never hold -0.0)

@@ -17,8 +17,9 @@ from merkat.core.model import App, AppConst, Columns
 from merkat.core.running import Running
 from merkat.market import NO_HOST, RESOURCES, Hosts, share_kernel
 from merkat.market.host_shares import SAFE_BOUND
+from merkat.market.placement import loads_of
 from merkat.market.share import FloatArray, IntArray
-from merkat.market.types import bid_on
+from merkat.market.types import bid_on, row_max
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,9 @@ class Kept:
     sums: FloatArray
     mins: FloatArray
     cap_g: list[list[float]]  # per resource, each node's capacity
+    cap_rows: list[list[float]]  # per node, its capacity per resource
+    inv_rows: list[list[float]]  # per node, 1 / capacity per resource
+    key: FloatArray  # per node, its worst-resource bid load (row_max(loads_of(sums)))
     total_bid: list[float]
     total_cap: list[float]
     traded: list[bool]
@@ -82,9 +86,10 @@ class Kept:
     src: list[Columns | None]
 
 
-def kept_of(full: Full, cap_g: list[list[float]]) -> Kept | None:
+def kept_of(full: Full, cap_g: list[list[float]], cap_rows: list[list[float]],
+            inv_rows: list[list[float]]) -> Kept | None:
     """The :class:`Kept` of the full path's answer (``cap_g``: each node's capacity per
-    resource), or None when the proof cannot hold: a capped VM (the water-filling went past
+    resource; ``cap_rows``, ``inv_rows``: per node, its capacity and inverse), or None when the proof cannot hold: a capped VM (the water-filling went past
     its first step on some node, so a node's shares are not its own alone), sums near
     overflow, one node, the compiled kernels."""
     hosts = full.hosts
@@ -130,7 +135,8 @@ def kept_of(full: Full, cap_g: list[list[float]]) -> Kept | None:
     return Kept(
         hosts, full.reserve, full.index, apps, cols, consts, vmrows, ends, set(row_ids),
         row_ids, bid.T.tolist(), cap_t, host_l, full.alloc.T.tolist(), full.alloc,
-        on, sums, mins, cap_g, total_bid, total_cap, traded, full.reserve.tolist(), [*full.cols, *([None] * len(full.fits))])
+        on, sums, mins, cap_g, cap_rows, inv_rows, row_max(loads_of(hosts, sums)), total_bid,
+        total_cap, traded, full.reserve.tolist(), [*full.cols, *([None] * len(full.fits))])
 
 
 def same_bits(x: float, y: float) -> bool:

@@ -119,3 +119,37 @@ def worst_fit_new(hosts: Hosts, load: np.ndarray, key: np.ndarray,
         if reserved is not None:
             free[chosen] -= mn
     return out
+
+
+def worst_fit_sums(sums: np.ndarray, key: np.ndarray, cap: list[list[float]],
+                   inv_cap: list[list[float]], order: list[int],
+                   bids: list[list[float]]) -> list[int]:
+    """:func:`worst_fit_new` without minimums on a cluster whose every node has every
+    resource (nothing to check), the loads read from per-node sums instead of an array of
+    every node's: ``sums`` is each node's placed bids summed in row order (per resource;
+    :func:`loads_of`'s input), ``key`` each node's worst-resource load
+    (``row_max(loads_of(sums))``; copied, not changed), ``cap`` and ``inv_cap`` each node's
+    capacity and its inverse (rows of plain floats). A chosen node's load row is its sums
+    divided by its capacity (:func:`loads_of`'s divisions, in plain floats) the first time,
+    then updated as :func:`worst_fit_new` updates it. What it replaces: an admission
+    point's ``loads_of`` and ``row_max`` over every node and three numpy reads and writes
+    per placed VM. ``tests/test_market_placement.py`` compares it with
+    :func:`worst_fit_decreasing` on random markets."""
+    key = key.copy()
+    out = [NO_HOST] * len(bids)
+    rows: dict[int, list[float]] = {}
+    argmin = key.argmin
+    for i in order:
+        b = bids[i]
+        chosen = int(argmin())
+        out[i] = chosen
+        lh = rows.get(chosen)
+        if lh is None:
+            lh = rows[chosen] = [x / y for x, y in zip(sums[chosen].tolist(), cap[chosen],
+                                                       strict=True)]
+        ih = inv_cap[chosen]
+        for r, x in enumerate(b):
+            if x:
+                lh[r] += x * ih[r]
+        key[chosen] = max(lh)
+    return out
