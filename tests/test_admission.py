@@ -227,11 +227,12 @@ def test_an_admission_touches_only_the_vms_whose_share_changes(seed: int) -> Non
 # --- the kept state's path (merkat.core.admission_keep) against the full path ---------------
 
 def _kept_world(seed: int, *, cores: float, hosts: int = 8, apps: int = 80,
-                memory: bool = False) -> tuple[Driver, Platform]:
+                memory: bool = False, both: bool = False) -> tuple[Driver, Platform]:
     """A random run with many admission points in each period: 1-4 VM applications
     (best-effort or deadline-strict, small budgets: suspends and stops) on ``hosts`` hosts
     of ``cores`` cores, arriving over five 60 s periods; with ``memory``, minimums that some
-    hosts cannot hold (refused placements)."""
+    hosts cannot hold (refused placements); with ``both``, memory in their trade too (these
+    policies bid 0 for it: an untraded column beside the traded one)."""
     from merkat.backends.sim import RigidApp as Rigid
     rng = np.random.default_rng(seed)
     items = []
@@ -239,15 +240,17 @@ def _kept_world(seed: int, *, cores: float, hosts: int = 8, apps: int = 80,
         size = int(rng.integers(1, 5))
         policy = str(rng.choice(["best-effort", "deadline-strict", "vertical-deadline"]))
         vm_min = {"memory": float(rng.choice([0.0, 1500.0]))} if memory else {}
-        s = AppSpec(f"a{k}", policy, size, {"cpu": 1.0}, float(t),
+        s = AppSpec(f"a{k}", policy, size, {"cpu": 1.0, "memory": 1024.0} if both else
+                    {"cpu": 1.0}, float(t),
                     float(rng.uniform(0.05, 10.0)), deadline=float(t + rng.uniform(60, 600)),
-                    trade=("cpu",), owner="alice", vm_min=vm_min)
+                    trade=("cpu", "memory") if both else ("cpu",), owner="alice",
+                    vm_min=vm_min)
         items.append(Arrival(s.submit_time, s, Rigid(vms=size,
                                                      work_total=float(rng.uniform(20, 400)))))
     platform = Platform(Hosts(tuple(f"h{k}" for k in range(hosts)),
-                              np.array([[cores, 4096.0]] * hosts)),
+                              np.array([[cores, 1024.0 if both else 4096.0]] * hosts)),
                         period=PERIOD, reserve={"cpu": 0.01})
-    driver = Driver(platform, SimBackend(trade_memory=False, boot_s=0.0),
+    driver = Driver(platform, SimBackend(trade_memory=both, boot_s=0.0),
                     Economy(MemoryLedger()), ListArrivals(items), admission=10.0)
     return driver, platform
 
@@ -266,17 +269,18 @@ def _same_placed(a, b) -> None:  # type: ignore[no-untyped-def]
         assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
 
 
-@pytest.mark.parametrize(("seed", "cores", "memory"), [(0, 1.0, False), (1, 1.0, False),
-                                                       (2, 1.0, True), (3, 2.0, False),
-                                                       (4, 1.0, False)])
+@pytest.mark.parametrize(("seed", "cores", "memory", "two"),
+                         [(0, 1.0, False, False), (1, 1.0, False, False), (2, 1.0, True, False),
+                          (3, 2.0, False, False), (4, 1.0, False, False),
+                          (9, 1.0, False, True)])
 def test_the_kept_path_places_as_the_full_path(seed: int, cores: float, memory: bool,
+                                               two: bool,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """At every admission point of random runs (arrivals, ends, suspends, stops,
     migrations, refused placements), the placement the platform takes (from the last point's
     kept state when proved) is the full path's, computed beside it on a fresh state, byte for
-    byte; and the kept path does run (two thirds of the points follow another one of the
-    same period), while capped hosts (two cores for one-core VMs) send every point to the
-    full path."""
+    byte; and both paths run (each period's first point, VMs capped on two-core hosts and
+    minimums send points to the full path); ``two``: memory in the applications' trade too."""
     from dataclasses import replace
 
     from merkat.core import admission
@@ -302,7 +306,7 @@ def test_the_kept_path_places_as_the_full_path(seed: int, cores: float, memory: 
 
     monkeypatch.setattr(admission, "_placed", both)
     monkeypatch.setattr(AdmissionKeep, "place", counting)
-    driver, platform = _kept_world(seed, cores=cores, memory=memory)
+    driver, platform = _kept_world(seed, cores=cores, memory=memory, both=two)
     driver.run(until=8 * PERIOD)
     assert counts["points"] >= 15 and sum(r.migrations for r in platform.records) > 0
     assert sum(a.suspensions for a in platform.apps.values()) > 0
