@@ -255,6 +255,14 @@ def _kept_world(seed: int, *, cores: float, hosts: int = 8, apps: int = 80,
     return driver, platform
 
 
+@pytest.fixture
+def ungated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kept path wherever it is proved, whatever its cost (``MAX_NEW`` is a performance
+    choice)."""
+    from merkat.core import admission
+    monkeypatch.setattr(admission, "MAX_NEW", 10**9)
+
+
 def _same_placed(a, b) -> None:  # type: ignore[no-untyped-def]
     """Two admissions' placements are the same: the touched runs, the newcomers that fit,
     every array byte for byte."""
@@ -274,8 +282,8 @@ def _same_placed(a, b) -> None:  # type: ignore[no-untyped-def]
                           (3, 2.0, False, False), (4, 1.0, False, False),
                           (9, 1.0, False, True)])
 def test_the_kept_path_places_as_the_full_path(seed: int, cores: float, memory: bool,
-                                               two: bool,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+                                               two: bool, monkeypatch: pytest.MonkeyPatch,
+                                               ungated: None) -> None:
     """At every admission point of random runs (arrivals, ends, suspends, stops,
     migrations, refused placements), the placement the platform takes (from the last point's
     kept state when proved) is the full path's, computed beside it on a fresh state, byte for
@@ -317,7 +325,7 @@ def test_the_kept_path_places_as_the_full_path(seed: int, cores: float, memory: 
 
 @pytest.mark.parametrize(("seed", "memory"), [(5, False), (6, True)])
 def test_a_run_with_the_kept_path_is_the_full_paths_run(
-        seed: int, memory: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        seed: int, memory: bool, monkeypatch: pytest.MonkeyPatch, ungated: None) -> None:
     """The same random run with the kept path and without it (``FAST`` off): every
     period's record and every application's records and money the same."""
     from merkat.core import admission_keep
@@ -337,7 +345,8 @@ def test_a_run_with_the_kept_path_is_the_full_paths_run(
 
 
 @pytest.mark.parametrize("seed", [7, 8])
-def test_the_kept_state_is_a_fresh_computation_after_every_point(seed: int) -> None:
+def test_the_kept_state_is_a_fresh_computation_after_every_point(seed: int,
+                                                                 ungated: None) -> None:
     """After every admission point's settle, the state kept for the next point (when it
     holds for the records) equals what the full path would compute from the records: the
     running rows (ids, bids, caps, hosts), each row's allocation (every node re-cleared),
@@ -387,3 +396,26 @@ def test_the_kept_state_is_a_fresh_computation_after_every_point(seed: int) -> N
     platform.settle = checking  # type: ignore[method-assign]
     driver.run(until=8 * PERIOD)
     assert checked > 10
+
+
+def test_a_point_with_many_newcomers_takes_the_full_path(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cost gate: with more than ``MAX_NEW`` new VMs a point takes the full path even
+    when the kept state holds (the same run's kept path is taken with the gate lifted)."""
+    from merkat.core import admission
+    from merkat.core.admission_keep import AdmissionKeep
+
+    fast = AdmissionKeep.place
+    taken = [0]
+
+    def counting(self, *a):  # type: ignore[no-untyped-def]
+        taken[0] += 1
+        return fast(self, *a)
+
+    monkeypatch.setattr(AdmissionKeep, "place", counting)
+    for new, kept in ((10**9, True), (0, False)):
+        monkeypatch.setattr(admission, "MAX_NEW", new)
+        taken[0] = 0
+        driver, _ = _kept_world(0, cores=1.0)
+        driver.run(until=8 * PERIOD)
+        assert (taken[0] > 0) is kept

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from merkat.control.types import AppStatus
-from merkat.core.admission_keep import AdmissionKeep, Placed, Placement
+from merkat.core.admission_keep import MAX_NEW, AdmissionKeep, Placed, Placement
 from merkat.core.backend import Plan
 from merkat.core.bills import Usage
 from merkat.core.draft import draft, keep
@@ -208,10 +208,13 @@ def _placed(market: Market, here_apps: list[App], newcomers: list[Run],
             new_apps: list[App]) -> Placed | None:
     """The placement of ``newcomers`` (records ``new_apps``) beside the running
     applications ``here_apps``: from the last point's kept state when it is proved to give
-    the reference's answer (:mod:`merkat.core.admission_keep`), else the reference
+    the reference's answer and they are at most ``MAX_NEW`` VMs
+    (:mod:`merkat.core.admission_keep`), else the reference
     (:func:`_full`). None when no newcomer fits. Changes no record."""
     keep = market.keep
-    kept = keep.valid(market.hosts, market.decider.reserve_row, market.index, here_apps)
+    kept = None
+    if size(newcomers) <= MAX_NEW:
+        kept = keep.valid(market.hosts, market.decider.reserve_row, market.index, here_apps)
     placed = keep.place(kept, newcomers, new_apps) if kept is not None else None
     return placed if placed is not None else _full(market, here_apps, newcomers, new_apps)
 

@@ -61,6 +61,13 @@ from merkat.market.types import row_max
 FAST = True
 """Take the kept state's path when it is proved (False: every point takes the full path)."""
 
+MAX_NEW = 24
+"""The most new VMs a point places from the kept state: its cost grows by ~20 µs a new VM
+(a node chosen, its shares in plain Python, the next point's check of the rows it touched),
+the full path's is ~500 µs and ~1 µs a running VM (numpy); above this the full path is not
+slower (the fig5 0.2 run's points, ~40 new VMs among ~1,000 running ones, cost as much both
+ways: docs/benchmarks.md, "Issue 28, seventeenth session: the admission points")."""
+
 
 @dataclass(frozen=True)
 class Placement:

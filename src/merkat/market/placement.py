@@ -70,7 +70,8 @@ def worst_fit_decreasing(hosts: Hosts, vms: VMs) -> IntArray:
     load = node_load(hosts, vms, host)
     order = np.argsort(-row_sum(vms.bid[new]), kind="stable").tolist()
     host[new] = worst_fit_new(hosts, load, row_max(load), reserved, order,
-                              vms.bid[new].tolist(), vms.minimum[new].tolist())
+                              vms.bid[new].tolist(),
+                              vms.minimum[new].tolist() if check else [])
     return host
 
 
@@ -82,7 +83,8 @@ def worst_fit_new(hosts: Hosts, load: np.ndarray, key: np.ndarray,
     order), placed by worst-fit beside the placed ones: ``load`` is their bid loads
     (:func:`node_load`), ``key`` each node's worst-resource load (``row_max(load)``), both
     changed in place; ``reserved`` their minimums per node (None: no new VM has a minimum
-    and every node has every resource, so nothing is checked). Each VM goes to the feasible
+    and every node has every resource, so nothing is checked, nor ``mins`` read). Each VM goes
+    to the feasible
     node whose key is smallest, ties to the lowest index: one ``argmin`` over the nodes per
     VM (numpy), and only the chosen node's row updated, in plain Python floats (the same
     operations as a heap of ``(load, node)`` pairs gives, without building one)."""
