@@ -229,6 +229,13 @@ class MarketInput:
         built: list[tuple[AppConst, int]] = []
         fresh = at = joined = limited = 0
         take_span, take_place, take_limit = spans.take, places.take, limits.take
+
+        def take_kept(lo: int, hi: int) -> None:
+            # rows [lo, hi) of the last input, whole: ids and hosts, bids, caps and minimums
+            take_place(0, lo, hi)
+            take_span(0, lo, hi)
+            take_limit(0, lo, hi)
+
         is_ = operator.is_
         get = old.get
         # rows [plo, phi) of the last input, of applications kept whole one after another
@@ -247,9 +254,7 @@ class MarketInput:
                     lo = entry[2]  # type: ignore[index]
                     if lo != phi:
                         if phi > plo:
-                            take_place(0, plo, phi)
-                            take_span(0, plo, phi)
-                            take_limit(0, plo, phi)
+                            take_kept(plo, phi)
                         plo = lo
                     k = len(vids)
                     phi = lo + k
@@ -263,9 +268,7 @@ class MarketInput:
                 vbids = [nx.bids[k] for k in rows]
                 placed = False
             if phi > plo:
-                take_place(0, plo, phi)
-                take_span(0, plo, phi)
-                take_limit(0, plo, phi)
+                take_kept(plo, phi)
                 plo = phi
             k = len(vids)
             if placed:  # the same lists (copy on write: unchanged): ids, hosts kept
@@ -295,9 +298,7 @@ class MarketInput:
             apps[nx.id] = _kept(nx, const, vbids, at, rows)
             at += k
         if phi > plo:
-            take_place(0, plo, phi)
-            take_span(0, plo, phi)
-            take_limit(0, plo, phi)
+            take_kept(plo, phi)
         last = self._last
         self.kept = at - fresh
         self.kept_ids = at - joined
