@@ -40,7 +40,11 @@ def test_themis_moves_the_least_valuable_vm_of_the_most_overloaded_host() -> Non
     assert c.balance.rms_before == pytest.approx(math.sqrt(3 / 4))
     # 1: loads h0 2.0, h1 1.0, h2 0 -> A (bid 1) to h2: A 100 (+0.667), B 40 and C 60 (-0.667)
     # 2: loads h0 1.667, h1 1.0, h2 0.333 -> B (bid 2, (A, h0) is tabu) to h2: every error 0.
-    assert c.balance.iterations == 2 and c.balance.rms_after == 0.0
+    # (The search keeps the sum of squared errors by updates, so what is left of it is the
+    # rounding of BLAS's dot, which differs between CPUs: 0.0 with AVX-512 kernels, 7.5e-9
+    # on an AVX2 EPYC. Zero to within 1e-6 is the paper's "every error 0".)
+    assert c.balance.iterations == 2
+    assert c.balance.rms_after == pytest.approx(0.0, abs=1e-6)
     assert c.host.tolist() == [2, 2, 0, 1]
     assert [(m.vm, m.src, m.dst) for m in c.migrations] == [(0, 0, 2), (1, 0, 2)]
     np.testing.assert_allclose(c.allocation[:, 0], c.ideal[:, 0])
