@@ -193,9 +193,8 @@ class AdmissionKeep:
             self.kept = None
             return
         _, runs, ids, bid, cap, minimum, host, alloc = d
-        self.kept = Handed(hosts, reserve, index, runs, [apps[nx.id] for nx, _, _ in runs],
-                           [(nx.ids, nx.states, nx.bids, nx.hosts, nx.fresh, nx.allocs)
-                            for nx, _, _ in runs], ids, bid, cap, minimum, host, alloc)
+        self.kept = Handed(hosts, reserve, index, runs, apps, ids, bid, cap, minimum, host,
+                           alloc)
 
     # --- the next point ----------------------------------------------------------------
 

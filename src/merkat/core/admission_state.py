@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -122,17 +123,17 @@ def kept_of(full: Full, cap_g: list[list[float]], cap_rows: list[list[float]],
 class Handed:
     """A period's clearing as its commit hands it to the first admission point after it
     (:meth:`AdmissionKeep.handed <merkat.core.admission_keep.AdmissionKeep.handed>`): the
-    market's runs (in row order), their records, each run's next state's VM columns as
-    installed, the market's input (ids, bids, caps, minimums) and the clearing's final
-    hosts and allocations. Made into a :class:`Kept` (:func:`kept_of_period`) only when a
-    point with newcomers reads it."""
+    market's runs (in row order; their next states, installed by the commit, are not
+    written after it: only a period's rebid hands an installed one out again), the records
+    by id, the market's input (ids, bids, caps, minimums) and the clearing's final hosts and
+    allocations. References only, taken at every period; made into a :class:`Kept`
+    (:func:`kept_of_period`) only when a point with newcomers reads it."""
 
     hosts: Hosts
     reserve: FloatArray
     index: int
     runs: list[Run]
-    apps: list[App]
-    cols: list[Columns]
+    records: Mapping[str, App]
     ids: tuple[str, ...]
     bid: FloatArray
     cap: FloatArray
@@ -166,8 +167,9 @@ def kept_of_period(h: Handed, cap_g: list[list[float]], cap_rows: list[list[floa
     vmrows: list[list[int]] = []
     ends: list[int] = []
     i = at = 0
-    for (_, const, rows), app, was in zip(h.runs, h.apps, h.cols, strict=True):
-        n = len(was[0]) if rows is None else len(rows)
+    records = h.records
+    for nx, const, rows in h.runs:
+        n = len(nx.ids) if rows is None else len(rows)
         hs = host_l[i:i + n]
         i += n
         every: list[int] = list(range(n)) if rows is None else rows
@@ -175,6 +177,10 @@ def kept_of_period(h: Handed, cap_g: list[list[float]], cap_rows: list[list[floa
             k for k, x in zip(every, hs, strict=True) if x != NO_HOST]
         if not mine:
             continue
+        app = records.get(nx.id)
+        if app is None:
+            return None  # (forgotten: it ended)
+        was = (nx.ids, nx.states, nx.bids, nx.hosts, nx.fresh, nx.allocs)
         now = app.columns
         apps.append(app)
         cols.append(now if (now[0] is was[0] and now[1] is was[1] and now[2] is was[2]
