@@ -186,10 +186,12 @@ def test_one_node_cleared_alone_is_the_whole_clusters_share(seed: int) -> None:
     order) against :func:`enforceable` of the whole cluster, on random markets (caps that
     bind or not, zero and subnormal bids, zero capacities, empty nodes, many VMs on one
     node): when no VM of any node is capped, every node's shares are the cluster's, byte
-    for byte; a node with a capped VM answers None; and ``enforceable_capped`` says capped
-    exactly when some node answers None."""
+    for byte; a node with a capped VM answers None; ``enforceable_capped`` says capped
+    exactly when some node answers None, and :func:`none_capped` (the whole cluster's
+    check at once, numpy) exactly when none does."""
     from merkat.market.allocation_error import enforceable_capped
-    from merkat.market.host_shares import node_shares
+    from merkat.market.host_shares import node_shares, none_capped
+    from merkat.market.types import bid_on
 
     rng = np.random.default_rng(seed)
     hosts, vms = _market(rng, seed % 3)
@@ -210,4 +212,8 @@ def test_one_node_cleared_alone_is_the_whole_clusters_share(seed: int) -> None:
             elif not capped:
                 assert np.array(got).tobytes() == alloc[rows, c].tobytes(), (h, c)
     assert none == capped
+    sums = np.stack([np.bincount(vms.host, weights=vms.bid[:, c], minlength=len(hosts))
+                     for c in range(2)], axis=1)
+    assert none_capped(hosts.capacity, vms.host, vms.bid, vms.cap, sums,
+                       bid_on(vms.bid)) is not none
     assert not capped or seed % 3 == 2  # (regimes 0 and 1 compare every node)

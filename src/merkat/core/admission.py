@@ -21,9 +21,9 @@ scheduler for their VMs. Here, at an admission point ``now`` between two periods
    and committed (``tests/test_admission.py`` checks the decision against the one that
    drafts every running application). That is the full path (:func:`_full`), the
    reference; an admission point after another of the same period takes, when it proves it
-   gives the same answer, the last point's kept state instead
-   (:mod:`~merkat.core.admission_keep`: only the newcomers placed, only the nodes they go to
-   re-cleared);
+   gives the same answer, the last point's kept state instead, and the first point after a
+   period the period's clearing (:mod:`~merkat.core.admission_keep`: only the newcomers
+   placed, only the nodes they go to re-cleared);
 3. the newcomers' bills are their bids prorated to what is left of the period
    (``(until - now) / period``), charged by the driver's economy like a period's; the running
    applications already paid for the period (by bid: their share changes, their bid does not).

@@ -1,5 +1,6 @@
 """An admission point whose cost grows with its newcomers, not with the running VMs: what
-the last admission point of the same period computed, kept and updated.
+the last admission point of the same period computed, kept and updated, or, at the first
+point after a period, what the period's clearing computed.
 
 The reference (:func:`merkat.core.admission.admit`'s full path) reads every running VM's
 rows from the records (:class:`~merkat.core.running.RunningRows`), places the newcomers by
@@ -23,8 +24,23 @@ same period, when it finds the records as predicted, then
 - drafts, plans and bills only the VMs of those nodes whose allocation changed, and the
   newcomers, as the full path does.
 
+**The first point after a period** (issue 28, eighteenth session) starts from the period
+itself: the period's commit rewrote every record, but when it wrote them as decided (the
+decision the clearing made, not withheld, no operation of its plan failed:
+:meth:`AdmissionKeep.handed`), the running rows are the clearing's placed rows in the same
+order with the same values, and its final allocation is the full path's clearing of every
+node, bit for bit (:func:`~merkat.core.admission_state.kept_of_period`; whether a VM is
+capped proved at once by :func:`~merkat.market.host_shares.none_capped`). The period hands
+over references only (:meth:`AdmissionKeep.decided`, :class:`~merkat.core.admission_state.
+Handed`); the state is made when a point with newcomers reads it. An application whose
+columns are still its next state's very lists is taken as checked; one whose lists were
+replaced since (a started VM's state, any other writer) is checked by value
+(:func:`~merkat.core.admission_state.same_rows`). Only with the default mechanism
+(proportional share: its clearing's allocation is ``enforceable`` on the final mapping).
+
 **When it is taken.** Only when the proof holds; otherwise the full path runs (and keeps
-its answer for the next point): another period since (``Platform.index``), another cluster
+its answer for the next point): another period since (``Platform.index``) whose commit did
+not write the period as decided (withheld applications, failed operations), another cluster
 or reserve, a running application added, gone, reordered or with other constant parts, a
 record written other than as the last point decided (checked by value for the
 applications that point touched or started, by identity of the column lists for the
@@ -34,8 +50,10 @@ the full path's), one node in the cluster, or the compiled kernels (``MERKAT_KER
 ``FAST`` turns it off (the reference). ``tests/test_admission.py`` runs random runs with
 arrivals, ends, suspends, migrations and refused placements both ways and compares every
 admission's placement, touched rows and decision, and the kept state with a fresh
-computation after every admission point; ``tests/test_market_placement.py`` the kept sums
-and one node's shares with the whole cluster's."""
+computation after every admission point and every period's commit (runs with a backend
+failing operations and withheld bills too, against the same runs with ``FAST`` off);
+``tests/test_market_placement.py`` the kept sums, one node's shares and
+:func:`~merkat.market.host_shares.none_capped` with the whole cluster's."""
 
 from __future__ import annotations
 
@@ -47,10 +65,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from merkat.core.admission_state import Full, Kept, kept_of, same_bits, same_rows
+from merkat.core.admission_state import (
+    Full,
+    Handed,
+    Kept,
+    kept_of,
+    kept_of_period,
+    same_bits,
+    same_rows,
+)
 from merkat.core.draft import draft
 from merkat.core.market_input import Run
-from merkat.core.model import App, AppConst
+from merkat.core.model import App, AppConst, Decision
 from merkat.core.running import Running
 from merkat.market import NO_HOST, RESOURCES, Hosts
 from merkat.market.host_shares import SAFE_BOUND, node_shares
@@ -120,7 +146,10 @@ class AdmissionKeep:
     """The state kept from one admission point to the next (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.kept: Kept | Full | None = None
+        self.kept: Kept | Full | Handed | None = None
+        # the period's decision and its clearing, until its commit (decided)
+        self._decided: tuple[Decision, list[Run], tuple[str, ...], FloatArray, FloatArray,
+                             FloatArray, IntArray, FloatArray] | None = None
         # per cluster: each node's capacity per resource, by resource and by node, and its
         # inverse by node (a cluster's capacity is never written)
         self._cap: tuple[Hosts | None, list[list[float]], list[list[float]],
@@ -143,6 +172,30 @@ class AdmissionKeep:
                           touched, fits, fit_apps, bid, cap, minimum, host,
                           alloc, capped) if FAST else None
 
+    def decided(self, decision: Decision, runs: list[Run], ids: tuple[str, ...],
+                bid: FloatArray, cap: FloatArray, minimum: FloatArray, host: IntArray,
+                alloc: FloatArray) -> None:
+        """A period's ``decision``, its market's ``runs`` and input rows (``ids``, ``bid``,
+        ``cap``, ``minimum``) and its clearing's final ``host`` and ``alloc``: held until its
+        commit (:meth:`handed`). References only: nothing is computed here."""
+        self._decided = (decision, runs, ids, bid, cap, minimum, host, alloc) if FAST else None
+
+    def handed(self, hosts: Hosts, reserve: FloatArray, index: int, decision: Decision,
+               apps: dict[str, App], failed: bool) -> None:
+        """The period's commit of ``decision`` (``failed``: some operation of its plan
+        failed), the next period being ``index``: when it is the decision :meth:`decided`
+        held, committed as decided (not withheld, nothing failed), the first admission point
+        after it starts from its clearing (:class:`Handed`, made a :class:`Kept` by
+        :func:`kept_of_period` when a point with newcomers reads it); otherwise no state is
+        kept (the full path)."""
+        d, self._decided = self._decided, None
+        if d is None or d[0] is not decision or failed or not FAST:
+            self.kept = None
+            return
+        _, runs, ids, bid, cap, minimum, host, alloc = d
+        self.kept = Handed(hosts, reserve, index, runs, apps, ids, bid, cap, minimum, host,
+                           alloc)
+
     # --- the next point ----------------------------------------------------------------
 
     def valid(self, hosts: Hosts, reserve: FloatArray, index: int,
@@ -157,11 +210,12 @@ class AdmissionKeep:
                 or k.reserve is not reserve):
             self.kept = None
             return None
-        if isinstance(k, Full):
+        if not isinstance(k, Kept):
             if self._cap[0] is not hosts:
                 self._cap = (hosts, hosts.capacity.T.tolist(), hosts.capacity.tolist(),
                              hosts.inv_capacity.tolist())
-            k = self.kept = kept_of(k, *self._cap[1:])
+            k = self.kept = (kept_of(k, *self._cap[1:]) if isinstance(k, Full)
+                             else kept_of_period(k, *self._cap[1:]))
             if k is None:
                 return None
         if apps != k.apps or not all(map(operator.is_, [a.const for a in apps], k.consts)):

@@ -1,12 +1,14 @@
 """What an admission point keeps for the next one of the same period
 (:mod:`merkat.core.admission_keep`): the full path's answer as it gave it (:class:`Full`),
-the state made of it (:class:`Kept`, :func:`kept_of`) and the check that an application's
+a period's clearing as its commit hands it over (:class:`Handed`), the state made of either
+(:class:`Kept`, :func:`kept_of`, :func:`kept_of_period`) and the check that an application's
 records still give its kept rows (:func:`same_rows`)."""
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +18,7 @@ from merkat.core.market_input import Run
 from merkat.core.model import App, AppConst, Columns
 from merkat.core.running import Running
 from merkat.market import NO_HOST, RESOURCES, Hosts, share_kernel
-from merkat.market.host_shares import SAFE_BOUND
+from merkat.market.host_shares import SAFE_BOUND, none_capped
 from merkat.market.placement import loads_of
 from merkat.market.share import FloatArray, IntArray
 from merkat.market.types import bid_on, row_max
@@ -89,28 +91,12 @@ class Kept:
 def kept_of(full: Full, cap_g: list[list[float]], cap_rows: list[list[float]],
             inv_rows: list[list[float]]) -> Kept | None:
     """The :class:`Kept` of the full path's answer (``cap_g``: each node's capacity per
-    resource; ``cap_rows``, ``inv_rows``: per node, its capacity and inverse), or None when the proof cannot hold: a capped VM (the water-filling went past
-    its first step on some node, so a node's shares are not its own alone), sums near
-    overflow, one node, the compiled kernels."""
-    hosts = full.hosts
-    if full.capped or len(hosts) < 2 or share_kernel.enabled():
+    resource; ``cap_rows``, ``inv_rows``: per node, its capacity and inverse), or None when
+    the proof cannot hold: a capped VM (the water-filling went past its first step on some
+    node, so a node's shares are not its own alone), sums near overflow, one node, the
+    compiled kernels."""
+    if full.capped:
         return None
-    n_res = hosts.capacity.shape[1]
-    bid, cap, minimum, host = full.bid, full.cap, full.minimum, full.host
-    cap_t: list[list[float]] = cap.T.tolist()
-    inf = math.inf
-    total_bid = [float(bid[:, c].sum()) for c in range(n_res)]
-    total_cap = [sum([x for x in col if x < inf]) for col in cap_t]
-    if not all(t < SAFE_BOUND for t in total_bid + total_cap):
-        return None
-    sums = np.zeros((len(hosts), n_res))
-    mins = np.zeros((len(hosts), n_res))
-    any_min = bool(minimum.any())
-    for c in range(n_res):  # (what node_load and worst-fit's reserved sum, in row order)
-        sums[:, c] = np.bincount(host, weights=bid[:, c], minlength=len(hosts))
-        if any_min:
-            mins[:, c] = np.bincount(host, weights=minimum[:, c], minlength=len(hosts))
-    traded = bid_on(bid)
     here = full.here
     apps = [a for a, _, _ in here.apps]
     cols: list[Columns | None] = list(full.cols)
@@ -128,15 +114,131 @@ def kept_of(full: Full, cap_g: list[list[float]], cap_rows: list[list[float]],
         at += len(nx.ids)
         ends.append(at)
     row_ids = [*here.vms[0], *(i for nx, _, _ in full.fits for i in nx.ids)]
+    return _kept(full.hosts, full.reserve, full.index, apps, cols, consts, vmrows, ends,
+                 row_ids, full.bid, full.cap, full.minimum, full.host, full.alloc,
+                 [*full.cols, *([None] * len(full.fits))], None, cap_g, cap_rows, inv_rows)
+
+
+@dataclass(frozen=True)
+class Handed:
+    """A period's clearing as its commit hands it to the first admission point after it
+    (:meth:`AdmissionKeep.handed <merkat.core.admission_keep.AdmissionKeep.handed>`): the
+    market's runs (in row order; their next states, installed by the commit, are not
+    written after it: only a period's rebid hands an installed one out again), the records
+    by id, the market's input (ids, bids, caps, minimums) and the clearing's final hosts and
+    allocations. References only, taken at every period; made into a :class:`Kept`
+    (:func:`kept_of_period`) only when a point with newcomers reads it."""
+
+    hosts: Hosts
+    reserve: FloatArray
+    index: int
+    runs: list[Run]
+    records: Mapping[str, App]
+    ids: tuple[str, ...]
+    bid: FloatArray
+    cap: FloatArray
+    minimum: FloatArray
+    host: IntArray
+    alloc: FloatArray
+
+
+def kept_of_period(h: Handed, cap_g: list[list[float]], cap_rows: list[list[float]],
+                   inv_rows: list[list[float]]) -> Kept | None:
+    """The :class:`Kept` of a period's clearing (:class:`Handed`) as the first admission point
+    after it reads the records, or None when the proof cannot hold (:func:`kept_of`'s cases,
+    the proof failing being checked by :func:`~merkat.market.host_shares.none_capped`).
+
+    Why it is the full path's: the commit wrote the decision as decided (no withholding, no
+    failed operation: :meth:`AdmissionKeep.handed`), so a running application's running VMs
+    are its run's VMs the clearing placed, in the same order, and every placed row of the
+    clearing is one of them; the full path's rows are then the clearing's placed rows, the
+    same values in the same order, so its clearing of every node (``enforceable``: one
+    market per node over the placed rows) gives the period's final allocation, bit for bit,
+    and each record holds it (the plan wrote it into the next state's allocations). An
+    application whose installed columns are the very lists of its next state is taken as
+    checked; one whose lists were replaced since (a started VM's state, any writer) is
+    checked by value at the point (:func:`same_rows`, against its next state's lists)."""
+    host = h.host
+    host_l: list[int] = host.tolist()
+    apps: list[App] = []
+    cols: list[Columns | None] = []
+    src: list[Columns | None] = []
+    consts: list[AppConst] = []
+    vmrows: list[list[int]] = []
+    ends: list[int] = []
+    i = at = 0
+    records = h.records
+    for nx, const, rows in h.runs:
+        n = len(nx.ids) if rows is None else len(rows)
+        hs = host_l[i:i + n]
+        i += n
+        every: list[int] = list(range(n)) if rows is None else rows
+        mine = every if NO_HOST not in hs else [
+            k for k, x in zip(every, hs, strict=True) if x != NO_HOST]
+        if not mine:
+            continue
+        app = records.get(nx.id)
+        if app is None:
+            return None  # (forgotten: it ended)
+        was = (nx.ids, nx.states, nx.bids, nx.hosts, nx.fresh, nx.allocs)
+        now = app.columns
+        apps.append(app)
+        cols.append(now if (now[0] is was[0] and now[1] is was[1] and now[2] is was[2]
+                            and now[3] is was[3] and now[5] is was[5]) else None)
+        src.append(was)
+        consts.append(const)
+        vmrows.append(mine)
+        at += len(mine)
+        ends.append(at)
+    ids, bid, cap, minimum, alloc = h.ids, h.bid, h.cap, h.minimum, h.alloc
+    placed = host != NO_HOST
+    if not placed.all():
+        sel = np.flatnonzero(placed)
+        if bid_on(bid[sel]) != bid_on(bid):
+            return None  # (a resource only unplaced VMs bid on: cleared as traded)
+        ids = tuple(ids[j] for j in sel.tolist())
+        bid, cap, minimum, host, alloc = bid[sel], cap[sel], minimum[sel], host[sel], alloc[sel]
+    return _kept(h.hosts, h.reserve, h.index, apps, cols, consts, vmrows, ends, list(ids),
+                 bid, cap, minimum, host, alloc, src, host, cap_g, cap_rows, inv_rows)
+
+
+def _kept(hosts: Hosts, reserve: FloatArray, index: int, apps: list[App],
+          cols: list[Columns | None], consts: list[AppConst], vmrows: list[list[int]],
+          ends: list[int], row_ids: list[str], bid: FloatArray, cap: FloatArray,
+          minimum: FloatArray, host: IntArray, alloc: FloatArray, src: list[Columns | None],
+          check: IntArray | None, cap_g: list[list[float]], cap_rows: list[list[float]],
+          inv_rows: list[list[float]]) -> Kept | None:
+    """The :class:`Kept` of these rows (every array in row order; ``check``: the rows'
+    hosts when whether a VM is capped is still to prove, :func:`none_capped`), or None
+    (one node, the compiled kernels, sums near overflow, a capped VM)."""
+    if len(hosts) < 2 or share_kernel.enabled():
+        return None
+    n_res = hosts.capacity.shape[1]
+    cap_t: list[list[float]] = cap.T.tolist()
+    inf = math.inf
+    total_bid = [float(bid[:, c].sum()) for c in range(n_res)]
+    total_cap = [sum([x for x in col if x < inf]) for col in cap_t]
+    if not all(t < SAFE_BOUND for t in total_bid + total_cap):
+        return None
+    sums = np.zeros((len(hosts), n_res))
+    mins = np.zeros((len(hosts), n_res))
+    any_min = bool(minimum.any())
+    for c in range(n_res):  # (what node_load and worst-fit's reserved sum, in row order)
+        sums[:, c] = np.bincount(host, weights=bid[:, c], minlength=len(hosts))
+        if any_min:
+            mins[:, c] = np.bincount(host, weights=minimum[:, c], minlength=len(hosts))
+    traded = bid_on(bid)
+    if check is not None and not none_capped(hosts.capacity, check, bid, cap, sums, traded):
+        return None
     host_l: list[int] = host.tolist()
     on: dict[int, list[int]] = {}
     for i, h in enumerate(host_l):
         on.setdefault(h, []).append(i)
     return Kept(
-        hosts, full.reserve, full.index, apps, cols, consts, vmrows, ends, set(row_ids),
-        row_ids, bid.T.tolist(), cap_t, host_l, full.alloc.T.tolist(), full.alloc,
+        hosts, reserve, index, apps, cols, consts, vmrows, ends, set(row_ids),
+        row_ids, bid.T.tolist(), cap_t, host_l, alloc.T.tolist(), alloc,
         on, sums, mins, cap_g, cap_rows, inv_rows, row_max(loads_of(hosts, sums)), total_bid,
-        total_cap, traded, full.reserve.tolist(), [*full.cols, *([None] * len(full.fits))])
+        total_cap, traded, reserve.tolist(), src)
 
 
 def same_bits(x: float, y: float) -> bool:

@@ -82,7 +82,7 @@ from merkat.core.reconcile import Decider, end
 from merkat.core.running import RunningRows
 from merkat.defaults import KEEP_ALIVE, MECHANISM, MICRO, PERIOD_S, RESERVE_PRICE
 from merkat.market import RESOURCES, BalanceParams, Clearing, Hosts, VMs
-from merkat.market.mechanisms import make_mechanism
+from merkat.market.mechanisms import ProportionalShare, make_mechanism
 
 _new_record = record_builder(PeriodRecord)  # (PeriodRecord(...) without 21 frozen setattrs)
 
@@ -137,6 +137,8 @@ class Platform:
         self._reserve = self.decider.reserve_row
         self._last_clearing: tuple[Hosts, BalanceParams, np.ndarray, VMs, Clearing] | None = None
         self._mechanism = make_mechanism(self.market)
+        # its period's clearing is the admission points' (enforceable on the final mapping)
+        self._proportional = type(self._mechanism) is ProportionalShare
         self._retry = Ops()  # destroy/suspend operations the backend failed: re-issued
         self._plans = Plans()  # the last period's plan and bills, reused with its
         self._bills = Bills()  # clearing when nothing they read changed
@@ -328,12 +330,16 @@ class Platform:
         plan = self._plans(now, self.period, runs, result, ops, vms.host)
         bills, usage = self._bills(runs, result, vms.host, vms.bid, prices)
         alloc = result.allocation.sum(axis=0) if bidding else np.zeros(len(RESOURCES))
-        return Decision(
+        decision = Decision(
             index=self.index, time=now, plan=plan, bills=bills, usage=usage,
             refused=tuple(refused), prices=prices,
             allocated={r: float(alloc[k]) for k, r in enumerate(RESOURCES)}, bidding=bidding,
             apps=nexts, taken=tuple(self.queue),
         )
+        if self._proportional:  # (its clearing, for the first admission point after it)
+            self._keep.decided(decision, runs, vms.ids, vms.bid, vms.cap, vms.minimum,
+                               result.host, result.allocation)
+        return decision
 
     def stop(self, app_id: str, now: float, reason: str, failed: bool = False
              ) -> tuple[str, ...]:
@@ -400,6 +406,8 @@ class Platform:
         record."""
         failures, self._retry = commit.settle(self.apps, decision, report, charged)
         self._take(decision)
+        self._keep.handed(self.hosts, self._reserve, self.index + 1, decision, self.apps,
+                          bool(failures))
         self.prices = dict(decision.prices)
         self.price_history.append(self.prices)
         del self.price_history[: -self.history_size]

@@ -13,13 +13,22 @@ VM's ``bid / price``. :func:`node_shares` is those operations on Python floats (
 IEEE operations, so the same bits), or None when a VM of the node is capped (the caller then
 clears every node with the reference). ``tests/test_market_placement.py`` compares it
 with ``enforceable`` byte for byte on random markets (caps, zero bids, empty nodes, zero
-capacities, several VMs added to one node)."""
+capacities, several VMs added to one node).
+
+:func:`none_capped` is the same proof for a whole cluster at once (numpy): what the first
+admission point after a period checks on the period's clearing
+(:mod:`merkat.core.admission_state`'s :func:`~merkat.core.admission_state.kept_of_period`)
+instead of clearing every node again with :func:`~merkat.market.allocation_error.
+enforceable_capped` (its flag is True whenever this answers False; the test compares them on
+random markets)."""
 
 from __future__ import annotations
 
 import math
 
-from merkat.market.share import _RTOL, _SAFE_SUM, _TINY
+import numpy as np
+
+from merkat.market.share import _RTOL, _SAFE_SUM, _TINY, FloatArray, IntArray
 
 SAFE_BOUND = _SAFE_SUM / 10.0
 """A running total of bids (or finite caps) kept in plain Python below this proves the
@@ -65,3 +74,27 @@ def node_shares(total: float, capacity: float, bids: list[float],
     # (a subnormal price: the shares from its two terms)
     out = [(b / left_b) * left_c for b in bids] if price < _TINY else [b / price for b in bids]
     return [a if -inf < a < inf else 0.0 for a in out]
+
+
+def none_capped(capacity: FloatArray, host: IntArray, bid: FloatArray, cap: FloatArray,
+                sums: FloatArray, traded: list[bool]) -> bool:
+    """Whether no VM of any node is capped: for each ``traded`` resource, every VM's bid per
+    unit of cap (``bid``, ``cap``: ``(n, R)``, every row placed on ``host``) within its node's
+    price at the water-filling's first step (``sums``: each node's bids summed in row order,
+    ``np.bincount``'s; ``capacity``: ``(h, R)``). The test of
+    :func:`~merkat.market.share.uncapped_share`'s multi-node branch, the same IEEE
+    operations: True proves that branch gave every node's shares (so
+    :func:`node_shares` gives each node's), False only that the proof failed."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for c, on in enumerate(traded):
+            if not on:
+                continue
+            b, m = bid[:, c], cap[:, c]
+            left_b = np.maximum(sums[:, c] - 0.0, 0.0)
+            left_c = capacity[:, c] - 0.0
+            price = np.where(left_b <= 0.0, 0.0,
+                             np.where(left_c > 0.0, left_b / left_c, np.inf))
+            ratio = np.where(b > 0, b / m, 0.0)
+            if not (ratio <= (price * (1.0 + _RTOL))[host]).all():
+                return False
+    return True
