@@ -21,6 +21,7 @@ from merkat.control.registry import make_policy
 from merkat.control.slo import DeadlineStrict
 from merkat.control.types import Action, AppStatus, Metrics, VMState
 from merkat.core import batch, period
+from merkat.core.draft import next_of
 from merkat.core.model import App, AppSpec, Observed, VMRecord
 from merkat.core.period import Platform
 from merkat.core.reconcile import Decider
@@ -224,11 +225,13 @@ def _period(p: Platform, now: float, done: dict[str, float],
                 for i in p.active}
     d = p.decide(now, {a.account: 1 if i in poor else 20_000_000
                        for i, a in p.active.items()}, observed)
+    # every decided application's next state (Decision.apps holds only the changed ones)
+    nexts = {i: next_of(d.apps, a) for i, a in p.active.items()}
     p.commit(d, ApplyReport(now), Charged(dict(d.bills), frozenset(), 0))
     return (d.plan, d.bills, d.usage, d.prices, d.refused,
             {i: (nx.status, nx.ids, nx.bids, nx.hosts, nx.allocs, nx.reason, nx.outcome,
                  nx.broke_since)
-             for i, nx in d.apps.items()})
+             for i, nx in nexts.items()})
 
 
 def test_one_period_mixing_batched_and_scalar_controllers_is_the_all_scalar_period(

@@ -113,9 +113,11 @@ def _watch(monkeypatch: pytest.MonkeyPatch, eager: bool
         for i in decision.apps:
             seen["installs"] += 1
             seen["kept"] += apps[i].columns is held[i]
+        # every record (a decision holds only the applications it changes: the others'
+        # records are their next states)
         log.append((decision.time, decision.admission,
-                    sorted((i, values(apps[i].columns), apps[i].status)
-                           for i in decision.apps), out[0]))
+                    sorted((i, values(a.columns), a.status) for i, a in apps.items()),
+                    out[0]))
         return out
 
     def charging(self: Economy, decision: Decision, accounts: Mapping[str, str],

@@ -25,7 +25,7 @@ from merkat.core import reconcile
 from merkat.core.draft import draft, writing
 from merkat.core.lifecycle import TransitionRefused, vm_transition
 from merkat.core.market_input import MarketInput, bidding, market_vms, size
-from merkat.core.model import App, AppSpec, Observed, Ops
+from merkat.core.model import App, AppNext, AppSpec, Observed, Ops
 from merkat.core.period import Platform
 from merkat.market import Hosts, VMs
 from merkat.runtime.driver import Driver
@@ -35,6 +35,13 @@ from merkat.worlds.merkat.options import MarketConfig
 from merkat.worlds.merkat.trace import simulate_market
 from test_cow import Uneven
 from test_lazy_records import _flaky, jobs
+
+
+def _values(nx: AppNext) -> tuple[Any, ...]:
+    """A next state's fields and columns, by value."""
+    return (nx.id, nx.status, nx.start_time, nx.end_time, nx.reason, nx.outcome,
+            nx.suspensions, nx.resumes, nx.vm_count, nx.broke_since, nx.ids, nx.states,
+            nx.bids, nx.hosts, nx.fresh, nx.allocs)
 
 
 def _same(a: VMs, b: VMs) -> None:
@@ -59,8 +66,18 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         return got
 
     def deciding(self: Platform, *a: Any, **k: Any) -> Any:
+        order = list(self.active.values())
         decision = decide(self, *a, **k)
-        ref = bidding(decision.apps.values(), self.apps, self.decider.const)
+        # every decided application's next state: an absent one is unchanged, its record
+        # (the clean next state the loop handed out, when it bids: draft.rebid_columns)
+        nexts = []
+        for app in order:
+            nx = decision.apps.get(app.spec.id)
+            if nx is None:
+                nx = app.clean if app.status is AppStatus.RUNNING else draft(app)
+                assert nx is not None and _values(nx) == _values(draft(app))
+            nexts.append(nx)
+        ref = bidding(nexts, self.apps, self.decider.const)
         (runs,) = last
         assert len(runs) == len(ref)
         for (nx, const, rows), (rnx, rconst, rrows) in zip(runs, ref, strict=True):
@@ -88,13 +105,9 @@ def test_the_loop_s_runs_are_the_second_pass_s_at_every_period(
     assert sum(r.resumed for r in out.records) > 0
 
 
-def test_scalar_controllers_mixed_with_batched_ones_give_the_reference_runs(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Four scalar applications of two resources going round every writer (suspends,
-    resumes, VMs added and released, uneven bids) beside four batched ``deadline-strict``
-    ones, 30 periods; twice a VM of a running application is written suspended (a run
-    of some of its VMs)."""
-    seen = _watch(monkeypatch)
+def mixed() -> tuple[Platform, Driver]:
+    """Four scalar :class:`~test_cow.Uneven` applications of two resources beside four
+    batched ``deadline-strict`` ones of CPU, on four hosts, submitted to a driver."""
     platform = Platform(Hosts(("n0", "n1", "n2", "n3"), np.array([[4.0, 8192.0]] * 4)),
                         period=60.0, reserve={"cpu": 0.01, "memory": 0.001})
     d = Driver(platform, SimBackend(boot_s=0.0), Economy(MemoryLedger()))
@@ -105,6 +118,17 @@ def test_scalar_controllers_mixed_with_batched_ones_give_the_reference_runs(
         spec = AppSpec(f"d{k}", "deadline-strict", 1 + k % 2, {"cpu": 1.0}, 0.0, 500.0,
                        renewal=5.0, deadline=1800.0 + 300 * k, trade=("cpu",))
         d.submit(spec, RigidApp(vms=1 + k % 2, work_total=600.0 + 200 * k))
+    return platform, d
+
+
+def test_scalar_controllers_mixed_with_batched_ones_give_the_reference_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four scalar applications of two resources going round every writer (suspends,
+    resumes, VMs added and released, uneven bids) beside four batched ``deadline-strict``
+    ones, 30 periods; twice a VM of a running application is written suspended (a run
+    of some of its VMs)."""
+    seen = _watch(monkeypatch)
+    platform, d = mixed()
     for t in range(30):
         if t in (10, 20):  # one VM of a running two-VM application written suspended
             with writing(platform.apps["d1"]) as vms:  # (as the live service's writers

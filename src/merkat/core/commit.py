@@ -15,16 +15,19 @@ from dataclasses import replace
 from merkat.control.types import AppStatus, VMState
 from merkat.core.backend import ApplyReport, VMPlacement
 from merkat.core.bills import Usage
-from merkat.core.draft import copy, install_each, keep, move_back, starting, unplace
+from merkat.core.draft import copy, draft, install_each, keep, move_back, starting, unplace
 from merkat.core.lifecycle import vm_transition
 from merkat.core.model import App, Charged, Decision, Ops
 from merkat.market import NO_HOST
 
 
-def withhold(decision: Decision, unpaid: Collection[str]) -> Decision:
+def withhold(decision: Decision, unpaid: Collection[str],
+             records: Mapping[str, App] | None = None) -> Decision:
     """``decision`` without the VMs of the ``unpaid`` applications (ids): an application
     that had VMs running has them suspended; one whose VMs were only starting goes back to
-    waiting (its start did not happen). Nothing runs for free."""
+    waiting (its start did not happen). Nothing runs for free. ``records``: the
+    applications' records, for an unpaid one the decision left unchanged (absent from
+    ``decision.apps``: its next state is its record, :func:`~merkat.core.draft.next_of`)."""
     if not unpaid:
         return decision
     plan = decision.plan
@@ -34,7 +37,12 @@ def withhold(decision: Decision, unpaid: Collection[str]) -> Decision:
     apps = dict(decision.apps)
     usage = decision.usage  # (read when the new one is: charging by use)
     for app_id in sorted(unpaid):
-        nx = apps[app_id] = copy(apps[app_id])
+        nx = apps.get(app_id)
+        if nx is None:  # (unchanged by the decision: its record)
+            if records is None:
+                raise KeyError(app_id)
+            nx = draft(records[app_id])
+        nx = apps[app_id] = copy(nx)
         gone.update(nx.ids)
         states, hosts = nx.states, nx.hosts
         was_running = [k for k, vm_id in enumerate(nx.ids) if vm_id not in starting
@@ -77,7 +85,9 @@ def settle(apps: Mapping[str, App], decision: Decision, report: ApplyReport,
            charged: Charged) -> tuple[list[str], Ops]:
     """Write ``decision`` (a period's or an admission's), the backend's ``report`` of its plan
     and the economy's ``charged`` into the records ``apps``; return the failed operations,
-    one line each, and the destroys and suspends to re-issue."""
+    one line each, and the destroys and suspends to re-issue. Only the applications in
+    ``decision.apps`` are written (the others the decision left as they are: nothing of
+    theirs to write but what the report and the charge say)."""
     nexts = decision.apps
     install_each(zip(map(apps.__getitem__, nexts), nexts.values(), strict=True))
     plan = decision.plan

@@ -44,7 +44,7 @@ live service's writers that the columns equal a fresh read of the records.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -53,9 +53,8 @@ from merkat.core.model import App, AppNext, Columns, VMRecord
 from merkat.market import NO_HOST
 
 __all__ = ["Columns", "add_vm", "bidding", "columns", "copy", "draft", "install",
-           "install_each", "keep",
-           "kept", "move_back", "own", "own_allocs", "own_bids", "rebid_columns", "starting",
-           "unplace", "writing"]
+           "install_each", "keep", "kept", "move_back", "next_of", "own", "own_allocs",
+           "own_bids", "rebid_columns", "starting", "unplace", "writing"]
 
 
 def draft(app: App) -> AppNext:
@@ -66,6 +65,14 @@ def draft(app: App) -> AppNext:
     cols = app.columns
     ids, states, bids, hosts, fresh, allocs = cols
     return _next(app, cols, ids, states, bids, hosts, fresh, allocs)
+
+
+def next_of(nexts: Mapping[str, AppNext], app: App) -> AppNext:
+    """``app``'s next state in a decision's ``nexts`` (``Decision.apps``, which holds only
+    the applications the decision changes), else its record as one (:func:`draft`: an
+    application absent is unchanged). The way to read any application's next state."""
+    nx = nexts.get(app.spec.id)
+    return draft(app) if nx is None else nx
 
 
 def _next(app: App, base: Columns, ids: list[str], states: list[VMState],
@@ -210,9 +217,16 @@ def rebid_columns(app: App, bid: dict[str, float], columns: Columns) -> AppNext:
     ``count`` in C), the bids list is shared too and the next state is the record's
     columns untouched (their mappings all equal ``bid``: the same values as the one shared
     mapping the eager copy made), and no next state is even made when the record's last
-    commit installed one unchanged on these very columns (``App.clean``, handed out once:
-    :func:`install_each` sets it); else the VMs share ``bid`` (the first VM's mapping when
-    equal) in a new list. What it replaces: six list copies a call (``tests/test_cow.py``)."""
+    commit installed one unchanged on these very columns (``App.clean``:
+    :func:`install_each` sets it). The clean next state is handed out again every period
+    while it is still the record's values (the same columns, its allocations' list the
+    record's, nothing moved, the same ``broke_since``: the only fields a period writes into
+    a handed-out one, the plan's and the loop's), so an application no decision changes
+    keeps one next state for as long as it stays so (the period leaves it out of
+    ``Decision.apps``: :meth:`Platform.decide <merkat.core.period.Platform.decide>`); one a
+    decision wrote into and that was not committed (a period that failed) is not handed
+    out. Else the VMs share ``bid`` (the first VM's mapping when equal) in a new list.
+    What it replaces: six list copies a call (``tests/test_cow.py``)."""
     ids, states, bids, hosts, fresh, allocs = columns
     n = len(ids)
     if bids:
@@ -220,9 +234,9 @@ def rebid_columns(app: App, bid: dict[str, float], columns: Columns) -> AppNext:
         if first == bid:
             if bids.count(first) == n:  # (identity first, then ==: C speed)
                 clean = app.clean
-                if clean is not None and clean.base is columns:  # (see install_each)
-                    app.clean = None
-                    return clean
+                if (clean is not None and clean.base is columns and clean.allocs is allocs
+                        and not clean.moved and clean.broke_since == app.broke_since):
+                    return clean  # (still the record's values: see install_each)
                 return _next(app, columns, ids, states, bids, hosts, fresh, allocs)
             bid = first
     return _next(app, columns, ids, states, [bid] * n, hosts, fresh, allocs)
@@ -280,8 +294,8 @@ def install_each(pairs: Iterable[tuple[App, AppNext]]) -> None:
     commit's, :func:`~merkat.core.commit.settle`: no call per application). A next state
     installed unchanged (every list the record's, no VM added, dropped or moved: its
     fields are then the record's, as values) is kept as the record's ``clean`` next
-    state, which :func:`rebid_columns` hands out again, once, while the record's columns
-    are those it holds: an application nothing changes costs no new next state
+    state, which :func:`rebid_columns` hands out again while it is still the record's
+    values: an application nothing changes costs no new next state
     (``tests/test_cow.py`` compares every next state handed out with a fresh one)."""
     for app, nx in pairs:
         app.status = nx.status

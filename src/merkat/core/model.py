@@ -297,8 +297,13 @@ class Decision:
     ``migrate``); ``bills``: ``(application id, micro-credits)`` each application's VMs bid for
     the period (charging by bid); ``usage``: what they use at the clearing's prices (charging
     by use, at most the bill); ``refused``: actions the lifecycle table refused; ``apps``: by
-    application id, what the decision makes of it (:class:`AppNext`; an application absent is
-    unchanged); ``taken``: the ids it took out of the admission queue. The rest feeds the
+    application id, what the decision makes of each application it **changes**
+    (:class:`AppNext`); an application absent is unchanged, its next state its record as it
+    is (:func:`merkat.core.draft.next_of` reads either): a period leaves out every
+    application whose record its decision leaves as it is (its status, times, counters,
+    VMs, bids and allocations the record's; ``Platform.every_next`` puts them in, the
+    reference), so a reader must not take the keys for the active applications;
+    ``taken``: the ids it took out of the admission queue. The rest feeds the
     :class:`PeriodRecord`."""
 
     index: int

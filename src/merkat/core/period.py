@@ -120,6 +120,8 @@ class Platform:
     # running applications of a policy with a batched form are decided in one numpy pass
     # (merkat.core.batch); False: every controller by the scalar path (the reference)
     batched: bool = True
+    # True: a next state for every application decided, changed or not (the reference)
+    every_next: bool = False
 
     def __post_init__(self) -> None:
         if not self.period > 0:
@@ -234,7 +236,11 @@ class Platform:
     ) -> Decision:
         """The period at time ``now``: ``balances`` of the active applications' accounts (after
         this period's renewal), ``observed`` per active application id. Changes no record
-        (see the module docstring): :meth:`commit` writes what it decides."""
+        (see the module docstring): :meth:`commit` writes what it decides.
+
+        ``Decision.apps`` holds only the changed applications: one handed its clean next state
+        (``draft.rebid_columns``) has a run, no entry unless the plan moves or reallocates it
+        (``Plans.reused``); ``every_next``: every entry (the reference, test_unchanged.py)."""
         ops = Ops(list(self._retry.destroy), list(self._retry.suspend))
         refused: list[str] = []
         nexts: dict[str, AppNext] = {}
@@ -249,6 +255,8 @@ class Platform:
         # decides it at once, else its controller is asked
         fused = batch.Pass(decider, now, prices, history) if self.batched else None
         broke_since, const_of = decider.broke_since, decider.const
+        quiet: list[AppNext] = []  # clean next states left out of nexts (see the plan)
+        every = self.every_next
         for app in order:
             app_id = app.spec.id
             balance = balances[app.account]
@@ -294,12 +302,15 @@ class Platform:
                         bidding += run_of(nx, const, runs)
                         continue
                     if not isinstance(made, Demand):  # its next state (its bid paid)
-                        nexts[app_id] = made
-                        made.broke_since = since
                         # (a batched next state runs every VM of its columns, none
                         # suspended: its whole run, market_input.run_of's answer)
                         runs.append((made, const, None))
                         bidding += n
+                        if made is app.clean and since == made.broke_since and not every:
+                            quiet.append(made)  # its record, unchanged so far: no entry
+                            continue
+                        nexts[app_id] = made
+                        made.broke_since = since
                         continue
                     demand = made
             if demand is None:
@@ -328,6 +339,10 @@ class Platform:
         result = self._clear(vms)
         prices = {r: float(result.price[k]) for k, r in enumerate(RESOURCES)}
         plan = self._plans(now, self.period, runs, result, ops, vms.host)
+        if quiet and not self._plans.reused:  # the plan moved or reallocated some of them
+            for nx in quiet:
+                if nx.moved or nx.allocs is not nx.base[5]:
+                    nexts[nx.id] = nx
         bills, usage = self._bills(runs, result, vms.host, vms.bid, prices)
         alloc = result.allocation.sum(axis=0) if bidding else np.zeros(len(RESOURCES))
         decision = Decision(
@@ -398,7 +413,7 @@ class Platform:
     def withhold(self, decision: Decision, unpaid: Collection[str]) -> Decision:
         """``decision`` without the VMs of the ``unpaid`` applications (ids):
         :func:`merkat.core.commit.withhold` (no record changes)."""
-        return commit.withhold(decision, unpaid)
+        return commit.withhold(decision, unpaid, self.apps)
 
     def commit(self, decision: Decision, report: ApplyReport, charged: Charged) -> PeriodRecord:
         """Write the period's ``decision``, the backend's ``report`` of its plan and the

@@ -284,6 +284,9 @@ class Plans:
 
     def __init__(self) -> None:
         self._last: tuple[Any, ...] | None = None
+        # whether the last call gave the last plan's allocations again: it wrote into no
+        # next state (the period reads it to skip looking for the ones it wrote into)
+        self.reused = False
 
     def __call__(self, now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
                  before: IntArray) -> Plan:
@@ -295,9 +298,11 @@ class Plans:
         prior: Column | None = None
         if last is not None and key == last[1] and all(map(operator.is_, allocs, last[2])):
             if last[0] is result and not (result.host != before).any():
+                self.reused = True
                 return Plan(time=now, period=period, destroy=tuple(ops.destroy),
                             suspend=tuple(ops.suspend), allocations=last[3].allocations)
             prior = last[4]
+        self.reused = False
         plan, column = _plan(now, period, runs, result, ops, before, prior, (key[3], allocs))
         self._last = (result, key, _joined(runs)[1] if column is None else column.allocs,
                       plan, column)
