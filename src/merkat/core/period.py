@@ -62,7 +62,7 @@ from merkat.core.bills import Bills
 from merkat.core.draft import draft, install
 from merkat.core.isolation import WAIT, ask, fail, reconcile
 from merkat.core.lifecycle import ENDED, app_failure, app_transition
-from merkat.core.market_input import MarketInput, Run, run_of, same_input
+from merkat.core.market_input import MarketInput, Run, run_of
 from merkat.core.model import (
     App,
     AppNext,
@@ -78,6 +78,7 @@ from merkat.core.model import (
 )
 from merkat.core.period_log import PeriodLog
 from merkat.core.plan import Plans
+from merkat.core.reclear import LastClearing
 from merkat.core.reconcile import Decider, end
 from merkat.core.running import RunningRows
 from merkat.defaults import KEEP_ALIVE, MECHANISM, MICRO, PERIOD_S, RESERVE_PRICE
@@ -137,7 +138,7 @@ class Platform:
         self.price_history: list[dict[str, float]] = []
         self.decider = Decider(self.period, self.capacity, self.reserve, self.keep_alive)
         self._reserve = self.decider.reserve_row
-        self._last_clearing: tuple[Hosts, BalanceParams, np.ndarray, VMs, Clearing] | None = None
+        self._reclear = LastClearing()  # the last clearing, again for the same input
         self._mechanism = make_mechanism(self.market)
         # its period's clearing is the admission points' (enforceable on the final mapping)
         self._proportional = type(self._mechanism) is ProportionalShare
@@ -483,25 +484,6 @@ class Platform:
     # --- the market -------------------------------------------------------------------
 
     def _clear(self, vms: VMs) -> Clearing:
-        """The mechanism's clearing (:func:`merkat.market.clear` by default), or, for a stateless
-        mechanism, the last period's clearing when its input was the same
-        (the same bids, caps, minimums and hosts, on the same cluster with the same reserve and
-        parameters): the clearing is a pure function of that input, so it would be identical.
-        Quiet periods (no arrival, no bid change, no move) are common in long simulations."""
-        last = self._last_clearing
-        mechanism = self._mechanism
-        if not mechanism.stateless:  # its state moves every period: never reuse a clearing
-            return mechanism.clear(self.hosts, vms, reserve_price=self._reserve,
-                                   params=self.balance)
-        if (
-            last is not None
-            and last[0] is self.hosts
-            and last[1] is self.balance
-            and np.array_equal(last[2], self._reserve)
-            and (last[3] is vms or same_input(last[3], vms))
-        ):
-            return last[4]
-        result = mechanism.clear(self.hosts, vms, reserve_price=self._reserve,
-                                 params=self.balance)
-        self._last_clearing = (self.hosts, self.balance, self._reserve.copy(), vms, result)
-        return result
+        """The mechanism's clearing of ``vms``, or the last one when its input was the same
+        (:class:`~merkat.core.reclear.LastClearing`)."""
+        return self._reclear(self._mechanism, self.hosts, self.balance, self._reserve, vms)
