@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from merkat.market.share import _RTOL, _SAFE_SUM, _TINY, FloatArray, IntArray
+from merkat.market.share import _RTOL, _SAFE_SUM, _TINY, FloatArray, IntArray, first_step
 
 SAFE_BOUND = _SAFE_SUM / 10.0
 """A running total of bids (or finite caps) kept in plain Python below this proves the
@@ -89,12 +89,7 @@ def none_capped(capacity: FloatArray, host: IntArray, bid: FloatArray, cap: Floa
         for c, on in enumerate(traded):
             if not on:
                 continue
-            b, m = bid[:, c], cap[:, c]
-            left_b = np.maximum(sums[:, c] - 0.0, 0.0)
-            left_c = capacity[:, c] - 0.0
-            price = np.where(left_b <= 0.0, 0.0,
-                             np.where(left_c > 0.0, left_b / left_c, np.inf))
-            ratio = np.where(b > 0, b / m, 0.0)
+            _, _, price, ratio = first_step(bid[:, c], cap[:, c], sums[:, c], capacity[:, c])
             if not (ratio <= (price * (1.0 + _RTOL))[host]).all():
                 return False
     return True

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -147,12 +148,8 @@ def uncapped_share(
             return None
         if not np.sum(m, where=m < np.inf) < _SAFE_SUM:
             return None
-    left_b = np.maximum(total_b - 0.0, 0.0)
-    left_c = cap_g - 0.0
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        ratio = np.where(b > 0, b / m, 0.0)
-        price = np.where(left_b <= 0.0, 0.0,
-                         np.where(left_c > 0.0, left_b / left_c, np.inf))
+        left_b, left_c, price, ratio = first_step(b, m, total_b, cap_g)
         if single:
             p0 = float(price[0])
             if not (ratio <= p0 * (1.0 + _RTOL)).all():
@@ -168,6 +165,20 @@ def uncapped_share(
                 share[sub] = (b[sub] / left_b[g[sub]]) * left_c[g[sub]]
     allocation = np.where(np.isfinite(share), share, 0.0)
     return Shares(allocation, price, np.zeros(n, dtype=np.bool_), left_b, left_c)
+
+
+def first_step(b: FloatArray, m: FloatArray, total_b: npt.NDArray[Any], cap_g: FloatArray
+               ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """The water-filling's first step per market (``total_b``: its bids summed, ``cap_g``: its
+    capacity): what is left to share of bids and of capacity, the price, and each VM's bid per
+    unit of its cap (``b``, ``m``); no VM is capped when every ratio is within its market's
+    price times ``1 + _RTOL`` (:func:`uncapped_share`, :func:`~merkat.market.host_shares.
+    none_capped`). Call it under ``np.errstate(divide=, invalid=, over="ignore")``."""
+    left_b = np.maximum(total_b - 0.0, 0.0)
+    left_c = cap_g - 0.0
+    ratio = np.where(b > 0, b / m, 0.0)
+    price = np.where(left_b <= 0.0, 0.0, np.where(left_c > 0.0, left_b / left_c, np.inf))
+    return left_b, left_c, price, ratio
 
 
 def proportional_share_numpy(
