@@ -345,6 +345,59 @@ def test_a_vm_whose_ended_leaders_pid_now_leads_another_session_is_not_escaped(
         b.close()
 
 
+def test_a_leaders_pid_given_away_before_the_first_look_or_during_the_scan_is_not_escaped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two windows of the reuse above, on a machine whose pids wrap quickly: (1) the leader's
+    pid is given to another process before the first escape check looks at it (its start time
+    is taken when it is started, not at that first look); (2) the leader ends and its pid goes
+    to another session's leader, outside every group, while the check scans ``/proc`` (the
+    leader is looked at again before a VM is failed). Neither VM is failed as escaped; a real
+    escape still is (the test above)."""
+    from merkat.backends.local import escapes
+
+    b = LocalBackend([Node("n0", "0", 1.0, 512.0)], tmp_path / "logs",
+                     prefix=f"merkat-reuse2-{uuid.uuid4().hex[:8]}")
+    assert b.enforced
+    b.register("a", lambda app, vm, i: Launch("exec sleep 60", index=i))
+    from merkat.core.backend import Plan, VMPlacement
+
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)  # in no VM group
+    real_start = escapes._start
+    try:
+        b.apply(Plan(time=0, period=1, create=(VMPlacement("a/vm1", "a", 0),)))
+        vm1 = b.vms["a/vm1"]
+        leader = vm1.pid or 0
+        start = real_start(leader)
+        assert start is not None
+        assert b.__dict__["_leader_start"]["a/vm1"] == (leader, start)  # taken at the start
+        # (1) before any check, the pid names a process with another start time
+        monkeypatch.setattr(escapes, "_start", lambda pid: start + 1 if pid == leader
+                            else real_start(pid))
+        assert not escapes.ours(b, vm1)
+        assert b.poll() == [] and vm1.state == "running"
+        monkeypatch.setattr(escapes, "_start", real_start)
+        assert escapes.ours(b, vm1) and b.poll() == []
+        # (2) the scan finds an outsider in the leader's session, and meanwhile the leader's
+        # pid went to that other process
+        scan = escapes.sessions
+
+        def reused_during_scan(leaders: Any) -> dict[int, list[int]]:
+            out = scan(leaders)
+            out.setdefault(leader, []).append(other.pid)
+            monkeypatch.setattr(escapes, "_start", lambda pid: start + 7 if pid == leader
+                                else real_start(pid))
+            return out
+
+        monkeypatch.setattr(escapes, "sessions", reused_during_scan)
+        assert escapes.outside(other.pid, b.tree, "a/vm1") is not None  # it would read so
+        assert b.poll() == [] and vm1.state == "running" and pid_alive(other.pid)
+        assert b.failed() == {}
+    finally:
+        other.kill()
+        other.wait()
+        b.close()
+
+
 def test_a_server_that_is_not_root_says_its_users_run_as_itself(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from merkat.service import tenants

@@ -249,6 +249,7 @@ class LocalBackend:
             frozen = self.tree.frozen(group)
             p.state = "suspended" if frozen else "running"
             self.vms[vm] = p
+            escapes.remember(self, p)
             self.meter.start(vm, group, adopted=True)
             err = self.tree.set_limits(group, Limits(cpus=self._node(host).cpus))
             if alloc:
@@ -388,6 +389,7 @@ class LocalBackend:
         p.exit_code = None
         p.pid = p.proc.pid
         p.adopted = False
+        escapes.remember(self, p)
         return None
 
     def _destroy(self, vm: str) -> str | None:

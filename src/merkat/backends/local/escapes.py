@@ -108,7 +108,9 @@ def ours(backend: Any, p: Any) -> bool:
     ``setsid`` and joining its groups), would read as this VM's escape. Decision: a VM whose
     leader was reaped, or whose pid now names a process with another start time than the one
     first seen, is left to the health check (which reports its exit), never failed as escaped.
-    The start times are kept on the backend (``_leader_start``: vm → (pid, start))."""
+    The start times are kept on the backend (``_leader_start``: vm → (pid, start)), taken
+    when the leader is started or adopted (:func:`remember`), so that the first look is never
+    at a pid already given to another process."""
     if p.proc is not None and p.proc.returncode is not None:
         return False
     start = _start(p.pid)
@@ -120,6 +122,18 @@ def ours(backend: Any, p: Any) -> bool:
         return first[1] == start
     seen[p.id] = (p.pid, start)  # first seen, or restarted with a new leader
     return True
+
+
+def remember(backend: Any, p: Any) -> None:
+    """Take VM ``p``'s leader's start time now, as the backend starts (``Popen`` returned: the
+    leader has joined its groups and runs its command) or adopts it: :func:`ours` compares
+    every later look with it."""
+    start = _start(p.pid) if p.pid else None
+    seen: dict[str, tuple[int, int]] = backend.__dict__.setdefault("_leader_start", {})
+    if start is None:
+        seen.pop(p.id, None)
+    else:
+        seen[p.id] = (p.pid, start)
 
 
 def kill_session(members: list[int], tree: CgroupTree, group: str) -> None:
@@ -167,8 +181,8 @@ def check(backend: Any) -> list[tuple[str, str]]:
     for p in running:
         group = _group(p.id)
         why = escape(backend.tree, group, members.get(p.pid, []))
-        if why is None:
-            continue
+        if why is None or not ours(backend, p):  # (looked at again after the scan: its
+            continue  # leader may have ended and its pid gone to another session meanwhile)
         kill_session(members.get(p.pid, []), backend.tree, group)
         fail = getattr(backend, "_fail", None)
         if fail is not None:  # failed for good, with the reason (LocalBackend.failed)
