@@ -6,15 +6,16 @@ columns, VM ids — taken by one :class:`RunTable` per period, in one loop over 
 
 What it replaces: six loops over the same runs every period, each building its own lists
 (``Plans``' ``_joined``, ``_plan``'s row starts, ``_one_column``'s check, the bills' key and
-``bills_of``'s counts, ids and columns; ~42 runs a period on the 150,000-job window): 242 K
-instructions a period against 131 K for the table and its joined allocation mappings
-(cachegrind, replaying 135 periods' runs of that window 20 times). What it keeps: each
-reader's arithmetic and its order. Fusing with C-speed ``map(attrgetter(...))`` instead of
-the loop was measured and dropped: CPython 3.11's specialised attribute reads in a loop cost
-as much as ``attrgetter``'s generic ones (within 2 % of the loops' instructions). The
-reference is every reader without a table (``table=None``: the per-run loops, kept as they
-were), and :data:`FAST` off makes the period pass none; ``tests/test_run_table.py`` checks
-both give the same plans, bills and next states at every period of random runs.
+``bills_of``'s counts, ids and columns; ~42 runs a period on the 150,000-job window):
+−441 M instructions (−1.4 %) on that window's whole run (cachegrind, single-threaded BLAS).
+What it keeps: each reader's arithmetic and its order. C-speed ``map(attrgetter(...))`` and
+``chain.from_iterable`` instead of the loops were measured and dropped: CPython 3.11's
+specialised attribute reads in a loop cost as much as ``attrgetter``'s generic ones, and
+the joined allocation mappings by ``chain``/``attrgetter`` made the whole run +78 M (+0.3 %)
+instead of −1.4 % (docs/benchmarks.md, nineteenth session). The reference is every reader
+without a table (``table=None``: the per-run loops, kept as they were), and :data:`FAST` off
+makes the period pass none; ``tests/test_run_table.py`` checks both give the same plans,
+bills and next states at every period of random runs.
 
 Read by the period after its decide loop (the runs are complete then) and before its plan:
 the VMs' allocation mappings are read when :meth:`RunTable.allocs` is called (the plan
@@ -23,8 +24,7 @@ writes them), everything else the plan never changes (a VM's id, its run's rows)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import accumulate, chain
-from operator import attrgetter
+from itertools import accumulate
 from typing import Any
 
 from merkat.core.market_input import Run
@@ -33,8 +33,6 @@ from merkat.core.model import AppNext
 FAST = True
 """Whether the period reads its runs once into a :class:`RunTable` (False: the readers'
 per-run loops, the reference)."""
-
-_allocs = attrgetter("allocs")
 
 
 class RunTable:
@@ -70,7 +68,10 @@ class RunTable:
 
     def allocs(self) -> list[dict[str, float]]:
         """The next states' allocation mappings joined, as they are now (a new list)."""
-        return list(chain.from_iterable(map(_allocs, self.nxs)))
+        out: list[dict[str, float]] = []
+        for nx in self.nxs:  # (a loop: see the module docstring)
+            out += nx.allocs
+        return out
 
     def starts(self) -> list[int]:
         """Each run's first market row."""
