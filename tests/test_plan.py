@@ -387,19 +387,19 @@ def test_every_period_s_plan_and_bills_are_a_fresh_computation_s(
     seen = {"calls": 0, "quiet": 0}
     plans_call, bills_call = Plans.__call__, Bills.__call__
 
-    def plans(self, now, period, runs, result, ops, before):  # type: ignore[no-untyped-def]
+    def plans(self, now, period, runs, result, ops, before, table=None):  # type: ignore[no-untyped-def]
         fresh = [(copy(nx), const, rows) for nx, const, rows in runs]
         want = make_plan(now, period, fresh, result, Ops(list(ops.destroy),
                                                          list(ops.suspend)), before)
         seen["quiet"] += self._last is not None and self._last[0] is result
-        got = plans_call(self, now, period, runs, result, ops, before)
+        got = plans_call(self, now, period, runs, result, ops, before, table)
         assert got == want
         assert [nx.allocs for nx, _, _ in runs] == [nx.allocs for nx, _, _ in fresh]
         seen["calls"] += 1
         return got
 
-    def bills(self, runs, result, before, bid, prices):  # type: ignore[no-untyped-def]
-        got = bills_call(self, runs, result, before, bid, prices)
+    def bills(self, runs, result, before, bid, prices, table=None):  # type: ignore[no-untyped-def]
+        got = bills_call(self, runs, result, before, bid, prices, table)
         assert got == bills_of(runs, result.host, before, result.allocation, bid, prices)
         return got
 

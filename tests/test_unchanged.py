@@ -109,21 +109,27 @@ def test_batched_beside_scalar_controllers_equal_the_every_next_state_run(
     runs = []
     for every in (False, True):
         log, seen = _watch(monkeypatch, every)
-        _flaky_and_withheld(monkeypatch, False)
-        _, d = mixed()
-        for t in range(30):
-            d.step(60.0 * t)
-            if t in (8, 16):
-                spec = AppSpec(f"n{t}", "deadline-strict", 1, {"cpu": 1.0}, 60.0 * t, 500.0,
-                               renewal=5.0, deadline=60.0 * t + 1200.0, trade=("cpu",))
-                d.submit(spec, RigidApp(vms=1, work_total=300.0))
-                d.admission_point(60.0 * t + 30.0, 60.0 * (t + 1))
+        mixed_run(monkeypatch)
         monkeypatch.undo()
         runs.append((log, seen["absent"]))
     (log, absent), (ref_log, ref_absent) = runs
     assert absent > 10 and ref_absent == 0
     assert len(log) >= 30 and any(e[0][1] for e in log)  # (admission points too)
     assert log == ref_log
+
+
+def mixed_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``test_one_visit.mixed``'s applications, flaky and withheld (``test_cow``), for 30
+    periods, two newcomers started at admission points between them."""
+    _flaky_and_withheld(monkeypatch, False)
+    _, d = mixed()
+    for t in range(30):
+        d.step(60.0 * t)
+        if t in (8, 16):
+            spec = AppSpec(f"n{t}", "deadline-strict", 1, {"cpu": 1.0}, 60.0 * t, 500.0,
+                           renewal=5.0, deadline=60.0 * t + 1200.0, trade=("cpu",))
+            d.submit(spec, RigidApp(vms=1, work_total=300.0))
+            d.admission_point(60.0 * t + 30.0, 60.0 * (t + 1))
 
 
 def test_an_uncommitted_period_s_writes_are_not_handed_out_again() -> None:

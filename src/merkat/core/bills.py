@@ -18,6 +18,7 @@ from typing import Any, overload
 import numpy as np
 
 from merkat.core.market_input import Run
+from merkat.core.run_table import RunTable
 from merkat.defaults import MICRO
 from merkat.market import NO_HOST, RESOURCES
 from merkat.market.share import FloatArray, IntArray
@@ -91,7 +92,7 @@ def _computed(rows: Rows) -> Usage:
 
 def bills_of(
     runs: Sequence[Run], host: IntArray, before: IntArray, alloc: FloatArray, bid: FloatArray,
-    prices: Mapping[str, float], start: int = 0,
+    prices: Mapping[str, float], start: int = 0, table: RunTable | None = None,
 ) -> tuple[tuple[tuple[str, int], ...], Sequence[tuple[str, int]]]:
     """Per application (id order): the bids of its VMs that have a host (micro-credits,
     rounded per VM) and what they use at ``prices`` (allocation x price over the resources it
@@ -105,17 +106,23 @@ def bills_of(
     (two resources: addition commutes), and a VM's usage adds its traded columns' ``a * p``
     in trade order; ``np.rint`` rounds half to even as :func:`round` does. From
     :data:`MIN_ARRAY_BILLS` VMs the usage is a :class:`~merkat.core.usage.Usage`, computed
-    when first read (charging by bid never reads it)."""
-    counts = [len(nx.ids) if rows is None else len(rows) for nx, _, rows in runs]
+    when first read (charging by bid never reads it). ``table``: the runs read once
+    (:class:`~merkat.core.run_table.RunTable`: their ids, row counts and traded columns),
+    or None (the reference: read here)."""
+    if table is None:
+        counts = [len(nx.ids) if rows is None else len(rows) for nx, _, rows in runs]
+    else:
+        counts = table.counts
     n = sum(counts)
     if not n:
         return (), ()
+    ids = [nx.id for nx, _, _ in runs] if table is None else table.apps
+    kinds = [const.columns for _, const, _ in runs] if table is None else table.columns
     if n < MIN_ARRAY_BILLS and len(RESOURCES) == 2 and 0 not in counts:
-        plain = _bills_plain(runs, counts, host, before, alloc, bid, prices, start, n)
+        plain = _bills_plain(ids, kinds, counts, host, before, alloc, bid, prices, start, n)
         if plain is not None:
             return plain
-    return _bills_numpy([nx.id for nx, _, _ in runs], counts,
-                        [const.columns for _, const, _ in runs], host, before, alloc, bid,
+    return _bills_numpy(ids, counts, kinds, host, before, alloc, bid,
                         [prices[r] for r in RESOURCES], start)
 
 
@@ -163,7 +170,8 @@ size on a loaded machine); fewer (an admission point's newcomers, ~15 VMs on the
 calls, both ways: 0-7 VMs 59 → 24 µs, 8-15 60 → 30, 16-23 49 → 36, 24-31 45 → 46)."""
 
 
-def _bills_plain(runs: Sequence[Run], counts: list[int], host: IntArray, before: IntArray,
+def _bills_plain(ids: list[str], columns: list[tuple[tuple[str, int], ...]], counts: list[int],
+                 host: IntArray, before: IntArray,
                  alloc: FloatArray, bid: FloatArray, prices: Mapping[str, float], start: int,
                  n: int) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] | None:
     """:func:`bills_of` VM by VM in plain Python, with its numpy arithmetic written out
@@ -172,14 +180,15 @@ def _bills_plain(runs: Sequence[Run], counts: list[int], host: IntArray, before:
     application does not trade adds ``0.0``), each times ``MICRO`` and rounded half to even
     (:func:`round` as ``np.rint``), the usage at most the bid, per application the sums of
     its hosted VMs'. None when a product is not a finite number within ``int64`` (the
-    numpy path's answer then stands). ``tests/test_plan.py`` runs the bills both ways."""
+    numpy path's answer then stands). ``ids``, ``columns``: the runs' application ids and
+    traded columns. ``tests/test_plan.py`` runs the bills both ways."""
     span = slice(start, start + n)
     hs: list[int] = host[span].tolist()
     was: list[int] = before[span].tolist()
     bids: list[list[float]] = bid[span].tolist()
     allocs: list[list[float]] = alloc[span].tolist()
     price = np.array([prices[r] for r in RESOURCES]).tolist()
-    kinds = [{k for _, k in const.columns} for _, const, _ in runs]
+    kinds = [{k for _, k in c} for c in columns]
     some = [any(k in c for c in kinds) for k in range(2)]
     totals: list[int] = []
     uses: list[int] = []
@@ -214,7 +223,7 @@ def _bills_plain(runs: Sequence[Run], counts: list[int], host: IntArray, before:
         uses.append(use)
         any_hosted.append(hosted)
         i += count
-    return _per_application([nx.id for nx, _, _ in runs], any_hosted, totals, uses)
+    return _per_application(ids, any_hosted, totals, uses)
 
 
 def _per_application(ids: list[str], any_hosted: list[bool], totals: list[int],
@@ -248,17 +257,21 @@ class Bills:
         self._last: tuple[Any, ...] | None = None
 
     def __call__(self, runs: Sequence[Run], result: Any, before: IntArray, bid: FloatArray,
-                 prices: Mapping[str, float]
+                 prices: Mapping[str, float], table: RunTable | None = None
                  ) -> tuple[tuple[tuple[str, int], ...], Sequence[tuple[str, int]]]:
-        """``bills_of(runs, result.host, before, result.allocation, bid, prices)``."""
-        key = [(nx.id, len(nx.ids) if rows is None else len(rows), const.columns)
-               for nx, const, rows in runs]
+        """``bills_of(runs, result.host, before, result.allocation, bid, prices)``;
+        ``table``: the runs read once (:class:`~merkat.core.run_table.RunTable`), or None."""
+        if table is None:
+            key = [(nx.id, len(nx.ids) if rows is None else len(rows), const.columns)
+                   for nx, const, rows in runs]
+        else:
+            key = list(zip(table.apps, table.counts, table.columns, strict=True))
         last = self._last
         if (last is not None and last[0] is result and last[1] == key and last[2] == prices
                 and (last[3] is before or np.array_equal(last[3], before))
                 and (last[4] is bid or np.array_equal(last[4], bid))):
             out: tuple[tuple[tuple[str, int], ...], Sequence[tuple[str, int]]] = last[5]
             return out
-        out = bills_of(runs, result.host, before, result.allocation, bid, prices)
+        out = bills_of(runs, result.host, before, result.allocation, bid, prices, table=table)
         self._last = (result, key, dict(prices), before, bid, out)
         return out

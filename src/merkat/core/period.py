@@ -53,7 +53,7 @@ from merkat.control.types import (
     check_amounts,
     record_builder,
 )
-from merkat.core import admission, batch, commit
+from merkat.core import admission, batch, commit, run_table
 from merkat.core.admission_keep import AdmissionKeep
 from merkat.core.backend import ApplyReport
 from merkat.core.batch_slo import decide_slo1
@@ -80,6 +80,7 @@ from merkat.core.period_log import PeriodLog
 from merkat.core.plan import Plans
 from merkat.core.reclear import LastClearing
 from merkat.core.reconcile import Decider, end
+from merkat.core.run_table import RunTable
 from merkat.core.running import RunningRows
 from merkat.defaults import KEEP_ALIVE, MECHANISM, MICRO, PERIOD_S, RESERVE_PRICE
 from merkat.market import RESOURCES, BalanceParams, Clearing, Hosts, VMs
@@ -339,12 +340,13 @@ class Platform:
         vms = self._input(runs, bidding)
         result = self._clear(vms)
         prices = {r: float(result.price[k]) for k, r in enumerate(RESOURCES)}
-        plan = self._plans(now, self.period, runs, result, ops, vms.host)
+        table = RunTable(runs) if run_table.FAST else None  # (the runs, read once)
+        plan = self._plans(now, self.period, runs, result, ops, vms.host, table)
         if quiet and not self._plans.reused:  # the plan moved or reallocated some of them
             for nx in quiet:
                 if nx.moved or nx.allocs is not nx.base[5]:
                     nexts[nx.id] = nx
-        bills, usage = self._bills(runs, result, vms.host, vms.bid, prices)
+        bills, usage = self._bills(runs, result, vms.host, vms.bid, prices, table)
         alloc = result.allocation.sum(axis=0) if bidding else np.zeros(len(RESOURCES))
         decision = Decision(
             index=self.index, time=now, plan=plan, bills=bills, usage=usage,

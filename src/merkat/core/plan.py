@@ -25,6 +25,7 @@ from merkat.core.bills import bills_of as bills_of
 from merkat.core.draft import own, own_allocs
 from merkat.core.market_input import Run
 from merkat.core.model import Ops
+from merkat.core.run_table import RunTable
 from merkat.market import NO_HOST
 from merkat.market.share import FloatArray, IntArray
 
@@ -45,12 +46,14 @@ def make_plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: 
 
 def _plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
           before: IntArray, prior: Column | None,
-          joined: tuple[list[str], list[dict[str, float]]] | None = None
-          ) -> tuple[Plan, Column | None]:
+          joined: tuple[list[str], list[dict[str, float]]] | None = None,
+          table: RunTable | None = None) -> tuple[Plan, Column | None]:
     """:func:`make_plan`, and the one-column allocations it gave (None when it took the
     general path); ``prior``: the last plan's, for the same runs holding its mappings
     (:class:`Plans` checks it), or None; ``joined``: the runs' VM ids and allocation
-    mappings joined (new lists, as :func:`_joined` gives them), when the caller has them."""
+    mappings joined (new lists, as :func:`_joined` gives them), when the caller has them;
+    ``table``: the runs read once (:class:`~merkat.core.run_table.RunTable`: the row starts
+    and the one-column check from its lists, no loop over the runs), or None."""
     create: list[VMPlacement] = []
     resume: list[VMPlacement] = []
     migrate: list[tuple[str, int, int]] = []
@@ -60,11 +63,14 @@ def _plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
     changed = np.flatnonzero(unplaced | (host != before)).tolist()
     hosts: list[int] = host.tolist() if changed else []
     if changed:
-        starts: list[int] = []
-        i = 0
-        for nx, _, rows in runs:
-            starts.append(i)
-            i += len(nx.ids) if rows is None else len(rows)
+        if table is not None:
+            starts = table.starts()
+        else:
+            starts = []
+            i = 0
+            for nx, _, rows in runs:
+                starts.append(i)
+                i += len(nx.ids) if rows is None else len(rows)
         for i in changed:
             h = hosts[i]
             if h == NO_HOST:  # nowhere to go this period: stays queued (its allocation: below)
@@ -85,12 +91,12 @@ def _plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
     # the unplaced rows, ascending: an application holds one when the next one not
     # before its first row is before its end (a pointer, not a slice of the mask per run)
     nowhere: list[int] = np.flatnonzero(unplaced).tolist()
-    one = _one_column(runs) if not nowhere else None
+    one = (None if nowhere else _one_column(runs) if table is None else table.one_column())
     column: Column | None = None
     if one is not None:  # the usual market: every VM placed, one resource, one column
         column = _one_column_allocations(runs, one[0], result.allocation[:, one[1]],
                                          prior if prior is not None and prior.one == one
-                                         else None, joined)
+                                         else None, joined, table)
         column.one = one
         allocations = column.allocations
     else:
@@ -188,8 +194,8 @@ class Column:
 
 def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray,
                             prior: Column | None = None,
-                            joined: tuple[list[str], list[dict[str, float]]] | None = None
-                            ) -> Column:
+                            joined: tuple[list[str], list[dict[str, float]]] | None = None,
+                            table: RunTable | None = None) -> Column:
     """:func:`make_plan`'s allocations when :func:`_one_column` gives ``(r0, c)`` and every
     VM is placed (``col``: column c of the clearing's allocations, market order): every
     VM's mapping ``{r0: a}``, the one it holds kept when equal — the per-application loop's
@@ -248,11 +254,14 @@ def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray,
         out.allocations = dict(zip(ids, allocs, strict=True))
         return out
     if len(new) < len(runs):  # few: each one's run found by bisect
-        starts: list[int] = []
-        i = 0
-        for nx, _, _ in runs:
-            starts.append(i)
-            i += len(nx.ids)
+        if table is not None:
+            starts = table.starts()  # (every run whole: its rows are its VMs)
+        else:
+            starts = []
+            i = 0
+            for nx, _, _ in runs:
+                starts.append(i)
+                i += len(nx.ids)
         for m in new:
             r = bisect_right(starts, m) - 1
             own_allocs(runs[r][0])[m - starts[r]] = allocs[m]  # (copy on write)
@@ -289,11 +298,16 @@ class Plans:
         self.reused = False
 
     def __call__(self, now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
-                 before: IntArray) -> Plan:
+                 before: IntArray, table: RunTable | None = None) -> Plan:
         """``make_plan(now, period, runs, result, ops, before)``; for the same runs holding
         the last plan's mappings and a new clearing, its one-column allocations compared
-        with the last ones (:func:`_one_column_allocations`' ``prior``)."""
-        key, allocs = _joined(runs)
+        with the last ones (:func:`_one_column_allocations`' ``prior``). ``table``: the
+        runs read once (:class:`~merkat.core.run_table.RunTable`: :func:`_joined`'s lists
+        from it), or None (the reference: the runs read here)."""
+        if table is None:
+            key, allocs = _joined(runs)
+        else:
+            key, allocs = (table.apps, table.rows_of, table.sizes, table.ids), table.allocs()
         last = self._last
         prior: Column | None = None
         if last is not None and key == last[1] and all(map(operator.is_, allocs, last[2])):
@@ -303,9 +317,10 @@ class Plans:
                             suspend=tuple(ops.suspend), allocations=last[3].allocations)
             prior = last[4]
         self.reused = False
-        plan, column = _plan(now, period, runs, result, ops, before, prior, (key[3], allocs))
-        self._last = (result, key, _joined(runs)[1] if column is None else column.allocs,
-                      plan, column)
+        plan, column = _plan(now, period, runs, result, ops, before, prior, (key[3], allocs),
+                             table)
+        self._last = (result, key, column.allocs if column is not None else
+                      _joined(runs)[1] if table is None else table.allocs(), plan, column)
         return plan
 
 
