@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from merkat.control.types import VMState
 from merkat.core.market_input import Run
-from merkat.core.model import App, AppConst, Columns
+from merkat.core.model import App, AppConst, AppNext, Columns
 from merkat.core.running import Running
 from merkat.market import NO_HOST, RESOURCES, Hosts, share_kernel
 from merkat.market.host_shares import SAFE_BOUND, none_capped
@@ -57,7 +57,11 @@ class Kept:
     whether it is traded and running totals of the bids and finite caps (only bounds).
     ``src``: per application, the columns its kept rows were last read from or checked
     against (record columns, never changed in place: a list still there is not read
-    again)."""
+    again). ``drafted``: per application (index), the next state the last point drafted for
+    it (a newcomer, or one whose VMs it touched): after that point's plan its lists hold the
+    kept rows, so they are its ``src`` at the next point (:meth:`~merkat.core.
+    admission_keep.AdmissionKeep.valid` reads them then: the commit installs them as they
+    are, and a writer after it replaces a list, never changes one in place)."""
 
     hosts: Hosts
     reserve: FloatArray
@@ -86,6 +90,7 @@ class Kept:
     traded: list[bool]
     reserve_l: list[float]
     src: list[Columns | None]
+    drafted: dict[int, AppNext] = field(default_factory=dict)
 
 
 def kept_of(full: Full, cap_g: list[list[float]], cap_rows: list[list[float]],
@@ -103,8 +108,12 @@ def kept_of(full: Full, cap_g: list[list[float]], cap_rows: list[list[float]],
     consts = [c for _, c, _ in here.apps]
     vmrows = [rows for _, _, rows in here.apps]
     ends = list(here.ends)
-    for i in full.touched:  # (checked by value at the next point)
-        cols[bisect_right(ends, i)] = None
+    src: list[Columns | None] = [*full.cols, *([None] * len(full.fits))]
+    for i in full.touched:  # (checked by value at the next point; its allocations too)
+        a = bisect_right(ends, i)
+        cols[a] = None
+        was = full.cols[a]
+        src[a] = (was[0], was[1], was[2], was[3], was[4], [])
     at = ends[-1] if ends else 0
     for (nx, const, _), app in zip(full.fits, full.fit_apps, strict=True):
         apps.append(app)
@@ -116,7 +125,7 @@ def kept_of(full: Full, cap_g: list[list[float]], cap_rows: list[list[float]],
     row_ids = [*here.vms[0], *(i for nx, _, _ in full.fits for i in nx.ids)]
     return _kept(full.hosts, full.reserve, full.index, apps, cols, consts, vmrows, ends,
                  row_ids, full.bid, full.cap, full.minimum, full.host, full.alloc,
-                 [*full.cols, *([None] * len(full.fits))], None, cap_g, cap_rows, inv_rows)
+                 src, None, cap_g, cap_rows, inv_rows)
 
 
 @dataclass(frozen=True)
@@ -250,7 +259,9 @@ def same_rows(k: Kept, i: int, cols: Columns) -> bool:
     """Whether application ``i``'s columns give the kept rows: the same running VMs
     (placed, not suspended), ids, hosts, bids (bit for bit), allocations (equal where it
     trades, 0 where its resource is outside the market) and none odd. A column list
-    that is the one the rows were last checked against (``Kept.src``) is not read."""
+    that is the one the rows were last checked against (``Kept.src``) is not read (the
+    allocations' included: a point that changes an application's kept allocations gives it
+    the ``src`` of the next state it drafted, whose allocations its plan wrote)."""
     ids, states, bids, hosts, _, allocs = cols
     was = k.src[i]
     rows = k.vmrows[i]
@@ -272,6 +283,8 @@ def same_rows(k: Kept, i: int, cols: Columns) -> bool:
             for r, vm in enumerate(rows, r0):
                 if not same_bits(bids[vm].get(res, 0.0), col[r]):
                     return False
+    if was is not None and allocs is was[5]:
+        return True
     columns = k.consts[i].columns
     width = len(columns)
     nan = math.nan
