@@ -157,7 +157,7 @@ class AdmissionKeep:
         self.kept: Kept | Full | Handed | None = None
         # the period's decision and its clearing, until its commit (decided)
         self._decided: tuple[Decision, list[Run], tuple[str, ...], FloatArray, FloatArray,
-                             FloatArray, IntArray, FloatArray] | None = None
+                             FloatArray, IntArray, FloatArray, bool | None] | None = None
         # per cluster: each node's capacity per resource, by resource and by node, and its
         # inverse by node (a cluster's capacity is never written)
         self._cap: tuple[Hosts | None, list[list[float]], list[list[float]],
@@ -182,11 +182,13 @@ class AdmissionKeep:
 
     def decided(self, decision: Decision, runs: list[Run], ids: tuple[str, ...],
                 bid: FloatArray, cap: FloatArray, minimum: FloatArray, host: IntArray,
-                alloc: FloatArray) -> None:
+                alloc: FloatArray, capped: bool | None = None) -> None:
         """A period's ``decision``, its market's ``runs`` and input rows (``ids``, ``bid``,
-        ``cap``, ``minimum``) and its clearing's final ``host`` and ``alloc``: held until its
-        commit (:meth:`handed`). References only: nothing is computed here."""
-        self._decided = (decision, runs, ids, bid, cap, minimum, host, alloc) if FAST else None
+        ``cap``, ``minimum``) and its clearing's final ``host`` and ``alloc`` (``capped``: the
+        clearing's ``Clearing.capped``, None when not known): held until its commit
+        (:meth:`handed`). References only: nothing is computed here."""
+        self._decided = ((decision, runs, ids, bid, cap, minimum, host, alloc, capped) if FAST
+                         else None)
 
     def handed(self, hosts: Hosts, reserve: FloatArray, index: int, decision: Decision,
                apps: dict[str, App], failed: bool) -> None:
@@ -200,9 +202,9 @@ class AdmissionKeep:
         if d is None or d[0] is not decision or failed or not FAST:
             self.kept = None
             return
-        _, runs, ids, bid, cap, minimum, host, alloc = d
+        _, runs, ids, bid, cap, minimum, host, alloc, capped = d
         self.kept = Handed(hosts, reserve, index, runs, apps, ids, bid, cap, minimum, host,
-                           alloc)
+                           alloc, capped)
 
     # --- the next point ----------------------------------------------------------------
 

@@ -149,13 +149,14 @@ class Handed:
     minimum: FloatArray
     host: IntArray
     alloc: FloatArray
+    capped: bool | None = None  # the clearing's Clearing.capped (None: not known)
 
 
 def kept_of_period(h: Handed, cap_g: list[list[float]], cap_rows: list[list[float]],
                    inv_rows: list[list[float]]) -> Kept | None:
     """The :class:`Kept` of a period's clearing (:class:`Handed`) as the first admission point
-    after it reads the records, or None when the proof cannot hold (:func:`kept_of`'s cases,
-    the proof failing being checked by :func:`~merkat.market.host_shares.none_capped`).
+    after it reads the records, or None when the proof cannot hold (:func:`kept_of`'s
+    cases).
 
     Why it is the full path's: the commit wrote the decision as decided (no withholding, no
     failed operation: :meth:`AdmissionKeep.handed`), so a running application's running VMs
@@ -166,7 +167,14 @@ def kept_of_period(h: Handed, cap_g: list[list[float]], cap_rows: list[list[floa
     and each record holds it (the plan wrote it into the next state's allocations). An
     application whose installed columns are the very lists of its next state is taken as
     checked; one whose lists were replaced since (a started VM's state, any writer) is
-    checked by value at the point (:func:`same_rows`, against its next state's lists)."""
+    checked by value at the point (:func:`same_rows`, against its next state's lists).
+
+    Whether some VM is capped: the clearing says it (``Handed.capped``, its final
+    ``enforceable_capped``'s flag, which is True whenever :func:`~merkat.market.host_shares.
+    none_capped` answers False: ``tests/test_market_placement.py``); only when it does not
+    know (None) is :func:`~merkat.market.host_shares.none_capped` computed."""
+    if h.capped:
+        return None  # (some VM capped: a node's shares are not its own alone)
     host = h.host
     host_l: list[int] = host.tolist()
     apps: list[App] = []
@@ -208,7 +216,8 @@ def kept_of_period(h: Handed, cap_g: list[list[float]], cap_rows: list[list[floa
         ids = tuple(ids[j] for j in sel.tolist())
         bid, cap, minimum, host, alloc = bid[sel], cap[sel], minimum[sel], host[sel], alloc[sel]
     return _kept(h.hosts, h.reserve, h.index, apps, cols, consts, vmrows, ends, list(ids),
-                 bid, cap, minimum, host, alloc, src, host, cap_g, cap_rows, inv_rows)
+                 bid, cap, minimum, host, alloc, src, None if h.capped is False else host,
+                 cap_g, cap_rows, inv_rows)
 
 
 def _kept(hosts: Hosts, reserve: FloatArray, index: int, apps: list[App],
