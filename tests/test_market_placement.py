@@ -217,3 +217,28 @@ def test_one_node_cleared_alone_is_the_whole_clusters_share(seed: int) -> None:
     assert none_capped(hosts.capacity, vms.host, vms.bid, vms.cap, sums,
                        bid_on(vms.bid)) is not none
     assert not capped or seed % 3 == 2  # (regimes 0 and 1 compare every node)
+
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_a_clearing_says_whether_a_vm_was_capped(seed: int) -> None:
+    """``Clearing.capped`` (what the first admission point after a period reads instead of
+    :func:`none_capped`) is ``enforceable_capped``'s flag on the clearing's final mapping,
+    whether the search's starting clearings were reused or not, on random markets (caps that
+    bind or not, new and placed VMs, one or two resources traded)."""
+    from merkat.market import NO_HOST
+    from merkat.market.allocation_error import enforceable_capped
+    from merkat.market.clear import clear
+
+    rng = np.random.default_rng(seed)
+    n_hosts, n = int(rng.integers(2, 12)), int(rng.integers(1, 40))
+    hosts = Hosts(tuple(f"h{k}" for k in range(n_hosts)),
+                  rng.choice([1.0, 2.0, 4.0], (n_hosts, 2)))
+    bid = rng.uniform(0.01, 5.0, (n, 2)) * (rng.random((n, 2)) < [1.0, 0.3 * (seed % 2)])
+    cap = rng.choice([0.5, 1.0, 2.0, np.inf], (n, 2))
+    host = np.where(rng.random(n) < 0.3, NO_HOST, rng.integers(0, n_hosts, n))
+    vms = VMs(tuple(f"v{i}" for i in range(n)), bid, cap, host)
+    c = clear(hosts, vms)
+    alloc, _, capped = enforceable_capped(hosts, vms, c.host)
+    assert c.allocation.tobytes() == alloc.tobytes()
+    assert c.capped is None or c.capped == capped

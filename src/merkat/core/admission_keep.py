@@ -42,16 +42,18 @@ replaced since (a started VM's state, any other writer) is checked by value
 its answer for the next point): another period since (``Platform.index``) whose commit did
 not write the period as decided (withheld applications, failed operations), another cluster
 or reserve, a running application added, gone, reordered or with other constant parts, a
-record written other than as the last point decided (checked by value for the
-applications that point touched or started, by identity of the column lists for the
-others), a capped VM, sums near overflow, a resource newly traded, a newcomer's row the
+record written other than as the last point decided (checked by identity of the column
+lists: for the applications that point touched or started, the lists of the next states it
+drafted, as its plan left them, which the settle installs as they are, ``Kept.drafted``;
+checked by value when the settle or any writer replaced one), a capped VM, sums near overflow, a resource newly traded, a newcomer's row the
 reference would refuse (a bid under the reserve, an invalid or repeated value: its error is
 the full path's), one node in the cluster, or the compiled kernels (``MERKAT_KERNELS``).
-``FAST`` turns it off (the reference). ``tests/test_admission.py`` runs random runs with
+``FAST`` turns it off (the reference). ``tests/test_admission_kept.py`` runs random runs with
 arrivals, ends, suspends, migrations and refused placements both ways and compares every
 admission's placement, touched rows and decision, and the kept state with a fresh
 computation after every admission point and every period's commit (runs with a backend
-failing operations and withheld bills too, against the same runs with ``FAST`` off);
+failing operations and withheld bills too, after every commit and every settle, against the
+same runs with ``FAST`` off);
 ``tests/test_market_placement.py`` the kept sums, one node's shares and
 :func:`~merkat.market.host_shares.none_capped` with the whole cluster's."""
 
@@ -76,7 +78,7 @@ from merkat.core.admission_state import (
 )
 from merkat.core.draft import draft
 from merkat.core.market_input import Run
-from merkat.core.model import App, AppConst, Decision
+from merkat.core.model import App, AppConst, AppNext, Decision
 from merkat.core.running import Running
 from merkat.market import NO_HOST, RESOURCES, Hosts
 from merkat.market.host_shares import SAFE_BOUND, node_shares
@@ -87,12 +89,15 @@ from merkat.market.types import row_max
 FAST = True
 """Take the kept state's path when it is proved (False: every point takes the full path)."""
 
-MAX_NEW = 24
-"""The most new VMs a point places from the kept state: its cost grows by ~20 µs a new VM
+MAX_NEW = 32
+"""The most new VMs a point places from the kept state: its cost grows by ~20-30 µs a new VM
 (a node chosen, its shares in plain Python, the next point's check of the rows it touched),
 the full path's is ~500 µs and ~1 µs a running VM (numpy); above this the full path is not
 slower (the fig5 0.2 run's points, ~40 new VMs among ~1,000 running ones, cost as much both
-ways: docs/benchmarks.md, "Issue 28, seventeenth session: the admission points")."""
+ways: docs/benchmarks.md, "Issue 28, seventeenth session: the admission points"). 32, not
+24 (nineteenth session): a 32-VM job's point (HPC2N's usual large job) on w150000 cost
+0.9-1.4 ms kept against 1.3-1.6 ms by the full path (whose answer the next point must also
+convert), while 40 and more new VMs cost 1.8-2.1 ms kept against 1.6 ms."""
 
 
 @dataclass(frozen=True)
@@ -121,10 +126,12 @@ class Placed:
 
 
 def touched_runs(apps: Sequence[App], consts: Sequence[AppConst],
-                 vmrows: Sequence[list[int]], ends: Sequence[int], rows: list[int]) -> list[Run]:
+                 vmrows: Sequence[list[int]], ends: Sequence[int], rows: list[int],
+                 drafted: dict[int, AppNext]) -> list[Run]:
     """The runs of the running applications' rows ``rows`` (ascending): each application
     holding one drafted, with the indexes of those VMs (per application: its record,
-    constant parts, running VMs' indexes and end row)."""
+    constant parts, running VMs' indexes and end row); each next state is also put in
+    ``drafted`` under its application's index."""
     runs: list[Run] = []
     last = -1
     mine: list[int] = []
@@ -136,7 +143,8 @@ def touched_runs(apps: Sequence[App], consts: Sequence[AppConst],
             mine = vmrows[a]
             start = ends[a] - len(mine)
             cur = []
-            runs.append((draft(apps[a]), consts[a], cur))
+            nx = drafted[a] = draft(apps[a])
+            runs.append((nx, consts[a], cur))
             last = a
         cur.append(mine[m - start])
     return runs
@@ -149,7 +157,7 @@ class AdmissionKeep:
         self.kept: Kept | Full | Handed | None = None
         # the period's decision and its clearing, until its commit (decided)
         self._decided: tuple[Decision, list[Run], tuple[str, ...], FloatArray, FloatArray,
-                             FloatArray, IntArray, FloatArray] | None = None
+                             FloatArray, IntArray, FloatArray, bool | None] | None = None
         # per cluster: each node's capacity per resource, by resource and by node, and its
         # inverse by node (a cluster's capacity is never written)
         self._cap: tuple[Hosts | None, list[list[float]], list[list[float]],
@@ -174,11 +182,13 @@ class AdmissionKeep:
 
     def decided(self, decision: Decision, runs: list[Run], ids: tuple[str, ...],
                 bid: FloatArray, cap: FloatArray, minimum: FloatArray, host: IntArray,
-                alloc: FloatArray) -> None:
+                alloc: FloatArray, capped: bool | None = None) -> None:
         """A period's ``decision``, its market's ``runs`` and input rows (``ids``, ``bid``,
-        ``cap``, ``minimum``) and its clearing's final ``host`` and ``alloc``: held until its
-        commit (:meth:`handed`). References only: nothing is computed here."""
-        self._decided = (decision, runs, ids, bid, cap, minimum, host, alloc) if FAST else None
+        ``cap``, ``minimum``) and its clearing's final ``host`` and ``alloc`` (``capped``: the
+        clearing's ``Clearing.capped``, None when not known): held until its commit
+        (:meth:`handed`). References only: nothing is computed here."""
+        self._decided = ((decision, runs, ids, bid, cap, minimum, host, alloc, capped) if FAST
+                         else None)
 
     def handed(self, hosts: Hosts, reserve: FloatArray, index: int, decision: Decision,
                apps: dict[str, App], failed: bool) -> None:
@@ -192,9 +202,9 @@ class AdmissionKeep:
         if d is None or d[0] is not decision or failed or not FAST:
             self.kept = None
             return
-        _, runs, ids, bid, cap, minimum, host, alloc = d
+        _, runs, ids, bid, cap, minimum, host, alloc, capped = d
         self.kept = Handed(hosts, reserve, index, runs, apps, ids, bid, cap, minimum, host,
-                           alloc)
+                           alloc, capped)
 
     # --- the next point ----------------------------------------------------------------
 
@@ -221,6 +231,10 @@ class AdmissionKeep:
         if apps != k.apps or not all(map(operator.is_, [a.const for a in apps], k.consts)):
             self.kept = None
             return None
+        if k.drafted:  # (the last point's next states, as its plan left them)
+            for i, nx in k.drafted.items():
+                k.src[i] = (nx.ids, nx.states, nx.bids, nx.hosts, nx.fresh, nx.allocs)
+            k.drafted = {}
         cols = [a.columns for a in apps]
         if not all(map(operator.is_, cols, k.cols)):
             for i, (now, was) in enumerate(zip(cols, k.cols, strict=True)):
@@ -387,7 +401,8 @@ class AdmissionKeep:
         for i in resigned:
             alloc[i] = moved[i]
         allocated: FloatArray = alloc.sum(axis=0)
-        result = Placed(touched_runs(k.apps, consts, k.vmrows, ends, touched),
+        drafted = k.drafted = {}
+        result = Placed(touched_runs(k.apps, consts, k.vmrows, ends, touched, drafted),
                         [newcomers[a] for a in runs], placement, allocated)
         # the state after this point, as the next one will read it (checked there)
         n_old = len(k.host)
@@ -396,6 +411,7 @@ class AdmissionKeep:
         at = ends[-1] if ends else 0
         for a in runs:
             nx, const, _ = newcomers[a]
+            drafted[len(k.apps)] = nx
             k.apps.append(new_apps[a])
             k.cols.append(None)
             k.src.append(None)

@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from merkat.control.types import VMState
 from merkat.core.market_input import Run
-from merkat.core.model import App, AppConst, Columns
+from merkat.core.model import App, AppConst, AppNext, Columns
 from merkat.core.running import Running
 from merkat.market import NO_HOST, RESOURCES, Hosts, share_kernel
 from merkat.market.host_shares import SAFE_BOUND, none_capped
@@ -57,7 +57,11 @@ class Kept:
     whether it is traded and running totals of the bids and finite caps (only bounds).
     ``src``: per application, the columns its kept rows were last read from or checked
     against (record columns, never changed in place: a list still there is not read
-    again)."""
+    again). ``drafted``: per application (index), the next state the last point drafted for
+    it (a newcomer, or one whose VMs it touched): after that point's plan its lists hold the
+    kept rows, so they are its ``src`` at the next point (:meth:`~merkat.core.
+    admission_keep.AdmissionKeep.valid` reads them then: the commit installs them as they
+    are, and a writer after it replaces a list, never changes one in place)."""
 
     hosts: Hosts
     reserve: FloatArray
@@ -86,6 +90,7 @@ class Kept:
     traded: list[bool]
     reserve_l: list[float]
     src: list[Columns | None]
+    drafted: dict[int, AppNext] = field(default_factory=dict)
 
 
 def kept_of(full: Full, cap_g: list[list[float]], cap_rows: list[list[float]],
@@ -103,8 +108,12 @@ def kept_of(full: Full, cap_g: list[list[float]], cap_rows: list[list[float]],
     consts = [c for _, c, _ in here.apps]
     vmrows = [rows for _, _, rows in here.apps]
     ends = list(here.ends)
-    for i in full.touched:  # (checked by value at the next point)
-        cols[bisect_right(ends, i)] = None
+    src: list[Columns | None] = [*full.cols, *([None] * len(full.fits))]
+    for i in full.touched:  # (checked by value at the next point; its allocations too)
+        a = bisect_right(ends, i)
+        cols[a] = None
+        was = full.cols[a]
+        src[a] = (was[0], was[1], was[2], was[3], was[4], [])
     at = ends[-1] if ends else 0
     for (nx, const, _), app in zip(full.fits, full.fit_apps, strict=True):
         apps.append(app)
@@ -116,7 +125,7 @@ def kept_of(full: Full, cap_g: list[list[float]], cap_rows: list[list[float]],
     row_ids = [*here.vms[0], *(i for nx, _, _ in full.fits for i in nx.ids)]
     return _kept(full.hosts, full.reserve, full.index, apps, cols, consts, vmrows, ends,
                  row_ids, full.bid, full.cap, full.minimum, full.host, full.alloc,
-                 [*full.cols, *([None] * len(full.fits))], None, cap_g, cap_rows, inv_rows)
+                 src, None, cap_g, cap_rows, inv_rows)
 
 
 @dataclass(frozen=True)
@@ -140,13 +149,14 @@ class Handed:
     minimum: FloatArray
     host: IntArray
     alloc: FloatArray
+    capped: bool | None = None  # the clearing's Clearing.capped (None: not known)
 
 
 def kept_of_period(h: Handed, cap_g: list[list[float]], cap_rows: list[list[float]],
                    inv_rows: list[list[float]]) -> Kept | None:
     """The :class:`Kept` of a period's clearing (:class:`Handed`) as the first admission point
-    after it reads the records, or None when the proof cannot hold (:func:`kept_of`'s cases,
-    the proof failing being checked by :func:`~merkat.market.host_shares.none_capped`).
+    after it reads the records, or None when the proof cannot hold (:func:`kept_of`'s
+    cases).
 
     Why it is the full path's: the commit wrote the decision as decided (no withholding, no
     failed operation: :meth:`AdmissionKeep.handed`), so a running application's running VMs
@@ -157,7 +167,14 @@ def kept_of_period(h: Handed, cap_g: list[list[float]], cap_rows: list[list[floa
     and each record holds it (the plan wrote it into the next state's allocations). An
     application whose installed columns are the very lists of its next state is taken as
     checked; one whose lists were replaced since (a started VM's state, any writer) is
-    checked by value at the point (:func:`same_rows`, against its next state's lists)."""
+    checked by value at the point (:func:`same_rows`, against its next state's lists).
+
+    Whether some VM is capped: the clearing says it (``Handed.capped``, its final
+    ``enforceable_capped``'s flag, which is True whenever :func:`~merkat.market.host_shares.
+    none_capped` answers False: ``tests/test_market_placement.py``); only when it does not
+    know (None) is :func:`~merkat.market.host_shares.none_capped` computed."""
+    if h.capped:
+        return None  # (some VM capped: a node's shares are not its own alone)
     host = h.host
     host_l: list[int] = host.tolist()
     apps: list[App] = []
@@ -199,7 +216,8 @@ def kept_of_period(h: Handed, cap_g: list[list[float]], cap_rows: list[list[floa
         ids = tuple(ids[j] for j in sel.tolist())
         bid, cap, minimum, host, alloc = bid[sel], cap[sel], minimum[sel], host[sel], alloc[sel]
     return _kept(h.hosts, h.reserve, h.index, apps, cols, consts, vmrows, ends, list(ids),
-                 bid, cap, minimum, host, alloc, src, host, cap_g, cap_rows, inv_rows)
+                 bid, cap, minimum, host, alloc, src, None if h.capped is False else host,
+                 cap_g, cap_rows, inv_rows)
 
 
 def _kept(hosts: Hosts, reserve: FloatArray, index: int, apps: list[App],
@@ -250,7 +268,9 @@ def same_rows(k: Kept, i: int, cols: Columns) -> bool:
     """Whether application ``i``'s columns give the kept rows: the same running VMs
     (placed, not suspended), ids, hosts, bids (bit for bit), allocations (equal where it
     trades, 0 where its resource is outside the market) and none odd. A column list
-    that is the one the rows were last checked against (``Kept.src``) is not read."""
+    that is the one the rows were last checked against (``Kept.src``) is not read (the
+    allocations' included: a point that changes an application's kept allocations gives it
+    the ``src`` of the next state it drafted, whose allocations its plan wrote)."""
     ids, states, bids, hosts, _, allocs = cols
     was = k.src[i]
     rows = k.vmrows[i]
@@ -272,6 +292,8 @@ def same_rows(k: Kept, i: int, cols: Columns) -> bool:
             for r, vm in enumerate(rows, r0):
                 if not same_bits(bids[vm].get(res, 0.0), col[r]):
                     return False
+    if was is not None and allocs is was[5]:
+        return True
     columns = k.consts[i].columns
     width = len(columns)
     nan = math.nan

@@ -356,7 +356,7 @@ class Platform:
         )
         if self._proportional:  # (its clearing, for the first admission point after it)
             self._keep.decided(decision, runs, vms.ids, vms.bid, vms.cap, vms.minimum,
-                               result.host, result.allocation)
+                               result.host, result.allocation, result.capped)
         return decision
 
     def stop(self, app_id: str, now: float, reason: str, failed: bool = False

@@ -149,6 +149,12 @@ class Search:
         # (the allocation _fill_all wrote: zeros, and each traded resource's shares)
         return self.start_alloc, prices
 
+    def start_capped(self) -> bool | None:
+        """``enforceable_capped``'s flag for :meth:`start_enforceable`'s clearings (None: not
+        vectorised)."""
+        return (None if self.start_shares is None
+                else any(bool(s.capped.any()) for s in self.start_shares.values()))
+
     def rms(self) -> float:
         return math.sqrt(max(self.sumsq, 0.0) / self.n_placed)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from merkat.market.allocation_error import enforceable, vm_errors
+from merkat.market.allocation_error import enforceable_capped, vm_errors
 from merkat.market.balance import BalanceResult, search_mapping
 from merkat.market.placement import worst_fit_decreasing
 from merkat.market.share import proportional_share
@@ -55,6 +55,9 @@ class Clearing:
     allocation error (NaN when unplaced). ``node_price``: ``(h, R)`` per-node prices.
     ``timings``: seconds spent in each phase (measured by the caller's clock if any; the
     market itself only uses ``time.perf_counter`` deltas, never wall-clock time).
+    ``capped``: whether some VM of some node was capped in the clearing of ``allocation``
+    (:func:`~merkat.market.allocation_error.enforceable_capped`'s flag: False proves what
+    :func:`~merkat.market.host_shares.none_capped` checks), None when not known.
     """
 
     price: FloatArray
@@ -66,6 +69,7 @@ class Clearing:
     migrations: tuple[Migration, ...]
     balance: BalanceResult
     timings: dict[str, float] = field(default_factory=dict)
+    capped: bool | None = None
 
 
 def check_reserve(vms: VMs, reserve_price: FloatArray) -> None:
@@ -132,11 +136,13 @@ def clear(
     t3 = clock()
     # The mapping the search started from is often kept: its node clearings are then reused.
     reused = search.start_enforceable() if np.array_equal(host, start) else None
+    capped: bool | None
     if reused is not None:  # (and their errors: vm_errors of the same arrays)
         allocation, node_price = reused
         errors = search.start_errors
+        capped = search.start_capped()
     else:
-        allocation, node_price = enforceable(hosts, vms, host)
+        allocation, node_price, capped = enforceable_capped(hosts, vms, host)
         # (the search's resources that can make an error: enforceable's allocation is 0 in
         # the others, as its starting clearing's)
         errors = vm_errors(allocation, ideal, search.err_cols)
@@ -150,4 +156,5 @@ def clear(
     )
     t4 = clock()
     timings = {"allocate_s": (t1 - t0) + (t4 - t3), "place_s": t2 - t1, "balance_s": t3 - t2}
-    return Clearing(price, ideal, allocation, host, error, node_price, migrations, result, timings)
+    return Clearing(price, ideal, allocation, host, error, node_price, migrations, result, timings,
+                    capped)
