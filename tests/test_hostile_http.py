@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import resource
+import signal
 import socket
 import subprocess
 import sys
@@ -252,6 +253,49 @@ def test_big_bodies_are_413_unread_and_big_logs_are_read_from_the_end(server: Se
     with urllib.request.urlopen(req, timeout=5) as r:
         assert r.headers["content-type"].startswith("text/event-stream")
         assert r.readline() == b": merkat events\n"
+
+
+def test_a_request_amid_a_burst_of_idle_connections_is_answered(tmp_path: Path,
+                                                                quiet_machine: None) -> None:
+    """Item 14, the burst: while the server is busy (stopped here), 100 idle connections, bob's
+    request and 300 more idle ones queue in its backlog; it then accepts all 401 at once, and
+    every connection is made before any is read. Past the cap (256 with 512 file handles) the
+    oldest idle connections are closed, but not bob's: its request has arrived, unread (before
+    the fix it was closed with the flood, and bob got a reset)."""
+    s = Server(tmp_path, nofile=512)
+    opened: list[socket.socket] = []
+    got: dict[str, int] = {}
+    try:
+        assert s.call("GET", "/api/v1/prices", "bob")[0] == 200
+        os.kill(s.proc.pid, signal.SIGSTOP)
+        opened += [socket.create_connection(("127.0.0.1", s.port), timeout=5)
+                   for _ in range(100)]
+        bob = threading.Thread(target=lambda: got.update(
+            code=s.call("GET", "/api/v1/prices", "bob", timeout=60)[0]))
+        bob.start()
+        time.sleep(0.5)  # bob's connection is queued and its request sent
+        opened += [socket.create_connection(("127.0.0.1", s.port), timeout=5)
+                   for _ in range(300)]
+        os.kill(s.proc.pid, signal.SIGCONT)
+        bob.join(60)
+        assert got.get("code") == 200, got
+        closed = 0
+        for c in opened:
+            c.setblocking(False)
+            try:
+                closed += c.recv(1) == b""
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed += 1
+        assert closed >= 100, closed  # the cap was applied to the flood
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(s.proc.pid, signal.SIGCONT)
+        for c in opened:
+            c.close()
+        s.stop()
+    assert "Traceback" not in s.log(), s.log()[-3000:]
 
 
 def test_idle_and_slow_connections_cannot_take_the_server_down(tmp_path: Path,

@@ -14,6 +14,10 @@
   not sent a whole request head ``header_timeout`` s after it opened, or after its last
   response, is closed: slowloris) and a connection cap (past it the oldest idle connection
   is closed, so idle connections can neither exhaust the file handles nor lock out others).
+  A connection whose first bytes have arrived but are not read yet is not idle: in a burst
+  of accepted connections (a flood queued while the server was busy) every connection is
+  made before any is read, and the oldest-first rule alone would close a client's request
+  that sits among the flood's idle ones (:func:`unread`).
 - :func:`raise_nofile`, :func:`quiet_logs`: the file limit raised to its hard limit; the
   repeated warnings and tracebacks of asyncio and uvicorn at most once per 10 s per message.
 """
@@ -22,8 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import fcntl
 import json
 import logging
+import struct
+import termios
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
@@ -235,6 +242,20 @@ def connection_cap(limits: LimitsConfig) -> int:
     return max(8, min(limits.connections, soft - max(FILE_RESERVE, soft // 4)))
 
 
+def unread(transport: Any) -> int:
+    """Bytes that arrived on ``transport``'s socket and the loop has not read yet (the
+    kernel's ``FIONREAD``; 0 when it cannot tell): a request on its way, so its connection is
+    not idle even though no byte of it was seen."""
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return 0
+    try:
+        got = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return 0
+    return int(struct.unpack("i", got)[0])
+
+
 def guarded_protocol(limits: LimitsConfig, cap: int) -> type:
     """uvicorn's h11 protocol with a head timeout and a connection cap (module doc)."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -247,11 +268,12 @@ def guarded_protocol(limits: LimitsConfig, cap: int) -> type:
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._track()
-            while len(self.connections) > cap and idle:
-                oldest = next(iter(idle))
-                if oldest is self:
+            while len(self.connections) > cap:  # the oldest idle one that has sent nothing
+                victim = next((c for c in idle if c is not self
+                               and not unread(c.transport)), None)
+                if victim is None:
                     break
-                oldest.expire()
+                victim.expire()
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
