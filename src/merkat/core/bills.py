@@ -261,11 +261,12 @@ class Bills:
                  ) -> tuple[tuple[tuple[str, int], ...], Sequence[tuple[str, int]]]:
         """``bills_of(runs, result.host, before, result.allocation, bid, prices)``;
         ``table``: the runs read once (:class:`~merkat.core.run_table.RunTable`), or None."""
+        key: object
         if table is None:
             key = [(nx.id, len(nx.ids) if rows is None else len(rows), const.columns)
                    for nx, const, rows in runs]
         else:
-            key = list(zip(table.apps, table.counts, table.columns, strict=True))
+            key = (table.apps, table.counts, table.columns)  # (its lists: no tuple a run)
         last = self._last
         if (last is not None and last[0] is result and last[1] == key and last[2] == prices
                 and (last[3] is before or np.array_equal(last[3], before))

@@ -116,7 +116,7 @@ def ours(backend: Any, p: Any) -> bool:
     start = _start(p.pid)
     if start is None:
         return False
-    seen: dict[str, tuple[int, int]] = backend.__dict__.setdefault("_leader_start", {})
+    seen = _starts(backend)
     first = seen.get(p.id)
     if first is not None and first[0] == p.pid:
         return first[1] == start
@@ -124,12 +124,18 @@ def ours(backend: Any, p: Any) -> bool:
     return True
 
 
+def _starts(backend: Any) -> dict[str, tuple[int, int]]:
+    """The leaders' start times kept on ``backend``: vm → (pid, start)."""
+    seen: dict[str, tuple[int, int]] = backend.__dict__.setdefault("_leader_start", {})
+    return seen
+
+
 def remember(backend: Any, p: Any) -> None:
     """Take VM ``p``'s leader's start time now, as the backend starts (``Popen`` returned: the
     leader has joined its groups and runs its command) or adopts it: :func:`ours` compares
     every later look with it."""
     start = _start(p.pid) if p.pid else None
-    seen: dict[str, tuple[int, int]] = backend.__dict__.setdefault("_leader_start", {})
+    seen = _starts(backend)
     if start is None:
         seen.pop(p.id, None)
     else:
@@ -174,7 +180,7 @@ def check(backend: Any) -> list[tuple[str, str]]:
     if not real:
         return []
     members = sessions(p.pid for p in running)
-    seen = backend.__dict__.get("_leader_start", {})
+    seen = _starts(backend)
     for gone in seen.keys() - backend.vms.keys():  # (removed VMs: forget their leaders)
         del seen[gone]
     out = []
