@@ -111,6 +111,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--admission", type=float, default=10.0)
     ap.add_argument("--trace", default="HPC2N-2002-2.2-cln")
+    ap.add_argument("--fig5", type=float, default=None, metavar="FACTOR",
+                    help="split themis-fig5's market run at this inter-arrival factor instead")
     args = ap.parse_args()
     install()
     from merkat.bench.period import run
@@ -125,8 +127,14 @@ def main() -> None:
 
     period.Platform.decide = counting  # type: ignore[method-assign]
     t0 = time.process_time()
-    out = run(args.trace, jobs=args.jobs, interarrival_factor=1.0, seed=0, hosts=240,
-              workers=1, admission=args.admission)
+    if args.fig5 is not None:
+        from merkat.experiments.common import execute
+        from merkat.experiments.themis import _fig5_runs
+        one = next(r for r in _fig5_runs(1, None, (args.fig5,)) if r.label == "market")
+        out = {k: v for k, v in execute(one).items() if not isinstance(v, (list, dict))}
+    else:
+        out = run(args.trace, jobs=args.jobs, interarrival_factor=1.0, seed=0, hosts=240,
+                  workers=1, admission=args.admission)
     total = time.process_time() - t0
     periods = out["periods"]
     _own[("other", "reading the trace, the run's set-up")] = total - sum(_own.values())

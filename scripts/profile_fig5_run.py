@@ -2,7 +2,7 @@
 ``F`` (HPC2N's first 1,000 jobs, vertical-deadline, 240 hosts × 1 core). Prints the run's CPU
 seconds and outcome, writes the profile to ``/tmp/f5_F.prof`` (read it with ``pstats``).
 
-    PYTHONPATH=src python scripts/profile_fig5_run.py 0.2 [--no-profile]
+    PYTHONPATH=src python scripts/profile_fig5_run.py 0.2 [--no-profile] [--jobs N]
 """
 
 from __future__ import annotations
@@ -19,10 +19,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("factor", type=float, help="the inter-arrival factor (0.1-1.0)")
     ap.add_argument("--no-profile", action="store_true", help="time the run only")
+    ap.add_argument("--jobs", type=int, default=1000, help="the first N jobs (default 1000)")
     args = ap.parse_args()
     if not 0 < args.factor <= 10:
         ap.error(f"factor must be in (0, 10], got {args.factor}")  # one line, exit 2
-    run = next(r for r in _fig5_runs(1, None, (args.factor,)) if r.label == "market")
+    if args.jobs < 1:
+        ap.error(f"--jobs must be >= 1, got {args.jobs}")
+    run = next(r for r in _fig5_runs(1, args.jobs, (args.factor,)) if r.label == "market")
     pr = None if args.no_profile else cProfile.Profile(time.process_time)
     t0 = time.process_time()
     if pr is not None:
