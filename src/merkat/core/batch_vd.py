@@ -136,7 +136,7 @@ def decide_vd1(app: App, k: Vd1, balance: int, seen: Observed
         return None
     if susp:
         return Demand(_SUSPEND, nvms=n, reason=SUSPEND)
-    return paid(app, cols, r, x, n, balance)
+    return paid(app, cols, r, x, n, balance, k)
 
 
 def rests_vd1(app: App, k: Vd1, seen: Observed) -> bool:

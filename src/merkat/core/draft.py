@@ -52,7 +52,7 @@ from merkat.control.types import VMState
 from merkat.core.model import App, AppNext, Columns, VMRecord
 from merkat.market import NO_HOST
 
-__all__ = ["Columns", "add_vm", "bidding", "columns", "copy", "draft", "install",
+__all__ = ["Columns", "add_vm", "as_is", "bidding", "columns", "copy", "draft", "install",
            "install_each", "keep", "kept", "move_back", "next_of", "own", "own_allocs",
            "own_bids", "rebid_columns", "starting", "unplace", "writing"]
 
@@ -233,13 +233,23 @@ def rebid_columns(app: App, bid: dict[str, float], columns: Columns) -> AppNext:
         first = bids[0]
         if first == bid:
             if bids.count(first) == n:  # (identity first, then ==: C speed)
-                clean = app.clean
-                if (clean is not None and clean.base is columns and clean.allocs is allocs
-                        and not clean.moved and clean.broke_since == app.broke_since):
-                    return clean  # (still the record's values: see install_each)
-                return _next(app, columns, ids, states, bids, hosts, fresh, allocs)
+                return as_is(app, columns)
             bid = first
     return _next(app, columns, ids, states, [bid] * n, hosts, fresh, allocs)
+
+
+def as_is(app: App, columns: Columns) -> AppNext:
+    """:func:`rebid_columns`' answer when every VM of ``columns`` (``app``'s record's) already
+    holds a mapping equal to the bid: the record's clean next state while it is still the
+    record's values (see :func:`rebid_columns`), else a next state on these columns
+    untouched. :func:`merkat.core.batch_slo.paid` calls it directly when it knows the VMs
+    bid so (the record's bids list it saw so, and the same bid)."""
+    clean = app.clean
+    if (clean is not None and clean.base is columns and clean.allocs is columns[5]
+            and not clean.moved and clean.broke_since == app.broke_since):
+        return clean  # (still the record's values: see install_each)
+    ids, states, bids, hosts, fresh, allocs = columns
+    return _next(app, columns, ids, states, bids, hosts, fresh, allocs)
 
 
 def copy(nx: AppNext) -> AppNext:
