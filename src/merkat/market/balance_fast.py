@@ -113,10 +113,21 @@ class Shortcuts:
         self.bu_l: list[float] = s.bu[:, r].tolist() if self.simple else []
         self.cl_l: list[float] = s.cl[:, r].tolist() if self.simple else []
         self.small = small  # the general path's plain-Python limit (balance_state._SMALL)
-        # per traded resource: whether a segmented clearing's running sums stay finite
-        self.safe = {q: bool(s.vms.bid[:, q].sum() < SAFE_SUM)
-                     and bool(np.sum(s.vms.cap[:, q], where=s.vms.cap[:, q] < _INF) < SAFE_SUM)
-                     for q in s.traded}
+        # per traded resource asked: whether a segmented clearing's running sums stay finite
+        # (:meth:`safe`: only a segmented clearing asks; a search with none never computes it)
+        self._safe: dict[int, bool] = {}
+
+    def safe(self, q: int) -> bool:
+        """Whether traded resource ``q``'s bids, and its finite caps, each sum below
+        :data:`SAFE_SUM` over every VM (a segmented clearing's running sums then stay
+        finite); computed on the first question, then kept."""
+        got = self._safe.get(q)
+        if got is None:
+            vms = self.s.vms
+            got = self._safe[q] = (
+                bool(vms.bid[:, q].sum() < SAFE_SUM)
+                and bool(np.sum(vms.cap[:, q], where=vms.cap[:, q] < _INF) < SAFE_SUM))
+        return got
 
     def moved(self, src: int, dst: int) -> None:
         """A move changed nodes ``src`` and ``dst``."""
@@ -140,7 +151,7 @@ class Shortcuts:
         """``Search._pair_shares(r, src, dst)`` when neither node has a capped VM (and, for a
         segmented clearing, the running sums stay finite), the nodes' terms updated; else
         None, nothing changed."""
-        if segmented and not self.safe[r]:
+        if segmented and not self.safe(r):
             return None
         s = self.s
         sums, rmaxs, cap_r = s.node_sum[r], s.node_rmax[r], s.cap_node[r]
