@@ -12,7 +12,7 @@ the applications' progress; the live ones manage real processes or pods. All rec
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,6 +50,26 @@ class Plan:
     resume: tuple[VMPlacement, ...] = ()
     migrate: tuple[tuple[str, int, int], ...] = ()
     allocations: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # (not part of what a plan asks: a backend may ignore it; no field of equality or repr)
+    column: AllocColumn | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class AllocColumn:
+    """A period's :class:`Plan` ``allocations`` as the clearing gave them, when they are one
+    column (the usual market: every VM placed, one traded resource; issue 28, twentieth
+    session): ``values[m]`` (a float array never written) is ``resource``'s allocation of the
+    m-th VM ``allocations`` lists, whose mapping is ``{resource: v}`` with ``v ==
+    values[m]``; application ``apps[k]``'s VMs are the ``sizes[k]`` rows from ``starts[k]``.
+    The simulated backend reads it to take each application's least allocation at once
+    (:func:`merkat.backends.sim_pace.least_cpu`); a plan rebuilt with other allocations (a
+    withholding, a backend's own filtering) drops it."""
+
+    resource: str
+    values: Any
+    apps: Sequence[str]
+    starts: Sequence[int]
+    sizes: Sequence[int]
 
 
 OPS = ("create", "resume", "destroy", "suspend", "migrate", "resize")

@@ -13,13 +13,13 @@ import operator
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import accumulate, repeat
 from typing import Any
 
 import numpy as np
 
 from merkat.control.types import VMState
-from merkat.core.backend import Plan, VMPlacement
+from merkat.core.backend import AllocColumn, Plan, VMPlacement
 from merkat.core.bills import Bills as Bills  # (re-exported: where callers find them)
 from merkat.core.bills import bills_of as bills_of
 from merkat.core.draft import own, own_allocs
@@ -156,7 +156,21 @@ def _plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
         resume=tuple(resume),
         migrate=tuple(migrate),
         allocations=allocations,
+        column=None if column is None else _alloc_column(runs, column, table),
     ), column
+
+
+def _alloc_column(runs: Sequence[Run], column: Column, table: RunTable | None
+                  ) -> AllocColumn:
+    """The plan's :class:`~merkat.core.backend.AllocColumn` of ``column`` (the one-column
+    allocations of ``runs``, every run whole: its rows are its VMs)."""
+    if table is not None:
+        apps, sizes, starts = table.apps, table.sizes, table.starts()
+    else:
+        apps = [nx.id for nx, _, _ in runs]
+        sizes = [len(nx.ids) for nx, _, _ in runs]
+        starts = list(accumulate(sizes[:-1], initial=0)) if sizes else []
+    return AllocColumn(column.one[0], column.values, apps, starts, sizes)
 
 
 def _one_column(runs: Sequence[Run]) -> tuple[str, int] | None:
