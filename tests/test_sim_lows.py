@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import operator
 import zlib
 from typing import Any
 
@@ -23,7 +24,8 @@ from hypothesis import strategies as st
 
 from merkat.backends import sim_pace
 from merkat.backends.sim import SimBackend
-from merkat.core.backend import AllocColumn, ApplyReport, OpReport, Plan
+from merkat.core import plan as plan_mod
+from merkat.core.backend import AllocColumn, ApplyReport, Listed, OpReport, Plan
 from merkat.workload.cluster import Cluster
 from merkat.workload.jobs import Workload
 from merkat.worlds.merkat.options import MarketConfig
@@ -80,14 +82,16 @@ def _run(monkeypatch: pytest.MonkeyPatch, lows: bool, seed: int, hosts: int, fla
     every kept least is checked against the ``min`` before every advance. Returns the
     outcome's digest, the backend's state after every apply and advance, and counts."""
     monkeypatch.setattr(sim_pace, "LOWS", lows)
+    monkeypatch.setattr(plan_mod, "LISTED", lows)  # (the plan's allocations as its lists)
     if flaky:
         monkeypatch.setattr(SimBackend, "apply", _flaky(SimBackend.apply))
     states: list[str] = []
-    seen = {"checked": 0, "columns": 0}
+    seen = {"checked": 0, "columns": 0, "listed": 0}
     apply, advance = SimBackend.apply, SimBackend.advance
 
     def applying(self: SimBackend, plan: Plan) -> ApplyReport:
         seen["columns"] += plan.column is not None
+        seen["listed"] += type(plan.allocations) is Listed
         out = apply(self, plan)
         states.append(_state(self))
         return out
@@ -129,7 +133,7 @@ def test_the_kept_least_allocations_give_the_reference_run_state_for_state(
         assert got == want, k
     # the run went through every kind of change, and the kept least values were read
     assert seen["suspended"] > 0 and seen["resumed"] > 0 and seen["migrations"] > 0
-    assert seen["columns"] > 10 and seen["checked"] > 100
+    assert seen["columns"] > 10 and seen["checked"] > 100 and seen["listed"] > 10
     assert not flaky or seen["failed"] > 10
 
 
@@ -202,3 +206,33 @@ def test_a_column_that_is_not_every_vm_of_an_application_keeps_no_least(
     assert lows == ["[('a', 0.125)]", "[]", "[('a', 0.5)]"]  # the second: not every VM
     assert [s for s in got if s not in lows] == [s for s in want if s != "[]"]
     assert b._lows == {"a": 0.5}
+
+
+@settings(max_examples=200, deadline=None)
+@given(pairs=st.lists(st.tuples(st.sampled_from([f"v{k}" for k in range(12)]),
+                                st.sampled_from([0.25, 0.5, -0.0, float("nan")])),
+                      max_size=10, unique_by=lambda p: p[0]),
+       probe=st.sampled_from(["v0", "v3", "v11", "nope"]))
+def test_listed_allocations_read_as_the_dict(pairs: list[tuple[str, float]],
+                                             probe: str) -> None:
+    """:class:`~merkat.core.backend.Listed` reads as ``dict(zip(ids, allocs))``: look-ups,
+    membership, size, order, items, ``==`` both ways, ``repr``; the plan holding it prints
+    and compares as the plan holding the dict."""
+    ids = [v for v, _ in pairs]
+    allocs = [{"cpu": a} for _, a in pairs]
+    want = dict(zip(ids, allocs, strict=True))
+    got = Listed(ids, allocs)
+    assert got._dict is None  # (nothing built yet)
+    assert len(got) == len(want) and list(got) == list(want) and repr(got) == repr(want)
+    assert list(got.items()) == list(want.items()) and list(got.keys()) == list(want.keys())
+    assert all(map(operator.is_, got.values(), want.values()))
+    assert (probe in got) == (probe in want) and got.get(probe) is want.get(probe)
+    if probe in want:
+        assert got[probe] is want[probe]
+    assert got == want and want == got and got == Listed(ids, allocs)
+    assert (got != want) is False and dict(got) == want and {**got} == want
+    assert (got == {"x": {}}) == (want == {"x": {}})
+    a, b = Plan(0.0, 60.0, allocations=got), Plan(0.0, 60.0, allocations=want)
+    assert a == b and repr(a) == repr(b)
+    with pytest.raises(ValueError):
+        Listed(ids, [*allocs, {}])

@@ -42,7 +42,7 @@ from merkat.backends.sim_models import (
 )
 from merkat.backends.sim_pace import advance_paced, least_cpu
 from merkat.control.types import AppStatus, Metrics
-from merkat.core.backend import ApplyReport, Plan
+from merkat.core.backend import ApplyReport, Listed, Plan
 from merkat.core.model import App, Observed
 
 
@@ -249,7 +249,8 @@ class SimBackend:
             return ApplyReport(t)  # every VM holds its mapping already
         vms, lows = self.vms, self._lows
         last = None  # (an application's VMs come together in a period's plan: one pop)
-        for vm_id, alloc in allocations.items():
+        for vm_id, alloc in (zip(allocations.ids, allocations.allocs, strict=True)  # (no dict)
+                             if type(allocations) is Listed else allocations.items()):
             vm = vms[vm_id]
             if vm.alloc is not alloc:  # a mapping is kept while its values do not change
                 vm.alloc = alloc
@@ -261,7 +262,8 @@ class SimBackend:
                         live[app] = None
         self._applied, self._stamp = allocations, self._changes
         if plan.column is not None and sim_pace.LOWS and self._n_indexed == len(vms):
-            least_cpu(plan.column, len(allocations), self._by_app, lows)  # (all applied)
+            listed = allocations.ids if type(allocations) is Listed else allocations
+            least_cpu(plan.column, len(listed), self._by_app, lows)  # (all applied)
         return ApplyReport(t)
 
     def _unpace(self, app_id: str) -> None:

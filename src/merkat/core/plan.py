@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from merkat.control.types import VMState
-from merkat.core.backend import AllocColumn, Plan, VMPlacement
+from merkat.core.backend import AllocColumn, Listed, Plan, VMPlacement
 from merkat.core.bills import Bills as Bills  # (re-exported: where callers find them)
 from merkat.core.bills import bills_of as bills_of
 from merkat.core.draft import own, own_allocs
@@ -187,6 +187,19 @@ def _one_column(runs: Sequence[Run]) -> tuple[str, int] | None:
     return first[0]
 
 
+LISTED = True
+"""Whether a one-column plan's ``allocations`` are its joined lists
+(:class:`~merkat.core.backend.Listed`: the dict built only when read) instead of the dict
+(False: the reference)."""
+
+
+def _listed(ids: list[str], allocs: list[dict[str, float]]
+            ) -> dict[str, dict[str, float]] | Any:
+    """The plan's ``allocations`` of ``ids`` and their ``allocs`` (new lists, not changed
+    afterwards): :class:`~merkat.core.backend.Listed`, or the dict (:data:`LISTED` off)."""
+    return Listed(ids, allocs) if LISTED else dict(zip(ids, allocs, strict=True))
+
+
 MIN_COLUMN_VMS = 256
 """The fewest VMs whose allocations :func:`_one_column_allocations` compares in numpy: the
 pass costs ~15 µs whatever its size and ~60 ns per VM, the plain comprehension ~100 ns per
@@ -265,7 +278,7 @@ def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray,
             allocs[m] = {r0: a}
     out = Column(col.copy(), {}, allocs)
     if not new:
-        out.allocations = dict(zip(ids, allocs, strict=True))
+        out.allocations = _listed(ids, allocs)
         return out
     if len(new) < len(runs):  # few: each one's run found by bisect
         if table is not None:
@@ -289,7 +302,7 @@ def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray,
                 if not all(map(operator.is_, mine, nx.allocs)):
                     nx.allocs = mine  # (a new list, when one changed: copy on write)
             i = j
-    out.allocations = dict(zip(ids, allocs, strict=True))
+    out.allocations = _listed(ids, allocs)
     return out
 
 
