@@ -10,12 +10,7 @@ another size)."""
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import operator
-import zlib
-from typing import Any
 
 import numpy as np
 import pytest
@@ -25,11 +20,12 @@ from hypothesis import strategies as st
 from merkat.backends import sim_pace
 from merkat.backends.sim import SimBackend
 from merkat.core import plan as plan_mod
-from merkat.core.backend import AllocColumn, ApplyReport, Listed, OpReport, Plan
+from merkat.core.backend import AllocColumn, ApplyReport, Listed, Plan
 from merkat.workload.cluster import Cluster
 from merkat.workload.jobs import Workload
 from merkat.worlds.merkat.options import MarketConfig
 from merkat.worlds.merkat.trace import simulate_market
+from test_lazy_records import _flaky, run_digest
 
 
 def _jobs(seed: int, n: int = 40) -> Workload:
@@ -39,33 +35,6 @@ def _jobs(seed: int, n: int = 40) -> Workload:
                                 run=rng.integers(600, 6_000, n).tolist(),
                                 procs=rng.integers(1, 13, n).tolist(),
                                 deadline_factor=rng.uniform(1.2, 4.0, n).tolist())
-
-
-def _flaky(real: Any) -> Any:
-    """``SimBackend.apply`` failing about one in four creates, resumes, migrations and
-    suspends, its plan rebuilt by ``dataclasses.replace`` (so the column is kept while the
-    allocations are filtered: the backend must see it does not fit)."""
-
-    def fails(vm: str, t: float) -> bool:
-        return zlib.crc32(f"{vm}@{t}".encode()) % 4 == 0
-
-    def apply(self: SimBackend, plan: Plan) -> ApplyReport:
-        t = plan.time
-        bad = [OpReport(op, vm, False, "flaky") for op, vms in (
-            ("create", [p.vm for p in plan.create]), ("resume", [p.vm for p in plan.resume]),
-            ("migrate", [m[0] for m in plan.migrate]), ("suspend", list(plan.suspend)))
-            for vm in vms if fails(vm, t)]
-        gone = {o.vm for o in bad}
-        ok = dataclasses.replace(
-            plan, suspend=tuple(v for v in plan.suspend if v not in gone),
-            create=tuple(p for p in plan.create if p.vm not in gone),
-            resume=tuple(p for p in plan.resume if p.vm not in gone),
-            migrate=tuple(m for m in plan.migrate if m[0] not in gone),
-            allocations={v: a for v, a in plan.allocations.items() if v not in gone})
-        report = real(self, ok)
-        return ApplyReport(t, report.ops + tuple(bad), report.api_calls)
-
-    return apply
 
 
 def _state(b: SimBackend) -> str:
@@ -84,7 +53,7 @@ def _run(monkeypatch: pytest.MonkeyPatch, lows: bool, seed: int, hosts: int, fla
     monkeypatch.setattr(sim_pace, "LOWS", lows)
     monkeypatch.setattr(plan_mod, "LISTED", lows)  # (the plan's allocations as its lists)
     if flaky:
-        monkeypatch.setattr(SimBackend, "apply", _flaky(SimBackend.apply))
+        monkeypatch.setattr(SimBackend, "apply", _flaky(SimBackend.apply, keep=True))
     states: list[str] = []
     seen = {"checked": 0, "columns": 0, "listed": 0}
     apply, advance = SimBackend.apply, SimBackend.advance
@@ -109,16 +78,9 @@ def _run(monkeypatch: pytest.MonkeyPatch, lows: bool, seed: int, hosts: int, fla
     out = simulate_market(_jobs(seed), Cluster(hosts, 1, None),
                           MarketConfig(period=300.0, policy="vertical-deadline"))
     monkeypatch.undo()
-    h = hashlib.sha256()
-    for a in (out.start, out.end, out.value, out.paid):
-        h.update(np.ascontiguousarray(a).tobytes())
-    h.update(repr([(r.prices, r.allocated, r.vms, r.migrations, r.charged, r.failed)
-                   for r in out.records]).encode())
-    h.update(json.dumps([out.outcomes, out.bank, out.reasons], sort_keys=True).encode())
-    for k in ("suspended", "resumed", "migrations", "created"):
-        seen[k] = sum(getattr(r, k) for r in out.records)
+    digest = run_digest(out, seen)
     seen["failed"] = sum(len(r.failed) for r in out.records)
-    return h.hexdigest(), states, seen
+    return digest, states, seen
 
 
 @pytest.mark.parametrize(("seed", "hosts", "flaky"),
