@@ -52,6 +52,7 @@ def _run(monkeypatch: pytest.MonkeyPatch, lows: bool, seed: int, hosts: int, fla
     outcome's digest, the backend's state after every apply and advance, and counts."""
     monkeypatch.setattr(sim_pace, "LOWS", lows)
     monkeypatch.setattr(plan_mod, "LISTED", lows)  # (the plan's allocations as its lists)
+    monkeypatch.setattr(plan_mod, "MIN_COLUMN_VMS", 1)  # (every one-column plan carries it)
     if flaky:
         monkeypatch.setattr(SimBackend, "apply", _flaky(SimBackend.apply, keep=True))
     states: list[str] = []

@@ -156,7 +156,8 @@ def _plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
         resume=tuple(resume),
         migrate=tuple(migrate),
         allocations=allocations,
-        column=None if column is None else _alloc_column(runs, column, table),
+        column=(_alloc_column(runs, column, table)
+                if column is not None and len(column.values) >= MIN_COLUMN_VMS else None),
     ), column
 
 
@@ -203,7 +204,10 @@ def _listed(ids: list[str], allocs: list[dict[str, float]]
 MIN_COLUMN_VMS = 256
 """The fewest VMs whose allocations :func:`_one_column_allocations` compares in numpy: the
 pass costs ~15 µs whatever its size and ~60 ns per VM, the plain comprehension ~100 ns per
-VM (a w3k plan lists ~130 VMs, a fig5 one ~900)."""
+VM (a w3k plan lists ~130 VMs, a fig5 one ~900). Also the fewest a plan carries as its
+:class:`~merkat.core.backend.AllocColumn`: the backend's pass over it has the same fixed
+cost, and on the trace windows (~2 VMs an application) it cost more than the per-VM ``min``
+it saves (w150000: +0.8 % instructions with every one-column plan's)."""
 
 
 @dataclass
