@@ -29,6 +29,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from merkat.backends import sim_pace
 from merkat.backends.sim_models import (
     _NO_VMS,
     _RIGID_METRICS,
@@ -39,9 +40,9 @@ from merkat.backends.sim_models import (
     _observed,
     _set,
 )
-from merkat.backends.sim_pace import advance_paced
+from merkat.backends.sim_pace import advance_paced, least_cpu
 from merkat.control.types import AppStatus, Metrics
-from merkat.core.backend import ApplyReport, Plan
+from merkat.core.backend import ApplyReport, Listed, Plan
 from merkat.core.model import App, Observed
 
 
@@ -104,10 +105,15 @@ class SimBackend:
     # a CPU-only rigid application's pace is its least CPU allocation's (:meth:`_rigid_pace`).
     _quiet: dict[str, float] = field(default_factory=dict, init=False, repr=False,
                                      compare=False)
+    # Per application, its VMs' least CPU allocation, from the last plan's column
+    # (sim_pace.least_cpu), while none of its VMs is put, released or given another mapping
+    # (_unpace and apply drop it); absent: :meth:`_rigid_pace` takes the ``min`` itself.
+    _lows: dict[str, float] = field(default_factory=dict, init=False, repr=False,
+                                    compare=False)
 
     def __post_init__(self) -> None:  # the private state
         self._live, self._seen, self._by_app, self._n_indexed = {}, 0, {}, 0
-        self._quiet = {}
+        self._quiet, self._lows = {}, {}
         self._pace, self._observed = {}, {}
         self._applied, self._changes, self._stamp = None, 0, -1
 
@@ -134,6 +140,7 @@ class SimBackend:
             self._pace.pop(app_id, None)
             self._observed.pop(app_id, None)
             self._quiet.pop(app_id, None)
+            self._lows.pop(app_id, None)
 
     # --- Backend ---------------------------------------------------------------------
 
@@ -240,27 +247,35 @@ class SimBackend:
         allocations = plan.allocations
         if allocations is self._applied and self._changes == self._stamp:
             return ApplyReport(t)  # every VM holds its mapping already
-        vms = self.vms
+        vms, lows = self.vms, self._lows
         last = None  # (an application's VMs come together in a period's plan: one pop)
-        for vm_id, alloc in allocations.items():
+        for vm_id, alloc in (zip(allocations.ids, allocations.allocs, strict=True)  # (no dict)
+                             if type(allocations) is Listed else allocations.items()):
             vm = vms[vm_id]
             if vm.alloc is not alloc:  # a mapping is kept while its values do not change
                 vm.alloc = alloc
                 app = vm.app
                 if app is not last:
                     last = app
+                    lows.pop(app, None)
                     if pace.pop(app, None) is not None:
                         live[app] = None
         self._applied, self._stamp = allocations, self._changes
+        if plan.column is not None and sim_pace.LOWS and self._n_indexed == len(vms):
+            listed = allocations.ids if type(allocations) is Listed else allocations
+            least_cpu(plan.column, len(listed), self._by_app, lows)  # (all applied)
         return ApplyReport(t)
 
     def _unpace(self, app_id: str) -> None:
-        """Forget ``app_id``'s kept pace: it advances on its own again."""
+        """Forget ``app_id``'s kept pace (and least CPU allocation): it advances on its own
+        again."""
+        self._lows.pop(app_id, None)
         if self._pace.pop(app_id, None) is not None:
             self._live[app_id] = None
 
     def _unpace_all(self) -> None:
-        """Forget every kept pace."""
+        """Forget every kept pace (and least CPU allocation)."""
+        self._lows.clear()
         self._live.update(dict.fromkeys(self._pace))
         self._pace.clear()
 
@@ -416,7 +431,9 @@ class SimBackend:
             # ``min(1.0, cpu / full_cpu)`` and ``t0``; division by a positive number keeps
             # the order, so it is that of the first least CPU allocation (``min``), unless
             # that is NaN (``min`` then returns it) or the quotient a zero (its sign)
-            low = min([vm.alloc.get("cpu", 0.0) for vm in vms])
+            low = self._lows.get(app_id)  # (sim_pace.least_cpu's: the same bits)
+            if low is None:
+                low = min([vm.alloc.get("cpu", 0.0) for vm in vms])
             cpu = low / full_cpu
             if cpu == cpu and cpu != 0.0:
                 return (cpu if cpu < 1.0 else 1.0), t0, True

@@ -20,14 +20,23 @@ one numpy pass over their ``work_done``/``work_total`` (each element the same IE
 in the same order as the scalar lines above, so the same bits), a smaller one in a plain loop
 of those lines. ``tests/test_sim_pace.py`` pins both against the recomputed reference, bit
 for bit.
+
+A quiet CPU-only application whose pace is lost (a new allocation) takes it again from its
+least CPU allocation; :func:`least_cpu` takes every application's at once from the plan's
+column when it is applied (one ``np.minimum.reduceat`` over the spans, instead of a ``min``
+over each application's VMs' mappings at the advance: issue 28, twentieth session), kept
+only where it is that ``min`` bit for bit; :data:`LOWS` off is the reference (the ``min``
+every time), and ``tests/test_sim_lows.py`` compares both runs state for state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence, Sized
 from typing import Protocol
 
 import numpy as np
+
+from merkat.core.backend import AllocColumn
 
 
 class Progress(Protocol):
@@ -81,3 +90,41 @@ def advance_paced(models: Sequence[Progress], rates: Sequence[float],
             model.finish_time = t0 + lefts[k] / rates[k]
             model.work_done = model.work_total
     return finished
+
+
+LOWS = True
+"""Whether :meth:`SimBackend.apply <merkat.backends.sim.SimBackend.apply>` keeps each rigid
+application's least CPU allocation from a plan's column (:func:`least_cpu`); False: every
+quiet pace takes the least of its VMs' mappings (the reference)."""
+
+
+def least_cpu(column: AllocColumn, listed: int, groups: Mapping[str, Sized],
+              out: dict[str, float]) -> None:
+    """Each application's least CPU allocation, from a plan's
+    :class:`~merkat.core.backend.AllocColumn` just applied, into ``out``: one
+    ``np.minimum.reduceat`` over the column's spans instead of a ``min`` over each
+    application's VMs' mappings at every advance (issue 28, twentieth session).
+
+    Kept for an application only where it is that ``min``, bit for bit: the column is of
+    ``"cpu"`` and lists as many VMs as the plan's ``allocations`` (``listed``: a plan whose
+    allocations were filtered keeps no column of them), the application's span is every VM
+    the backend holds of it (``groups[app]``, its VMs, as many as the span's: the plan's
+    listed VMs of it, just given their mappings, are among them), and the
+    least is neither NaN (numpy's ``minimum`` propagates one, Python's ``min`` keeps it only
+    first) nor a zero (``min`` keeps the first of ``0.0`` and ``-0.0``); every VM of the
+    span holds ``{"cpu": v}`` with ``v == values[m]``, and equal floats other than zeros
+    are the same bits. The others are left out (the backend takes the ``min`` then). The
+    caller drops an application's entry whenever one of its VMs is put, released or given
+    another mapping (:meth:`SimBackend._unpace <merkat.backends.sim.SimBackend._unpace>`,
+    ``apply``)."""
+    sizes, starts = column.sizes, column.starts
+    values = column.values
+    if (column.resource != "cpu" or not starts or 0 in sizes or listed != len(values)
+            or starts[-1] + sizes[-1] != listed):
+        return
+    lows: list[float] = np.minimum.reduceat(values, starts).tolist()
+    for app, low, size in zip(column.apps, lows, sizes, strict=True):
+        if low == low and low != 0.0:
+            group = groups.get(app)
+            if group is not None and len(group) == size:
+                out[app] = low

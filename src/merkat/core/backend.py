@@ -12,7 +12,7 @@ the applications' progress; the live ones manage real processes or pods. All rec
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,6 +50,83 @@ class Plan:
     resume: tuple[VMPlacement, ...] = ()
     migrate: tuple[tuple[str, int, int], ...] = ()
     allocations: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # (not part of what a plan asks: a backend may ignore it; no field of equality or repr)
+    column: AllocColumn | None = field(default=None, repr=False, compare=False)
+
+
+class Listed(Mapping[str, Mapping[str, float]]):
+    """A plan's ``allocations`` as the two lists the plan joined them in: ``ids[m]``'s
+    mapping is ``allocs[m]`` (the VM ids unique; issue 28, twentieth session). The
+    ``{id: mapping}`` dict is built at the first read that needs it (a look-up, a size,
+    ``items()``, ``==``, ``repr``, all the dict's), which a backend that walks ``ids`` and
+    ``allocs`` itself (the simulated one) never makes: what it saves is the dict of every
+    VM a period. The lists are never changed once here. The reference: the dict itself
+    (:data:`merkat.core.plan.LISTED` off)."""
+
+    __slots__ = ("_dict", "allocs", "ids")
+
+    def __init__(self, ids: Sequence[str], allocs: Sequence[Mapping[str, float]]) -> None:
+        if len(ids) != len(allocs):
+            raise ValueError("one mapping per VM id")
+        self.ids, self.allocs = ids, allocs
+        self._dict: dict[str, Mapping[str, float]] | None = None
+
+    def as_dict(self) -> dict[str, Mapping[str, float]]:
+        """The ``{id: mapping}`` dict (built once; not to be changed)."""
+        d = self._dict
+        if d is None:
+            d = self._dict = dict(zip(self.ids, self.allocs, strict=True))
+        return d
+
+    def __getitem__(self, vm: str) -> Mapping[str, float]:
+        return self.as_dict()[vm]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.as_dict())
+
+    def __len__(self) -> int:
+        return len(self.as_dict())
+
+    def __contains__(self, vm: object) -> bool:
+        return vm in self.as_dict()
+
+    def items(self) -> ItemsView[str, Mapping[str, float]]:
+        return self.as_dict().items()
+
+    def keys(self) -> KeysView[str]:
+        return self.as_dict().keys()
+
+    def values(self) -> ValuesView[Mapping[str, float]]:
+        return self.as_dict().values()
+
+    def get(self, vm: str, default: Any = None) -> Any:
+        return self.as_dict().get(vm, default)
+
+    def __eq__(self, other: object) -> bool:
+        return self.as_dict() == (other.as_dict() if isinstance(other, Listed) else other)
+
+    __hash__ = None  # type: ignore[assignment]  # (as a dict's)
+
+    def __repr__(self) -> str:
+        return repr(self.as_dict())
+
+
+@dataclass(frozen=True)
+class AllocColumn:
+    """A period's :class:`Plan` ``allocations`` as the clearing gave them, when they are one
+    column (the usual market: every VM placed, one traded resource; issue 28, twentieth
+    session): ``values[m]`` (a float array never written) is ``resource``'s allocation of the
+    m-th VM ``allocations`` lists, whose mapping is ``{resource: v}`` with ``v ==
+    values[m]``; application ``apps[k]``'s VMs are the ``sizes[k]`` rows from ``starts[k]``.
+    The simulated backend reads it to take each application's least allocation at once
+    (:func:`merkat.backends.sim_pace.least_cpu`); a plan rebuilt with other allocations (a
+    withholding, a backend's own filtering) drops it."""
+
+    resource: str
+    values: Any
+    apps: Sequence[str]
+    starts: Sequence[int]
+    sizes: Sequence[int]
 
 
 OPS = ("create", "resume", "destroy", "suspend", "migrate", "resize")

@@ -73,6 +73,7 @@ def withhold(decision: Decision, unpaid: Collection[str],
         resume=tuple(p for p in plan.resume if p.vm not in gone),
         migrate=tuple(m for m in plan.migrate if m[0] not in gone),
         allocations={v: a for v, a in plan.allocations.items() if v not in gone},
+        column=None,  # (not these allocations' column any more)
     )
     return replace(
         decision, plan=new_plan, apps=apps,

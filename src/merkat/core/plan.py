@@ -13,13 +13,13 @@ import operator
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import accumulate, repeat
 from typing import Any
 
 import numpy as np
 
 from merkat.control.types import VMState
-from merkat.core.backend import Plan, VMPlacement
+from merkat.core.backend import AllocColumn, Listed, Plan, VMPlacement
 from merkat.core.bills import Bills as Bills  # (re-exported: where callers find them)
 from merkat.core.bills import bills_of as bills_of
 from merkat.core.draft import own, own_allocs
@@ -156,7 +156,22 @@ def _plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
         resume=tuple(resume),
         migrate=tuple(migrate),
         allocations=allocations,
+        column=(_alloc_column(runs, column, table)
+                if column is not None and len(column.values) >= MIN_COLUMN_VMS else None),
     ), column
+
+
+def _alloc_column(runs: Sequence[Run], column: Column, table: RunTable | None
+                  ) -> AllocColumn:
+    """The plan's :class:`~merkat.core.backend.AllocColumn` of ``column`` (the one-column
+    allocations of ``runs``, every run whole: its rows are its VMs)."""
+    if table is not None:
+        apps, sizes, starts = table.apps, table.sizes, table.starts()
+    else:
+        apps = [nx.id for nx, _, _ in runs]
+        sizes = [len(nx.ids) for nx, _, _ in runs]
+        starts = list(accumulate(sizes[:-1], initial=0)) if sizes else []
+    return AllocColumn(column.one[0], column.values, apps, starts, sizes)
 
 
 def _one_column(runs: Sequence[Run]) -> tuple[str, int] | None:
@@ -173,10 +188,26 @@ def _one_column(runs: Sequence[Run]) -> tuple[str, int] | None:
     return first[0]
 
 
+LISTED = True
+"""Whether a one-column plan's ``allocations`` are its joined lists
+(:class:`~merkat.core.backend.Listed`: the dict built only when read) instead of the dict
+(False: the reference)."""
+
+
+def _listed(ids: list[str], allocs: list[dict[str, float]]
+            ) -> dict[str, dict[str, float]] | Any:
+    """The plan's ``allocations`` of ``ids`` and their ``allocs`` (new lists, not changed
+    afterwards): :class:`~merkat.core.backend.Listed`, or the dict (:data:`LISTED` off)."""
+    return Listed(ids, allocs) if LISTED else dict(zip(ids, allocs, strict=True))
+
+
 MIN_COLUMN_VMS = 256
 """The fewest VMs whose allocations :func:`_one_column_allocations` compares in numpy: the
 pass costs ~15 µs whatever its size and ~60 ns per VM, the plain comprehension ~100 ns per
-VM (a w3k plan lists ~130 VMs, a fig5 one ~900)."""
+VM (a w3k plan lists ~130 VMs, a fig5 one ~900). Also the fewest a plan carries as its
+:class:`~merkat.core.backend.AllocColumn`: the backend's pass over it has the same fixed
+cost, and on the trace windows (~2 VMs an application) it cost more than the per-VM ``min``
+it saves (w150000: +0.8 % instructions with every one-column plan's)."""
 
 
 @dataclass
@@ -251,7 +282,7 @@ def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray,
             allocs[m] = {r0: a}
     out = Column(col.copy(), {}, allocs)
     if not new:
-        out.allocations = dict(zip(ids, allocs, strict=True))
+        out.allocations = _listed(ids, allocs)
         return out
     if len(new) < len(runs):  # few: each one's run found by bisect
         if table is not None:
@@ -275,7 +306,7 @@ def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray,
                 if not all(map(operator.is_, mine, nx.allocs)):
                     nx.allocs = mine  # (a new list, when one changed: copy on write)
             i = j
-    out.allocations = dict(zip(ids, allocs, strict=True))
+    out.allocations = _listed(ids, allocs)
     return out
 
 
