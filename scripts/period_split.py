@@ -36,7 +36,7 @@ def timed(label: str, fn: Any, top: str | None = None) -> Any:
         if top is not None:
             saved = _top[0]
             _top[0] = top
-        frame = [label, clock(), 0.0]
+        frame: list[Any] = [label, clock(), 0.0]
         _stack.append(frame)
         try:
             return fn(*a, **k)
@@ -114,6 +114,10 @@ def main() -> None:
     ap.add_argument("--fig5", type=float, default=None, metavar="FACTOR",
                     help="split themis-fig5's market run at this inter-arrival factor instead")
     args = ap.parse_args()
+    one = None
+    if args.fig5 is not None:  # (checked before anything runs: a one-line error, exit 2)
+        from profile_fig5_run import market_run  # (this script's folder is on the path)
+        one = market_run(ap, args.fig5)
     install()
     from merkat.bench.period import run
     from merkat.core import period
@@ -127,10 +131,8 @@ def main() -> None:
 
     period.Platform.decide = counting  # type: ignore[method-assign]
     t0 = time.process_time()
-    if args.fig5 is not None:
+    if one is not None:
         from merkat.experiments.common import execute
-        from merkat.experiments.themis import _fig5_runs
-        one = next(r for r in _fig5_runs(1, None, (args.fig5,)) if r.label == "market")
         out = {k: v for k, v in execute(one).items() if not isinstance(v, (list, dict))}
     else:
         out = run(args.trace, jobs=args.jobs, interarrival_factor=1.0, seed=0, hosts=240,

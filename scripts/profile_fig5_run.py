@@ -11,8 +11,18 @@ import argparse
 import cProfile
 import time
 
-from merkat.experiments.common import execute
+from merkat.experiments.common import Run, execute
 from merkat.experiments.themis import _fig5_runs
+
+
+def market_run(ap: argparse.ArgumentParser, factor: float, jobs: int | None = None) -> Run:
+    """themis-fig5's market run at inter-arrival ``factor`` on its first ``jobs`` jobs (all
+    1,000 by default); a factor or count out of range is ``ap``'s one-line error (exit 2)."""
+    if not 0 < factor <= 10:
+        ap.error(f"factor must be in (0, 10], got {factor}")
+    if jobs is not None and jobs < 1:
+        ap.error(f"--jobs must be >= 1, got {jobs}")
+    return next(r for r in _fig5_runs(1, jobs, (factor,)) if r.label == "market")
 
 
 def main() -> None:
@@ -21,11 +31,7 @@ def main() -> None:
     ap.add_argument("--no-profile", action="store_true", help="time the run only")
     ap.add_argument("--jobs", type=int, default=1000, help="the first N jobs (default 1000)")
     args = ap.parse_args()
-    if not 0 < args.factor <= 10:
-        ap.error(f"factor must be in (0, 10], got {args.factor}")  # one line, exit 2
-    if args.jobs < 1:
-        ap.error(f"--jobs must be >= 1, got {args.jobs}")
-    run = next(r for r in _fig5_runs(1, args.jobs, (args.factor,)) if r.label == "market")
+    run = market_run(ap, args.factor, args.jobs)
     pr = None if args.no_profile else cProfile.Profile(time.process_time)
     t0 = time.process_time()
     if pr is not None:

@@ -262,8 +262,7 @@ class SimBackend:
                         live[app] = None
         self._applied, self._stamp = allocations, self._changes
         if plan.column is not None and sim_pace.LOWS and self._n_indexed == len(vms):
-            listed = allocations.ids if type(allocations) is Listed else allocations
-            least_cpu(plan.column, len(listed), self._by_app, lows)  # (all applied)
+            least_cpu(plan.column, len(allocations), self._by_app, lows)  # (all applied)
         return ApplyReport(t)
 
     def _unpace(self, app_id: str) -> None:

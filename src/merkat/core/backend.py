@@ -85,7 +85,7 @@ class Listed(Mapping[str, Mapping[str, float]]):
         return iter(self.as_dict())
 
     def __len__(self) -> int:
-        return len(self.as_dict())
+        return len(self.ids)  # (the ids are unique: the dict's size, without building it)
 
     def __contains__(self, vm: object) -> bool:
         return vm in self.as_dict()
