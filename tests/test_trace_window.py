@@ -44,3 +44,18 @@ def test_sim_replay_refuses_an_inter_arrival_factor_out_of_range(tmp_path: Path)
                          capture_output=True, timeout=60)
     assert out.returncode == 2 and "--fig5 must be in (0, 10], got -3.0" in out.stderr
     assert "Traceback" not in out.stderr and not (tmp_path / "r.pkl").exists()
+
+
+def test_the_fig5_scripts_refuse_a_factor_or_job_count_out_of_range() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+    def run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(ROOT / "scripts" / script), *args], env=env,
+                              text=True, capture_output=True, timeout=60)
+
+    for out, said in ((run("period_split.py", "--fig5", "-1"), "factor must be in (0, 10], got -1.0"),
+                      (run("profile_fig5_run.py", "0"), "factor must be in (0, 10], got 0.0"),
+                      (run("profile_fig5_run.py", "0.3", "--jobs", "0"), "--jobs must be >= 1, got 0")):
+        assert out.returncode == 2, out.stderr
+        assert said in out.stderr and "Traceback" not in out.stderr
+        assert out.stdout == ""
