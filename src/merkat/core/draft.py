@@ -40,6 +40,12 @@ view, whose records the columns are read from at every use until the next change
 suspends, resumes, migrations and failed operations, that the records built from the
 columns equal those the eager writers (the code this replaces) made, and after each of the
 live service's writers that the columns equal a fresh read of the records.
+
+**The allocations' least, kept** (issue 28, twenty-first session): a plan that carries its
+column (:data:`~merkat.core.plan.MIN_COLUMN_VMS` VMs) keeps each run's least allocation
+for the list it left (:func:`keep_leasts`), and the controllers read it
+(:func:`kept_least`) instead of a ``min`` over the list's mappings; the lists are never
+changed once a plan left them, so the value holds while the list is the same object.
 """
 
 from __future__ import annotations
@@ -53,8 +59,9 @@ from merkat.core.model import App, AppNext, Columns, VMRecord
 from merkat.market import NO_HOST
 
 __all__ = ["Columns", "add_vm", "as_is", "bidding", "columns", "copy", "draft", "install",
-           "install_each", "keep", "kept", "move_back", "next_of", "own", "own_allocs",
-           "own_bids", "rebid_columns", "starting", "unplace", "writing"]
+           "install_each", "keep", "keep_leasts", "kept", "kept_least", "move_back",
+           "next_of", "own", "own_allocs", "own_bids", "rebid_columns", "starting", "unplace",
+           "writing"]
 
 
 def draft(app: App) -> AppNext:
@@ -330,3 +337,35 @@ def install_each(pairs: Iterable[tuple[App, AppNext]]) -> None:
             app.clean = nx
         else:
             app.clean = None
+
+
+_LEASTS: dict[int, tuple[list[dict[str, float]], str, float]] = {}
+"""The last many-VM plan's allocation lists by ``id`` (each held, so its id is not reused
+while here): the list, its resource and its least value (:func:`keep_leasts`)."""
+
+
+def keep_leasts(lists: Sequence[list[dict[str, float]]], r: str, lows: Sequence[float]
+                ) -> None:
+    """Remember, in place of the last ones, that each of ``lists`` (the next states'
+    allocation lists a plan left, every mapping ``{r: v}``) has the least value ``lows[k]``
+    (the plan's column's ``np.minimum.reduceat`` over the list's span: issue 28,
+    twenty-first session), so the controllers read it instead of a ``min`` over the list's
+    mappings (:func:`kept_least`). Kept only where it is that ``min`` bit for bit: not NaN
+    (numpy's ``minimum`` propagates one, ``min`` keeps it only first) and no zero (``min``
+    keeps the first of ``0.0`` and ``-0.0``); equal floats other than zeros are the same
+    bits. A list is never changed once a plan left it (a writer copies it first,
+    :func:`own_allocs`), so the value stays its ``min`` while the list is the same object."""
+    _LEASTS.clear()
+    for allocs, low in zip(lists, lows, strict=True):
+        if low == low and low != 0.0:
+            _LEASTS[id(allocs)] = (allocs, r, low)
+
+
+def kept_least(allocs: list[dict[str, float]], r: str) -> float | None:
+    """``allocs``' least value of ``r`` as :func:`keep_leasts` kept it (the very list, the
+    same resource), else None (the caller takes the ``min``:
+    :func:`~merkat.control.formulas.least_alloc_of`)."""
+    hit = _LEASTS.get(id(allocs))
+    if hit is None or hit[0] is not allocs or hit[1] != r:
+        return None
+    return hit[2]

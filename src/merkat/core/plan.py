@@ -22,7 +22,7 @@ from merkat.control.types import VMState
 from merkat.core.backend import AllocColumn, Listed, Plan, VMPlacement
 from merkat.core.bills import Bills as Bills  # (re-exported: where callers find them)
 from merkat.core.bills import bills_of as bills_of
-from merkat.core.draft import own, own_allocs
+from merkat.core.draft import keep_leasts, own, own_allocs
 from merkat.core.market_input import Run
 from merkat.core.model import Ops
 from merkat.core.run_table import RunTable
@@ -156,9 +156,33 @@ def _plan(now: float, period: float, runs: Sequence[Run], result: Any, ops: Ops,
         resume=tuple(resume),
         migrate=tuple(migrate),
         allocations=allocations,
-        column=(_alloc_column(runs, column, table)
-                if column is not None and len(column.values) >= MIN_COLUMN_VMS else None),
+        column=_carried(runs, column, table),
     ), column
+
+
+LEASTS = True
+"""Whether a plan that carries its column tells the controllers each run's least
+allocation (:func:`~merkat.core.draft.keep_leasts`); False: none (the reference: each
+controller takes the ``min`` over its application's mappings)."""
+
+
+def _carried(runs: Sequence[Run], column: Column | None, table: RunTable | None
+             ) -> AllocColumn | None:
+    """The plan's :class:`~merkat.core.backend.AllocColumn` of ``column`` (the one-column
+    allocations of ``runs``) from :data:`MIN_COLUMN_VMS` VMs, else None; with it (and
+    :data:`LEASTS`), each run's least value, one ``np.minimum.reduceat`` over its spans, is
+    kept for its allocation list (:func:`~merkat.core.draft.keep_leasts`), every run holding
+    at least one VM (else none is)."""
+    if column is None or len(column.values) < MIN_COLUMN_VMS:
+        return None
+    out = _alloc_column(runs, column, table)
+    starts = out.starts
+    if LEASTS and starts and 0 not in out.sizes:
+        keep_leasts([nx.allocs for nx, _, _ in runs], out.resource,
+                    np.minimum.reduceat(out.values, starts).tolist())
+    else:
+        keep_leasts((), "", ())
+    return out
 
 
 def _alloc_column(runs: Sequence[Run], column: Column, table: RunTable | None
