@@ -96,6 +96,8 @@ def install() -> None:
     patch(admission_keep.AdmissionKeep, "place", "clearing")
     patch(admission_keep.AdmissionKeep, "record", "clearing")
     patch(admission_keep.AdmissionKeep, "valid", "market input")
+    if hasattr(admission_keep.AdmissionKeep, "valid_among"):  # (the 21st session's one pass)
+        patch(admission_keep.AdmissionKeep, "valid_among", "market input")
     patch(reconcile.Decider, "observe", "observe")
     patch(reconcile.Decider, "reconcile", "reconcile")
     patch(reconcile.Decider, "broke_since", "reconcile")

@@ -98,18 +98,56 @@ def _both_ways(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         counts["handed"] += out is not None
         return out
 
-    def both(market, here, newcomers, new_apps):  # type: ignore[no-untyped-def]
+    def both(market, drafts, newcomers, new_apps):  # type: ignore[no-untyped-def]
         fresh = replace(market, keep=AdmissionKeep(), running=RunningRows())
+        here = admission.running_here(market.active, drafts)
         want = admission._full(fresh, here, newcomers, new_apps)
-        got = placed(market, here, newcomers, new_apps)
+        got = placed(market, drafts, newcomers, new_apps)
         _same_placed(got, want)
         counts["points"] += 1
         return got
 
     monkeypatch.setattr(admission, "_placed", both)
+    _valid_both_ways(monkeypatch, counts)
     monkeypatch.setattr(AdmissionKeep, "place", counting)
     monkeypatch.setattr(admission_keep, "kept_of_period", handed)
     return counts
+
+
+def _valid_both_ways(monkeypatch: pytest.MonkeyPatch, counts: dict[str, int]) -> None:
+    """Patches ``AdmissionKeep.valid_among`` (the running applications found and checked in
+    one pass) to compare it at every point with ``valid`` (the reference, given the list
+    of the running applications) on a twin of the state: the same answer (None or not), and
+    the same checked columns (``cols``, ``src``: the very lists). Counted in ``among``
+    (points where both hold) and ``among_none`` (both refuse a state they were given)."""
+    from dataclasses import replace
+
+    from merkat.core import admission
+    from merkat.core.admission_keep import AdmissionKeep, Kept
+
+    among = AdmissionKeep.valid_among
+    counts["among"] = counts["among_none"] = 0
+
+    def checked(self, hosts, reserve, index, active, skip):  # type: ignore[no-untyped-def]
+        twin, k = AdmissionKeep(), self.kept
+        twin._cap = self._cap
+        twin.kept = (replace(k, cols=list(k.cols), src=list(k.src), drafted=dict(k.drafted))
+                     if isinstance(k, Kept) else k)
+        want = twin.valid(hosts, reserve, index, admission.running_here(active, skip))
+        got = among(self, hosts, reserve, index, active, skip)
+        assert (got is None) == (want is None) and (self.kept is None) == (twin.kept is None)
+        if got is None:
+            counts["among_none"] += k is not None
+            return got
+        assert got is self.kept and want is twin.kept and got.apps == want.apps
+        for mine, theirs in ((got.cols, want.cols), (got.src, want.src)):
+            assert len(mine) == len(theirs)
+            assert all(x is y or (x is None and y is None) or x == y
+                       for x, y in zip(mine, theirs, strict=True))
+        counts["among"] += 1
+        return got
+
+    monkeypatch.setattr(AdmissionKeep, "valid_among", checked)
 
 
 @pytest.mark.parametrize(("seed", "cores", "memory", "two"),
@@ -130,7 +168,7 @@ def test_the_kept_path_places_as_the_full_path(seed: int, cores: float, memory: 
     driver.run(until=8 * PERIOD)
     assert counts["points"] >= 15 and sum(r.migrations for r in platform.records) > 0
     assert sum(a.suspensions for a in platform.apps.values()) > 0
-    assert counts["kept"] >= 5, counts
+    assert counts["kept"] >= 5 and counts["among"] >= 5, counts
     if cores == 1.0 and not memory:  # (nothing capped, nothing refused)
         assert counts["handed"] >= 3, counts
 
@@ -255,6 +293,7 @@ def test_the_first_point_after_a_flaky_period_places_as_the_full_path(
     assert got == want
     assert reference["kept"] == reference["handed"] == reference["fresh"] == 0
     assert counts["points"] >= 15 and counts["kept"] >= 3, counts
+    assert counts["among"] >= 3 and counts["among_none"] >= 1, counts
     assert sum(len(r[6]) for r in got[0]) > 0 and sum(len(r[7]) for r in got[0]) > 0
     if not memory:  # (a running application none of whose VMs is placed: the full path)
         assert counts["handed"] >= 1 and counts["fresh"] >= 1, counts

@@ -46,7 +46,7 @@ like a period's (:meth:`Platform.settle <merkat.core.period.Platform.settle>`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -168,9 +168,7 @@ def admit(market: Market, queued: Sequence[App], now: float, until: float,
     placed = None
     if newcomers:
         # the VMs placed by the last clearing (and admissions since) keep their hosts
-        here = [a for a in market.active
-                if a.status is AppStatus.RUNNING and a.spec.id not in nexts]
-        placed = _placed(market, here, newcomers, [app for _, app in starting])
+        placed = _placed(market, nexts, newcomers, [app for _, app in starting])
         fitting = {id(run[0]) for run in placed.fits} if placed is not None else set()
         for nx, app in starting:  # those whose VMs do not all fit: back to the queue
             if id(nx) not in fitting:
@@ -204,19 +202,29 @@ def admit(market: Market, queued: Sequence[App], now: float, until: float,
     )
 
 
-def _placed(market: Market, here_apps: list[App], newcomers: list[Run],
+def running_here(active: Sequence[App], drafts: Container[str]) -> list[App]:
+    """The running applications among ``active`` whose id is not in ``drafts`` (the point's
+    queued applications), in order: the applications whose VMs stay where they are."""
+    return [a for a in active if a.status is AppStatus.RUNNING and a.spec.id not in drafts]
+
+
+def _placed(market: Market, drafts: Container[str], newcomers: list[Run],
             new_apps: list[App]) -> Placed | None:
     """The placement of ``newcomers`` (records ``new_apps``) beside the running
-    applications ``here_apps``: from the last point's kept state when it is proved to give
-    the reference's answer and they are at most ``MAX_NEW`` VMs
-    (:mod:`merkat.core.admission_keep`), else the reference
-    (:func:`_full`). None when no newcomer fits. Changes no record."""
+    applications (:func:`running_here` of ``market.active`` and ``drafts``): from the last
+    point's kept state when it is proved to give the reference's answer and they are at
+    most ``MAX_NEW`` VMs (:mod:`merkat.core.admission_keep`; the running applications are
+    then checked in the pass that finds them, :meth:`AdmissionKeep.valid_among
+    <merkat.core.admission_keep.AdmissionKeep.valid_among>`, no list of them built), else
+    the reference (:func:`_full`). None when no newcomer fits. Changes no record."""
     keep = market.keep
     kept = None
     if size(newcomers) <= MAX_NEW:
-        kept = keep.valid(market.hosts, market.decider.reserve_row, market.index, here_apps)
+        kept = keep.valid_among(market.hosts, market.decider.reserve_row, market.index,
+                                market.active, drafts)
     placed = keep.place(kept, newcomers, new_apps) if kept is not None else None
-    return placed if placed is not None else _full(market, here_apps, newcomers, new_apps)
+    return placed if placed is not None else _full(
+        market, running_here(market.active, drafts), newcomers, new_apps)
 
 
 def _full(market: Market, here_apps: list[App], newcomers: list[Run],

@@ -62,11 +62,12 @@ from __future__ import annotations
 import math
 import operator
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from merkat.control.types import AppStatus
 from merkat.core.admission_state import (
     Full,
     Handed,
@@ -214,7 +215,66 @@ class AdmissionKeep:
         (in row order) on ``hosts`` with ``reserve`` in period ``index``, else None (and
         it is forgotten). Checks every application's columns: the very lists kept, or, for
         those the last point touched or started (or any other whose lists were replaced),
-        rows equal to the kept ones, value by value."""
+        rows equal to the kept ones, value by value. The reference of :meth:`valid_among`."""
+        k = self._current(hosts, reserve, index)
+        if k is None:
+            return None
+        if apps != k.apps or not all(map(operator.is_, [a.const for a in apps], k.consts)):
+            self.kept = None
+            return None
+        cols = [a.columns for a in apps]
+        if not all(map(operator.is_, cols, k.cols)):
+            return self._by_value(k, [i for i, (now, was) in enumerate(
+                zip(cols, k.cols, strict=True)) if now is not was])
+        return k
+
+    def valid_among(self, hosts: Hosts, reserve: FloatArray, index: int,
+                    active: Sequence[App], skip: Container[str]) -> Kept | None:
+        """:meth:`valid` for the running applications among ``active`` whose id is not in
+        ``skip`` (the point's drafts), found in the same pass that checks them: each is the
+        kept record in turn with the kept constant parts and, unless its columns are the
+        kept ones, the kept rows (:func:`same_rows`, after every identity held, as
+        :meth:`valid`). What it replaces: the list of the running applications built at
+        every point (:func:`merkat.core.admission.running_here`) and four passes over it;
+        the same answer and state (``tests/test_admission_kept.py``, at every point)."""
+        k = self._current(hosts, reserve, index)
+        if k is None:
+            return None
+        apps, consts, kcols = k.apps, k.consts, k.cols
+        n = len(apps)
+        running = AppStatus.RUNNING
+        j = 0
+        odd: list[int] = []
+        for a in active:
+            if a.status is not running or a.spec.id in skip:
+                continue
+            if j == n or a is not apps[j] or a.const is not consts[j]:
+                self.kept = None
+                return None
+            if a.columns is not kcols[j]:
+                odd.append(j)
+            j += 1
+        if j != n:
+            self.kept = None
+            return None
+        return self._by_value(k, odd) if odd else k
+
+    def _by_value(self, k: Kept, odd: list[int]) -> Kept | None:
+        """``k`` once the applications ``odd`` (ascending, columns not the kept lists) give
+        the kept rows (their columns then kept), else None (forgotten)."""
+        apps, kcols, src = k.apps, k.cols, k.src
+        for i in odd:
+            now = apps[i].columns
+            if not same_rows(k, i, now):
+                self.kept = None
+                return None
+            kcols[i] = src[i] = now
+        return k
+
+    def _current(self, hosts: Hosts, reserve: FloatArray, index: int) -> Kept | None:
+        """The kept state as a :class:`Kept` (made of the full path's answer or the
+        period's clearing on first read, the last point's drafted lists taken as ``src``)
+        when it is for ``hosts``, ``reserve`` and period ``index``, else None (forgotten)."""
         k = self.kept
         if (not FAST or k is None or k.hosts is not hosts or k.index != index
                 or k.reserve is not reserve):
@@ -228,21 +288,10 @@ class AdmissionKeep:
                              else kept_of_period(k, *self._cap[1:]))
             if k is None:
                 return None
-        if apps != k.apps or not all(map(operator.is_, [a.const for a in apps], k.consts)):
-            self.kept = None
-            return None
         if k.drafted:  # (the last point's next states, as its plan left them)
             for i, nx in k.drafted.items():
                 k.src[i] = (nx.ids, nx.states, nx.bids, nx.hosts, nx.fresh, nx.allocs)
             k.drafted = {}
-        cols = [a.columns for a in apps]
-        if not all(map(operator.is_, cols, k.cols)):
-            for i, (now, was) in enumerate(zip(cols, k.cols, strict=True)):
-                if now is not was:
-                    if not same_rows(k, i, now):
-                        self.kept = None
-                        return None
-                    k.cols[i] = k.src[i] = now
         return k
 
     def place(self, k: Kept, newcomers: list[Run], new_apps: list[App]) -> Placed | None:
