@@ -18,8 +18,9 @@ import bisect
 import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
+from merkat.bank import memory_pair
 from merkat.bank.errors import (
     IdempotencyConflict,
     InsufficientFunds,
@@ -63,7 +64,11 @@ class _Batch:
 
 
 class MemoryLedger(Ledger):
-    """A :class:`~merkat.bank.ledger.Ledger` held in process memory (lost at exit)."""
+    """A :class:`~merkat.bank.ledger.Ledger` held in process memory (lost at exit).
+    ``repeats``: a renewal and charge proved the last ones are applied again
+    (:mod:`merkat.bank.memory_pair`); False: the loops only (the reference)."""
+
+    repeats: ClassVar[bool] = True
 
     def __init__(self, journal: bool = True, remember: int | None = None) -> None:
         if remember is not None and (journal or remember < 1):
@@ -83,6 +88,7 @@ class MemoryLedger(Ledger):
         self._minted = 0
         self._burned = 0
         self._bank_id = secrets.token_hex(16)
+        self._pair: memory_pair.Pair | None = None  # (memory_pair's proof)
 
     # --- accounts ----------------------------------------------------------------------
 
@@ -289,13 +295,17 @@ class MemoryLedger(Ledger):
         the accounts, read their balances, choose, apply, check) for a period's charge.
         Anything unusual (bad input, an unknown account, a bill of the payee's own account,
         a key used before) undoes what was taken and takes the reference, which gives its
-        precise error or result; ``tests/test_renewal_one_pass.py`` pins the two equal."""
+        precise error or result; ``tests/test_renewal_one_pass.py`` pins the two equal.
+        A charge proved the last one is applied again (:mod:`~merkat.bank.memory_pair`)."""
         check_reason(reason)
         check_period(period)
         check_key(idempotency_key)
         index, bal = self._index, self._bal
         if payee not in index or idempotency_key in self._idem:
             return super().pay_each(bills, payee, reason, period, idempotency_key)
+        if again := self._pair and memory_pair.charge_again(self, bills, payee, reason,
+                                                            period, idempotency_key):
+            return again  # (the last charge again)
         unpaid: list[int] = []
         moves: list[Move] = []
         total = 0
@@ -327,8 +337,10 @@ class MemoryLedger(Ledger):
         bal[index[payee]] += total
         batch = tuple(moves)
         fp = witness("batch", batch) if idempotency_key is not None else NO_KEY
-        return paid, unpaid, total, self._journal_batch(batch, reason, period,
-                                                        idempotency_key, fp)
+        ids = self._journal_batch(batch, reason, period, idempotency_key, fp)
+        if self._pair is not None:  # (does it cancel the renewal before it?)
+            memory_pair.charged(self, ids.start, bills, payee, paid, unpaid, total, batch)
+        return paid, unpaid, total, ids
 
     def _refuse(self, moves: Sequence[Move]) -> None:
         """Raise what is wrong with the batch ``moves`` (applied to no balance): the precise
@@ -384,17 +396,19 @@ class MemoryLedger(Ledger):
         for i, (_, amount) in zip(targets, credits, strict=True):
             bal[i] += amount
         self._minted += total
-        entries = len(targets)
+        return self._journal_mint(len(targets), tuple((None, a, x) for a, x in credits)
+                                  if self._journal else (), reason, period, idempotency_key, fp)
+
+    def _journal_mint(self, entries: int, moves: tuple[tuple[None, str, int], ...], reason: str,
+                      period: int | None, key: str | None, fp: Witness) -> range:
+        """The ids of a mint of ``entries`` just applied (``moves``), journaled and kept."""
         ids = range(self._next_id, self._next_id + entries)
         self._next_id += entries
         if self._journal:
-            moves = tuple((None, account, amount) for account, amount in credits)
-            self._batches.append(
-                _Batch(ids.start, TransferKind.mint, moves, reason, period, idempotency_key)
-            )
+            self._batches.append(_Batch(ids.start, TransferKind.mint, moves, reason, period, key))
             self._batch_starts.append(ids.start)
-        if idempotency_key is not None:
-            self._idem[idempotency_key] = (fp, ids)
+        if key is not None:
+            self._idem[key] = (fp, ids)
             if self._remember is not None:
                 keep_last(self._idem, self._remember)
         return ids

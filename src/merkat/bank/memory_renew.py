@@ -12,7 +12,9 @@ resolved once and kept while the due list, the allowances and the owners are the
 taken from the last ones while its allowance and owner are the same (an admission or an
 end changes the due list most periods of a trace) — crediting each account as it goes; the
 owners' mint is the one small ``mint_many`` and the moves are journaled as one batch, with
-the same ids, reasons, idempotency keys and witnesses as ``transfer_many``'s.
+the same ids, reasons, idempotency keys and witnesses as ``transfer_many``'s. A renewal
+proved the last one (its table kept, the charge since cancelled it, no operation since) is
+applied again without the pass (:mod:`merkat.bank.memory_pair`; ``MemoryLedger.repeats``).
 
 Anything unusual gives None and the caller takes the general path, which raises or answers
 precisely: a key already used (a retry), an unknown account or owner, an owner that is itself
@@ -26,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from merkat.bank import memory_pair
 from merkat.bank.ledger import Move, check_period
 from merkat.bank.memory import MemoryLedger
 from merkat.bank.policies import Allowance
@@ -78,6 +81,11 @@ def renew(ledger: MemoryLedger, kept: Table | None, due: list[str],
         kept = _rows(ledger, kept, due, allowances, owners, changes)
         if kept is None:
             return None, None
+    elif ledger.repeats:  # the last renewal again, proved so in O(1) (memory_pair)
+        minted = memory_pair.renew_again(ledger, kept, period, mint_key, move_key)
+        if minted is not None:
+            return minted, kept
+    ledger._pair = None
     for i, a, owner, rate, cap, _ in kept.rows:
         b = bal[i]
         x = cap - b
@@ -92,8 +100,9 @@ def renew(ledger: MemoryLedger, kept: Table | None, due: list[str],
     if not need.keys().isdisjoint(due):  # an owner renewed too: the reference's case
         _undo(ledger, moves)
         return None, kept
+    credits = sorted(need.items())
     try:
-        ledger.mint_many(sorted(need.items()), "allowance", period, mint_key)
+        ledger.mint_many(credits, "allowance", period, mint_key)
     except BaseException:  # (the total supply's bound: nothing stays credited)
         _undo(ledger, moves)
         raise
@@ -103,8 +112,12 @@ def renew(ledger: MemoryLedger, kept: Table | None, due: list[str],
     for owner, x in need.items():
         bal[index[owner]] -= x
     batch = tuple(moves)
-    ledger._journal_batch(batch, "credit manager", period, move_key, witness("batch", batch))
-    return sum(need.values()), kept
+    fp = witness("batch", batch)
+    ledger._journal_batch(batch, "credit manager", period, move_key, fp)
+    minted = sum(need.values())
+    if ledger.repeats:  # (kept: the next charge may cancel it)
+        memory_pair.renewed(ledger, kept, batch, fp, credits, minted)
+    return minted, kept
 
 
 def _rows(ledger: MemoryLedger, kept: Table | None, due: list[str],

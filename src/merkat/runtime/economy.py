@@ -235,6 +235,9 @@ class Economy:
         self._rules = rules(self.ledger, self.redistribute_every, self.idle_tax_ppm)
         self._kept_due: tuple[int, list[str], list[str]] | None = None
         self._table: memory_renew.Table | None = None
+        # the last period's bills by account (charge's doc; the ledger may know a charge the
+        # last one by their identity: merkat.bank.memory_pair)
+        self._billed: tuple[object, object, tuple[tuple[str, int], ...]] = (None, None, ())
 
     # --- admission ----------------------------------------------------------------------
 
@@ -381,7 +384,9 @@ class Economy:
         """Charge ``decision``'s bills (``accounts``: application id -> account). An application
         that cannot pay its whole bill pays nothing and is listed unpaid. ``measured``: each
         active application's CPU core-seconds since the last period, for charging by
-        measured use (``metered``; :mod:`merkat.runtime.metering`)."""
+        measured use (``metered``; :mod:`merkat.runtime.metering`). The same
+        ``decision.bills`` tuple (immutable) and ``accounts`` as the last period's are billed
+        as the same tuple: an application's account is named once, at submit."""
         period = decision.index
         # an admission between periods is charged in its own transaction (its own key)
         tag = f"/admission@{decision.time!r}" if decision.admission else ""
@@ -390,7 +395,13 @@ class Economy:
         given = decision.bills
         if not given:
             return Charged({}, frozenset(), 0)
-        bills = [(accounts[a], x) for a, x in given]
+        billed = self._billed
+        if billed[0] is given and billed[1] is accounts:
+            bills = billed[2]
+        else:
+            bills = tuple([(accounts[a], x) for a, x in given])
+            if given.__class__ is tuple and not tag:  # (an admission's: new each time)
+                self._billed = (given, accounts, bills)
         charging = self._charging
         if charging.__class__ is ByBid:  # (a paid bill pays its amount: no map of amounts)
             paid_at, unpaid_at = charging.pay(self.ledger, period, bills, tag)
