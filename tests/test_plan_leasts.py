@@ -23,11 +23,8 @@ from merkat.control.formulas import least_alloc_of
 from merkat.core import batch_slo, batch_vd, draft
 from merkat.core import plan as plan_mod
 from merkat.core.backend import ApplyReport, Plan
-from merkat.workload.cluster import Cluster
-from merkat.worlds.merkat.options import MarketConfig
-from merkat.worlds.merkat.trace import simulate_market
-from test_lazy_records import _flaky, run_digest
-from test_sim_lows import _jobs, _state
+from test_lazy_records import _flaky
+from test_sim_lows import _state, vd_run
 
 
 def _run(monkeypatch: pytest.MonkeyPatch, leasts: bool, seed: int, hosts: int, flaky: bool
@@ -72,12 +69,8 @@ def _run(monkeypatch: pytest.MonkeyPatch, leasts: bool, seed: int, hosts: int, f
     monkeypatch.setattr(batch_vd, "row_of", row)
     monkeypatch.setattr(SimBackend, "apply", applying)
     monkeypatch.setattr(SimBackend, "advance", advancing)
-    out = simulate_market(_jobs(seed), Cluster(hosts, 1, None),
-                          MarketConfig(period=300.0, policy="vertical-deadline"))
-    monkeypatch.undo()
+    digest = vd_run(monkeypatch, seed, hosts, seen)
     draft.keep_leasts((), "", ())  # (none left for the next test)
-    digest = run_digest(out, seen)
-    seen["failed"] = sum(len(r.failed) for r in out.records)
     return digest, out_, seen
 
 

@@ -76,12 +76,20 @@ def _run(monkeypatch: pytest.MonkeyPatch, lows: bool, seed: int, hosts: int, fla
 
     monkeypatch.setattr(SimBackend, "apply", applying)
     monkeypatch.setattr(SimBackend, "advance", advancing)
+    return vd_run(monkeypatch, seed, hosts, seen), states, seen
+
+
+def vd_run(monkeypatch: pytest.MonkeyPatch, seed: int, hosts: int, seen: dict[str, int]
+           ) -> str:
+    """Run :func:`_jobs` (``seed``) under vertical-deadline on ``hosts`` one-core hosts with
+    what ``monkeypatch`` set, then undo it; the outcome's digest (``seen`` counts the
+    kinds of change, and ``failed`` the failed operations)."""
     out = simulate_market(_jobs(seed), Cluster(hosts, 1, None),
                           MarketConfig(period=300.0, policy="vertical-deadline"))
     monkeypatch.undo()
     digest = run_digest(out, seen)
     seen["failed"] = sum(len(r.failed) for r in out.records)
-    return digest, states, seen
+    return digest
 
 
 @pytest.mark.parametrize(("seed", "hosts", "flaky"),
