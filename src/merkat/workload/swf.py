@@ -14,7 +14,8 @@ Contract of :func:`read_swf`:
   counted in ``trace.skipped`` and its first few locations kept in ``trace.bad_lines``;
 - speed: the whole job buffer is parsed by numpy's C reader (``numpy.loadtxt``) in one call
   (HPC2N, 202,871 jobs: about 0.8 s); only when that fast path finds a problem is the file
-  re-read line by line to name the bad lines.
+  re-read line by line to name the bad lines; a large clean trace is parsed once per file
+  version and then loaded from the parsed-trace cache (:mod:`merkat.workload.swf_cache`).
 """
 
 from __future__ import annotations
@@ -134,7 +135,12 @@ def _parse_header_line(line: str, header: dict[str, str]) -> None:
 
 def read_swf(path: str | Path, strict: bool = False) -> SwfTrace:
     """Read the SWF file ``path`` (``.gz`` transparently). See the module docstring."""
+    from merkat.workload import swf_cache
+
     p = Path(path)
+    kept = swf_cache.load(p)
+    if kept is not None:
+        return SwfTrace(header=kept[0], data=kept[1], path=str(p))
     try:
         raw = _open_bytes(p)
     except OSError as e:
@@ -150,6 +156,7 @@ def read_swf(path: str | Path, strict: bool = False) -> SwfTrace:
     if len(trace) == 0 and trace.skipped:
         raise SwfError(f"{p}: no job records ({trace.skipped} bad lines; first: "
                        f"{trace.bad_lines[0] if trace.bad_lines else '?'})")
+    swf_cache.store(p, trace.header, trace.data, trace.skipped)
     return trace
 
 
