@@ -38,6 +38,9 @@ clusters:
     min_memory: 32
     monitor: {{kind: log, regex: 'iteration (?P<work_done>\\d+)/(?P<work_total>\\d+)'}}
 """
+LIGHT_SPIN = SPIN.replace("    cpu: 1\n", "    cpu: 0.25\n")
+"""A spinning VM of a quarter of a core, for the tests that need a VM working, not a full
+CPU: a VM of one core takes a core from the other pytest worker for the whole test."""
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -98,7 +101,7 @@ def test_the_cli_against_a_live_server(server: Any, tmp_path: Path) -> None:
     svc, envs = server
     env = envs["alice"]
     f = tmp_path / "spin.yaml"
-    f.write_text(SPIN.format(name="spin", budget=20))
+    f.write_text(LIGHT_SPIN.format(name="spin", budget=20))
     r = cli("submit", str(f), "--parsable", env=env)
     assert (r.returncode, r.stdout) == (0, "spin\n"), r.stderr
     items = json.loads(cli("platform", "list", "-o", "json", env=env).stdout)["items"]
@@ -109,6 +112,7 @@ def test_the_cli_against_a_live_server(server: Any, tmp_path: Path) -> None:
     (vm,) = p["vms"]
     assert set(vm) >= {"id", "node", "state", "bid", "allocation", "cgroup"}
     assert set(vm["bid"]) == set(vm["allocation"]) == {"cpu", "memory"}
+    assert 0 < vm["allocation"]["cpu"] <= 0.25  # a light VM (LIGHT_SPIN)
     prices = json.loads(cli("prices", "-o", "json", env=env).stdout)
     assert set(prices) >= {"time", "cpu", "memory"}
     bal = json.loads(cli("account", "balance", "alice", "-o", "json", env=env).stdout)

@@ -16,7 +16,7 @@ import pytest
 from merkat.backends.local import pid_alive
 from merkat.backends.local.cgroups import detect
 from merkat.service.config import server_identity
-from test_service_e2e import ENV, ROOT, SPIN, _up, api, cli, free_port, wait
+from test_service_e2e import ENV, LIGHT_SPIN, ROOT, _up, api, cli, free_port, wait
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.skipif(
     os.geteuid() != 0 or detect(Path("/sys/fs/cgroup")) is None, reason="needs root and cgroups")]
@@ -65,7 +65,7 @@ def test_two_servers_keep_each_others_vms_across_a_sigkill_and_restart(
     try:
         for s in (a, b):
             s.start()
-            (s.data / "spin.yaml").write_text(SPIN.format(name="spin", budget=30))
+            (s.data / "spin.yaml").write_text(LIGHT_SPIN.format(name="spin", budget=30))
             assert cli("submit", str(s.data / "spin.yaml"), env=s.env).returncode == 0
         vms = {s: s.vm() for s in (a, b)}
         for s in (a, b):  # each in its own subtree, named after its data directory
