@@ -142,3 +142,36 @@ def test_a_cache_path_that_is_a_file_only_costs_the_parse(
     p = tmp_path / "t.swf"
     write_trace(p, N)
     assert len(read_swf(p)) == N and len(read_swf(p)) == N and len(parses) == 2
+
+
+def test_entries_of_gone_or_changed_traces_and_the_oldest_beyond_the_bound_are_dropped(
+        cache: Path, parses: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gone, changed = tmp_path / "gone.swf", tmp_path / "changed.swf"
+    for k, p in enumerate((gone, changed)):
+        write_trace(p, N, seed=k)
+        read_swf(p)
+    gone.unlink()
+    write_trace(changed, N + 1, seed=9)
+    os.utime(changed, ns=(1, 1))
+    (cache / "dead.tmp").write_bytes(b"x")
+    os.utime(cache / "dead.tmp", (0, 0))  # left by a writer that died long ago
+    (cache / "bad.npz").write_bytes(b"corrupt")
+    kept = tmp_path / "kept.swf"
+    write_trace(kept, N, seed=5)
+    read_swf(kept)  # a write: prunes the others
+    assert len(list(cache.iterdir())) == 1  # only kept.swf's
+    kept.unlink()  # its entry goes at the next write
+    monkeypatch.setattr(swf_cache, "MAX_ENTRIES", 3)
+    paths = [tmp_path / f"t{k}.swf" for k in range(4)]
+    seen = set(cache.glob("*.npz"))
+    for k, p in enumerate(paths):
+        write_trace(p, N, seed=10 + k)
+        read_swf(p)
+        (new,) = set(cache.glob("*.npz")) - seen
+        os.utime(new, (1e9 + k, 1e9 + k))  # distinct ages, the newest last
+        seen = set(cache.glob("*.npz"))
+    assert len(seen) == 3
+    n = len(parses)
+    for p in paths[-3:]:
+        read_swf(p)
+    assert len(parses) == n  # the three newest kept

@@ -20,6 +20,9 @@ Contract:
 - **Best effort, safe to share:** an entry is written to a temporary file and renamed into
   place (two processes at once leave one whole entry); a cache that cannot be written (read-only,
   full) only costs the parse. Entries are loaded with ``allow_pickle=False``.
+- **Bounded:** each write drops the entries whose trace is gone or changed (a test's scratch
+  trace, a checkout removed), corrupt ones and stale temporary files, then the oldest beyond
+  :data:`MAX_ENTRIES`.
 - ``MERKAT_TRACE_CACHE=off`` turns it off (to time the parse itself).
 """
 
@@ -29,6 +32,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +41,8 @@ VERSION = 1
 """Bumped whenever what a parse gives changes, so older entries are misses."""
 MIN_JOBS = 5_000
 """Smaller traces parse in milliseconds: not worth a file in the cache."""
+MAX_ENTRIES = 8
+"""Entries kept at most (HPC2N's is ~29 MB)."""
 ENV = "MERKAT_TRACE_CACHE"
 
 
@@ -52,12 +58,49 @@ def _key(path: Path) -> str | None:
     be read."""
     if os.environ.get(ENV, "").strip().lower() in ("off", "0", "no", "false"):
         return None
+    return _key_now(path)
+
+
+def _key_now(path: Path) -> str | None:
     try:
         resolved = path.resolve()
         st = resolved.stat()
     except OSError:
         return None
     return json.dumps([VERSION, str(resolved), st.st_size, st.st_mtime_ns])
+
+
+def _current(entry: Path) -> bool:
+    """Whether ``entry`` is whole and its trace is still the file it was read from."""
+    try:
+        with np.load(entry, allow_pickle=False) as z:
+            key = str(z["key"])
+        version, path = json.loads(key)[:2]
+    except Exception:  # corrupt or another format
+        return False
+    return version == VERSION and _key_now(Path(path)) == key
+
+
+def _prune(keep: Path) -> None:
+    """Drop the stale entries and temporary files, then the oldest beyond the bound."""
+    now = time.time()
+    live: list[tuple[float, Path]] = []
+    for f in keep.parent.iterdir():
+        try:
+            if f == keep:
+                continue
+            if f.suffix == ".tmp":
+                if now - f.stat().st_mtime > 3600:  # a writer that died
+                    f.unlink()
+            elif f.suffix == ".npz":
+                if _current(f):
+                    live.append((f.stat().st_mtime, f))
+                else:
+                    f.unlink()
+        except OSError:
+            continue  # another process pruned it first
+    for _, f in sorted(live, reverse=True)[MAX_ENTRIES - 1:]:
+        f.unlink(missing_ok=True)
 
 
 def _entry(key: str) -> Path:
@@ -102,5 +145,6 @@ def store(path: Path, header: dict[str, str], data: np.ndarray, skipped: int) ->
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        _prune(target)
     except OSError:
         return  # a cache that cannot be written only costs the parse
