@@ -169,33 +169,27 @@ controller takes the ``min`` over its application's mappings)."""
 def _carried(runs: Sequence[Run], column: Column | None, table: RunTable | None
              ) -> AllocColumn | None:
     """The plan's :class:`~merkat.core.backend.AllocColumn` of ``column`` (the one-column
-    allocations of ``runs``) from :data:`MIN_COLUMN_VMS` VMs, else None; with it (and
-    :data:`LEASTS`), each run's least value, one ``np.minimum.reduceat`` over its spans, is
-    kept for its allocation list (:func:`~merkat.core.draft.keep_leasts`), every run holding
-    at least one VM (else none is)."""
+    allocations of ``runs``, every run whole: its rows are its VMs) from
+    :data:`MIN_COLUMN_VMS` VMs, else None; with it (and :data:`LEASTS`), each run's least
+    value, one ``np.minimum.reduceat`` over its spans, is kept for its allocation list
+    (:func:`~merkat.core.draft.keep_leasts`), every run holding at least one VM (else none
+    is), and handed to the backend in the column (``AllocColumn.lows``: the simulated
+    backend's :func:`~merkat.backends.sim_pace.least_cpu` would take the same again)."""
     if column is None or len(column.values) < MIN_COLUMN_VMS:
         return None
-    out = _alloc_column(runs, column, table)
-    starts = out.starts
-    if LEASTS and starts and 0 not in out.sizes:
-        keep_leasts([nx.allocs for nx, _, _ in runs], out.resource,
-                    np.minimum.reduceat(out.values, starts).tolist())
-    else:
-        keep_leasts((), "", ())
-    return out
-
-
-def _alloc_column(runs: Sequence[Run], column: Column, table: RunTable | None
-                  ) -> AllocColumn:
-    """The plan's :class:`~merkat.core.backend.AllocColumn` of ``column`` (the one-column
-    allocations of ``runs``, every run whole: its rows are its VMs)."""
     if table is not None:
         apps, sizes, starts = table.apps, table.sizes, table.starts()
     else:
         apps = [nx.id for nx, _, _ in runs]
         sizes = [len(nx.ids) for nx, _, _ in runs]
         starts = list(accumulate(sizes[:-1], initial=0)) if sizes else []
-    return AllocColumn(column.one[0], column.values, apps, starts, sizes)
+    r0, values = column.one[0], column.values
+    if LEASTS and starts and 0 not in sizes:
+        lows: list[float] = np.minimum.reduceat(values, starts).tolist()
+        keep_leasts([nx.allocs for nx, _, _ in runs], r0, lows)
+        return AllocColumn(r0, values, apps, starts, sizes, lows)  # (lows handed over)
+    keep_leasts((), "", ())
+    return AllocColumn(r0, values, apps, starts, sizes)
 
 
 def _one_column(runs: Sequence[Run]) -> tuple[str, int] | None:
