@@ -11,6 +11,7 @@ negative values, another resource and another list (hypothesis)."""
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -27,16 +28,18 @@ from test_lazy_records import _flaky
 from test_sim_lows import VD_RUNS, _state, same_run, vd_run
 
 
-def _run(monkeypatch: pytest.MonkeyPatch, leasts: bool, seed: int, hosts: int, flaky: bool
-         ) -> tuple[str, list[str], dict[str, int]]:
+def _run(monkeypatch: pytest.MonkeyPatch, leasts: bool, seed: int, hosts: int, flaky: bool,
+         lists: bool = True) -> tuple[str, list[str], dict[str, int]]:
     """A vertical-deadline run of many-VM jobs (``MIN_COLUMN_VMS`` 1: every one-column plan
-    keeps its leasts); its digest, every controller row, plan and backend state in order,
-    and counts (kept leasts read)."""
+    keeps its leasts; ``lists``: :class:`Plans` checks each run's list first, ``LISTS``);
+    its digest, every controller row, plan and backend state in order, and counts (kept
+    leasts read, calls whose runs held the last plan's very lists)."""
     monkeypatch.setattr(plan_mod, "LEASTS", leasts)
+    monkeypatch.setattr(plan_mod, "LISTS", lists)
     monkeypatch.setattr(plan_mod, "MIN_COLUMN_VMS", 1)
     if flaky:
         monkeypatch.setattr(SimBackend, "apply", _flaky(SimBackend.apply, keep=True))
-    seen = {"hits": 0, "rows": 0}
+    seen = {"hits": 0, "rows": 0, "lists": 0}
     out_: list[str] = []
     apply, advance, row_of, kept = (SimBackend.apply, SimBackend.advance, batch_slo.row_of,
                                     batch_slo.kept_least)
@@ -64,6 +67,19 @@ def _run(monkeypatch: pytest.MonkeyPatch, leasts: bool, seed: int, hosts: int, f
         advance(self, t0, t1)
         out_.append(_state(self))
 
+    call = plan_mod.Plans.__call__
+
+    def planning(self: plan_mod.Plans, *args: Any) -> Plan:
+        last, runs = self._last, args[2]
+        if last is not None and len(runs) == len(last[5]) and all(
+                map(operator.is_, [nx.allocs for nx, _, _ in runs], last[5])):
+            # the very lists the last plan left: the very mappings it gave (LISTS' premise)
+            joined = [a for nx, _, _ in runs for a in nx.allocs]
+            assert len(joined) == len(last[2]) and all(map(operator.is_, joined, last[2]))
+            seen["lists"] += 1
+        return call(self, *args)
+
+    monkeypatch.setattr(plan_mod.Plans, "__call__", planning)
     monkeypatch.setattr(batch_slo, "kept_least", kept_least)
     monkeypatch.setattr(batch_slo, "row_of", row)
     monkeypatch.setattr(batch_vd, "row_of", row)
@@ -80,6 +96,18 @@ def test_the_kept_leasts_give_the_reference_run_row_for_row(
     ref = _run(monkeypatch, False, seed, hosts, flaky)
     seen = same_run(_run(monkeypatch, True, seed, hosts, flaky), ref, flaky)
     assert seen["rows"] > 100 and seen["hits"] > 50 and ref[2]["hits"] == 0
+
+
+@VD_RUNS
+def test_the_plans_check_by_list_gives_the_reference_run_plan_for_plan(
+        monkeypatch: pytest.MonkeyPatch, seed: int, hosts: int, flaky: bool) -> None:
+    """:class:`~merkat.core.plan.Plans` checking each run's list by identity first
+    (``LISTS``) gives the run it gives checking every mapping (row, plan and backend state
+    for state); whenever the runs hold the very lists the last plan left, they hold the
+    very mappings it gave (asserted at every call)."""
+    seen = same_run(_run(monkeypatch, True, seed, hosts, flaky),
+                    _run(monkeypatch, True, seed, hosts, flaky, lists=False), flaky)
+    assert seen["lists"] > 10
 
 
 _VALUES = st.sampled_from([0.25, 0.5, 1.0, 0.0, -0.0, math.nan, 5e-324, -0.5, 1e-300, 3.0,

@@ -10,6 +10,7 @@ another size)."""
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 
 import numpy as np
@@ -45,22 +46,25 @@ def _state(b: SimBackend) -> str:
                         for v, vm in b.vms.items())))
 
 
-def _run(monkeypatch: pytest.MonkeyPatch, lows: bool, seed: int, hosts: int, flaky: bool
-         ) -> tuple[str, list[str], dict[str, int]]:
+def _run(monkeypatch: pytest.MonkeyPatch, lows: bool, seed: int, hosts: int, flaky: bool,
+         handed: bool = True) -> tuple[str, list[str], dict[str, int]]:
     """A vertical-deadline run of many-VM jobs on ``hosts`` one-core hosts; with ``lows``
-    every kept least is checked against the ``min`` before every advance. Returns the
-    outcome's digest, the backend's state after every apply and advance, and counts."""
+    every kept least is checked against the ``min`` before every advance (``handed``: the
+    plan's least values read, :data:`sim_pace.HANDED`). Returns the outcome's digest, the
+    backend's state after every apply and advance, and counts."""
     monkeypatch.setattr(sim_pace, "LOWS", lows)
+    monkeypatch.setattr(sim_pace, "HANDED", handed)
     monkeypatch.setattr(plan_mod, "LISTED", lows)  # (the plan's allocations as its lists)
     monkeypatch.setattr(plan_mod, "MIN_COLUMN_VMS", 1)  # (every one-column plan carries it)
     if flaky:
         monkeypatch.setattr(SimBackend, "apply", _flaky(SimBackend.apply, keep=True))
     states: list[str] = []
-    seen = {"checked": 0, "columns": 0, "listed": 0}
+    seen = {"checked": 0, "columns": 0, "listed": 0, "handed": 0}
     apply, advance = SimBackend.apply, SimBackend.advance
 
     def applying(self: SimBackend, plan: Plan) -> ApplyReport:
         seen["columns"] += plan.column is not None
+        seen["handed"] += plan.column is not None and plan.column.lows is not None
         seen["listed"] += type(plan.allocations) is Listed
         out = apply(self, plan)
         states.append(_state(self))
@@ -121,6 +125,16 @@ def test_the_kept_least_allocations_give_the_reference_run_state_for_state(
     assert seen["columns"] > 10 and seen["checked"] > 100 and seen["listed"] > 10
 
 
+@VD_RUNS
+def test_the_plans_handed_least_values_give_the_backends_own_state_for_state(
+        monkeypatch: pytest.MonkeyPatch, seed: int, hosts: int, flaky: bool) -> None:
+    """The backend reading the least values the plan handed over in its column
+    (``AllocColumn.lows``) gives the run it gives taking them itself (``HANDED`` off)."""
+    seen = same_run(_run(monkeypatch, True, seed, hosts, flaky),
+                    _run(monkeypatch, True, seed, hosts, flaky, handed=False), flaky)
+    assert seen["handed"] > 10 and seen["checked"] > 100
+
+
 _VALUES = st.sampled_from([0.25, 0.5, 1.0, 2.0, 0.0, -0.0, float("nan"), 5e-324, -0.5,
                            0.75, 1e-300, 3.0])
 
@@ -144,6 +158,12 @@ def test_least_cpu_keeps_exactly_the_spans_whose_min_it_is(
     column = AllocColumn(resource, np.array(values, dtype=float), apps, starts, sizes)
     out: dict[str, float] = {}
     sim_pace.least_cpu(column, len(values) + listed_off, groups, out)
+    if 0 not in sizes:  # the plan's least values handed over: the same kept, bit for bit
+        handed = dataclasses.replace(column, lows=np.minimum.reduceat(
+            column.values, starts).tolist())
+        also: dict[str, float] = {}
+        sim_pace.least_cpu(handed, len(values) + listed_off, groups, also)
+        assert repr(also) == repr(out)
     fits = resource == "cpu" and listed_off == 0 and 0 not in sizes
     for a, (span, off) in zip(apps, spans, strict=True):
         want = min(span) if span else None

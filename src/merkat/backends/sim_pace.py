@@ -98,6 +98,13 @@ application's least CPU allocation from a plan's column (:func:`least_cpu`); Fal
 quiet pace takes the least of its VMs' mappings (the reference)."""
 
 
+HANDED = True
+"""Whether :func:`least_cpu` reads the least values the plan handed over in its column
+(``AllocColumn.lows``: the same ``np.minimum.reduceat`` over the same values and spans,
+taken once for the controllers and the backend; issue 28, twenty-second session); False:
+it takes them itself every time (the reference)."""
+
+
 def least_cpu(column: AllocColumn, listed: int, groups: Mapping[str, Sized],
               out: dict[str, float]) -> None:
     """Each application's least CPU allocation, from a plan's
@@ -116,13 +123,16 @@ def least_cpu(column: AllocColumn, listed: int, groups: Mapping[str, Sized],
     are the same bits. The others are left out (the backend takes the ``min`` then). The
     caller drops an application's entry whenever one of its VMs is put, released or given
     another mapping (:meth:`SimBackend._unpace <merkat.backends.sim.SimBackend._unpace>`,
-    ``apply``)."""
+    ``apply``). The least values are the column's ``lows`` when the plan handed them over
+    (:data:`HANDED`), else taken here."""
     sizes, starts = column.sizes, column.starts
     values = column.values
     if (column.resource != "cpu" or not starts or 0 in sizes or listed != len(values)
             or starts[-1] + sizes[-1] != listed):
         return
-    lows: list[float] = np.minimum.reduceat(values, starts).tolist()
+    lows = column.lows
+    if lows is None or not HANDED:
+        lows = np.minimum.reduceat(values, starts).tolist()
     for app, low, size in zip(column.apps, lows, sizes, strict=True):
         if low == low and low != 0.0:
             group = groups.get(app)

@@ -120,13 +120,18 @@ class AllocColumn:
     values[m]``; application ``apps[k]``'s VMs are the ``sizes[k]`` rows from ``starts[k]``.
     The simulated backend reads it to take each application's least allocation at once
     (:func:`merkat.backends.sim_pace.least_cpu`); a plan rebuilt with other allocations (a
-    withholding, a backend's own filtering) drops it."""
+    withholding, a backend's own filtering) drops it. ``lows``: each span's least value,
+    ``np.minimum.reduceat(values, starts).tolist()``, when the plan took it (every span
+    holding a VM: it keeps them for the controllers, :func:`merkat.core.draft.keep_leasts`),
+    handed over so that a reader does not take it again (issue 28, twenty-second session);
+    None: not taken (a reader takes it itself)."""
 
     resource: str
     values: Any
     apps: Sequence[str]
     starts: Sequence[int]
     sizes: Sequence[int]
+    lows: Sequence[float] | None = None
 
 
 OPS = ("create", "resume", "destroy", "suspend", "migrate", "resize")

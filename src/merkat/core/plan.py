@@ -169,33 +169,27 @@ controller takes the ``min`` over its application's mappings)."""
 def _carried(runs: Sequence[Run], column: Column | None, table: RunTable | None
              ) -> AllocColumn | None:
     """The plan's :class:`~merkat.core.backend.AllocColumn` of ``column`` (the one-column
-    allocations of ``runs``) from :data:`MIN_COLUMN_VMS` VMs, else None; with it (and
-    :data:`LEASTS`), each run's least value, one ``np.minimum.reduceat`` over its spans, is
-    kept for its allocation list (:func:`~merkat.core.draft.keep_leasts`), every run holding
-    at least one VM (else none is)."""
+    allocations of ``runs``, every run whole: its rows are its VMs) from
+    :data:`MIN_COLUMN_VMS` VMs, else None; with it (and :data:`LEASTS`), each run's least
+    value, one ``np.minimum.reduceat`` over its spans, is kept for its allocation list
+    (:func:`~merkat.core.draft.keep_leasts`), every run holding at least one VM (else none
+    is), and handed to the backend in the column (``AllocColumn.lows``: the simulated
+    backend's :func:`~merkat.backends.sim_pace.least_cpu` would take the same again)."""
     if column is None or len(column.values) < MIN_COLUMN_VMS:
         return None
-    out = _alloc_column(runs, column, table)
-    starts = out.starts
-    if LEASTS and starts and 0 not in out.sizes:
-        keep_leasts([nx.allocs for nx, _, _ in runs], out.resource,
-                    np.minimum.reduceat(out.values, starts).tolist())
-    else:
-        keep_leasts((), "", ())
-    return out
-
-
-def _alloc_column(runs: Sequence[Run], column: Column, table: RunTable | None
-                  ) -> AllocColumn:
-    """The plan's :class:`~merkat.core.backend.AllocColumn` of ``column`` (the one-column
-    allocations of ``runs``, every run whole: its rows are its VMs)."""
     if table is not None:
         apps, sizes, starts = table.apps, table.sizes, table.starts()
     else:
         apps = [nx.id for nx, _, _ in runs]
         sizes = [len(nx.ids) for nx, _, _ in runs]
         starts = list(accumulate(sizes[:-1], initial=0)) if sizes else []
-    return AllocColumn(column.one[0], column.values, apps, starts, sizes)
+    r0, values = column.one[0], column.values
+    if LEASTS and starts and 0 not in sizes:
+        lows: list[float] = np.minimum.reduceat(values, starts).tolist()
+        keep_leasts([nx.allocs for nx, _, _ in runs], r0, lows)
+        return AllocColumn(r0, values, apps, starts, sizes, lows)  # (lows handed over)
+    keep_leasts((), "", ())
+    return AllocColumn(r0, values, apps, starts, sizes)
 
 
 def _one_column(runs: Sequence[Run]) -> tuple[str, int] | None:
@@ -343,8 +337,10 @@ class Plans:
     allocation and the plan's ``allocations`` are the last plan's (the same mapping, shared:
     plans are read, never changed); only the destroys and suspends are new. Checked with
     list comparisons over the runs joined (the applications, their rows and VM counts, the
-    VM ids; the mappings by identity) instead of a visit per VM or per application. Not a
-    record: a cache of a pure function (``tests/test_plan.py`` compares both)."""
+    VM ids; the mappings by identity, or each run's allocation list by identity when it is
+    the one the last plan left: :data:`LISTS`) instead of a visit per VM or per
+    application. Not a record: a cache of a pure function (``tests/test_plan.py`` compares
+    both)."""
 
     def __init__(self) -> None:
         self._last: tuple[Any, ...] | None = None
@@ -359,24 +355,44 @@ class Plans:
         with the last ones (:func:`_one_column_allocations`' ``prior``). ``table``: the
         runs read once (:class:`~merkat.core.run_table.RunTable`: :func:`_joined`'s lists
         from it), or None (the reference: the runs read here)."""
+        allocs: list[dict[str, float]] | None
         if table is None:
             key, allocs = _joined(runs)
-        else:
-            key, allocs = (table.apps, table.rows_of, table.sizes, table.ids), table.allocs()
+        else:  # (the mappings joined only when needed: the lists' identities first)
+            key, allocs = (table.apps, table.rows_of, table.sizes, table.ids), None
         last = self._last
         prior: Column | None = None
-        if last is not None and key == last[1] and all(map(operator.is_, allocs, last[2])):
-            if last[0] is result and not (result.host != before).any():
-                self.reused = True
-                return Plan(time=now, period=period, destroy=tuple(ops.destroy),
-                            suspend=tuple(ops.suspend), allocations=last[3].allocations)
-            prior = last[4]
+        if last is not None and key == last[1]:
+            if LISTS and all(map(operator.is_, [nx.allocs for nx, _, _ in runs], last[5])):
+                held = True  # (the very lists it left: the same mappings)
+            else:
+                if allocs is None:
+                    allocs = table.allocs()  # type: ignore[union-attr]  # (table given)
+                held = all(map(operator.is_, allocs, last[2]))
+            if held:
+                if last[0] is result and not (result.host != before).any():
+                    self.reused = True
+                    return Plan(time=now, period=period, destroy=tuple(ops.destroy),
+                                suspend=tuple(ops.suspend), allocations=last[3].allocations)
+                prior = last[4]
         self.reused = False
+        if allocs is None:
+            allocs = table.allocs()  # type: ignore[union-attr]  # (table given)
         plan, column = _plan(now, period, runs, result, ops, before, prior, (key[3], allocs),
                              table)
         self._last = (result, key, column.allocs if column is not None else
-                      _joined(runs)[1] if table is None else table.allocs(), plan, column)
+                      _joined(runs)[1] if table is None else table.allocs(), plan, column,
+                      [nx.allocs for nx, _, _ in runs])
         return plan
+
+
+LISTS = True
+"""Whether :class:`Plans` first checks that the runs hold the very allocation lists the
+last plan left them (one identity per run: those lists are never changed once a plan left
+them, :mod:`merkat.core.draft`, so their mappings are the ones it gave) before the check of
+every mapping's identity, which then runs only when a list is another (issue 28,
+twenty-second session: fig5 0.3 gives the same answer both ways at all 1,158 calls with the
+same runs); False: every mapping's identity (the reference)."""
 
 
 def _joined(runs: Sequence[Run]) -> tuple[tuple[list[Any], ...], list[dict[str, float]]]:
