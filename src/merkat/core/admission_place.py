@@ -94,11 +94,13 @@ def place_kept(k: Kept, newcomers: list[Run], new_apps: list[App]) -> Placed | N
     nb: list[list[float]] = []
     nc: list[list[float]] = []
     nm: list[list[float]] = []
+    pos: list[bool] = []  # per newcomer: a VM of it has a minimum (worst-fit checks them)
     for nx, const, _ in newcomers:  # their rows, as market_rows reads them
         cap = [float(x) for x in const.cap_row]
         mn = [float(x) for x in const.min_row]
         if not all(x >= 0.0 for x in cap) or not all(0.0 <= x < inf for x in mn):
             return None  # (the reference's error to raise)
+        pos.append(bool(nx.ids) and any(x > 0 for x in mn))
         last: dict[str, float] | None = None
         row: list[float] = []
         for b in nx.bids:
@@ -125,10 +127,11 @@ def place_kept(k: Kept, newcomers: list[Run], new_apps: list[App]) -> Placed | N
     hosts = k.hosts
     sums = k.sums
     while True:  # place them all, or only those whose VMs all fit (as the reference)
-        check = not hosts.all_have_capacity or any(x > 0 for j in rows for x in nm[j])
+        check = not hosts.all_have_capacity or any([pos[a] for a in runs])
         bids = [nb[j] for j in rows]
         total = [(b[0] + b[1]) + 0.0 for b in bids]  # row_sum's, for two resources
-        order = sorted(range(len(rows)), key=lambda q: -total[q])
+        # (descending, ties in row order: a stable sort's reverse keeps them in order)
+        order = sorted(range(len(rows)), key=total.__getitem__, reverse=True)
         if check:
             load = loads_of(hosts, sums)  # (node_load's, from the kept sums)
             got = worst_fit_new(hosts, load, row_max(load), k.mins, order, bids,
