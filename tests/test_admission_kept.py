@@ -469,7 +469,8 @@ def test_the_lean_builds_pieces_are_the_references(host_l: list[int],
     from merkat.core.admission_state import _bounds, _bounds_ref, _rows_on, _rows_on_ref
 
     host = np.array(host_l, dtype=np.int64)
-    assert list(_rows_on(host, host_l, 8).items()) == list(_rows_on_ref(host_l).items())
+    for nodes in (8, 40):  # (more rows than nodes, or not)
+        assert list(_rows_on(host, host_l, nodes).items()) == list(_rows_on_ref(host_l).items())
     n = len(host_l)
     bid = np.abs(np.array(values[:2 * n]).reshape(n, 2))
     cap = np.abs(np.array(values[80:80 + 2 * n]).reshape(n, 2))

@@ -346,7 +346,11 @@ def _rows_on(host: IntArray, host_l: list[int], n_hosts: int) -> dict[int, list[
     """:func:`_rows_on_ref` (``host``: ``host_l`` as an array of nodes below ``n_hosts``):
     one list per row by a dict comprehension (a node keeps the place of its first row; a
     later row of the same node replaces its list), then the nodes of several rows, found by
-    ``np.bincount``, given all their rows in one pass over those rows only."""
+    ``np.bincount``, given all their rows in one pass over those rows only. More rows than
+    nodes (themis-fig5's many-VM runs: nearly every node holds several): the reference's one
+    pass, as the comprehension would be thrown away."""
+    if len(host_l) > n_hosts:
+        return _rows_on_ref(host_l)
     on = {h: [i] for i, h in enumerate(host_l)}
     if len(on) != len(host_l):
         many = np.flatnonzero(np.bincount(host, minlength=n_hosts)[host] > 1)
