@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from merkat.backends.sim import SimBackend
 from merkat.bank.memory import MemoryLedger
@@ -98,11 +100,13 @@ def _both_ways(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         counts["handed"] += out is not None
         return out
 
-    def both(market, drafts, newcomers, new_apps):  # type: ignore[no-untyped-def]
+    def both(market, drafts, newcomers, new_apps, hide=True):  # type: ignore[no-untyped-def]
         fresh = replace(market, keep=AdmissionKeep(), running=RunningRows())
         here = admission.running_here(market.active, drafts)
+        if not hide:  # (the drafts hide no running application: not read)
+            assert here == admission.running_here(market.active, ())
         want = admission._full(fresh, here, newcomers, new_apps)
-        got = placed(market, drafts, newcomers, new_apps)
+        got = placed(market, drafts, newcomers, new_apps, hide)
         _same_placed(got, want)
         counts["points"] += 1
         return got
@@ -111,7 +115,61 @@ def _both_ways(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     _valid_both_ways(monkeypatch, counts)
     monkeypatch.setattr(AdmissionKeep, "place", counting)
     monkeypatch.setattr(admission_keep, "kept_of_period", handed)
+    _lean_both_ways(monkeypatch, counts)
     return counts
+
+
+def _same_kept(a, b) -> None:  # type: ignore[no-untyped-def]
+    """Two kept states are the same: the same records, constant parts, capacity lists,
+    checked columns and the lists they were read from (by identity), the same rows, nodes' rows (their order too) and arrays
+    (byte for byte); the bounds of the bids and finite caps (any order's sums) both under
+    ``SAFE_BOUND`` and equal to within rounding."""
+    from dataclasses import fields
+
+    assert (a is None) == (b is None)
+    if a is None:
+        return
+    for f in fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if f.name in ("hosts", "reserve", "cap_g", "cap_rows", "inv_rows"):
+            assert x is y
+        elif f.name in ("apps", "consts", "cols"):
+            assert len(x) == len(y) and all(p is q for p, q in zip(x, y, strict=True))
+        elif f.name == "src":  # (each tuple made by the build; kept_of's new [] last)
+            assert [None if p is None else ([id(c) for c in p[:5]], p[5]) for p in x] == \
+                [None if q is None else ([id(c) for c in q[:5]], q[5]) for q in y]
+        elif isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+        elif f.name in ("total_bid", "total_cap"):
+            assert np.allclose(x, y, rtol=1e-12, atol=0.0)
+        elif f.name == "on":
+            assert list(x.items()) == list(y.items())
+        else:
+            assert x == y, f.name
+
+
+def _lean_both_ways(monkeypatch: pytest.MonkeyPatch, counts: dict[str, int]) -> None:
+    """Patches the kept state's two builds (of a period's clearing, ``kept_of_period``; of
+    the full path's answer, ``kept_of``) to build it both ways at every point that reads
+    one: the lean build (``admission_state.LEAN``) and the reference, compared field by
+    field (:func:`_same_kept`). Counted in ``lean`` (built both ways, not None)."""
+    from merkat.core import admission_keep, admission_state
+
+    counts["lean"] = 0
+
+    def twice(build):  # type: ignore[no-untyped-def]
+        def both(*a):  # type: ignore[no-untyped-def]
+            monkeypatch.setattr(admission_state, "LEAN", False)
+            want = build(*a)
+            monkeypatch.setattr(admission_state, "LEAN", True)
+            got = build(*a)
+            _same_kept(got, want)
+            counts["lean"] += got is not None
+            return got
+        return both
+
+    monkeypatch.setattr(admission_keep, "kept_of_period", twice(admission_keep.kept_of_period))
+    monkeypatch.setattr(admission_keep, "kept_of", twice(admission_keep.kept_of))
 
 
 def _valid_both_ways(monkeypatch: pytest.MonkeyPatch, counts: dict[str, int]) -> None:
@@ -168,7 +226,7 @@ def test_the_kept_path_places_as_the_full_path(seed: int, cores: float, memory: 
     driver.run(until=8 * PERIOD)
     assert counts["points"] >= 15 and sum(r.migrations for r in platform.records) > 0
     assert sum(a.suspensions for a in platform.apps.values()) > 0
-    assert counts["kept"] >= 5 and counts["among"] >= 5, counts
+    assert counts["kept"] >= 5 and counts["among"] >= 5 and counts["lean"] >= 3, counts
     if cores == 1.0 and not memory:  # (nothing capped, nothing refused)
         assert counts["handed"] >= 3, counts
 
@@ -397,3 +455,27 @@ def test_the_state_after_a_flaky_point_is_a_fresh_computation(
     assert reference["kept"] == reference["fresh"] == 0
     assert counts["kept"] >= 3 and counts["fresh"] >= 3 and counts["trusted"] >= 3, counts
     assert sum(len(r[6]) for r in got[0]) > 0 and sum(len(r[7]) for r in got[0]) > 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 7), max_size=40),
+       st.lists(st.sampled_from([0.0, -0.0, 0.5, 1.0, 3.0, 1e300, float("inf"),
+                                 float("nan")]), min_size=160, max_size=160))
+def test_the_lean_builds_pieces_are_the_references(host_l: list[int],
+                                                   values: list[float]) -> None:
+    """Each node's rows (the lean dict comprehension and its fix-up) are the reference's,
+    in the same order; the bounds give the reference's ``traded`` and, where finite, its
+    sums to within rounding (bids and caps of zeros, signed zeros, infinities and NaN)."""
+    from merkat.core.admission_state import _bounds, _bounds_ref, _rows_on, _rows_on_ref
+
+    host = np.array(host_l, dtype=np.int64)
+    for nodes in (8, 40):  # (more rows than nodes, or not)
+        assert list(_rows_on(host, host_l, nodes).items()) == list(_rows_on_ref(host_l).items())
+    n = len(host_l)
+    bid = np.abs(np.array(values[:2 * n]).reshape(n, 2))
+    cap = np.abs(np.array(values[80:80 + 2 * n]).reshape(n, 2))
+    got, want = _bounds(bid, cap, cap.T.tolist()), _bounds_ref(bid, cap, cap.T.tolist())
+    assert got[2] == want[2]
+    for x, y in zip(got[0] + got[1], want[0] + want[1], strict=True):
+        assert np.isnan(x) == np.isnan(y) and np.isinf(x) == np.isinf(y)
+        assert not np.isfinite(y) or np.isclose(x, y, rtol=1e-12, atol=0.0)

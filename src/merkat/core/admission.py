@@ -168,7 +168,9 @@ def admit(market: Market, queued: Sequence[App], now: float, until: float,
     placed = None
     if newcomers:
         # the VMs placed by the last clearing (and admissions since) keep their hosts
-        placed = _placed(market, nexts, newcomers, [app for _, app in starting])
+        running = AppStatus.RUNNING
+        placed = _placed(market, nexts, newcomers, [app for _, app in starting],
+                         any(app.status is running for app in queued))
         fitting = {id(run[0]) for run in placed.fits} if placed is not None else set()
         for nx, app in starting:  # those whose VMs do not all fit: back to the queue
             if id(nx) not in fitting:
@@ -209,19 +211,22 @@ def running_here(active: Sequence[App], drafts: Container[str]) -> list[App]:
 
 
 def _placed(market: Market, drafts: Container[str], newcomers: list[Run],
-            new_apps: list[App]) -> Placed | None:
+            new_apps: list[App], hide: bool = True) -> Placed | None:
     """The placement of ``newcomers`` (records ``new_apps``) beside the running
     applications (:func:`running_here` of ``market.active`` and ``drafts``): from the last
     point's kept state when it is proved to give the reference's answer and they are at
     most ``MAX_NEW`` VMs (:mod:`merkat.core.admission_keep`; the running applications are
     then checked in the pass that finds them, :meth:`AdmissionKeep.valid_among
     <merkat.core.admission_keep.AdmissionKeep.valid_among>`, no list of them built), else
-    the reference (:func:`_full`). None when no newcomer fits. Changes no record."""
+    the reference (:func:`_full`). None when no newcomer fits. Changes no record.
+    ``hide``: whether ``drafts`` can hide a running application (False when none of the
+    point's queued applications is running: the running ones among ``market.active`` are
+    then found without reading ``drafts``)."""
     keep = market.keep
     kept = None
     if size(newcomers) <= MAX_NEW:
         kept = keep.valid_among(market.hosts, market.decider.reserve_row, market.index,
-                                market.active, drafts)
+                                market.active, drafts if hide else ())
     placed = keep.place(kept, newcomers, new_apps) if kept is not None else None
     return placed if placed is not None else _full(
         market, running_here(market.active, drafts), newcomers, new_apps)

@@ -1,8 +1,9 @@
 """What an admission point keeps for the next one of the same period
 (:mod:`merkat.core.admission_keep`): the full path's answer as it gave it (:class:`Full`),
 a period's clearing as its commit hands it over (:class:`Handed`), the state made of either
-(:class:`Kept`, :func:`kept_of`, :func:`kept_of_period`) and the check that an application's
-records still give its kept rows (:func:`same_rows`)."""
+(:class:`Kept`, :func:`kept_of`, :func:`kept_of_period`; built the lean way, or the
+reference's with :data:`LEAN` off) and the check that an application's records still give
+its kept rows (:func:`same_rows`)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,20 @@ from merkat.market.host_shares import SAFE_BOUND, none_capped
 from merkat.market.placement import loads_of
 from merkat.market.share import FloatArray, IntArray
 from merkat.market.types import bid_on, row_max
+
+LEAN = True
+"""Build the kept state the lean way (issue 28, twenty-second session): a period's runs read
+without per-run slices when the clearing placed every row (:func:`_runs`' ``every``),
+each node's rows by one dict comprehension with the nodes of several rows fixed after
+(:func:`_rows_on`), and the bounds of the bids and finite caps with ``traded`` from one
+matrix-vector product each (:func:`_bounds`). False: the reference build (the twenty-first
+session's: each run's hosts sliced, :func:`_rows_on_ref`, :func:`_bounds_ref`);
+``tests/test_admission_kept.py`` builds both at every point of random runs that reads a
+state and compares them."""
+
+_RANGES: tuple[list[int], ...] = tuple(list(range(n)) for n in range(65))
+"""``list(range(n))`` for small ``n``, shared by every kept state as the row list of an
+application whose VMs all bid (``Kept.vmrows``' lists are never changed in place)."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +192,38 @@ def kept_of_period(h: Handed, cap_g: list[list[float]], cap_rows: list[list[floa
         return None  # (some VM capped: a node's shares are not its own alone)
     host = h.host
     host_l: list[int] = host.tolist()
+    every = NO_HOST not in host_l
+    got = _runs(h.runs, h.records, host_l, LEAN and every)
+    if got is None:
+        return None  # (an application forgotten: it ended)
+    apps, cols, src, consts, vmrows, ends = got
+    ids, bid, cap, minimum, alloc = h.ids, h.bid, h.cap, h.minimum, h.alloc
+    if not every:
+        placed = host != NO_HOST
+        sel = np.flatnonzero(placed)
+        if bid_on(bid[sel]) != bid_on(bid):
+            return None  # (a resource only unplaced VMs bid on: cleared as traded)
+        ids = tuple(ids[j] for j in sel.tolist())
+        bid, cap, minimum, host, alloc = bid[sel], cap[sel], minimum[sel], host[sel], alloc[sel]
+        host_l = host.tolist()
+    return _kept(h.hosts, h.reserve, h.index, apps, cols, consts, vmrows, ends, list(ids),
+                 bid, cap, minimum, host, alloc, src, None if h.capped is False else host,
+                 cap_g, cap_rows, inv_rows, host_l)
+
+
+_Runs = tuple[list[App], list[Columns | None], list[Columns | None], list[AppConst],
+              list[list[int]], list[int]]
+
+
+def _runs(runs: list[Run], records: Mapping[str, App], host_l: list[int],
+          every: bool) -> _Runs | None:
+    """Per running application of a period's ``runs`` (those with a row the clearing placed:
+    ``host_l``, every row's host), its record, columns when they are its next state's very
+    lists (else None), next state's lists, constant parts, placed VMs' indexes and end row;
+    None when a record is gone. ``every``: the clearing placed every row (no host is
+    ``NO_HOST``), so each run's rows are all its rows: no slice of the hosts is read and an
+    application whose VMs all bid shares a :data:`_RANGES` list (False: each run's hosts
+    sliced and its placed rows listed, the reference)."""
     apps: list[App] = []
     cols: list[Columns | None] = []
     src: list[Columns | None] = []
@@ -184,40 +231,42 @@ def kept_of_period(h: Handed, cap_g: list[list[float]], cap_rows: list[list[floa
     vmrows: list[list[int]] = []
     ends: list[int] = []
     i = at = 0
-    records = h.records
-    for nx, const, rows in h.runs:
-        n = len(nx.ids) if rows is None else len(rows)
-        hs = host_l[i:i + n]
-        i += n
-        every: list[int] = list(range(n)) if rows is None else rows
-        mine = every if NO_HOST not in hs else [
-            k for k, x in zip(every, hs, strict=True) if x != NO_HOST]
-        if not mine:
-            continue
-        app = records.get(nx.id)
+    get = records.get
+    ranges = _RANGES
+    top = len(ranges)
+    for nx, const, rows in runs:
+        vids = nx.ids
+        if every:
+            if rows is None:
+                n = len(vids)
+                if not n:
+                    continue
+                rows = ranges[n] if n < top else list(range(n))
+            elif not rows:
+                continue
+        else:
+            n = len(vids) if rows is None else len(rows)
+            hs = host_l[i:i + n]
+            i += n
+            all_: list[int] = list(range(n)) if rows is None else rows
+            rows = all_ if NO_HOST not in hs else [
+                k for k, x in zip(all_, hs, strict=True) if x != NO_HOST]
+            if not rows:
+                continue
+        app = get(nx.id)
         if app is None:
             return None  # (forgotten: it ended)
-        was = (nx.ids, nx.states, nx.bids, nx.hosts, nx.fresh, nx.allocs)
+        was = (vids, nx.states, nx.bids, nx.hosts, nx.fresh, nx.allocs)
         now = app.columns
         apps.append(app)
-        cols.append(now if (now[0] is was[0] and now[1] is was[1] and now[2] is was[2]
+        cols.append(now if (now[0] is vids and now[1] is was[1] and now[2] is was[2]
                             and now[3] is was[3] and now[5] is was[5]) else None)
         src.append(was)
         consts.append(const)
-        vmrows.append(mine)
-        at += len(mine)
+        vmrows.append(rows)
+        at += len(rows)
         ends.append(at)
-    ids, bid, cap, minimum, alloc = h.ids, h.bid, h.cap, h.minimum, h.alloc
-    placed = host != NO_HOST
-    if not placed.all():
-        sel = np.flatnonzero(placed)
-        if bid_on(bid[sel]) != bid_on(bid):
-            return None  # (a resource only unplaced VMs bid on: cleared as traded)
-        ids = tuple(ids[j] for j in sel.tolist())
-        bid, cap, minimum, host, alloc = bid[sel], cap[sel], minimum[sel], host[sel], alloc[sel]
-    return _kept(h.hosts, h.reserve, h.index, apps, cols, consts, vmrows, ends, list(ids),
-                 bid, cap, minimum, host, alloc, src, None if h.capped is False else host,
-                 cap_g, cap_rows, inv_rows)
+    return apps, cols, src, consts, vmrows, ends
 
 
 def _kept(hosts: Hosts, reserve: FloatArray, index: int, apps: list[App],
@@ -225,17 +274,16 @@ def _kept(hosts: Hosts, reserve: FloatArray, index: int, apps: list[App],
           ends: list[int], row_ids: list[str], bid: FloatArray, cap: FloatArray,
           minimum: FloatArray, host: IntArray, alloc: FloatArray, src: list[Columns | None],
           check: IntArray | None, cap_g: list[list[float]], cap_rows: list[list[float]],
-          inv_rows: list[list[float]]) -> Kept | None:
+          inv_rows: list[list[float]], host_l: list[int] | None = None) -> Kept | None:
     """The :class:`Kept` of these rows (every array in row order; ``check``: the rows'
-    hosts when whether a VM is capped is still to prove, :func:`none_capped`), or None
-    (one node, the compiled kernels, sums near overflow, a capped VM)."""
+    hosts when whether a VM is capped is still to prove, :func:`none_capped`; ``host_l``:
+    ``host`` as a list, when the caller has it), or None (one node, the compiled kernels,
+    sums near overflow, a capped VM)."""
     if len(hosts) < 2 or share_kernel.enabled():
         return None
     n_res = hosts.capacity.shape[1]
     cap_t: list[list[float]] = cap.T.tolist()
-    inf = math.inf
-    total_bid = [float(bid[:, c].sum()) for c in range(n_res)]
-    total_cap = [sum([x for x in col if x < inf]) for col in cap_t]
+    total_bid, total_cap, traded = (_bounds if LEAN else _bounds_ref)(bid, cap, cap_t)
     if not all(t < SAFE_BOUND for t in total_bid + total_cap):
         return None
     sums = np.zeros((len(hosts), n_res))
@@ -245,18 +293,72 @@ def _kept(hosts: Hosts, reserve: FloatArray, index: int, apps: list[App],
         sums[:, c] = np.bincount(host, weights=bid[:, c], minlength=len(hosts))
         if any_min:
             mins[:, c] = np.bincount(host, weights=minimum[:, c], minlength=len(hosts))
-    traded = bid_on(bid)
     if check is not None and not none_capped(hosts.capacity, check, bid, cap, sums, traded):
         return None
-    host_l: list[int] = host.tolist()
-    on: dict[int, list[int]] = {}
-    for i, h in enumerate(host_l):
-        on.setdefault(h, []).append(i)
+    if host_l is None:
+        host_l = host.tolist()
+    on = _rows_on(host, host_l, len(hosts)) if LEAN else _rows_on_ref(host_l)
     return Kept(
         hosts, reserve, index, apps, cols, consts, vmrows, ends, set(row_ids),
         row_ids, bid.T.tolist(), cap_t, host_l, alloc.T.tolist(), alloc,
         on, sums, mins, cap_g, cap_rows, inv_rows, row_max(loads_of(hosts, sums)), total_bid,
         total_cap, traded, reserve.tolist(), src)
+
+
+def _bounds_ref(bid: FloatArray, cap: FloatArray,
+                cap_t: list[list[float]]) -> tuple[list[float], list[float], list[bool]]:
+    """Per resource: the rows' bids summed, their finite caps summed (only compared with
+    ``SAFE_BOUND``: bounds) and whether it is traded (:func:`~merkat.market.types.bid_on`).
+    The reference of :func:`_bounds`."""
+    inf = math.inf
+    total_bid = [float(bid[:, c].sum()) for c in range(bid.shape[1])]
+    total_cap = [sum([x for x in col if x < inf]) for col in cap_t]
+    return total_bid, total_cap, bid_on(bid)
+
+
+def _bounds(bid: FloatArray, cap: FloatArray,
+            cap_t: list[list[float]]) -> tuple[list[float], list[float], list[bool]]:
+    """:func:`_bounds_ref` by two matrix-vector products: the bids' column sums are
+    :func:`~merkat.market.types.bid_on`'s own (so ``traded`` is its answer, the same
+    operations), and the finite caps' are the caps' own when that sum is finite (then every
+    cap is), else those of the caps with every other value 0. A sum of non-negative terms in
+    any order is within far less than the factor 10 of ``SAFE_BOUND`` of another order's (its
+    docstring), so either sum bounds the reference's; NaN and overflow fail the bound both
+    ways."""
+    ones = np.ones(bid.shape[0])
+    total_bid: list[float] = (bid.T @ ones).tolist()
+    total_cap: list[float] = (cap.T @ ones).tolist()  # (every cap finite: the usual)
+    if not all(x < math.inf for x in total_cap):
+        total_cap = (np.where(cap < math.inf, cap, 0.0).T @ ones).tolist()
+    return total_bid, total_cap, [x != 0.0 for x in total_bid]
+
+
+def _rows_on_ref(host_l: list[int]) -> dict[int, list[int]]:
+    """Each node's rows (``host_l``: every row's node), ascending, nodes in order of their
+    first row. The reference of :func:`_rows_on`."""
+    on: dict[int, list[int]] = {}
+    for i, h in enumerate(host_l):
+        on.setdefault(h, []).append(i)
+    return on
+
+
+def _rows_on(host: IntArray, host_l: list[int], n_hosts: int) -> dict[int, list[int]]:
+    """:func:`_rows_on_ref` (``host``: ``host_l`` as an array of nodes below ``n_hosts``):
+    one list per row by a dict comprehension (a node keeps the place of its first row; a
+    later row of the same node replaces its list), then the nodes of several rows, found by
+    ``np.bincount``, given all their rows in one pass over those rows only. More rows than
+    nodes (themis-fig5's many-VM runs: nearly every node holds several): the reference's one
+    pass, as the comprehension would be thrown away."""
+    if len(host_l) > n_hosts:
+        return _rows_on_ref(host_l)
+    on = {h: [i] for i, h in enumerate(host_l)}
+    if len(on) != len(host_l):
+        many = np.flatnonzero(np.bincount(host, minlength=n_hosts)[host] > 1)
+        fix: dict[int, list[int]] = {}
+        for i, h in zip(many.tolist(), host[many].tolist(), strict=True):
+            fix.setdefault(h, []).append(i)
+        on.update(fix)
+    return on
 
 
 def same_bits(x: float, y: float) -> bool:
