@@ -175,3 +175,26 @@ def test_entries_of_gone_or_changed_traces_and_the_oldest_beyond_the_bound_are_d
     for p in paths[-3:]:
         read_swf(p)
     assert len(parses) == n  # the three newest kept
+
+
+def test_an_unknown_cache_setting_is_bad_input_naming_the_variable(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A typo in MERKAT_TRACE_CACHE is refused with the values it takes, not read as on; the
+    command line exits 2 with one line and no traceback."""
+    p = tmp_path / "t.swf"
+    write_trace(p, N)
+    monkeypatch.setenv(swf_cache.ENV, "of")
+    with pytest.raises(SwfError, match="MERKAT_TRACE_CACHE: must be on or off, got 'of'"):
+        read_swf(p)
+    assert not cache.exists()  # nothing read or written
+    monkeypatch.setenv(swf_cache.ENV, " ON ")
+    assert len(read_swf(p)) == N and len(list(cache.glob("*.npz"))) == 1
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "merkat", "bench", "period", "--jobs", "20"],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, swf_cache.ENV: "maybe"})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "Traceback" not in r.stderr
+    assert "MERKAT_TRACE_CACHE: must be on or off, got 'maybe'" in r.stderr

@@ -138,7 +138,10 @@ def read_swf(path: str | Path, strict: bool = False) -> SwfTrace:
     from merkat.workload import swf_cache
 
     p = Path(path)
-    kept = swf_cache.load(p)
+    try:
+        kept = swf_cache.load(p)
+    except ValueError as e:  # the cache's setting: bad input, as the trace's own
+        raise SwfError(str(e)) from None
     if kept is not None:
         return SwfTrace(header=kept[0], data=kept[1], path=str(p))
     try:

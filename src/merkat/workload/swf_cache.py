@@ -23,7 +23,9 @@ Contract:
 - **Bounded:** each write drops the entries whose trace is gone or changed (a test's scratch
   trace, a checkout removed), corrupt ones and stale temporary files, then the oldest beyond
   :data:`MAX_ENTRIES`.
-- ``MERKAT_TRACE_CACHE=off`` turns it off (to time the parse itself).
+- ``MERKAT_TRACE_CACHE=off`` turns it off (to time the parse itself); a value other than
+  ``on`` or ``off`` is a ValueError from :func:`load` (``read_swf`` raises it as an
+  ``SwfError``: exit 2 at the command line).
 """
 
 from __future__ import annotations
@@ -53,12 +55,19 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("merkat")) / "parsed"
 
 
+def enabled() -> bool:
+    """``$MERKAT_TRACE_CACHE`` (read at each call): unset, empty or ``on`` (any case) is on,
+    ``off`` is off; anything else is a ValueError naming the variable and its values."""
+    choice = os.environ.get(ENV, "").strip().lower()
+    if choice not in ("", "on", "off"):
+        raise ValueError(f"{ENV}: must be on or off, got {os.environ[ENV]!r}")
+    return choice != "off"
+
+
 def _key(path: Path) -> str | None:
     """The entry's key for ``path`` as it is now; None when the cache is off or ``path`` cannot
     be read."""
-    if os.environ.get(ENV, "").strip().lower() in ("off", "0", "no", "false"):
-        return None
-    return _key_now(path)
+    return _key_now(path) if enabled() else None
 
 
 def _key_now(path: Path) -> str | None:
