@@ -6,7 +6,9 @@ clearing's prices (charging by use), from the market's input and the clearing.
 the period's, which gives the last answer again while the clearing and the runs are the same
 (a quiet period). The usage is read only by charging by use and by metering, so from
 :data:`MIN_ARRAY_BILLS` VMs it is a :class:`Usage`, computed when first read (issue 28,
-seventeenth session). ``tests/test_plan.py`` compares each against the per-VM sums.
+seventeenth session). A market whose every VM is placed (every trace period) is billed
+without the hosted mask (:data:`PLACED`; issue 28, twenty-third session).
+``tests/test_plan.py`` compares each against the per-VM sums.
 """
 
 from __future__ import annotations
