@@ -23,6 +23,7 @@ from merkat.market import (
     worst_fit_decreasing,
 )
 from merkat.market.generate import random_market
+from merkat.market.types import bid_on
 
 
 def cpu_only(bids: list[float], cap: float, host: list[int]) -> VMs:
@@ -314,3 +315,35 @@ def test_the_clusters_kept_terms_are_the_fresh_ones() -> None:
     empty = Hosts((), np.zeros((0, 2)))
     assert empty.total.tolist() == [0.0, 0.0] and empty.capacity_lists == [[], []]
     assert empty.everywhere == [True, True]
+
+
+@settings(max_examples=120, deadline=None)
+@given(clusters, st.sampled_from([None, 0, 1]), st.floats(0.0, 0.5))
+def test_the_clearings_shortcuts_give_the_reference(
+    cluster: tuple[int, int, int, float, int], untraded: int | None, threshold: float
+) -> None:
+    """``clear``'s shortcuts (issue 28, twenty-third session) against what they replace, byte
+    for byte: the ideal allocation told which resources are traded (an untraded one left at
+    0 without its market) against the one that clears every resource; a search that did not
+    run moves no VM (no migration computed) and keeps its start's clearing."""
+    n_hosts, n_vms, seed, placed, budget = cluster
+    hosts, vms = random_market(n_vms, n_hosts, seed, placed)
+    if untraded is not None:  # (a resource nobody bids on: memory in the trace runs)
+        bid = vms.bid.copy()
+        bid[:, untraded] = 0.0
+        vms = VMs(vms.ids, bid, vms.cap, vms.host)
+    ideal, price = ideal_allocation(hosts, vms)
+    told = ideal_allocation(hosts, vms, bid_on(vms.bid))
+    assert ideal.tobytes() == told[0].tobytes() and price.tobytes() == told[1].tobytes()
+    params = BalanceParams(max_migrations=budget, error_threshold=threshold)
+    result = clear(hosts, vms, params=params)
+    assert result.ideal.tobytes() == ideal.tobytes() and result.price.tobytes() == price.tobytes()
+    moved = np.flatnonzero((vms.host != NO_HOST) & (result.host != vms.host))
+    assert [(m.vm, m.src, m.dst) for m in result.migrations] == [
+        (i, int(vms.host[i]), int(result.host[i])) for i in moved.tolist()]
+    alloc, node_price = enforceable(hosts, vms, result.host)
+    assert result.allocation.tobytes() == alloc.tobytes()
+    assert result.node_price.tobytes() == node_price.tobytes()
+    if not result.balance.ran:
+        assert result.host.tobytes() == worst_fit_decreasing(hosts, vms).tobytes()
+        assert result.migrations == ()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,11 +55,13 @@ def balance(
 
 
 def search_mapping(
-    hosts: Hosts, vms: VMs, host: IntArray, ideal: FloatArray, params: BalanceParams
+    hosts: Hosts, vms: VMs, host: IntArray, ideal: FloatArray, params: BalanceParams,
+    traded: Sequence[bool] | None = None,
 ) -> tuple[BalanceResult, Search]:
     """:func:`balance`, and the search's state (for :func:`merkat.market.clear` to reuse the
-    starting mapping's clearing when the mapping does not change)."""
-    search = Search(hosts, vms, host, ideal, params)
+    starting mapping's clearing when the mapping does not change). ``traded``:
+    :func:`~merkat.market.types.bid_on` of ``vms.bid`` when the caller has it."""
+    search = Search(hosts, vms, host, ideal, params, traded)
     rms0 = search.rms()
     # (an unplaced VM's error is 0 and stays 0, so no need to select the placed ones)
     if len(hosts) < 2 or not (search.err > params.error_threshold).any():

@@ -11,7 +11,7 @@ through index arrays, the mapping written and copied as an array, ``(err > thres
 at each better mapping). Here the same steps run inline on the search's lists held in local
 variables (the general path's methods only where the shortcuts do not hold): the VM
 errors read and written one at a time through a view of the search's array (``err_l``,
-:func:`~merkat.market.balance_state.view`) with a count of those above the threshold, the
+:func:`~merkat.market.balance_arrays.view`) with a count of those above the threshold, the
 mapping through a view of the search's (``host_l``; the best mapping is the start with
 the first moves replayed), the node terms as the shortcuts' lists, and of each node only
 its members (a moved node's sum of bids and largest bid per unit of cap from the VMs'
@@ -58,8 +58,8 @@ from typing import Any
 import numpy as np
 
 from merkat.market.allocation_error import ERROR_LIMIT
+from merkat.market.balance_arrays import view
 from merkat.market.balance_fast import STALE, errors, first_step
-from merkat.market.balance_state import view
 from merkat.market.share import _RTOL, _TINY, share_of_last
 from merkat.market.types import NO_HOST, BalanceParams, IntArray
 

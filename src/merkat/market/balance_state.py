@@ -15,6 +15,7 @@ market's shortcuts (one resource traded, no VM capped on the nodes concerned) li
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -22,6 +23,7 @@ import numpy.typing as npt
 
 from merkat.market import balance_fast as fast
 from merkat.market.allocation_error import ERROR_LIMIT, rel_error, vm_errors
+from merkat.market.balance_arrays import stable_order, view
 from merkat.market.share import (
     Shares,
     bid_ratio,
@@ -54,39 +56,21 @@ FAST_PATHS = True
 ``tests/test_market_balance.py`` turns them off to compare with the general path."""
 
 
-def view(a: npt.NDArray[Any]) -> Any:
-    """A memoryview of 1-D array ``a`` (no copy): indexing it gives one element as a Python
-    int or float, the same value ``a.tolist()`` holds, and writing it writes ``a``. The
-    search's per-VM columns, of which a loop reads a few elements: building a list of every
-    VM (``tolist``, ~10-30 us for 900 floats) costs more than the reads it saves (a view's
-    read is ~45 ns slower than a list's)."""
-    return memoryview(cast(Any, a))
-
-
-def stable_order(keys: IntArray, bound: int) -> IntArray:
-    """``np.argsort(keys, kind="stable")`` for keys in ``[0, bound)``: a stable sort's
-    permutation is the only one that sorts the keys and keeps equal keys in index order, so
-    every stable algorithm gives it; numpy's radix sort, taken for keys of 16 bits, is ~3x
-    faster than its merge sort of 64-bit keys (~900 VMs). ``tests/test_market_balance.py``
-    compares both."""
-    if bound <= 32767:
-        return np.argsort(keys.astype(np.int16), kind="stable")
-    return np.argsort(keys, kind="stable")
-
-
 class Search:
     """Mutable state of one tabu search; every update is local to the two nodes of a move
     (the module docstring says how its numbers are computed)."""
 
     def __init__(
-        self, hosts: Hosts, vms: VMs, host: IntArray, ideal: FloatArray, params: BalanceParams
+        self, hosts: Hosts, vms: VMs, host: IntArray, ideal: FloatArray, params: BalanceParams,
+        traded: Sequence[bool] | None = None,
     ) -> None:
         self.hosts, self.vms, self.ideal, self.params = hosts, vms, ideal, params
         self.host = host.copy()
         n_hosts, n_res = hosts.capacity.shape
         self.n_res = n_res
         self.placed = self.host >= 0
-        positive = bid_on(vms.bid)  # (bids are finite and >= 0: non-zero is > 0)
+        # (bids are finite and >= 0: non-zero is > 0; ``traded``: the caller's bid_on)
+        positive = bid_on(vms.bid) if traded is None else traded
         self.traded: list[int] = [r for r in range(n_res) if positive[r]]
         placed = np.flatnonzero(self.placed)
         self.bu = np.zeros((n_hosts, n_res))  # uncapped bids per node and resource

@@ -15,6 +15,7 @@ Pure: no I/O, no clock, deterministic for the same input.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +34,7 @@ from merkat.market.types import (
     IntArray,
     MarketError,
     VMs,
+    bid_on,
 )
 
 
@@ -90,14 +92,21 @@ def check_reserve(vms: VMs, reserve_price: FloatArray) -> None:
         )
 
 
-def ideal_allocation(hosts: Hosts, vms: VMs) -> tuple[FloatArray, FloatArray]:
+def ideal_allocation(hosts: Hosts, vms: VMs, traded: Sequence[bool] | None = None
+                     ) -> tuple[FloatArray, FloatArray]:
     """Proportional share of the whole cluster as one host: allocations ``(n, R)``, prices.
     A resource on which every VM is provably capped (an underloaded cluster) takes the caps
-    and price 0 without the sort (:func:`~merkat.market.share_capped.every_vm_capped`)."""
+    and price 0 without the sort (:func:`~merkat.market.share_capped.every_vm_capped`).
+    ``traded``: :func:`~merkat.market.types.bid_on` of ``vms.bid`` when the caller has it;
+    a resource nobody bids on is then left at 0 allocation and price 0 without its market,
+    which is what that market gives (no bid: ``every_vm_capped`` cannot prove anything,
+    its smallest ratio being 0, and ``proportional_share`` allocates nothing at price 0)."""
     total = hosts.total  # (cached on the cluster: its capacity is never written)
     ideal = np.zeros_like(vms.bid)
     price = np.zeros(len(RESOURCES))
     for r in range(len(RESOURCES)):
+        if traded is not None and not traded[r]:
+            continue  # (an untraded resource: the zeros it would get; see above)
         if every_vm_capped(vms.bid[:, r], vms.cap[:, r], float(total[r])):
             ideal[:, r] = vms.cap[:, r]  # (price[r] stays 0.0)
             continue
@@ -119,23 +128,27 @@ def clear(
     """
     params = params or BalanceParams()
     reserve = np.zeros(len(RESOURCES)) if reserve_price is None else np.asarray(reserve_price)
-    bad = np.flatnonzero((vms.host < NO_HOST) | (vms.host >= len(hosts)))
-    if bad.size:
+    hv = vms.host
+    if hv.size and (int(hv.min()) < NO_HOST or int(hv.max()) >= len(hosts)):  # (the usual:
+        bad = np.flatnonzero((hv < NO_HOST) | (hv >= len(hosts)))  # none, by two reductions)
         i = int(bad[0])
         raise MarketError(f"vms[{i}].host", f"host index {vms.host[i]} is not a known host")
     check_reserve(vms, reserve)
+    traded = bid_on(vms.bid)  # (read by the ideal allocation and the search's start)
     clock = time.perf_counter
     t0 = clock()
-    ideal, price = ideal_allocation(hosts, vms)
+    ideal, price = ideal_allocation(hosts, vms, traded)
     t1 = clock()
     host = worst_fit_decreasing(hosts, vms)
     t2 = clock()
     start = host
-    result, search = search_mapping(hosts, vms, host, ideal, params)
+    result, search = search_mapping(hosts, vms, host, ideal, params, traded)
     host = result.host
     t3 = clock()
     # The mapping the search started from is often kept: its node clearings are then reused.
-    reused = search.start_enforceable() if np.array_equal(host, start) else None
+    # (A search that did not run hands back a copy of its start: the same mapping.)
+    kept = not result.ran or np.array_equal(host, start)
+    reused = search.start_enforceable() if kept else None
     capped: bool | None
     if reused is not None:  # (and their errors: vm_errors of the same arrays)
         allocation, node_price = reused
@@ -147,13 +160,15 @@ def clear(
         # the others, as its starting clearing's)
         errors = vm_errors(allocation, ideal, search.err_cols)
     error = np.where(host >= 0, errors, np.nan)
-    moved = np.flatnonzero((vms.host != NO_HOST) & (host != vms.host))
-    migrations = tuple(
-        Migration(i, src, dst)
-        for i, src, dst in zip(
-            moved.tolist(), vms.host[moved].tolist(), host[moved].tolist(), strict=True
+    migrations: tuple[Migration, ...] = ()
+    if result.ran:  # (else every placed VM is where it was: worst-fit moves none)
+        moved = np.flatnonzero((vms.host != NO_HOST) & (host != vms.host))
+        migrations = tuple(
+            Migration(i, src, dst)
+            for i, src, dst in zip(
+                moved.tolist(), vms.host[moved].tolist(), host[moved].tolist(), strict=True
+            )
         )
-    )
     t4 = clock()
     timings = {"allocate_s": (t1 - t0) + (t4 - t3), "place_s": t2 - t1, "balance_s": t3 - t2}
     return Clearing(price, ideal, allocation, host, error, node_price, migrations, result, timings,
