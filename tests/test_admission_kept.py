@@ -566,3 +566,35 @@ def test_the_lean_builds_pieces_are_the_references(host_l: list[int],
     for x, y in zip(got[0] + got[1], want[0] + want[1], strict=True):
         assert np.isnan(x) == np.isnan(y) and np.isinf(x) == np.isinf(y)
         assert not np.isfinite(y) or np.isclose(x, y, rtol=1e-12, atol=0.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.floats(0.0, 1e6) | st.sampled_from([0.0, 0.5, 1.5, 2.5]),
+                                   st.floats(0.0, 1e3) | st.just(0.0)),
+                         min_size=1, max_size=12), min_size=1, max_size=6),
+       st.sampled_from([1.0, 1e6, 1e13]))
+def test_the_newcomers_bills_from_their_bids_are_bills_ofs(vms: list[list[tuple[float, float]]],
+                                                           scale: float) -> None:
+    """:func:`merkat.core.admission_plan.bills` (the newcomers' bids summed in plain Python,
+    below and from ``MIN_ARRAY_BILLS`` VMs: bills_of's plain and numpy paths) gives
+    :func:`~merkat.core.bills.bills_of`'s bills over the placement's arrays, or None only
+    where a bid or a total leaves ``int64``; ties at half a micro-credit included."""
+    from types import SimpleNamespace
+
+    from merkat.core import admission_plan
+    from merkat.core.bills import bills_of
+
+    runs = [(SimpleNamespace(id=f"a{len(vms) - k}", ids=[f"v{k}.{j}" for j in range(len(v))]),
+             SimpleNamespace(columns=(("cpu", 0),)), None) for k, v in enumerate(vms)]
+    rows = [[b0 * scale, b1] for v in vms for b0, b1 in v]
+    n = len(rows)
+    got = admission_plan.bills(runs, rows)  # type: ignore[arg-type]
+    host = np.arange(n, dtype=np.int64)
+    before = np.full(n, -1, dtype=np.int64)
+    if got is None:
+        assert any(not (b0 + b1) * 1e6 < 9e18 for b0, b1 in rows) or \
+            sum(round((b0 + b1) * 1e6) for b0, b1 in rows) >= 2**63
+        return
+    want, _ = bills_of(runs, host, before, np.zeros((n, 2)),  # type: ignore[arg-type]
+                       np.array(rows, dtype=np.float64), {"cpu": 1.0, "memory": 0.0})
+    assert got == want

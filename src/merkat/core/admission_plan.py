@@ -19,9 +19,9 @@ point their input has a known shape, which they find again with numpy on every c
   ``allocations`` type;
 - every newcomer's VM has a host, so each newcomer is billed the sum of its VMs' bids, each
   ``round((b0 + b1 + 0.0) * MICRO)`` (:func:`~merkat.core.bills._bills_plain`'s arithmetic,
-  within its bounds: from :data:`~merkat.core.bills.MIN_ARRAY_BILLS` VMs, or a bid beyond
-  them, the reference runs), in application id order; the usage (read only when charging by
-  use) is the reference's own, made from the arrays at its first read.
+  which its numpy path from :data:`~merkat.core.bills.MIN_ARRAY_BILLS` VMs gives too, within
+  the bounds :func:`bills` checks), in application id order; the usage (read only when
+  charging by use) is the reference's own, made from the arrays at its first read.
 
 ``tests/test_admission_kept.py`` makes every kept point's plan, bills and usage both ways
 on twins of the drafted next states and compares them, with the next states after.
@@ -36,7 +36,7 @@ import numpy as np
 
 from merkat.control.types import VMState
 from merkat.core.backend import Plan, VMPlacement
-from merkat.core.bills import MIN_ARRAY_BILLS, Usage, bills_of
+from merkat.core.bills import Usage, bills_of
 from merkat.core.draft import own, own_allocs
 from merkat.core.market_input import Run
 from merkat.core.model import Ops
@@ -51,6 +51,9 @@ False: :func:`~merkat.core.plan.make_plan` and :func:`~merkat.core.bills.bills_o
 arrays (the reference)."""
 
 Bills = tuple[tuple[str, int], ...]
+
+INT64 = 2**63
+"""The bound of the reference's ``int64`` sums of rounded bids (numpy's path)."""
 
 
 @dataclass(frozen=True)
@@ -69,10 +72,15 @@ class Rows:
 
 def bills(fits: Sequence[Run], new_bid: list[list[float]]) -> Bills | None:
     """The newcomers' bills (every VM of ``fits`` placed; ``new_bid``: their rows' bids in
-    order), as :func:`~merkat.core.bills.bills_of` gives them; None where its plain path
-    would not answer (from ``MIN_ARRAY_BILLS`` VMs, two resources only, a bid not a finite
-    number within ``int64``, a run without VMs, an application twice)."""
-    if len(new_bid) >= MIN_ARRAY_BILLS or len(RESOURCES) != 2:
+    order), as :func:`~merkat.core.bills.bills_of` gives them, by its plain path's
+    arithmetic. From ``MIN_ARRAY_BILLS`` VMs it takes its numpy path, whose answer is the
+    same numbers: ``row_sum`` is ``b0 + b1 + 0.0`` for two resources, ``np.rint`` rounds
+    half to even as :func:`round`, and its ``int64`` sums of the rounded bids (never
+    negative: :func:`~merkat.core.admission_place.place_kept` refused any other) are exact
+    while an application's total stays under ``2**63``. None where that does not hold (two
+    resources only, a bid not a finite number within ``int64``, a total from ``2**63``, a
+    run without VMs, an application twice)."""
+    if len(RESOURCES) != 2:
         return None
     rows: list[tuple[str, int]] = []
     q = 0
@@ -86,6 +94,8 @@ def bills(fits: Sequence[Run], new_bid: list[list[float]]) -> Bills | None:
             if not -9e18 < x < 9e18:  # (NaN, infinite, beyond int64)
                 return None
             total += round(x)
+        if not 0 <= total < INT64:
+            return None
         rows.append((nx.id, total))
         q += n
     if len({i for i, _ in rows}) != len(rows):
