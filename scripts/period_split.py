@@ -87,6 +87,8 @@ def install() -> None:
     patch(plan.Bills, "__call__", "plan and bills")
     patch(admission, "make_plan", "plan and bills")
     patch(admission, "bills_of", "plan and bills")
+    if hasattr(admission, "_plan_bills"):  # (23rd session: a kept point's, from its lists)
+        patch(admission, "_plan_bills", "plan and bills")
     if hasattr(period, "bidding_vms"):  # (since the seventeenth session the decide loop
         patch(period, "bidding_vms", "market input")  # makes the runs as it decides)
     from merkat.core import running

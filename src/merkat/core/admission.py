@@ -52,7 +52,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from merkat.control.types import AppStatus
+from merkat.core import admission_plan
 from merkat.core.admission_keep import MAX_NEW, AdmissionKeep, Placed, Placement
+from merkat.core.admission_plan import Bills
 from merkat.core.backend import Plan
 from merkat.core.bills import Usage
 from merkat.core.draft import draft, keep
@@ -178,13 +180,9 @@ def admit(market: Market, queued: Sequence[App], now: float, until: float,
     if placed is not None:
         # Only the VMs whose allocation changes (those sharing a host with a newcomer) are
         # drafted, planned and committed; the others keep their records as they are.
-        newcomers, touched, placement = placed.fits, placed.touched, placed.placement
-        plan = make_plan(now, period, touched + newcomers, placement, ops, placement.before)
+        newcomers, touched = placed.fits, placed.touched
+        plan, bills, usage = _plan_bills(now, period, placed, ops, market.prices)
         nexts.update((run[0].id, run[0]) for run in touched)
-        n_new = size(newcomers)
-        bills, usage = bills_of(newcomers, placement.host, placement.before,
-                                placement.allocation, placement.bid, market.prices,
-                                start=len(placement.host) - n_new)
         frac = max(0.0, min(1.0, (until - now) / period))
         bills = tuple((a, round(x * frac)) for a, x in bills)
         used = usage  # (prorated when read: charging by bid never reads it)
@@ -202,6 +200,29 @@ def admit(market: Market, queued: Sequence[App], now: float, until: float,
         allocated={r: float(alloc[k]) for k, r in enumerate(RESOURCES)},
         bidding=size(newcomers), apps=nexts, admission=True,
     )
+
+
+def _plan_bills(now: float, period: float, placed: Placed, ops: Ops,
+                prices: Prices) -> tuple[Plan, Bills, Sequence[tuple[str, int]]]:
+    """The plan, bills and usage of ``placed`` (before the proration): from the kept
+    path's lists when :func:`merkat.core.admission_plan.plan` answers
+    (:data:`~merkat.core.admission_plan.DIRECT`), else :func:`make_plan` and
+    :func:`bills_of` over its arrays (the reference)."""
+    newcomers, touched, placement = placed.fits, placed.touched, placed.placement
+    start = len(placement.host) - size(newcomers)
+    rows = placed.rows
+    if rows is not None and admission_plan.DIRECT:
+        bills = admission_plan.bills(newcomers, rows.new_bid)
+        plan = None if bills is None else admission_plan.plan(now, period, touched,
+                                                                newcomers, rows, ops)
+        if plan is not None and bills is not None:
+            return plan, bills, admission_plan.usage(
+                newcomers, placement.host, placement.before, placement.allocation,
+                placement.bid, start, prices)
+    plan = make_plan(now, period, touched + newcomers, placement, ops, placement.before)
+    bills, usage = bills_of(newcomers, placement.host, placement.before,
+                            placement.allocation, placement.bid, prices, start=start)
+    return plan, bills, usage
 
 
 def running_here(active: Sequence[App], drafts: Container[str]) -> list[App]:

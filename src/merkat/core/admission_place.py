@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from merkat.core.admission_plan import Rows
 from merkat.core.admission_state import Kept, same_bits
 from merkat.core.draft import draft
 from merkat.core.market_input import Run
@@ -44,12 +45,15 @@ class Placed:
     VMs whose allocation changes (``touched``, runs of those VMs only), the newcomers that
     fit (``fits``), the clearing of the touched rows then the newcomers' (``placement``) and
     the sum of every row's allocation (``allocated``, the reference's
-    ``allocation.sum(axis=0)`` over all rows)."""
+    ``allocation.sum(axis=0)`` over all rows); from the kept path, the placement's lists
+    too (``rows``: its plan and bills are made from them, :mod:`~merkat.core.admission_plan`),
+    else None."""
 
     touched: list[Run]
     fits: list[Run]
     placement: Placement
     allocated: FloatArray
+    rows: Rows | None = None
 
 
 def touched_runs(apps: Sequence[App], consts: Sequence[AppConst],
@@ -240,7 +244,8 @@ def place_kept(k: Kept, newcomers: list[Run], new_apps: list[App]) -> Placed | N
     allocated: FloatArray = alloc.sum(axis=0)
     drafted = k.drafted = {}
     result = Placed(touched_runs(k.apps, consts, k.vmrows, ends, touched, drafted),
-                    [newcomers[a] for a in runs], placement, allocated)
+                    [newcomers[a] for a in runs], placement, allocated,
+                    Rows(t_host, [moved[i] for i in touched], new_host, new_a, nb))
     # the state after this point, as the next one will read it (checked there)
     n_old = len(k.host)
     for i in touched:
