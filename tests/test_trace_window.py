@@ -59,3 +59,23 @@ def test_the_fig5_scripts_refuse_a_factor_or_job_count_out_of_range() -> None:
         assert out.returncode == 2, out.stderr
         assert said in out.stderr and "Traceback" not in out.stderr
         assert out.stdout == ""
+
+
+def test_period_kinds_classes_every_period_and_refuses_bad_input() -> None:
+    """scripts/period_kinds.py (docs/benchmarks.md, issue 28, twenty-third session): every
+    period of the run is in one kind, the quiet ones clear nothing; bad input is one line."""
+    import json
+
+    kinds = ROOT / "scripts" / "period_kinds.py"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    out = subprocess.run([sys.executable, str(kinds), "--jobs", "30"], env=env, text=True,
+                         capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert sum(k["periods"] for k in got["kinds"]) == got["bench"]["periods"] > 0
+    assert all(k["clearing_us"] == 0 for k in got["kinds"] if k["kind"] == "quiet")
+    assert any(k["kind"].startswith("new clearing") for k in got["kinds"])
+    for bad, says in ((["--jobs", "-1"], "must be >= 0"), (["--trace", "no-such"], "not found")):
+        r = subprocess.run([sys.executable, str(kinds), *bad], env=env, text=True,
+                           capture_output=True, timeout=60)
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr
