@@ -46,7 +46,7 @@ def _inputs(draw: Any) -> tuple[Any, ...]:
     return names, counts, kinds, host, before, alloc, bid, price, 0
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(args=_inputs())
 def test_the_bills_without_the_mask_are_the_reference_s(args: tuple[Any, ...]) -> None:
     saved = bills.PLACED
