@@ -65,8 +65,11 @@ def test_finished_and_stopped_platforms_give_their_budgets_back(manager: Manager
     m.tick()
     m.stop("long")
     run_until_ended(m, ["quick", "long"])
-    assert m.store.platform("quick").state == "finished"  # type: ignore[union-attr]
-    assert m.store.platform("long").state == "stopped"  # type: ignore[union-attr]
+    quick, long_ = m.store.platform("quick"), m.store.platform("long")
+    assert quick is not None and long_ is not None
+    # (the outcome says why, should a loaded machine ever end it otherwise)
+    assert (quick.state, long_.state) == ("finished", "stopped"), (
+        quick.outcome, long_.outcome, [e["message"] for e in m.store.events(limit=50)])
     paid = m.platform.apps["quick"].spent + m.platform.apps["long"].spent
     assert paid > 0
     bal = ledger.balances(["alice", "app:quick", "app:long"])
