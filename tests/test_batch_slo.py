@@ -180,11 +180,13 @@ def test_decide_slo1_is_the_pass_bit_for_bit(case: dict[str, Any]) -> None:
     assert _outcome(app, got, clean) == _outcome(ref, want, ref_clean)
     assert _state(app) == _state(ref)
     # the next periods: the same columns (row_of's kept count, mean bid and least
-    # allocation, k.cols), then new ones of other values (read again), then the first again
+    # allocation, k.cols), then new allocations only (batch_slo.REALLOCATED: the count and
+    # mean bid kept), new bids of other values with them (read again), then the first again
     first = app.columns
     halved = (*first[:5], [{"cpu": a["cpu"] / 2} for a in first[5]])
+    rebid = (*first[:2], [{"cpu": b["cpu"] * 2} for b in first[2]], *first[3:5], halved[5])
     for cols, ref_cols in ((first, ref.columns), (halved, (*ref.columns[:5], halved[5])),
-                           (first, ref.columns)):
+                           (rebid, (*ref.columns[:2], *rebid[2:])), (first, ref.columns)):
         app.columns, ref.columns = cols, ref_cols
         want = batch.Pass(ref_decider, NOW, prices, [prices])(ref, case["balance"], ref_seen)
         got = one(app, k, case["balance"], seen)  # type: ignore[operator]

@@ -216,6 +216,14 @@ def decide_slo1(app: App, k: Slo1, balance: int, seen: Observed
 
 
 
+REALLOCATED = True
+""":func:`row_of` of columns whose VM ids, states and bids are the very lists it last read
+(a period moved only the allocations: issue 28, twenty-fourth session) takes the VM count
+and mean bid it kept and reads only the least allocation anew (the lists are never changed
+once on a record, so the same lists hold the same values). False: the reference (every
+value read anew); ``tests/test_reallocated.py`` decides both ways."""
+
+
 Row1 = tuple[Columns, int, float, float, float, float, float]
 """What :func:`row_of` reads of a running application of one traded resource: its VM
 columns, VM count, current bid (the VMs' mean), least allocation, work left (never
@@ -233,7 +241,8 @@ def row_of(app: App, k: Kept1, seen: Observed) -> Row1 | None:
     very tuple: a record's column lists are never changed once on it and a bid or
     allocation mapping is replaced, never changed (:mod:`merkat.core.draft`), so the same
     tuple holds the same values (an application the last commit left as it was: 74 % of
-    the 150,000-job window's). What it replaces: the ``len``, the suspended check,
+    the 150,000-job window's), and the count and mean bid while the ids, states and bids
+    are those very lists (:data:`REALLOCATED`). What it replaces: the ``len``, the suspended check,
     ``mean_bid_of`` and ``least_alloc_of`` every period; ``tests/test_batch_slo.py``
     decides the same application over several periods both ways, bit for bit. A least
     read anew is the plan's when its column kept one for that very allocation list
@@ -247,8 +256,19 @@ def row_of(app: App, k: Kept1, seen: Observed) -> Row1 | None:
     if done != done or total != total or rate != rate or ideal != ideal or perf != perf:
         return None  # (NaN: the scalar path, as the reference)
     cols = app.columns
-    if cols is k.cols:
+    kc = k.cols
+    if cols is kc:
         n, b, a = k.nba
+    elif (REALLOCATED and kc is not None and cols[2] is kc[2] and cols[0] is kc[0]
+          and cols[1] is kc[1]):  # only the allocations moved: the least read anew
+        n, b, _ = k.nba
+        r = k.res
+        if n == 1:
+            a = cols[5][0].get(r, 0.0)
+        else:
+            low = kept_least(cols[5], r)
+            a = least_alloc_of(cols[5], r) if low is None else low
+        k.cols, k.nba = cols, (n, b, a)
     else:
         r = k.res
         n = len(cols[0])
