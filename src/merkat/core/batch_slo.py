@@ -197,7 +197,8 @@ def decide_slo1(app: App, k: Slo1, balance: int, seen: Observed
         condition = short and (direction > 0 if k.dstrict else frac < k.min_fraction)
         x = wanted
         if wanted > cap:
-            x = resplit_one(k.names, [wanted], cap, [a], [size], [floor])[0]
+            x = (resplit1(wanted, cap, a, size, floor) if CLOSED
+                 else resplit_one(k.names, [wanted], cap, [a], [size], [floor])[0])
         scaler.wanted = wanted
         if x > b:
             hist[r] = 1
@@ -329,6 +330,44 @@ def paid(app: App, cols: Columns, r: str, x: float, n: int, balance: int, k: Kep
     if nx.bids is bids and x == x:  # (every VM bids {r: x}: rebid_columns' as_is)
         k.ok = (bids, x, balance)
     return nx
+
+
+CLOSED = True
+"""Whether :func:`decide_slo1` re-splits a bid over its cap by :func:`resplit1` (False: by
+:func:`~merkat.control.batched.slo.resplit_one`, the reference)."""
+
+
+def resplit1(w: float, cap: float, a: float, size: float, floor: float) -> float:
+    """:func:`~merkat.control.batched.slo.resplit_one` of one resource (Merkat Alg. 1 lines
+    19-25: bid ``w`` re-split within ``cap``, allocation ``a`` of VM size ``size``, floor
+    ``floor``), bit for bit, without its mappings (issue 28, twenty-fourth session: four
+    dicts, two list comprehensions, ``scale_to`` and ``split_budget``'s loop, ~10 µs, for
+    each over-cap bid of a heavy period). Each branch is the one the scalar helpers take on
+    one resource, in their order and on the same floats: ``sum`` of one value is ``0 + x``
+    (``-0.0`` reads ``0.0``), ``len`` is 1; a ``size`` of 0 under an allocation below it
+    raises ``ZeroDivisionError`` as theirs does. ``tests/test_batch_slo.py`` compares the two
+    (``repr``, exceptions included) over edge values."""
+    if a >= size:  # saturated: scale_to({r: w}, cap, {r: floor})
+        total = 0 + w
+        if total <= cap:
+            return w
+        if total <= 0:
+            return floor
+        return _split1(cap, 1.0 if math.isinf(total) else w, floor)
+    # (no resource saturated: the kept part is {}, line 25 splits cap - 0 by 1 - a / size)
+    return _split1(cap - 0, 1.0 - a / size, floor)
+
+
+def _split1(total: float, weight: float, floor: float) -> float:
+    """:func:`~merkat.control.formulas.split_budget` of ``total`` over one resource of
+    ``weight`` and ``floor``."""
+    if total <= 0 + floor:
+        return floor
+    wsum = 0 + weight
+    if wsum <= 0:
+        return total / 1
+    share = total * (weight / wsum)
+    return floor if share < floor else share
 
 
 def _factor(f: float, halve: bool) -> float:
