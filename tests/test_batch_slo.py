@@ -20,11 +20,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from merkat.control.batched.slo import resplit_one
 from merkat.control.deadline import VerticalDeadline
 from merkat.control.registry import make_policy
 from merkat.control.types import AppStatus, Demand, Metrics, VMState
 from merkat.core import batch
-from merkat.core.batch_slo import decide_slo1
+from merkat.core.batch_slo import decide_slo1, resplit1
 from merkat.core.batch_vd import Vd1, decide_vd1, rests_vd1
 from merkat.core.draft import draft, install
 from merkat.core.isolation import WAIT
@@ -180,11 +181,13 @@ def test_decide_slo1_is_the_pass_bit_for_bit(case: dict[str, Any]) -> None:
     assert _outcome(app, got, clean) == _outcome(ref, want, ref_clean)
     assert _state(app) == _state(ref)
     # the next periods: the same columns (row_of's kept count, mean bid and least
-    # allocation, k.cols), then new ones of other values (read again), then the first again
+    # allocation, k.cols), then new allocations only (batch_slo.REALLOCATED: the count and
+    # mean bid kept), new bids of other values with them (read again), then the first again
     first = app.columns
     halved = (*first[:5], [{"cpu": a["cpu"] / 2} for a in first[5]])
+    rebid = (*first[:2], [{"cpu": b["cpu"] * 2} for b in first[2]], *first[3:5], halved[5])
     for cols, ref_cols in ((first, ref.columns), (halved, (*ref.columns[:5], halved[5])),
-                           (first, ref.columns)):
+                           (rebid, (*ref.columns[:2], *rebid[2:])), (first, ref.columns)):
         app.columns, ref.columns = cols, ref_cols
         want = batch.Pass(ref_decider, NOW, prices, [prices])(ref, case["balance"], ref_seen)
         got = one(app, k, case["balance"], seen)  # type: ignore[operator]
@@ -258,3 +261,25 @@ def test_rests_vd1_is_the_pass_s_resting_check_bit_for_bit(
     assert want in (WAIT, None)
     assert got is (want is WAIT)
     assert _state(app) == _state(ref)
+
+
+@settings(max_examples=600, deadline=None)
+@given(edge, edge, edge, st.sampled_from([0.0, -0.0, 0.5, 1.0, 4.0, float("inf"),
+                                          float("nan")]), edge, st.booleans())
+def test_resplit1_is_the_scalar_resplit_bit_for_bit(w: float, cap: float, a: float,
+                                                    size: float, floor: float,
+                                                    neg: bool) -> None:
+    """``batch_slo.resplit1`` (one resource, no mappings) against ``resplit_one`` (the
+    scalar helpers): the same float by ``repr`` (zeros' signs, NaN, infinities) or the
+    same exception, over edge values of each argument, negated or not."""
+    if neg:
+        w, a = -w, -a
+    try:
+        want: Any = repr(resplit_one(("cpu",), [w], cap, [a], [size], [floor])[0])
+    except ZeroDivisionError as e:
+        want = type(e)
+    try:
+        got: Any = repr(resplit1(w, cap, a, size, floor))
+    except ZeroDivisionError as e:
+        got = type(e)
+    assert got == want

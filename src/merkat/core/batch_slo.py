@@ -197,7 +197,8 @@ def decide_slo1(app: App, k: Slo1, balance: int, seen: Observed
         condition = short and (direction > 0 if k.dstrict else frac < k.min_fraction)
         x = wanted
         if wanted > cap:
-            x = resplit_one(k.names, [wanted], cap, [a], [size], [floor])[0]
+            x = (resplit1(wanted, cap, a, size, floor) if CLOSED
+                 else resplit_one(k.names, [wanted], cap, [a], [size], [floor])[0])
         scaler.wanted = wanted
         if x > b:
             hist[r] = 1
@@ -214,6 +215,14 @@ def decide_slo1(app: App, k: Slo1, balance: int, seen: Observed
         return Demand(_SUSPEND, nvms=n, reason=SUSPEND)
     return paid(app, cols, r, x, n, balance, k)
 
+
+
+REALLOCATED = True
+""":func:`row_of` of columns whose VM ids, states and bids are the very lists it last read
+(a period moved only the allocations: issue 28, twenty-fourth session) takes the VM count
+and mean bid it kept and reads only the least allocation anew (the lists are never changed
+once on a record, so the same lists hold the same values). False: the reference (every
+value read anew); ``tests/test_reallocated.py`` decides both ways."""
 
 
 Row1 = tuple[Columns, int, float, float, float, float, float]
@@ -233,7 +242,8 @@ def row_of(app: App, k: Kept1, seen: Observed) -> Row1 | None:
     very tuple: a record's column lists are never changed once on it and a bid or
     allocation mapping is replaced, never changed (:mod:`merkat.core.draft`), so the same
     tuple holds the same values (an application the last commit left as it was: 74 % of
-    the 150,000-job window's). What it replaces: the ``len``, the suspended check,
+    the 150,000-job window's), and the count and mean bid while the ids, states and bids
+    are those very lists (:data:`REALLOCATED`). What it replaces: the ``len``, the suspended check,
     ``mean_bid_of`` and ``least_alloc_of`` every period; ``tests/test_batch_slo.py``
     decides the same application over several periods both ways, bit for bit. A least
     read anew is the plan's when its column kept one for that very allocation list
@@ -247,8 +257,19 @@ def row_of(app: App, k: Kept1, seen: Observed) -> Row1 | None:
     if done != done or total != total or rate != rate or ideal != ideal or perf != perf:
         return None  # (NaN: the scalar path, as the reference)
     cols = app.columns
-    if cols is k.cols:
+    kc = k.cols
+    if cols is kc:
         n, b, a = k.nba
+    elif (REALLOCATED and kc is not None and cols[2] is kc[2] and cols[0] is kc[0]
+          and cols[1] is kc[1]):  # only the allocations moved: the least read anew
+        n, b, _ = k.nba
+        r = k.res
+        if n == 1:
+            a = cols[5][0].get(r, 0.0)
+        else:
+            low = kept_least(cols[5], r)
+            a = least_alloc_of(cols[5], r) if low is None else low
+        k.cols, k.nba = cols, (n, b, a)
     else:
         r = k.res
         n = len(cols[0])
@@ -309,6 +330,44 @@ def paid(app: App, cols: Columns, r: str, x: float, n: int, balance: int, k: Kep
     if nx.bids is bids and x == x:  # (every VM bids {r: x}: rebid_columns' as_is)
         k.ok = (bids, x, balance)
     return nx
+
+
+CLOSED = True
+"""Whether :func:`decide_slo1` re-splits a bid over its cap by :func:`resplit1` (False: by
+:func:`~merkat.control.batched.slo.resplit_one`, the reference)."""
+
+
+def resplit1(w: float, cap: float, a: float, size: float, floor: float) -> float:
+    """:func:`~merkat.control.batched.slo.resplit_one` of one resource (Merkat Alg. 1 lines
+    19-25: bid ``w`` re-split within ``cap``, allocation ``a`` of VM size ``size``, floor
+    ``floor``), bit for bit, without its mappings (issue 28, twenty-fourth session: four
+    dicts, two list comprehensions, ``scale_to`` and ``split_budget``'s loop, ~10 µs, for
+    each over-cap bid of a heavy period). Each branch is the one the scalar helpers take on
+    one resource, in their order and on the same floats: ``sum`` of one value is ``0 + x``
+    (``-0.0`` reads ``0.0``), ``len`` is 1; a ``size`` of 0 under an allocation below it
+    raises ``ZeroDivisionError`` as theirs does. ``tests/test_batch_slo.py`` compares the two
+    (``repr``, exceptions included) over edge values."""
+    if a >= size:  # saturated: scale_to({r: w}, cap, {r: floor})
+        total = 0 + w
+        if total <= cap:
+            return w
+        if total <= 0:
+            return floor
+        return _split1(cap, 1.0 if math.isinf(total) else w, floor)
+    # (no resource saturated: the kept part is {}, line 25 splits cap - 0 by 1 - a / size)
+    return _split1(cap - 0, 1.0 - a / size, floor)
+
+
+def _split1(total: float, weight: float, floor: float) -> float:
+    """:func:`~merkat.control.formulas.split_budget` of ``total`` over one resource of
+    ``weight`` and ``floor``."""
+    if total <= 0 + floor:
+        return floor
+    wsum = 0 + weight
+    if wsum <= 0:
+        return total / 1
+    share = total * (weight / wsum)
+    return floor if share < floor else share
 
 
 def _factor(f: float, halve: bool) -> float:

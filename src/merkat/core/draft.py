@@ -312,7 +312,8 @@ def install_each(pairs: Iterable[tuple[App, AppNext]]) -> None:
     installed unchanged (every list the record's, no VM added, dropped or moved: its
     fields are then the record's, as values) is kept as the record's ``clean`` next
     state, which :func:`rebid_columns` hands out again while it is still the record's
-    values: an application nothing changes costs no new next state
+    values: an application nothing changes costs no new next state, nor one whose
+    period changed only its bids or allocations (:data:`INSTALLED`)
     (``tests/test_cow.py`` compares every next state handed out with a fresh one)."""
     for app, nx in pairs:
         app.status = nx.status
@@ -329,14 +330,30 @@ def install_each(pairs: Iterable[tuple[App, AppNext]]) -> None:
         fresh, allocs = nx.fresh, nx.allocs
         if (ids is not cols[0] or states is not cols[1] or bids is not cols[2]
                 or hosts is not cols[3] or fresh is not cols[4] or allocs is not cols[5]):
-            app.columns = (ids, states, bids, hosts, fresh, allocs)
+            cols = app.columns = (ids, states, bids, hosts, fresh, allocs)
             app.view = None
-            app.clean = None
+            if INSTALLED and nx.same_vms and not nx.moved:  # nx is app's record, as values
+                nx.base = cols
+                app.clean = nx
+            else:
+                app.clean = None
         elif nx.same_vms and not nx.moved:  # nothing written: nx is app's record, as values
             nx.base = cols
             app.clean = nx
         else:
             app.clean = None
+
+
+INSTALLED = True
+"""A next state installed with lists of its own but its record's VMs, none moved (a period
+that rebid or reallocated them: its new bids' or allocations' list; issue 28,
+twenty-fourth session) is kept as the record's ``clean`` next state too (:func:`install_each`),
+as one installed unchanged is: once installed its fields and lists are the record's, and
+its ``base`` is made the record's new columns (copy on write: a writer copies them
+first). The period after it hands it out again (:func:`as_is`) instead of drafting a new
+:class:`~merkat.core.model.AppNext`, and leaves it out of ``Decision.apps`` unless its
+plan changes it. False: the reference (such a next state dropped at its commit);
+``tests/test_reallocated.py`` runs both ways."""
 
 
 _LEASTS: dict[int, tuple[list[dict[str, float]], str, float]] = {}
