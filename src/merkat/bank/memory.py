@@ -10,14 +10,13 @@ pass (:meth:`pay_each`). An idempotency key remembers a hash of its operation's 
 ``remember=N`` (with ``journal=False``) bounds what it keeps per operation: the idempotency
 keys and single transfers of the last ``N`` operations only (a retry replays its key at once;
 a simulation never replays), so that a run's bank grows with its accounts, not its periods.
+The journal's reading side (a transfer by id, history, audit) is :mod:`merkat.bank.memory_journal`.
 """
 
 from __future__ import annotations
 
-import bisect
 import secrets
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from merkat.bank import memory_pair
@@ -26,12 +25,10 @@ from merkat.bank.errors import (
     InsufficientFunds,
     TokenReplayed,
     UnknownAccount,
-    UnknownTransfer,
 )
 from merkat.bank.ledger import (
     Account,
     AccountKind,
-    Audit,
     Ledger,
     Move,
     Redemption,
@@ -47,23 +44,13 @@ from merkat.bank.ledger import (
     check_period,
     check_reason,
     check_total,
-    check_transfer_id,
     replayed_message,
 )
+from merkat.bank.memory_journal import Batch, JournalReads
 from merkat.bank.witness import NO_KEY, Witness, keep_last, witness, witness_of
 
 
-@dataclass(frozen=True)
-class _Batch:
-    first_id: int
-    kind: TransferKind
-    moves: tuple[tuple[str | None, str | None, int], ...]
-    reason: str
-    period: int | None
-    key: str | None
-
-
-class MemoryLedger(Ledger):
+class MemoryLedger(JournalReads, Ledger):
     """A :class:`~merkat.bank.ledger.Ledger` held in process memory (lost at exit).
     ``repeats``: a renewal and charge proved the last ones are applied again
     (:mod:`merkat.bank.memory_pair`); False: the loops only (the reference)."""
@@ -80,7 +67,7 @@ class MemoryLedger(Ledger):
         self._bal: list[int] = []
         self._next_id = 1
         self._single: dict[int, Transfer] = {}
-        self._batches: list[_Batch] = []
+        self._batches: list[Batch] = []
         self._batch_starts: list[int] = []
         self._idem: dict[str, tuple[Witness, Transfer | range]] = {}
         self._keys: dict[str, bytes] = {}
@@ -272,7 +259,7 @@ class MemoryLedger(Ledger):
         ids = range(self._next_id, self._next_id + len(moves))
         self._next_id += len(moves)
         if self._journal:
-            self._batches.append(_Batch(ids.start, TransferKind.transfer, moves, reason, period,
+            self._batches.append(Batch(ids.start, TransferKind.transfer, moves, reason, period,
                                         key))
             self._batch_starts.append(ids.start)
         if key is not None:
@@ -405,58 +392,13 @@ class MemoryLedger(Ledger):
         ids = range(self._next_id, self._next_id + entries)
         self._next_id += entries
         if self._journal:
-            self._batches.append(_Batch(ids.start, TransferKind.mint, moves, reason, period, key))
+            self._batches.append(Batch(ids.start, TransferKind.mint, moves, reason, period, key))
             self._batch_starts.append(ids.start)
         if key is not None:
             self._idem[key] = (fp, ids)
             if self._remember is not None:
                 keep_last(self._idem, self._remember)
         return ids
-
-    # --- journal -----------------------------------------------------------------------
-
-    def _batch_transfer(self, b: _Batch, k: int) -> Transfer:
-        payer, payee, amount = b.moves[k]
-        return Transfer(b.first_id + k, b.kind, payer, payee, amount, b.reason, b.period, b.key)
-
-    def get_transfer(self, transfer_id: int) -> Transfer:
-        check_transfer_id(transfer_id)
-        if transfer_id in self._single:
-            return self._single[transfer_id]
-        pos = bisect.bisect_right(self._batch_starts, transfer_id) - 1
-        if pos >= 0:
-            b = self._batches[pos]
-            if transfer_id - b.first_id < len(b.moves):
-                return self._batch_transfer(b, transfer_id - b.first_id)
-        raise UnknownTransfer(transfer_id)
-
-    def _all_transfers(self) -> list[Transfer]:
-        out = list(self._single.values())
-        for b in self._batches:
-            out.extend(self._batch_transfer(b, k) for k in range(len(b.moves)))
-        out.sort(key=lambda t: t.id)
-        return out
-
-    def history(self, account: str, limit: int | None = None) -> list[Transfer]:
-        self._id(account)
-        found = [t for t in self._all_transfers() if account in (t.payer, t.payee)]
-        found.reverse()
-        return found if limit is None else found[:limit]
-
-    def audit(self) -> Audit:
-        total = sum(self._bal)
-        negative = sum(1 for b in self._bal if b < 0)
-        mismatches = 0
-        if self._journal:
-            replay = dict.fromkeys(self._index, 0)
-            for t in self._all_transfers():
-                if t.payer is not None:
-                    replay[t.payer] -= t.amount
-                if t.payee is not None:
-                    replay[t.payee] += t.amount
-            mismatches = sum(1 for n, i in self._index.items() if replay[n] != self._bal[i])
-        ok = total == self._minted - self._burned and negative == 0 and mismatches == 0
-        return Audit(self._minted, self._burned, total, ok, negative, mismatches)
 
     # --- keys and tokens ---------------------------------------------------------------
 

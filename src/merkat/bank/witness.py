@@ -47,7 +47,13 @@ NO_KEY: Witness = ("", "")
 
 def witness_of(t: Transfer) -> Witness:
     """The witness of a single movement."""
-    return t.kind.value, hash((t.payer, t.payee, t.amount))
+    return witness_move(t.kind.value, t.payer, t.payee, t.amount)
+
+
+def witness_move(kind: str, payer: str | None, payee: str | None, amount: int) -> Witness:
+    """The witness of a single movement of ``kind`` (a :class:`~merkat.bank.ledger.TransferKind`'s
+    value) not made into a :class:`~merkat.bank.ledger.Transfer` yet (:func:`witness_of`'s)."""
+    return kind, hash((payer, payee, amount))
 
 
 def keep_last(d: dict[Any, Any], n: int) -> None:

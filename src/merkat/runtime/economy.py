@@ -14,11 +14,12 @@ its owner's account to it, never more than the owner holds. Two economies, by na
   (grid-cloud model §3.1), with an optional idle tax on user balances (``idle_tax_ppm``).
 
 Charging, by name (:data:`CHARGING`, plugins of the :class:`Charging` interface; the economies
-are :class:`MoneyRules` plugins of :data:`ECONOMIES`): ``bid`` — each placed VM pays its bid for the period
-(Merkat §2.2); ``use`` — the application deposits its bids into its hold account and is charged
-what its VMs use at the clearing's prices (allocation x price, at most the bid), the unspent
-deposit refunded (Tycoon §3). Charges are made before the plan reaches the backend; an
-application that cannot pay its whole bill pays nothing and its VMs do not run
+are :class:`MoneyRules` plugins of :data:`ECONOMIES`; both registries and their plugins are
+:mod:`merkat.runtime.economy_rules`', re-exported here): ``bid`` — each placed VM pays its bid
+for the period (Merkat §2.2); ``use`` — the application deposits its bids into its hold
+account and is charged what its VMs use at the clearing's prices (allocation x price, at most
+the bid), the unspent deposit refunded (Tycoon §3). Charges are made before the plan reaches
+the backend; an application that cannot pay its whole bill pays nothing and its VMs do not run
 (:meth:`~merkat.core.period.Platform.withhold`). No account ever goes negative: every
 movement is checked by the ledger.
 
@@ -30,9 +31,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
-from merkat.bank import memory_renew
+from merkat.bank import memory_open, memory_renew
 from merkat.bank.keys import budget_key
 from merkat.bank.ledger import AccountKind, Ledger, Move
 from merkat.bank.memory import MemoryLedger
@@ -40,156 +41,30 @@ from merkat.bank.policies import (
     VIRTUAL_BANK,
     Allowance,
     Allowances,
-    ChargeByBid,
-    ChargeByUse,
     Counted,
     CreditManager,
-    IdleTax,
     ReturnBudget,
-    VirtualBank,
     _digest,
     hold_account,
 )
 from merkat.core.model import App, Charged, Decision, to_micro
 from merkat.defaults import CHARGE_BY, ECONOMY, REDISTRIBUTE_EVERY
-from merkat.registry import Registry, UnknownName
+from merkat.runtime.economy_rules import (
+    CHARGING,
+    ECONOMIES,
+    ByBid,
+    ByUse,
+    Charging,
+    ClosedRules,
+    EconomyError,
+    MoneyRules,
+    ThemisRules,
+    UnknownRule,
+)
 from merkat.runtime.metering import MeteredUse
 
 KINDS = ("application", "bank", "provider", "sub", "user")
 """The account kinds of ``summary()["balances"]`` (always all of them)."""
-
-
-# --- the plugins: charging and the economy's money rules, each a registry by name ---------
-
-
-class EconomyError(ValueError):
-    """An unknown economy or charging name, or a bad parameter."""
-
-
-class UnknownRule(UnknownName, EconomyError):
-    """An unknown economy or charging name (the message lists the known ones)."""
-
-
-class Charging(Protocol):
-    """How a decision's bills are paid (a plugin of :data:`CHARGING`, by ``name``).
-
-    ``charge(ledger, period, bills, usage, tag)``: ``bills`` are ``(account, micro-credits)``
-    (one per application, the bids of its placed VMs), ``usage[k]`` what bill ``k``'s VMs used
-    at the clearing's prices (a plugin whose class sets ``reads_usage = False`` is given
-    ``()`` instead: :class:`ByBid`); ``tag`` makes the transactions' idempotency keys
-    unique (an admission between periods). Returns ``(paid, unpaid)``: the amount paid per bill index, and
-    the indexes of the bills that could not be paid (they pay nothing). All or nothing per
-    transaction; never a negative balance."""
-
-    name: ClassVar[str]
-
-    def charge(self, ledger: Ledger, period: int, bills: Sequence[tuple[str, int]],
-               usage: Sequence[int], tag: str) -> tuple[dict[int, int], frozenset[int]]: ...
-
-
-CHARGING: Registry[Callable[[str], Charging]] = Registry("charging", error=UnknownRule)
-"""Charging plugins by name (``@CHARGING.register`` on a class with a ``name``); each is made
-with the provider's account."""
-
-
-@CHARGING.register
-class ByBid:
-    """``bid``: each placed VM pays its bid for the period (Merkat §2.2)."""
-
-    name: ClassVar[str] = "bid"
-    reads_usage: ClassVar[bool] = False
-
-    def __init__(self, provider: str) -> None:
-        self.policy = ChargeByBid(provider)
-
-    def charge(self, ledger: Ledger, period: int, bills: Sequence[tuple[str, int]],
-               usage: Sequence[int], tag: str) -> tuple[dict[int, int], frozenset[int]]:
-        paid, unpaid = self.pay(ledger, period, bills, tag)
-        return {k: bills[k][1] for k in paid}, frozenset(unpaid)
-
-    def pay(self, ledger: Ledger, period: int, bills: Sequence[tuple[str, int]],
-            tag: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """:meth:`charge` as the indexes of the paid and the unpaid bills (a paid bill pays
-        its whole amount): what :meth:`Economy.charge` reads of a charge by bid."""
-        result = self.policy.apply(ledger, period, bills, tag)
-        return result.paid, result.unpaid
-
-
-@CHARGING.register
-class ByUse:
-    """``use``: the bids are deposited in the application's hold account, what the VMs used at
-    the clearing's prices is charged and the rest refunded (Tycoon §3)."""
-
-    name: ClassVar[str] = "use"
-
-    def __init__(self, provider: str) -> None:
-        self.policy = ChargeByUse(provider)
-
-    def charge(self, ledger: Ledger, period: int, bills: Sequence[tuple[str, int]],
-               usage: Sequence[int], tag: str) -> tuple[dict[int, int], frozenset[int]]:
-        held = self.policy.reserve(ledger, period, bills, tag)
-        settled = self.policy.settle(ledger, period,
-                                     {bills[k][0]: usage[k] for k in held.paid}, tag)
-        return ({k: settled.charged.get(bills[k][0], 0) for k in held.paid},
-                frozenset(held.unpaid))
-
-
-class MoneyRules(Protocol):
-    """Where money comes from and goes back to (a plugin of :data:`ECONOMIES`, by ``name``).
-
-    ``mints_allowances``: whether the owners receive, as a logged mint, what their
-    applications' renewals need each period (else renewals only move what owners hold).
-    ``redistribute(ledger, period)``: after a period, money back to the users; returns the
-    micro-credits given."""
-
-    name: ClassVar[str]
-    mints_allowances: ClassVar[bool]
-
-    def redistribute(self, ledger: Ledger, period: int) -> int: ...
-
-
-ECONOMIES: Registry[Callable[..., MoneyRules]] = Registry("economy", error=UnknownRule)
-"""Economies by name (``@ECONOMIES.register``); each is made with ``(ledger,
-redistribute_every, idle_tax_ppm)``."""
-
-
-@ECONOMIES.register
-class ThemisRules:
-    """``themis``: users receive their applications' renewals every period (Themis §III-A);
-    nothing is given back."""
-
-    name: ClassVar[str] = "themis"
-    mints_allowances: ClassVar[bool] = True
-
-    def __init__(self, ledger: Ledger, redistribute_every: int, idle_tax_ppm: int) -> None:
-        pass
-
-    def redistribute(self, ledger: Ledger, period: int) -> int:
-        return 0
-
-
-@ECONOMIES.register
-class ClosedRules:
-    """``closed``: no money enters after the initial budgets; every K periods the idle tax (if
-    any), then the Virtual Bank returns the provider's income to the users in equal parts
-    (grid-cloud model §3.1)."""
-
-    name: ClassVar[str] = "closed"
-    mints_allowances: ClassVar[bool] = False
-
-    def __init__(self, ledger: Ledger, redistribute_every: int, idle_tax_ppm: int) -> None:
-        self.every = redistribute_every
-        self.bank = VirtualBank(redistribute_every)
-        self.tax = IdleTax(idle_tax_ppm, redistribute_every) if idle_tax_ppm else None
-        self.bank.ensure(ledger)
-
-    def redistribute(self, ledger: Ledger, period: int) -> int:
-        if (period + 1) % self.every:
-            return 0
-        if self.tax is not None:
-            self.tax.apply(ledger, period + 1)
-        result = self.bank.apply(ledger, period + 1)
-        return result.share * result.users if result else 0
 
 
 @dataclass
@@ -218,6 +93,8 @@ class Economy:
     minted: int = 0  # every mint this economy made (initial budgets and allowances)
     allowances: Allowances = field(default_factory=Allowances)
     owners: Counted[str, str] = field(default_factory=Counted)
+    fused_open: ClassVar[bool] = True  # open in one step on the in-memory ledger (False: the
+    # four ledger calls, the reference; merkat.bank.memory_open)
 
     def __post_init__(self) -> None:
         rules, charging = ECONOMIES.get(self.kind), CHARGING.get(self.charging)
@@ -244,9 +121,22 @@ class Economy:
     def open(self, app: App, period: int) -> None:
         """Open ``app``'s account under its owner (created as a user account if new; an
         existing account is kept, with its money: the live service's recovery), mint its
-        initial budget into the owner's account and move it to the application."""
+        initial budget into the owner's account and move it to the application.
+
+        On the in-memory ledger (``fused_open``) the two accounts, the mint and the move are
+        one step (:func:`merkat.bank.memory_open.open_funded`) when it proves the four calls
+        below would succeed as they are; otherwise (and with ``fused_open`` False, the
+        reference) the four calls. ``tests/test_bank_open.py`` pins the two equal."""
         ledger, spec = self.ledger, app.spec
         owner = spec.owner
+        if self.fused_open and ledger.__class__ is MemoryLedger and not self.owner_funds:
+            initial = to_micro(spec.budget)
+            if memory_open.open_funded(ledger, owner, app.account, initial, period):
+                self.owners[app.account] = owner
+                self.initial_budgets += initial
+                self.minted += initial
+                self._allowance(app)
+                return
         if not ledger.has_account(owner):
             ledger.create_account(owner, AccountKind.user)
         if not ledger.has_account(app.account):  # (an application admitted again keeps it)
@@ -257,12 +147,17 @@ class Economy:
             ledger.transfer(owner, app.account, initial, f"budget of {spec.id}",
                             idempotency_key=budget_key(app.account))
         elif initial > 0:
-            ledger.mint(owner, initial, "initial budget", period,
-                        idempotency_key=f"initial-budget/{app.account}")
-            ledger.transfer(owner, app.account, initial, "credit manager: initial budget",
-                            period, idempotency_key=f"initial-transfer/{app.account}")
+            ledger.mint(owner, initial, memory_open.MINT_REASON, period,
+                        idempotency_key=memory_open.mint_key(app.account))
+            ledger.transfer(owner, app.account, initial, memory_open.MOVE_REASON, period,
+                            idempotency_key=memory_open.move_key(app.account))
             self.initial_budgets += initial
             self.minted += initial
+        self._allowance(app)
+
+    def _allowance(self, app: App) -> None:
+        """Give the admitted ``app`` its renewal (:class:`Allowance`), if it has one."""
+        spec = app.spec
         rate = to_micro(spec.renewal)
         cap = to_micro(spec.budget if spec.budget_cap is None else spec.budget_cap)
         if rate > 0 and cap > 0:
@@ -494,5 +389,6 @@ class Economy:
 
 EconomyFactory = Callable[..., Economy]
 
-__all__ = ["CHARGING", "ECONOMIES", "VIRTUAL_BANK", "Charging", "Economy", "EconomyError",
-           "MoneyRules", "Move", "hold_account"]
+__all__ = ["CHARGING", "ECONOMIES", "VIRTUAL_BANK", "ByBid", "ByUse", "Charging", "ClosedRules",
+           "Economy", "EconomyError", "MoneyRules", "Move", "ThemisRules", "UnknownRule",
+           "hold_account"]
