@@ -193,20 +193,40 @@ def test_bench_sim_prints_json(small_trace: Path) -> None:
     assert data["schedulers"]["easy"]["jobs_per_s"] > 0
 
 
-def test_progress_bar_appears_only_after_a_second(capsys: pytest.CaptureFixture[str]) -> None:
+def test_progress_bar_appears_only_after_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a terminal the bar appears after a second and is drawn by the calls (no refresh
+    thread); in a file or a pipe it is never drawn."""
+    import io
+    import threading
     import time
 
+    from rich.console import Console
+
+    from merkat.cli import _common
     from merkat.cli._common import LazyProgress
 
+    screen = io.StringIO()
+    monkeypatch.setattr(_common, "err_console",
+                        lambda: Console(file=screen, force_terminal=True, width=80))
     quick = LazyProgress(100, "sim", time.perf_counter())
     quick(50)
     assert quick.bar is None  # under a second: no bar
+    threads = threading.active_count()
     slow = LazyProgress(100, "sim", time.perf_counter() - 2.0)
     slow(50)
-    assert slow.bar is not None and slow.done == 50
+    assert slow.bar and slow.done == 50
+    assert threading.active_count() == threads  # (drawn by the calls, not by a thread)
     slow(50)
     slow.close()
     quick.close()
+    assert "sim" in screen.getvalue() and "100/100 jobs" in screen.getvalue()
+    monkeypatch.setattr(_common, "err_console",
+                        lambda: Console(file=io.StringIO(), force_terminal=False))
+    piped = LazyProgress(100, "sim", time.perf_counter() - 2.0)
+    piped(50)
+    piped(50)
+    assert piped.bar is False  # (a transient bar shows nothing off a terminal)
+    piped.close()
 
 
 def test_plot_bins_are_time_averages() -> None:

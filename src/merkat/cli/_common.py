@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from functools import cache
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import typer
 
@@ -115,22 +115,33 @@ def emit(fmt: OutputFormat, data: Any, table: Callable[[], None]) -> None:
 
 
 class LazyProgress:
-    """A rich progress bar on stderr that appears only once the run has lasted a second."""
+    """A rich progress bar on stderr that appears only once the run has lasted a second, and
+    only on a terminal (a transient bar shows nothing in a file or a pipe). Drawn by the
+    calls, ten times a second at most, with no refresh thread: a bar's thread renders its
+    table ten times a second whatever the run does, a cost that grows with the run's wall
+    time (6 % of a run's instructions under cachegrind; docs/benchmarks.md, twenty-fourth
+    session)."""
 
     def __init__(self, total: int, label: str, t0: float) -> None:
         self.total = total
         self.label = label
         self.done = 0
         self.t0 = t0
-        self.bar: Progress | None = None
+        self.bar: Progress | Literal[False] | None = None  # False: not a terminal
         self.task: Any = None
         self.drawn = 0.0
 
     def __call__(self, advance: int) -> None:
         self.done += advance
+        if self.bar is False:
+            return
         now = time.perf_counter()
         if self.bar is None:
             if now - self.t0 < 1.0:
+                return
+            console = err_console()
+            if not console.is_terminal:
+                self.bar = False  # (nothing to show: never drawn)
                 return
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -139,16 +150,17 @@ class LazyProgress:
                 BarColumn(),
                 TextColumn("{task.completed}/{task.total} jobs"),
                 TimeRemainingColumn(),
-                console=err_console(),
+                console=console,
                 transient=True,
+                auto_refresh=False,
             )
             self.bar.start()
             self.task = self.bar.add_task(self.label, total=self.total)
         elif now - self.drawn < 0.1 and self.done < self.total:
             return  # redrawn ten times a second at most: cheap on runs of 200,000 jobs
         self.drawn = now
-        self.bar.update(self.task, completed=min(self.done, self.total))
+        self.bar.update(self.task, completed=min(self.done, self.total), refresh=True)
 
     def close(self) -> None:
-        if self.bar is not None:
+        if self.bar:
             self.bar.stop()

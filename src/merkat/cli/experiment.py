@@ -137,6 +137,8 @@ def experiment(
         TimeElapsedColumn(),
         console=stderr_console,
         transient=True,
+        refresh_per_second=2,  # (its thread shares the cores with the runs: twice a second
+        disable=not stderr_console.is_terminal,  # is enough; none in a file or a pipe)
     ) as bar:
         task = bar.add_task(name, total=None)
 
