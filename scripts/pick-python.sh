@@ -13,19 +13,20 @@ set -u
 first=""
 for c in ${PYTHON_CANDIDATES:-python3.11 /usr/bin/python3.11 /usr/local/bin/python3.11 python3}; do
     command -v "$c" >/dev/null 2>&1 || continue
-    # the interpreter's own path (a pyenv shim or a symlink gives the real one)
-    exe=$("$c" -c 'import sys, venv, ensurepip
+    # its own path (a pyenv shim or a symlink gives the real one) and whether it is static,
+    # asked in one start
+    out=$("$c" -c 'import sys, venv, ensurepip
 if sys.version_info < (3, 11) or sys.implementation.name != "cpython":
     raise SystemExit(1)
-print(sys.executable)' 2>/dev/null) || continue
+try:
+    static = "libpython" not in open("/proc/self/maps").read()
+except OSError:
+    static = False
+print(static, sys.executable)' 2>/dev/null) || continue
+    static=${out%% *}
+    exe=${out#* }
     [ -n "$exe" ] || continue
     [ -n "$first" ] || first=$exe
-    static=$("$exe" -c 'import sys
-try:
-    maps = open("/proc/self/maps").read()
-except OSError:
-    raise SystemExit(1)
-print("libpython" not in maps)' 2>/dev/null) || continue
     if [ "$static" = "True" ]; then
         echo "$exe"
         exit 0

@@ -291,6 +291,14 @@ class Ledger(ABC):
 _NAME = re.compile(r"^[A-Za-z0-9_.:@/+-]{1,128}$")
 
 
+def new_name_ok(name: object) -> bool:
+    """Whether ``name`` passes a new account's name checks (:func:`check_name`, and not a
+    redeemed token's reserved ``/token-N``), as a predicate: for a caller that proves a
+    creation would succeed before making it (:mod:`merkat.bank.memory_open`)."""
+    return (isinstance(name, str) and _NAME.match(name) is not None
+            and TOKEN_ACCOUNT.search(name) is None)
+
+
 def check_name(name: str, field: str = "account") -> str:
     """Validate an account name: 1-128 characters among letters, digits and ``_.:@/+-``."""
     if not isinstance(name, str) or not _NAME.match(name):

@@ -21,14 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from merkat.bank.ledger import (
-    _NAME,
-    TOKEN_ACCOUNT,
-    Account,
-    AccountKind,
-    Transfer,
-    TransferKind,
-)
+from merkat.bank.ledger import Account, AccountKind, Transfer, TransferKind, new_name_ok
 from merkat.bank.money import MAX_AMOUNT, MAX_ID, MAX_TOTAL
 from merkat.bank.witness import keep_last, witness_move
 
@@ -50,12 +43,6 @@ def move_key(account: str) -> str:
     return f"initial-transfer/{account}"
 
 
-def _valid_new(name: object) -> bool:
-    """Whether ``name`` is a valid name for a new account (not a token's reserved one)."""
-    return isinstance(name, str) and _NAME.match(name) is not None \
-        and TOKEN_ACCOUNT.search(name) is None
-
-
 def open_funded(ledger: MemoryLedger, owner: str, account: str, amount: int,
                 period: int) -> bool:
     """Open application ``account`` under user ``owner`` (created if new) and fund it with
@@ -65,11 +52,11 @@ def open_funded(ledger: MemoryLedger, owner: str, account: str, amount: int,
     index = ledger._index
     if (amount.__class__ is not int or not 0 < amount <= MAX_AMOUNT
             or period.__class__ is not int or not 0 <= period <= MAX_ID
-            or account in index or owner == account or not _valid_new(account)):
+            or account in index or owner == account or not new_name_ok(account)):
         return False
     o = index.get(owner)
     if o is None:
-        if not _valid_new(owner):
+        if not new_name_ok(owner):
             return False
     elif ledger._accounts[o].kind is not AccountKind.user:
         return False
