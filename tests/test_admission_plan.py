@@ -2,7 +2,9 @@
 (:mod:`merkat.core.admission_plan`) against ``make_plan``/``bills_of`` over its arrays (the
 reference), and the kept state's lean build's pieces against their references: the patch
 that makes every kept point's plan and bills both ways (``_plan_both_ways``, which
-``tests/test_admission_kept.py``'s runs install), and the pieces' property tests."""
+``tests/test_admission_kept.py``'s runs install), the pieces' property tests, and a kept
+point's placement arrays made when read (``admission_place.LAZY``) against those made at
+once."""
 
 from __future__ import annotations
 
@@ -138,3 +140,44 @@ def test_the_newcomers_bills_from_their_bids_are_bills_ofs(vms: list[list[tuple[
     want, _ = bills_of(runs, host, before, np.zeros((n, 2)),  # type: ignore[arg-type]
                        np.array(rows, dtype=np.float64), {"cpu": 1.0, "memory": 0.0})
     assert got == want
+
+
+def test_a_kept_points_placement_arrays_are_made_when_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``admission_place.LAZY``: a kept point's hosts, bids and hosts before
+    (:class:`~merkat.core.admission_place.KeptPlacement`) are not made in a run charging by
+    bid (its plan and bills are made from the lists), and once read they are the arrays
+    made at once with ``LAZY`` off (the same run, point for point, byte for byte; every
+    point's are also compared with the full path's by the tests above)."""
+    from tests.test_admission_kept import PERIOD, _kept_world
+
+    from merkat.core import admission, admission_keep, admission_place
+    from merkat.core.admission_place import KeptPlacement, Placement
+
+    monkeypatch.setattr(admission, "MAX_NEW", 10**9)  # (the kept path at every point)
+    place = admission_keep.place_kept
+
+    def run(lazy: bool) -> list[object]:
+        monkeypatch.setattr(admission_place, "LAZY", lazy)
+        got: list[object] = []
+
+        def keeping(*a):  # type: ignore[no-untyped-def]
+            out = place(*a)
+            if out is not None:
+                got.append(out.placement)
+            return out
+
+        monkeypatch.setattr(admission_keep, "place_kept", keeping)
+        driver, _ = _kept_world(5, cores=1.0)
+        driver.run(until=8 * PERIOD)
+        return got
+
+    lazy, eager = run(True), run(False)
+    assert len(lazy) == len(eager) > 3
+    names = ("host", "allocation", "bid", "before")
+    for p, q in zip(lazy, eager, strict=True):
+        assert isinstance(p, KeptPlacement) and isinstance(q, Placement)
+        assert not {"host", "bid", "before"} & vars(p).keys()  # (never read in the run)
+        for n in names:
+            x, y = getattr(p, n), getattr(q, n)
+            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()

@@ -209,16 +209,16 @@ def _plan_bills(now: float, period: float, placed: Placed, ops: Ops,
     (:data:`~merkat.core.admission_plan.DIRECT`), else :func:`make_plan` and
     :func:`bills_of` over its arrays (the reference)."""
     newcomers, touched, placement = placed.fits, placed.touched, placed.placement
-    start = len(placement.host) - size(newcomers)
+    start = len(placement.allocation) - size(newcomers)
     rows = placed.rows
     if rows is not None and admission_plan.DIRECT:
         bills = admission_plan.bills(newcomers, rows.new_bid)
         plan = None if bills is None else admission_plan.plan(now, period, touched,
                                                                 newcomers, rows, ops)
         if plan is not None and bills is not None:
-            return plan, bills, admission_plan.usage(
-                newcomers, placement.host, placement.before, placement.allocation,
-                placement.bid, start, prices)
+            return plan, bills, admission_plan.usage(newcomers, lambda: (
+                placement.host, placement.before, placement.allocation, placement.bid),
+                start, prices)
     plan = make_plan(now, period, touched + newcomers, placement, ops, placement.before)
     bills, usage = bills_of(newcomers, placement.host, placement.before,
                             placement.allocation, placement.bid, prices, start=start)

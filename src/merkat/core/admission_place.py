@@ -3,7 +3,8 @@
 over the kept per-node sums, only the nodes that receive a newcomer re-cleared
 (:func:`~merkat.market.host_shares.node_shares`), only the rows whose allocation changed
 drafted (:func:`touched_runs`), and the state updated for the next point of the same period
-(:func:`place_kept`); what it gives the decision (:class:`Placed`, :class:`Placement`).
+(:func:`place_kept`); what it gives the decision (:class:`Placed`, :class:`Placement`,
+:class:`KeptPlacement`: its arrays but the allocation made at their first read).
 The reference is :func:`merkat.core.admission._full` (every row read, every node cleared):
 ``tests/test_admission_kept.py`` compares the two at every point of random runs."""
 
@@ -13,6 +14,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -39,6 +41,52 @@ class Placement:
     before: IntArray
 
 
+LAZY = True
+"""Whether a kept point's :class:`Placement` arrays other than the allocation are made at
+their first read (:class:`KeptPlacement`; twenty-fifth session). Its plan and bills are made
+from the placement's lists (:mod:`~merkat.core.admission_plan`), so only the usage (read
+when charging by use), the reference's fallback and the tests read the hosts, bids and hosts
+before. False: made at once (the reference)."""
+
+
+class KeptPlacement:
+    """A kept point's :class:`Placement`: the allocation made at once (the kept state's
+    sum reads it), the hosts, bids and hosts before made from the placement's lists at
+    their first read: the arrays :class:`Placement` would hold, the same values and dtypes
+    (``tests/test_admission_kept.py`` compares them with the full path's). The lists are
+    the touched rows' hosts and bids and the newcomers' hosts and bid rows, none changed
+    once given."""
+
+    def __init__(self, allocation: FloatArray, t_host: list[int], t_bid: list[list[float]],
+                 new_host: list[int], new_bid: list[list[float]]) -> None:
+        self.allocation = allocation
+        self._lists = (t_host, t_bid, new_host, new_bid)
+
+    @cached_property
+    def host(self) -> IntArray:
+        t_host, _, new_host, _ = self._lists
+        return np.array(t_host + new_host, dtype=np.int64)
+
+    @cached_property
+    def bid(self) -> FloatArray:
+        _, t_bid, _, new_bid = self._lists
+        flat: list[float] = []
+        for row in t_bid:
+            flat += row
+        for row in new_bid:
+            flat += row
+        return np.array(flat, dtype=np.float64).reshape(-1, self.allocation.shape[1])
+
+    @cached_property
+    def before(self) -> IntArray:
+        t_host, _, new_host, _ = self._lists
+        return np.array(t_host + [NO_HOST] * len(new_host), dtype=np.int64)
+
+    def arrays(self) -> Placement:
+        """The :class:`Placement` of the same arrays."""
+        return Placement(self.host, self.allocation, self.bid, self.before)
+
+
 @dataclass(frozen=True)
 class Placed:
     """What an admission point's placement gives its decision: the running applications'
@@ -51,7 +99,7 @@ class Placed:
 
     touched: list[Run]
     fits: list[Run]
-    placement: Placement
+    placement: Placement | KeptPlacement
     allocated: FloatArray
     rows: Rows | None = None
 
@@ -223,19 +271,14 @@ def place_kept(k: Kept, newcomers: list[Run], new_apps: list[App]) -> Placed | N
     t = len(touched)
     t_host = [k.host[i] for i in touched]
     flat_a: list[float] = []
-    flat_b: list[float] = []
     for i in touched:
         flat_a += moved[i]
-        flat_b += [k.bid[c][i] for c in range(n_res)]
     for q in range(n_new):
         flat_a += [na_c[q] for na_c in new_a]
-    for row in nb:
-        flat_b += row
     allocation = np.array(flat_a, dtype=np.float64).reshape(-1, n_res)
-    placement = Placement(
-        np.array(t_host + new_host, dtype=np.int64), allocation,
-        np.array(flat_b, dtype=np.float64).reshape(-1, n_res),
-        np.array(t_host + [NO_HOST] * n_new, dtype=np.int64))
+    lazy = KeptPlacement(allocation, t_host, [[k.bid[c][i] for c in range(n_res)]
+                                              for i in touched], new_host, nb)
+    placement = lazy if LAZY else lazy.arrays()
     alloc = np.concatenate((k.alloc, allocation[t:]))
     if touched:
         alloc[touched] = allocation[:t]

@@ -29,7 +29,7 @@ on twins of the drafted next states and compares them, with the next states afte
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -172,16 +172,21 @@ def _allocations(runs: Sequence[Run], rows: Rows) -> dict[str, dict[str, float]]
     return allocations
 
 
-def usage(fits: Sequence[Run], host: IntArray, before: IntArray, alloc: FloatArray,
-          bid: FloatArray, start: int, prices: Mapping[str, float]) -> Usage:
+def usage(fits: Sequence[Run], arrays: Callable[[], tuple[IntArray, IntArray, FloatArray,
+                                                         FloatArray]],
+          start: int, prices: Mapping[str, float]) -> Usage:
     """The newcomers' usage as :func:`~merkat.core.bills.bills_of` gives it from the
-    placement's arrays (the newcomers' rows from ``start``), computed at the first read;
-    the runs' row counts and ids taken now (the arrays are never written once made)."""
+    placement's arrays (``arrays()``: its hosts, hosts before, allocations and bids; the
+    newcomers' rows from ``start``), computed at the first read (``arrays`` called then: a
+    kept point makes them only when read, :class:`~merkat.core.admission_place.
+    KeptPlacement`); the runs' row counts and ids taken now (the arrays are never written
+    once made)."""
     counts = [(nx, const, len(nx.ids)) for nx, const, _ in fits]
     prices = dict(prices)
 
     def make() -> Bills:
         runs: list[Run] = [(nx, const, list(range(n))) for nx, const, n in counts]
+        host, before, alloc, bid = arrays()
         return tuple(bills_of(runs, host, before, alloc, bid, prices, start=start)[1])
 
     return Usage(make)
