@@ -41,7 +41,7 @@ from merkat.backends.sim_models import (
     _observed,
     _set,
 )
-from merkat.backends.sim_pace import advance_paced, least_cpu
+from merkat.backends.sim_pace import advance_paced, join_quiet, least_cpu
 from merkat.backends.sim_time import _VM, SimTime
 from merkat.control.types import AppStatus, Metrics
 from merkat.core.backend import ApplyReport, Listed, Plan
@@ -338,6 +338,9 @@ class SimBackend(SimTime):
         # Those at a kept pace (rigid, nothing changed since it was kept) go together; one
         # that finishes leaves them.
         pace = self._pace
+        if sim_pace.FOLD and live and type(self)._speed is SimTime._speed:
+            join_quiet(live, apps, by_app, self._quiet, self._lows, self.trade_memory, t0,
+                       pace)  # (the quiet ones join the pass: no call each)
         if pace:
             ids = list(pace)
             rigid: list[RigidApp] = [apps[a] for a in ids]  # type: ignore[misc]  # (kept for these)
