@@ -27,15 +27,25 @@ column when it is applied (one ``np.minimum.reduceat`` over the spans, instead o
 over each application's VMs' mappings at the advance: issue 28, twentieth session), kept
 only where it is that ``min`` bit for bit; :data:`LOWS` off is the reference (the ``min``
 every time), and ``tests/test_sim_lows.py`` compares both runs state for state.
+
+A rigid application that lost its pace (a new allocation mapping, a VM put or released) and
+is quiet again at ``t0`` (every VM ready, none migrating, CPU only: the first branch of
+``SimTime._rigid_pace``) takes its pace and joins the pass in the very advance that finds it
+so (:func:`join_quiet`, issue 28, twenty-fifth session), instead of one ``_advance_rigid``
+and ``_rigid_pace`` call each before it joins the next advance's pass: its advance from
+``t0`` is the pass's lines, bit for bit. :data:`FOLD` off is the reference (each advanced by
+``_advance_rigid``); ``tests/test_sim_fold.py`` runs both ways, state for state.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence, Sized
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
+from merkat.backends.sim_models import RigidApp
 from merkat.core.backend import AllocColumn
 
 
@@ -47,9 +57,14 @@ class Progress(Protocol):
     finish_time: float | None
     last_rate: float | None
 
-MIN_VECTOR = 32
-"""The smallest group advanced in one numpy pass: a pass costs ~10 µs whatever its size and
-~0.2 µs per application (gathering and writing back), the loop ~0.5 µs per application."""
+MIN_VECTOR = 4096
+"""The smallest group advanced in one numpy pass. Measured on ``advance_paced`` alone
+(CPython 3.11, issue 28, twenty-fifth session): the loop costs ~1.6 K instructions and
+~170-320 ns an application at every size; the pass ~50 K instructions whatever its size
+plus ~1.7 K an application (its gathers, ``tolist`` and write-back are Python too), the two
+even at ~2,400 applications in process time and never below it in instructions. No group
+of the trace windows or themis-fig5 comes near (was 32, set by wall time when the pass was
+first written)."""
 
 
 def advance_paced(models: Sequence[Progress], rates: Sequence[float],
@@ -72,9 +87,11 @@ def advance_paced(models: Sequence[Progress], rates: Sequence[float],
                 model.work_done += step
             model.last_rate = step / span
         return finished
-    pace = np.array(rates, dtype=float)
-    done = np.array([m.work_done for m in models], dtype=float)
-    total = np.array([m.work_total for m in models], dtype=float)
+    n = len(models)  # (np.fromiter of a known count: no shape discovery, ~70 instructions
+    # an element fewer than np.array; the same float64 of each value)
+    pace = np.fromiter(rates, float, n)
+    done = np.fromiter([m.work_done for m in models], float, n)
+    total = np.fromiter([m.work_total for m in models], float, n)
     steps = pace * usable
     left = total - done
     finishing = (pace > 0) & (steps >= left)
@@ -138,3 +155,49 @@ def least_cpu(column: AllocColumn, listed: int, groups: Mapping[str, Sized],
             group = groups.get(app)
             if group is not None and len(group) == size:
                 out[app] = low
+
+
+FOLD = True
+"""Whether :meth:`SimBackend.advance <merkat.backends.sim.SimBackend.advance>` moves the
+quiet rigid applications of its live set into the pass before it (:func:`join_quiet`);
+False: each is advanced by ``SimTime._advance_rigid`` (the reference)."""
+
+
+def join_quiet(live: dict[str, None], apps: Mapping[str, object],
+               groups: Mapping[str, Mapping[str, Any]], quiet: Mapping[str, float],
+               lows: Mapping[str, float], trade_memory: bool, t0: float,
+               pace: dict[str, float]) -> None:
+    """Move from ``live`` into ``pace`` (id: kept pace) each unfinished :class:`RigidApp`
+    that ``SimTime._advance_rigid`` would advance by the first branch of ``_rigid_pace`` and
+    keep at that pace: all its VMs there (``groups[app]``, at least its ``vms``, one or
+    more), CPU only (``cpu > 0``, no memory traded), quiet by ``t0``
+    (``quiet[app] <= t0``), its least CPU allocation (``lows[app]``, else the ``min`` over
+    its VMs' mappings in their order) over its ``cpu`` neither NaN nor a zero, and the pace
+    ``min(1.0, that)`` not negative. Advanced from ``t0`` in :func:`advance_paced`'s pass,
+    such an application gets the scalar path's bits (the module docstring); the others
+    stay in ``live`` for it. The backend's speed must be ``SimTime._speed`` (the caller
+    checks)."""
+    moved: list[str] = []
+    inf = math.inf
+    for app_id in live:
+        model = apps.get(app_id)
+        if type(model) is not RigidApp or model.finish_time is not None:
+            continue
+        full = model.cpu
+        if not quiet.get(app_id, inf) <= t0 or not full > 0 or (trade_memory
+                                                                  and model.memory > 0):
+            continue
+        group = groups.get(app_id)
+        if not group or len(group) < model.vms:
+            continue
+        low = lows.get(app_id)
+        if low is None:
+            low = min([vm.alloc.get("cpu", 0.0) for vm in group.values()])
+        cpu = low / full
+        if cpu == cpu and cpu != 0.0:
+            rate = cpu if cpu < 1.0 else 1.0
+            if rate >= 0.0:
+                pace[app_id] = rate
+                moved.append(app_id)
+    for app_id in moved:
+        del live[app_id]

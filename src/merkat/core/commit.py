@@ -92,8 +92,10 @@ def settle(apps: Mapping[str, App], decision: Decision, report: ApplyReport,
     nexts = decision.apps
     install_each(zip(map(apps.__getitem__, nexts), nexts.values(), strict=True))
     plan = decision.plan
-    failed = {(o.op, o.vm): o.reason for o in report.ops if not o.ok}
-    failures = [f"{op} {vm_id}: {failed[op, vm_id]}" for op, vm_id in sorted(failed)]
+    ops = report.ops  # (none: the simulator's every report; no comprehension made)
+    failed = {(o.op, o.vm): o.reason for o in ops if not o.ok} if ops else {}
+    failures = [f"{op} {vm_id}: {failed[op, vm_id]}" for op, vm_id in sorted(failed)
+                ] if failed else []
     retry = Ops()
     if failed:
         retry.destroy.extend(v for v in plan.destroy if ("destroy", v) in failed)
