@@ -257,15 +257,23 @@ class SimBackend(SimTime):
         last = None  # (an application's VMs come together in a period's plan: one pop)
         pairs: Iterable[tuple[str, Mapping[str, float]]]
         if type(allocations) is Listed:
-            ids, maps = allocations.ids, allocations.allocs
-            pairs = zip(ids, maps, strict=True)  # (no dict)
-            applied = self._applied
-            if (CHANGED and allocations.changed is not None and self._changes == self._stamp
+            at, applied = allocations.changed, self._applied
+            pairs = zip(allocations.ids, allocations.allocs, strict=True)  # (no dict)
+            if (CHANGED and at is not None and self._changes == self._stamp
                     and type(applied) is Listed and allocations.since is applied.allocs):
                 # every VM holds the last plan's mapping, the same object at every position
-                # but these: visit only these
-                pairs = zip(map(ids.__getitem__, allocations.changed),
-                            map(maps.__getitem__, allocations.changed), strict=True)
+                # but these: visit only these (the walk below, by position)
+                ids, maps = allocations.ids, allocations.allocs
+                for m in at:
+                    vm = vms[ids[m]]
+                    if vm.alloc is not (alloc := maps[m]):
+                        vm.alloc = alloc
+                        if (app := vm.app) is not last:
+                            last = app
+                            lows.pop(app, None)
+                            if pace.pop(app, None) is not None:
+                                live[app] = None
+                pairs = zip((), (), strict=True)  # (all visited)
         else:
             pairs = allocations.items()
         for vm_id, alloc in pairs:
