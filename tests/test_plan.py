@@ -18,6 +18,7 @@ from merkat.core.model import App, AppSpec, Ops, VMRecord, to_micro
 from merkat.core.period import Platform
 from merkat.core.plan import Bills, Plans, bills_of, make_plan
 from merkat.market import NO_HOST, RESOURCES, Hosts
+from test_sim_changed import check_changed
 
 
 class _Placed:
@@ -302,7 +303,7 @@ def test_plans_compare_a_new_clearing_with_the_last_one_column_as_make_plan_does
     market = _market(platform, apps)
     memo = Plans()
     last = None
-    reused = 0
+    reused = told = 0
     for step in range(25):
         if step % 9 == 8:  # one VM less: another key, nothing compared
             market = [(copy(nx), const, rows) for nx, const, rows in market]
@@ -331,12 +332,14 @@ def test_plans_compare_a_new_clearing_with_the_last_one_column_as_make_plan_does
         assert repr(got) == repr(want) and list(got.allocations) == list(want.allocations)
         if got.allocations is before:
             reused += 1
+        elif got.allocations is not None:  # (a new plan: what it tells is against before)
+            told += check_changed(got.allocations, before)
         for (f, _, _), (s, _, _), (orig, _, _) in zip(fast, slow, market, strict=True):
             assert repr(f.allocs) == repr(s.allocs)
             assert [a is o for a, o in zip(f.allocs, orig.allocs, strict=True)] == [
                 a is o for a, o in zip(s.allocs, orig.allocs, strict=True)]
         market = fast  # committed: the next period drafts these
-    assert reused > 0
+    assert reused > 0 and told > 0
 
 
 @pytest.mark.parametrize("seed", range(30))

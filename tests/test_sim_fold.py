@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from merkat.backends import sim, sim_pace
 from merkat.backends.sim import _VM, RigidApp, SimBackend
+from merkat.core import plan
 from merkat.core.backend import ApplyReport, Plan
 from test_lazy_records import _flaky
 from test_sim_lows import VD_RUNS, same_run, vd_run
@@ -49,11 +50,14 @@ def _counting(seen: dict[str, int]) -> Any:
     return counted
 
 
-def _vd(monkeypatch: pytest.MonkeyPatch, fold: bool, seed: int, hosts: int, flaky: bool
-        ) -> tuple[str, list[str], dict[str, int]]:
-    """A vertical-deadline run of many-VM jobs (``test_sim_lows.vd_run``) with ``fold``:
-    its digest, the backend's state after every apply and advance, and counts."""
+def _vd(monkeypatch: pytest.MonkeyPatch, fold: bool, seed: int, hosts: int, flaky: bool,
+        changed: bool = True) -> tuple[str, list[str], dict[str, int]]:
+    """A vertical-deadline run of many-VM jobs (``test_sim_lows.vd_run``) with ``fold``
+    (and ``sim.CHANGED`` and ``plan.CHANGED`` as ``changed``): its digest, the backend's
+    state after every apply and advance, and counts."""
     monkeypatch.setattr(sim_pace, "FOLD", fold)
+    monkeypatch.setattr(sim, "CHANGED", changed)
+    monkeypatch.setattr(plan, "CHANGED", changed)
     seen = {"joined": 0}
     monkeypatch.setattr(sim, "join_quiet", _counting(seen))
     if flaky:

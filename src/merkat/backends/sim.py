@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from merkat.backends import sim_pace
@@ -50,6 +50,13 @@ from merkat.core.model import App, Observed
 _NO_OPS: Counter[int] = Counter()
 """The operations per host of a plan without migrations (never written): an apply makes
 its own ``Counter`` only for the migrations' bandwidth shares (~4.6 K instructions a call)."""
+
+CHANGED = True
+"""Whether :meth:`SimBackend.apply` visits only the VMs a plan's ``Listed`` says it
+changed (``changed``) when it is stated against the plan this backend carried out last
+(``since``, by identity) and no VM was put or released since (issue 28, twenty-fifth
+session: every other VM holds that plan's mapping, the same object, which the walk would
+skip); False: the reference, every VM listed visited."""
 
 
 @dataclass
@@ -248,8 +255,28 @@ class SimBackend(SimTime):
             return ApplyReport(t)  # every VM holds its mapping already
         vms, lows = self.vms, self._lows
         last = None  # (an application's VMs come together in a period's plan: one pop)
-        for vm_id, alloc in (zip(allocations.ids, allocations.allocs, strict=True)  # (no dict)
-                             if type(allocations) is Listed else allocations.items()):
+        pairs: Iterable[tuple[str, Mapping[str, float]]]
+        if type(allocations) is Listed:
+            at, applied = allocations.changed, self._applied
+            pairs = zip(allocations.ids, allocations.allocs, strict=True)  # (no dict)
+            if (CHANGED and at is not None and self._changes == self._stamp
+                    and type(applied) is Listed and allocations.since is applied.allocs):
+                # every VM holds the last plan's mapping, the same object at every position
+                # but these: visit only these (the walk below, by position)
+                ids, maps = allocations.ids, allocations.allocs
+                for m in at:
+                    vm = vms[ids[m]]
+                    if vm.alloc is not (alloc := maps[m]):
+                        vm.alloc = alloc
+                        if (app := vm.app) is not last:
+                            last = app
+                            lows.pop(app, None)
+                            if pace.pop(app, None) is not None:
+                                live[app] = None
+                pairs = zip((), (), strict=True)  # (all visited)
+        else:
+            pairs = allocations.items()
+        for vm_id, alloc in pairs:
             vm = vms[vm_id]
             if vm.alloc is not alloc:  # a mapping is kept while its values do not change
                 vm.alloc = alloc

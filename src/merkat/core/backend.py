@@ -61,14 +61,24 @@ class Listed(Mapping[str, Mapping[str, float]]):
     ``items()``, ``==``, ``repr``, all the dict's), which a backend that walks ``ids`` and
     ``allocs`` itself (the simulated one) never makes: what it saves is the dict of every
     VM a period. The lists are never changed once here. The reference: the dict itself
-    (:data:`merkat.core.plan.LISTED` off)."""
+    (:data:`merkat.core.plan.LISTED` off).
 
-    __slots__ = ("_dict", "allocs", "ids")
+    Optional, not part of what a plan asks (a backend may ignore them; no part of ``==``):
+    ``since``, the ``allocs`` list of an earlier plan's :class:`Listed` with the same
+    ``ids`` in the same order, and ``changed``, the positions (ascending) whose mapping is
+    not that plan's (the same object at every other position): a backend that carried that
+    plan out and put or released no VM since need visit only those (issue 28,
+    twenty-fifth session). None: not known."""
 
-    def __init__(self, ids: Sequence[str], allocs: Sequence[Mapping[str, float]]) -> None:
+    __slots__ = ("_dict", "allocs", "changed", "ids", "since")
+
+    def __init__(self, ids: Sequence[str], allocs: Sequence[Mapping[str, float]],
+                 since: Sequence[Mapping[str, float]] | None = None,
+                 changed: Sequence[int] | None = None) -> None:
         if len(ids) != len(allocs):
             raise ValueError("one mapping per VM id")
         self.ids, self.allocs = ids, allocs
+        self.since, self.changed = since, changed
         self._dict: dict[str, Mapping[str, float]] | None = None
 
     def as_dict(self) -> dict[str, Mapping[str, float]]:

@@ -212,11 +212,28 @@ LISTED = True
 (False: the reference)."""
 
 
-def _listed(ids: list[str], allocs: list[dict[str, float]]
-            ) -> dict[str, dict[str, float]] | Any:
+def _listed(ids: list[str], allocs: list[dict[str, float]], prior: Column | None = None,
+            new: list[int] | None = None) -> dict[str, dict[str, float]] | Any:
     """The plan's ``allocations`` of ``ids`` and their ``allocs`` (new lists, not changed
-    afterwards): :class:`~merkat.core.backend.Listed`, or the dict (:data:`LISTED` off)."""
-    return Listed(ids, allocs) if LISTED else dict(zip(ids, allocs, strict=True))
+    afterwards): :class:`~merkat.core.backend.Listed`, or the dict (:data:`LISTED` off).
+    With ``prior`` (the last plan's column, the same VMs in the same order, its
+    allocations a ``Listed``) and ``new`` (the positions whose mapping is not its) and
+    :data:`CHANGED`, the ``Listed`` tells them (``since``: the last one's ``allocs``,
+    ``changed``: ``new``)."""
+    if not LISTED:
+        return dict(zip(ids, allocs, strict=True))
+    last: Any = prior.allocations if prior is not None and CHANGED else None
+    if type(last) is Listed:
+        return Listed(ids, allocs, last.allocs, new)
+    return Listed(ids, allocs)
+
+
+CHANGED = True
+"""Whether a plan made with the last plan's column (:func:`_one_column_allocations`'
+``prior``) tells the backend which VMs' mappings it changed (``Listed.since`` and
+``Listed.changed``: the simulated backend then visits only those,
+:meth:`SimBackend.apply <merkat.backends.sim.SimBackend.apply>`); False: it does not (the
+reference: the backend visits every VM listed)."""
 
 
 MIN_COLUMN_VMS = 256
@@ -324,7 +341,7 @@ def _one_column_allocations(runs: Sequence[Run], r0: str, col: FloatArray,
                 if not all(map(operator.is_, mine, nx.allocs)):
                     nx.allocs = mine  # (a new list, when one changed: copy on write)
             i = j
-    out.allocations = _listed(ids, allocs)
+    out.allocations = _listed(ids, allocs, prior, new)
     return out
 
 
