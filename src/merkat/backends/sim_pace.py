@@ -40,7 +40,7 @@ and ``_rigid_pace`` call each before it joins the next advance's pass: its advan
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence, Sized
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from typing import Any, Protocol
 
 import numpy as np
@@ -163,41 +163,50 @@ quiet rigid applications of its live set into the pass before it (:func:`join_qu
 False: each is advanced by ``SimTime._advance_rigid`` (the reference)."""
 
 
+def quiet_rate(model: RigidApp, vms: Iterable[Any], app_id: str, quiet: Mapping[str, float],
+               lows: Mapping[str, float], trade_memory: bool, t0: float) -> float | None:
+    """The first branch of ``SimTime._rigid_pace``: ``min(1.0, least / cpu)`` for an
+    application of CPU only (``cpu > 0``, no memory traded) quiet by ``t0`` (``quiet[app_id]
+    <= t0``: every VM ready, none migrating), ``least`` its least CPU allocation (``lows``'s,
+    else the ``min`` over ``vms``' mappings in their order); None when that branch does not
+    answer (not quiet, or the quotient NaN or a zero, whose ``min`` the general loop
+    decides). Division by a positive number keeps the order, so this is the rate of the
+    first least CPU allocation, as the general loop gives it."""
+    full = model.cpu
+    if (trade_memory and model.memory > 0) or not full > 0 \
+            or not quiet.get(app_id, math.inf) <= t0:
+        return None
+    low = lows.get(app_id)  # (least_cpu's: the same bits)
+    if low is None:
+        low = min([vm.alloc.get("cpu", 0.0) for vm in vms])
+    cpu = low / full
+    if cpu == cpu and cpu != 0.0:
+        return cpu if cpu < 1.0 else 1.0
+    return None
+
+
 def join_quiet(live: dict[str, None], apps: Mapping[str, object],
                groups: Mapping[str, Mapping[str, Any]], quiet: Mapping[str, float],
                lows: Mapping[str, float], trade_memory: bool, t0: float,
                pace: dict[str, float]) -> None:
     """Move from ``live`` into ``pace`` (id: kept pace) each unfinished :class:`RigidApp`
-    that ``SimTime._advance_rigid`` would advance by the first branch of ``_rigid_pace`` and
-    keep at that pace: all its VMs there (``groups[app]``, at least its ``vms``, one or
-    more), CPU only (``cpu > 0``, no memory traded), quiet by ``t0``
-    (``quiet[app] <= t0``), its least CPU allocation (``lows[app]``, else the ``min`` over
-    its VMs' mappings in their order) over its ``cpu`` neither NaN nor a zero, and the pace
-    ``min(1.0, that)`` not negative. Advanced from ``t0`` in :func:`advance_paced`'s pass,
-    such an application gets the scalar path's bits (the module docstring); the others
-    stay in ``live`` for it. The backend's speed must be ``SimTime._speed`` (the caller
-    checks)."""
+    that ``SimTime._advance_rigid`` would advance by the first branch of ``_rigid_pace``
+    (:func:`quiet_rate`) and keep at that pace: all its VMs there (``groups[app]``, at
+    least its ``vms``, one or more) and the pace not negative. Advanced from ``t0`` in
+    :func:`advance_paced`'s pass, such an application gets the scalar path's bits (the
+    module docstring); the others stay in ``live`` for it. The backend's speed must be
+    ``SimTime._speed`` (the caller checks)."""
     moved: list[str] = []
-    inf = math.inf
     for app_id in live:
         model = apps.get(app_id)
         if type(model) is not RigidApp or model.finish_time is not None:
             continue
-        full = model.cpu
-        if not quiet.get(app_id, inf) <= t0 or not full > 0 or (trade_memory
-                                                                  and model.memory > 0):
-            continue
         group = groups.get(app_id)
         if not group or len(group) < model.vms:
             continue
-        low = lows.get(app_id)
-        if low is None:
-            low = min([vm.alloc.get("cpu", 0.0) for vm in group.values()])
-        cpu = low / full
-        if cpu == cpu and cpu != 0.0:
-            rate = cpu if cpu < 1.0 else 1.0
-            if rate >= 0.0:
-                pace[app_id] = rate
-                moved.append(app_id)
+        rate = quiet_rate(model, group.values(), app_id, quiet, lows, trade_memory, t0)
+        if rate is not None and rate >= 0.0:
+            pace[app_id] = rate
+            moved.append(app_id)
     for app_id in moved:
         del live[app_id]

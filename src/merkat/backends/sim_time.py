@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from merkat.backends.sim_models import AppModel, RigidApp, TaskFarm
+from merkat.backends.sim_pace import quiet_rate
 
 
 @dataclass
@@ -89,17 +90,10 @@ class SimTime:
         full_cpu, memory = model.cpu, model.memory
         use_memory = self.trade_memory and memory > 0
         app_id = vms[0].app
-        if not use_memory and full_cpu > 0 and self._quiet.get(app_id, math.inf) <= t0:
-            # every VM ready and none migrating: the loop below gives the first least
-            # ``min(1.0, cpu / full_cpu)`` and ``t0``; division by a positive number keeps
-            # the order, so it is that of the first least CPU allocation (``min``), unless
-            # that is NaN (``min`` then returns it) or the quotient a zero (its sign)
-            low = self._lows.get(app_id)  # (sim_pace.least_cpu's: the same bits)
-            if low is None:
-                low = min([vm.alloc.get("cpu", 0.0) for vm in vms])
-            cpu = low / full_cpu
-            if cpu == cpu and cpu != 0.0:
-                return (cpu if cpu < 1.0 else 1.0), t0, True
+        # every VM ready and none migrating: the loop below gives this rate and ``t0``
+        quick = quiet_rate(model, vms, app_id, self._quiet, self._lows, self.trade_memory, t0)
+        if quick is not None:
+            return quick, t0, True
         overhead = self.migration_overhead
         rate = math.inf
         begin = t0
