@@ -63,8 +63,26 @@ def outside(pid: int, tree: CgroupTree, group: str) -> str | None:
             if not set(ctls.split(",")) & have:
                 continue
         if path != want and not path.startswith(want + "/"):
-            return f"{ctls or 'unified'}:{path}"
+            return None if exiting(pid) else f"{ctls or 'unified'}:{path}"
     return None
+
+
+PF_EXITING = 0x4  # the kernel's task flag (include/linux/sched.h): do_exit has begun
+
+
+def exiting(pid: int) -> bool:
+    """Whether process ``pid`` is ending or gone: a zombie, or its ``PF_EXITING`` flag set
+    (``/proc/PID/stat`` field 9). On v1 hierarchies the kernel shows such a process in the
+    root group (``proc_cgroup_show``: "all zombie tasks show up as belonging to the root
+    cgroup"), so a VM's short-lived child read just as it exits would look escaped. Decision:
+    its ``/proc/PID/cgroup`` is read first, then this; the flag is never cleared, so a root
+    path read while exiting is always caught here."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[-1].split()
+        return fields[0] in (b"Z", b"X", b"x") or bool(int(fields[6]) & PF_EXITING)
+    except (OSError, IndexError, ValueError):
+        return True
 
 
 def escape(tree: CgroupTree, group: str, members: list[int]) -> str | None:
