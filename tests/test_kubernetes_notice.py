@@ -64,7 +64,7 @@ def test_the_notice_is_readable_in_the_pod_a_period_before_it_is_deleted(tmp_pat
     assert emu.schema_errors == []
     import yaml
 
-    from test_kubernetes import _rbac_verb
+    from test_kubernetes_access import _rbac_verb
 
     deploy = Path(__file__).parent.parent / "deploy" / "kubernetes"
     for f in ("rbac.yaml", "rbac-per-user.yaml"):  # the shipped roles grant the notice's PATCH

@@ -96,7 +96,7 @@ def test_a_counter_continues_across_suspension_and_migration_with_state(tmp_path
     assert emu.schema_errors == []
     import yaml
 
-    from test_kubernetes import _rbac_verb
+    from test_kubernetes_access import _rbac_verb
 
     deploy = Path(__file__).parent.parent / "deploy" / "kubernetes"
     for f in ("rbac.yaml", "rbac-per-user.yaml"):  # the shipped roles grant the claims' calls
