@@ -206,3 +206,24 @@ def test_admission_flag_starts_jobs_between_periods_or_at_them(trace: str, tmp_p
     assert np.any(np.mod(between[np.isfinite(between)], 600.0) != 0)  # admitted mid-period
     code, _, err = sim_run(trace, tmp_path / "x", *flags, "--admission", "-5")
     assert code == 2 and "--admission must be in [0, 86400], got -5" in err
+
+
+def test_bench_period_reference_is_the_fcfs_bench_of_its_own_minutes(trace: str) -> None:
+    """``--reference`` adds the brief's reference run (``merkat bench sim --schedulers fcfs
+    --repeat 5``) to the JSON; without it the object is as before (issue 28's keys)."""
+    plain = json.loads(runner.invoke(app, ["bench", "period", "--jobs", "30",
+                                           "--trace", trace]).stdout)
+    assert "reference" not in plain
+    r = runner.invoke(app, ["bench", "period", "--jobs", "30", "--trace", trace, "--reference"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    ref = doc.pop("reference")
+    assert doc.keys() == plain.keys()
+    assert (doc["met_deadlines"], doc["migrations"]) == (plain["met_deadlines"],
+                                                         plain["migrations"])
+    assert ref["command"] == "merkat bench sim --schedulers fcfs --repeat 5"
+    assert isinstance(ref["fcfs_jobs_per_s"], int) and ref["fcfs_jobs_per_s"] > 10_000
+    assert isinstance(ref["fcfs_jobs_per_cpu_s"], int) and ref["fcfs_jobs_per_cpu_s"] > 10_000
+    sim = json.loads(runner.invoke(app, ["bench", "sim", "--schedulers", "fcfs",
+                                         "--repeat", "1"]).stdout)
+    assert sim["jobs"] > 200_000  # the reference's trace: the whole bundled HPC2N

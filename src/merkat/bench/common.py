@@ -1,4 +1,5 @@
-"""What the benchmarks measure with: CPU seconds, peak resident memory, the process's age."""
+"""What the benchmarks measure with: CPU seconds, peak resident memory, the process's age, and
+the FCFS reference run that scales a figure across machines (:func:`fcfs_reference`)."""
 
 from __future__ import annotations
 
@@ -32,3 +33,22 @@ def process_age_s() -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+
+
+REFERENCE_COMMAND = "merkat bench sim --schedulers fcfs --repeat 5"
+"""The reference run the brief names (docs/benchmarks.md): the batch FCFS loop on the bundled
+HPC2N trace as one pool, best of 5."""
+
+
+def fcfs_reference() -> dict[str, object]:
+    """:data:`REFERENCE_COMMAND` run in this process, now: ``{command, fcfs_jobs_per_s,
+    fcfs_jobs_per_cpu_s}`` (what that command prints under ``schedulers.fcfs``), so that a
+    figure carries the reference of its own minutes (``merkat bench period --reference``).
+    A second or two; the machine's speed for this loop, which on a shared VM does not follow
+    every swing of a larger working set (docs/benchmarks.md, "what the CPU targets need")."""
+    from merkat.bench.sim import run
+    from merkat.workload.traces import HPC2N, find_trace
+
+    fcfs = run(find_trace(HPC2N), ["fcfs"], repeat=5, cores=None, general=False)["schedulers"]
+    return {"command": REFERENCE_COMMAND, "fcfs_jobs_per_s": fcfs["fcfs"]["jobs_per_s"],
+            "fcfs_jobs_per_cpu_s": fcfs["fcfs"]["jobs_per_cpu_s"]}

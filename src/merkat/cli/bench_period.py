@@ -35,6 +35,10 @@ def bench_period(
         ADMISSION_S, "--admission", metavar="SECONDS", help="Admit new applications between "
         f"periods every SECONDS (Merkat §4.2.2: {ADMISSION_S:g}); 0 makes them wait for the next period (as before "
         "admission between periods existed)."),
+    reference: bool = typer.Option(
+        False, "--reference", help="Also run the FCFS reference (`merkat bench sim --schedulers "
+        "fcfs --repeat 5`, ~2 s) after the run and print its jobs/s under \"reference\": a "
+        "figure with the machine's speed of its own minutes."),
 ) -> None:
     """Time one market run of the themis-fig5 sweep (JSON on stdout)."""
     from merkat.bench.period import run
@@ -61,4 +65,8 @@ def bench_period(
     finally:
         for bar in bars:
             bar.close()
+    if reference:
+        from merkat.bench.common import fcfs_reference
+
+        doc["reference"] = fcfs_reference()
     sys.stdout.write(json.dumps(doc) + "\n")
