@@ -49,6 +49,7 @@ def fcfs_reference() -> dict[str, object]:
     from merkat.bench.sim import run
     from merkat.workload.traces import HPC2N, find_trace
 
-    fcfs = run(find_trace(HPC2N), ["fcfs"], repeat=5, cores=None, general=False)["schedulers"]
-    return {"command": REFERENCE_COMMAND, "fcfs_jobs_per_s": fcfs["fcfs"]["jobs_per_s"],
-            "fcfs_jobs_per_cpu_s": fcfs["fcfs"]["jobs_per_cpu_s"]}
+    fcfs = run(find_trace(HPC2N), ["fcfs"], repeat=5, cores=None, general=False)["schedulers"][
+        "fcfs"]
+    return {"command": REFERENCE_COMMAND, "fcfs_jobs_per_s": fcfs["jobs_per_s"],
+            "fcfs_jobs_per_cpu_s": fcfs["jobs_per_cpu_s"]}
