@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,8 @@ import pytest
 
 from merkat.backends.local import Launch, LocalBackend, Node, pid_alive
 from merkat.backends.local.cgroups import Version, detect
+from merkat.core.backend import Plan, VMPlacement
+from test_hostile_loop_support import wait
 
 pytestmark = [
     pytest.mark.root,
@@ -23,25 +24,19 @@ pytestmark = [
 ]
 
 
-def wait(cond: Any, timeout: float = 30.0) -> Any:
-    """``cond()``'s first true value within ``timeout`` s; else fail."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError("timed out")
+def one_node(tmp_path: Path, tag: str) -> LocalBackend:
+    """A backend enforcing cgroups on one 1-core node, its groups under a fresh prefix."""
+    b = LocalBackend([Node("n0", "0", 1.0, 512.0)], tmp_path / "logs",
+                     prefix=f"merkat-{tag}-{uuid.uuid4().hex[:8]}")
+    assert b.enforced
+    return b
 
 
 def test_a_vm_that_leaves_its_cgroup_or_loses_it_is_failed(tmp_path: Path) -> None:
-    b = LocalBackend([Node("n0", "0", 1.0, 512.0)], tmp_path / "logs",
-                     prefix=f"merkat-esc-{uuid.uuid4().hex[:8]}")
-    assert b.enforced
+    b = one_node(tmp_path, "esc")
     if b.tree.version is not Version.v1:
         pytest.skip("moves processes between v1 hierarchies")
     b.register("a", lambda app, vm, i: Launch("sleep 60 & exec sleep 60", index=i))
-    from merkat.core.backend import Plan, VMPlacement
 
     try:
         b.apply(Plan(time=0, period=1, create=(VMPlacement("a/vm1", "a", 0),
@@ -86,12 +81,9 @@ def test_a_vm_whose_ended_leaders_pid_now_leads_another_session_is_not_escaped(
     leader whose pid is alive but with another start time (reused between two checks)."""
     from merkat.backends.local import escapes
 
-    b = LocalBackend([Node("n0", "0", 1.0, 512.0)], tmp_path / "logs",
-                     prefix=f"merkat-reuse-{uuid.uuid4().hex[:8]}")
-    assert b.enforced
+    b = one_node(tmp_path, "reuse")
     b.register("a", lambda app, vm, i: Launch("exit 0" if vm == "a/vm1" else "exec sleep 60",
                                               index=i))
-    from merkat.core.backend import Plan, VMPlacement
 
     other = subprocess.Popen(["sleep", "60"], start_new_session=True)  # in no VM group
     try:
@@ -130,11 +122,8 @@ def test_a_leaders_pid_given_away_before_the_first_look_or_during_the_scan_is_no
     escape still is (the test above)."""
     from merkat.backends.local import escapes
 
-    b = LocalBackend([Node("n0", "0", 1.0, 512.0)], tmp_path / "logs",
-                     prefix=f"merkat-reuse2-{uuid.uuid4().hex[:8]}")
-    assert b.enforced
+    b = one_node(tmp_path, "reuse2")
     b.register("a", lambda app, vm, i: Launch("exec sleep 60", index=i))
-    from merkat.core.backend import Plan, VMPlacement
 
     other = subprocess.Popen(["sleep", "60"], start_new_session=True)  # in no VM group
     real_start = escapes._start
@@ -200,13 +189,10 @@ def test_a_child_read_as_it_exits_is_not_an_escape(
     made to list it, as it did just before the child exited."""
     from merkat.backends.local import escapes
 
-    b = LocalBackend([Node("n0", "0", 1.0, 512.0)], tmp_path / "logs",
-                     prefix=f"merkat-exit-{uuid.uuid4().hex[:8]}")
-    assert b.enforced
+    b = one_node(tmp_path, "exit")
     if b.tree.version is not Version.v1:
         pytest.skip("v2 shows a zombie in its own group")
     b.register("a", lambda app, vm, i: Launch("(exit 0) & exec sleep 60", index=i))
-    from merkat.core.backend import Plan, VMPlacement
 
     try:
         b.apply(Plan(time=0, period=1, create=(VMPlacement("a/vm1", "a", 0),)))

@@ -273,7 +273,7 @@ class SimBackend(SimTime):
                             lows.pop(app, None)
                             if pace.pop(app, None) is not None:
                                 live[app] = None
-                pairs = zip((), (), strict=True)  # (all visited)
+                pairs = ()  # (all visited)
         else:
             pairs = allocations.items()
         for vm_id, alloc in pairs:
