@@ -227,3 +227,7 @@ def test_bench_period_reference_is_the_fcfs_bench_of_its_own_minutes(trace: str)
     sim = json.loads(runner.invoke(app, ["bench", "sim", "--schedulers", "fcfs",
                                          "--repeat", "1"]).stdout)
     assert sim["jobs"] > 200_000  # the reference's trace: the whole bundled HPC2N
+    bad = runner.invoke(app, ["bench", "period", "--jobs", "10", "--trace", trace,
+                              "--reference=yes"])
+    assert bad.exit_code == 2 and "'--reference' does not take a value" in bad.stderr
+    assert bad.stdout == ""
