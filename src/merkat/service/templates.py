@@ -35,6 +35,11 @@ METRIC_FIELDS = ("performance", "reference", "work_done", "work_total", "progres
                  "ideal_rate", "tasks_left", "task_time_avg", "task_time_max")
 
 
+MAX_DEADLINE = 10 * 365 * 86400.0
+"""The longest ``controller.reference`` (s after submission: ten years). Unbounded, ``1e300``
+made a deadline no clock can print: the owner's (and an admin's) ``merkat platform list``
+failed with ``OverflowError`` and the ``deadline-met`` event held a 300-digit number."""
+
 MIN_POLL = 1.0
 """The shortest ``poll`` a template may ask for (s): command monitors run no more often."""
 
@@ -167,7 +172,7 @@ class ControllerSpec(_Strict):
     """The controller: ``policy`` by name, ``reference`` (deadline, s after submission)."""
 
     policy: str = Field(min_length=1, max_length=100)
-    reference: float | None = Field(None, gt=0)
+    reference: float | None = Field(None, gt=0, le=MAX_DEADLINE)
     params: dict[str, Any] = Field(default_factory=dict)
 
 
