@@ -414,7 +414,8 @@ def test_a_user_cannot_be_given_the_banks_own_accounts(tmp_path: Path) -> None:
     """A user's account is her name: ``merkat user add provider`` gave the new user the
     provider's account (every platform's charges, and a way to spend them), ``app:NAME`` a
     platform's. Refused, exit 2, one line; before the server ever ran too (the provider's
-    account is made at its first start, and must not be hers)."""
+    account is made at its first start, and must not be hers). So is ``a/b``, whose account
+    no URL can name (``GET /accounts/a%2Fb`` is routed as ``/accounts/a/b``: Not Found)."""
     from typer.testing import CliRunner
 
     from merkat.cli import app
@@ -424,10 +425,11 @@ def test_a_user_cannot_be_given_the_banks_own_accounts(tmp_path: Path) -> None:
     def cli(*args: str) -> Any:
         return runner.invoke(app, [*args, "--data-dir", str(tmp_path)])
 
-    for name in ("provider", "virtual-bank", "app:x", "app:s:hold"):
+    for name in ("provider", "virtual-bank", "app:x", "app:s:hold", "a/b"):
         r = cli("user", "add", name)
         assert r.exit_code == 2, (name, r.stdout, r.stderr)
-        assert "choose another" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        assert len(r.stderr.strip().splitlines()) == 1
+        assert ("no '/'" if "/" in name else "choose another") in r.stderr
     store = open_store(load_config(None, data_dir=tmp_path).database)
     try:
         store.ledger.create_account("bank-fees", AccountKind.bank)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.parse
 from typing import Any
 
@@ -79,5 +80,23 @@ def _detail(exc: Any) -> str:
     return str(detail or f"HTTP {exc.code} {exc.reason}")
 
 
+PLATFORM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+"""A platform's name (``merkat.service.templates.NAME``, repeated: the client commands import
+only the standard library; ``tests/test_cli_papercuts.py`` keeps the two equal)."""
+
+
 def _q(name: str) -> str:
+    """``name`` as one segment of a URL's path. An empty name, or one with ``/`` (the server
+    decodes ``%2F`` before it routes), can name nothing there: bad input, exit 2 (it reached
+    another route: ``KeyError: 'state'``, ``Not Found``, ``HTTP 307``)."""
+    if not name or "/" in name:
+        fail(f"NAME: {name!r} names nothing on the server (an empty name, or one with '/')")
     return urllib.parse.quote(name, safe="")
+
+
+def platform_path(name: str) -> str:
+    """``/platforms/NAME``, or exit 2 when ``name`` cannot be a platform's name."""
+    if not PLATFORM_NAME.match(name):
+        fail(f"NAME: {name!r} is not a platform name (1-63 of A-Z a-z 0-9 _.-, starting with "
+             "a letter or a digit)")
+    return f"/platforms/{_q(name)}"

@@ -26,7 +26,7 @@ from merkat.cli._common import (
     print_json,
     print_table,
 )
-from merkat.cli.api import Client, TokenOption, UrlOption, _q
+from merkat.cli.api import Client, TokenOption, UrlOption, _q, platform_path
 
 platform_app = typer.Typer(help="Virtual platforms on the server: list, show, stop, boost, logs, "
                            "delete.",
@@ -70,7 +70,7 @@ def submit(
 def platform_stop(name: str, output: OutputFormat = OutputOption, url: str | None = UrlOption,
                   token: str | None = TokenOption) -> None:
     """Shut a platform down now (its VMs are destroyed)."""
-    p = Client(url, token).post(f"/platforms/{_q(name)}/stop")
+    p = Client(url, token).post(f"{platform_path(name)}/stop")
     emit(output, p, lambda: print(f"platform {p['name']}: {p['state']}"))
 
 
@@ -84,7 +84,7 @@ def platform_boost(name: str, amount: str = typer.Argument(..., help="Credits to
     boosting): its controller bids the larger budget from the next period on."""
     if amount.strip().startswith("-"):  # "-5" reaches here as AMOUNT, not as an option
         fail(f"AMOUNT: a boost adds credits: give a positive amount, got {amount}")
-    b = Client(url, token).post(f"/platforms/{_q(name)}/boost",
+    b = Client(url, token).post(f"{platform_path(name)}/boost",
                                 {"amount": amount, "idempotency_key": key})
     emit(output, b, lambda: print(f"platform {b['name']}: boosted by {b['amount']}, "
                                   f"balance {b['balance']}"))
@@ -95,7 +95,7 @@ def platform_logs(name: str, tail: int = typer.Option(100, "--tail", min=1),
                   url: str | None = UrlOption, token: str | None = TokenOption) -> None:
     """The last lines of each VM's output."""
     sys.stdout.write(Client(url, token).request(
-        "GET", f"/platforms/{_q(name)}/logs?tail={tail}", raw=True))
+        "GET", f"{platform_path(name)}/logs?tail={tail}", raw=True))
 
 
 # --- market ------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 import typer
 
 from merkat.cli._common import OutputFormat, OutputOption, emit, fail, print_json, print_table
-from merkat.cli.api import Client, TokenOption, UrlOption, _q
+from merkat.cli.api import Client, TokenOption, UrlOption, platform_path
 from merkat.cli.client import platform_app
 
 
@@ -65,7 +65,7 @@ def platform_show(name: str, output: OutputFormat = OutputOption, url: str | Non
     """One platform: its outcome, deadline and money; per cluster the SLO progress and the
     rate achieved against the rate the deadline needs; its VMs (node, bid, allocation,
     cgroup). An ended platform shows its outcome and totals instead of its (gone) VMs."""
-    p = Client(url, token).get(f"/platforms/{_q(name)}")
+    p = Client(url, token).get(platform_path(name))
     emit(output, p, lambda: print_show(p))
 
 
@@ -144,7 +144,7 @@ def platform_delete(name: str, output: OutputFormat = OutputOption,
     """Remove an ended platform's record (its logs and working directories too; its bank
     account and history stay), so that NAME can be submitted again. Refused while it runs:
     stop it first."""
-    d = Client(url, token).request("DELETE", f"/platforms/{_q(name)}")
+    d = Client(url, token).request("DELETE", platform_path(name))
     emit(output, d, lambda: print(f"platform {d['name']} deleted (it had {d['state']}; "
                                   f"account {d['account']} kept)"))
 

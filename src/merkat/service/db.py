@@ -167,6 +167,9 @@ class Store:
             raise StoreError(f"user: {name!r} is a name the bank keeps for its own accounts "
                              "(the provider, the Virtual Bank, platforms' app:...); choose "
                              "another")
+        if "/" in name:  # GET /accounts/{name}: the server decodes %2F before it routes
+            raise StoreError(f"user: {name!r}: a user name has no '/' (her account's name is "
+                             "a segment of the API's URLs)")
         if self.ledger.has_account(name):
             kind = self.ledger.get_account(name).kind
             if kind is not AccountKind.user:
