@@ -394,8 +394,10 @@ def _xml(text: str, source: str) -> dict[str, Any]:
     (``<policy><type>`` when there is no ``<controller>``), ``<reference>`` the deadline,
     ``<params>`` children the parameters, ``<renew>`` the renewal, ``<keepidle>``, ``<poll>``,
     and each ``<group>`` (attributes name, depends, controller, process, poll) a cluster whose
-    children (command, count, cpu, memory, min_memory, bid cpu=/memory=, monitor kind=/regex=)
-    are the cluster's fields."""
+    children (command, count, cpu, memory, min_memory, bid cpu=/memory=, monitor kind=/regex=;
+    bid and monitor take their fields as children too) are the cluster's fields. Nothing is
+    ignored: an unknown attribute or child is an unknown key, named with the closest known
+    one, and an element given twice is refused (the last one would win, silently)."""
     import xml.etree.ElementTree as ET
 
     if "<!DOCTYPE" in text:  # the only place entities are declared: none, no expansion
@@ -413,8 +415,12 @@ def _xml(text: str, source: str) -> dict[str, Any]:
         return (el.text or "").strip()
 
     policy = root.find("policy")
+    seen: set[str] = set()
     for el in root:
         tag = el.tag
+        if tag != "group" and tag in seen:  # the last one would win, silently
+            raise TemplateError(f"{source}: <{tag}> given twice in <platform>")
+        seen.add(tag)
         if tag == "name":
             out["name"] = text_of(el)
         elif tag == "budget":
@@ -445,10 +451,15 @@ def _xml(text: str, source: str) -> dict[str, Any]:
         params = policy.find("params")
         if params is not None:
             ctl["params"] = {p.tag: _number(text_of(p)) for p in params}
+        for el in policy:  # anything else is an unknown key the model names
+            if el.tag not in ("type", "reference", "params"):
+                ctl[el.tag] = text_of(el)
     out["controller"] = ctl
     clusters = []
     for g in root.findall("group"):
-        cl: dict[str, Any] = {k: v for k, v in g.attrib.items() if k in ("name", "depends")}
+        # name, depends; an unknown attribute (procss=) is an unknown key the model names
+        cl: dict[str, Any] = {k: v for k, v in g.attrib.items()
+                              if k not in ("controller", "process", "poll")}
         for flag in ("controller", "process"):
             v = g.attrib.get(flag)
             if v is not None:
@@ -461,12 +472,14 @@ def _xml(text: str, source: str) -> dict[str, Any]:
             elif low not in ("yes", "true"):
                 cl["poll"] = poll
         for child in g:
-            if child.tag == "bid":
-                cl["bid"] = dict(child.attrib)
-            elif child.tag == "monitor":
-                cl["monitor"] = dict(child.attrib)
-            elif child.tag in ("files_in", "files_out"):
+            if child.tag in ("files_in", "files_out"):
                 cl.setdefault(child.tag, []).append(text_of(child))
+                continue
+            if child.tag in cl:  # the last one would win, silently
+                raise TemplateError(f"{source}: <{child.tag}> given twice in <group "
+                                    f"name={g.attrib.get('name', '')!r}>")
+            if child.tag in ("bid", "monitor"):  # attributes, or children (<cpu>2</cpu>)
+                cl[child.tag] = {**child.attrib, **{c.tag: text_of(c) for c in child}}
             else:
                 cl[child.tag] = text_of(child)
         clusters.append(cl)
