@@ -105,3 +105,14 @@ def test_a_deadline_no_clock_can_show_is_refused_at_submit(world: Any) -> None:
     ok = TEMPLATE.format(name="far").replace("reference: 1", "reference: 315360000")
     assert c.post("/api/v1/platforms", content=ok, headers={
         **h(keys["alice"]), "content-type": "application/yaml"}).status_code == 201
+
+
+@pytest.mark.parametrize("since", ["nan", "inf", "-inf", "1e400", "-1"])
+def test_a_price_history_since_no_time_is_422(world: Any, since: str) -> None:
+    """``GET /prices/history?since=nan`` (or ``inf``) answered 200 with nothing, ``-inf`` the
+    whole history: bounded as ``GET /events``' ``since`` is (Unix seconds, 0 to 1e11)."""
+    c, _, keys = world
+    r = c.get(f"/api/v1/prices/history?since={since}", headers=h(keys["bob"]))
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith("since: "), r.text
+    assert c.get("/api/v1/prices/history?since=0", headers=h(keys["bob"])).status_code == 200
