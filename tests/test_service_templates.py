@@ -102,6 +102,10 @@ def test_xml_template_of_fig5_parses_into_the_same_model() -> None:
      "clusters.1.min_memroy: unknown key (did you mean 'min_memory'?)"),
     (GOOD.replace("kind: log,", "knd: log,"), "clusters.1.monitor.knd: unknown key"),
     (GOOD.replace("keep_idle: 600", "zzz: 600"), "zzz: unknown key (known: name, controller"),
+    # a number finer than the bank's micro-credit was admitted rounded: budget 1e-07 → 0
+    (GOOD.replace("budget: 80000", "budget: 0.0000001"),
+     "line 6: budget: at most 6 decimals (1 micro-credit): 1e-07"),
+    (GOOD.replace("renewal: 80000", "renewal: 2.1234567"), "renewal: at most 6 decimals"),
     ("name: [unclosed\n", "template line 2"),
     ("- a list\n", "expected a mapping"),
 ])

@@ -220,6 +220,12 @@ class Template(_Strict):
                 return parse_amount(v, allow_zero=True) / 1e6
             except InvalidInput as exc:
                 raise ValueError(str(exc).removeprefix("amount: ")) from None
+        if isinstance(v, float | int) and not isinstance(v, bool):
+            from decimal import Decimal
+
+            d = Decimal(repr(v))  # as written: 0.1, 1e-07 (the bank counts micro-credits)
+            if d.is_finite() and abs(d) < 10**15 and d != d.quantize(Decimal("0.000001")):
+                raise ValueError(f"at most 6 decimals (1 micro-credit): {v!r}")
         return v
 
     @model_validator(mode="after")
