@@ -1,5 +1,6 @@
-"""Hostile templates that passed validation and hurt later: a NUL character in any string of
-a template (one tenant's command made every period of the server fail). In process (FastAPI
+"""Hostile input that passed validation and hurt later: a NUL character in any string of a
+template (one tenant's command made every period of the server fail), of a request's body,
+path or query (PostgreSQL cannot hold one: a 503 "database unavailable"). In process (FastAPI
 TestClient over a manager, a backend without cgroups: the ``world`` fixture)."""
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ def test_a_nul_anywhere_in_a_template_is_refused_at_submit(
     r = c.post("/api/v1/platforms", json=_with(path, value),
                headers={"Authorization": f"Bearer {keys['alice']}"})
     assert r.status_code == 422, r.text
-    assert r.json()["detail"] == (f"{field}: holds a NUL character (\\0): no command, file "
-                                  "name, environment or database text can")
+    assert r.json()["detail"] == (f"body: {field}: holds a NUL character (\\0): no command, "
+                                  "file name, environment or database text can")
     assert m.store.platform("nul") is None
     assert m.admit() == []
     m.tick()  # the period runs
@@ -58,3 +59,26 @@ def test_a_nul_in_a_yaml_template_names_its_line(world: Any) -> None:
         "Authorization": f"Bearer {keys['bob']}", "content-type": "application/yaml"})
     assert r.status_code == 422
     assert r.json()["detail"].startswith("template line 5: clusters.0.command: holds a NUL")
+
+
+@pytest.mark.parametrize(("method", "path", "body", "detail"), [
+    ("get", "/events?platform=%00", None, "query: holds a NUL character (%00)"),
+    ("get", "/platforms/a%00b", None, "path: holds a NUL character (%00)"),
+    ("post", "/platforms/a%00b/stop", {}, "path: holds a NUL character (%00)"),
+    ("post", "/transfers", {"from": "alice", "to": "bob", "amount": "1", "reason": "a\0"},
+     "body: reason: holds a NUL character (\\0): no command, file name, environment or "
+     "database text can"),
+    ("post", "/transfers", {"from": "alice", "to": "b\0b", "amount": "1"},
+     "body: to: holds a NUL character (\\0): no command, file name, environment or "
+     "database text can"),
+])
+def test_a_nul_in_a_request_is_bad_input(world: Any, method: str, path: str, body: Any,
+                                         detail: str) -> None:
+    """On PostgreSQL these were 503 "database unavailable: ... cannot contain NUL" (or a 422
+    "database error"); on SQLite a transfer's reason kept the NUL. 422, nothing moved."""
+    c, m, keys = world
+    kw = {"json": body} if body is not None else {}
+    r = getattr(c, method)(f"/api/v1{path}", headers={
+        "Authorization": f"Bearer {keys['alice']}"}, **kw)
+    assert (r.status_code, r.json()["detail"]) == (422, detail)
+    assert m.store.ledger.balance("bob") == 10_000_000

@@ -5,8 +5,9 @@
   chunked body passes it; the rest is read and dropped, :data:`DRAIN_FACTOR`), not in
   ``limits.header_timeout`` seconds → 408, and a JSON body
   (``Content-Type: application/json`` or ``+json``; or none, when it parses as JSON) with
-  ``NaN``/``Infinity``/``1e400`` or nested deeper than ``limits.depth`` → 422. The app then
-  reads the buffered body.
+  ``NaN``/``Infinity``/``1e400``, nested deeper than ``limits.depth`` or with a NUL character
+  in a string → 422. The app then reads the buffered body. A path or query with a NUL
+  character (``%00``) is 422 too, whatever the method.
 - :func:`install_errors`: every error is ``{"detail": "one line"}`` (``detail`` at most
   ``limits.error_chars``), a validation error adds ``errors`` (type, loc, msg: never the
   input), an unexpected one is 500 ``{"detail": "internal error"}``.
@@ -77,6 +78,16 @@ def _json_type(ctype: str | None) -> bool | None:
                                           and main.endswith("+json"))
 
 
+def _nul_in(scope: Scope) -> str | None:
+    """``path`` or ``query`` when the request's (decoded) path or its query holds a NUL
+    character, which no name the service keeps can hold."""
+    if scope["type"] != "http":
+        return None
+    if "\0" in scope.get("path", ""):
+        return "path"
+    return "query" if b"%00" in scope.get("query_string", b"") else None
+
+
 class BodyLimits:
     """ASGI middleware bounding request bodies (module doc)."""
 
@@ -85,6 +96,10 @@ class BodyLimits:
         self.limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        where = _nul_in(scope)
+        if where is not None:  # (PostgreSQL: a query with it failed as a "database down" 503)
+            await send_error(send, 422, f"{where}: holds a NUL character (%00)")
+            return
         if scope["type"] != "http" or scope.get("method") not in BODY_METHODS:
             await self.app(scope, receive, send)  # a GET's body is never read
             return

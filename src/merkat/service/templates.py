@@ -27,7 +27,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from merkat.service.limits import DEFAULT as DEFAULT_LIMITS
-from merkat.service.limits import InputError, LimitsConfig, check_finite, clip, compose_yaml
+from merkat.service.limits import (
+    InputError,
+    LimitsConfig,
+    check_finite,
+    clip,
+    compose_yaml,
+    nul_at,
+    nul_message,
+)
 from merkat.service.template_state import State
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
@@ -310,13 +318,11 @@ def validate(data: Any, source: str = "template", lines: Any = None) -> Template
     """Validate a parsed mapping; errors name the field (and its line when known)."""
     if not isinstance(data, dict):
         raise TemplateError(f"{source}: expected a mapping at the top level")
-    nul = _nul_at(data)
+    nul = nul_at(data)  # (a command with one made every period fail: ValueError)
     if nul is not None:
         line = _line_of(lines, nul) if lines is not None else None
         where = f"{source} line {line}" if line else source
-        field = clip(".".join(str(x) for x in nul).replace("\0", "\\0"), 200) or "(top)"
-        raise TemplateError(f"{where}: {field}: holds a NUL character (\\0): no command, "
-                            "file name, environment or database text can")
+        raise TemplateError(f"{where}: {nul_message(nul)}")
     try:
         t = Template.model_validate(data)
     except ValidationError as exc:
@@ -336,27 +342,6 @@ def validate(data: Any, source: str = "template", lines: Any = None) -> Template
     except InputError as exc:
         raise TemplateError(f"{source}: {exc}") from None
     return t
-
-
-def _nul_at(data: Any, at: tuple[Any, ...] = ()) -> list[Any] | None:
-    """Where in ``data`` a key or string holds a NUL character (None: nowhere). A command with
-    one made the period loop fail for everyone at each period (``ValueError: embedded null
-    byte`` from ``exec``), and PostgreSQL refuses one in any text."""
-    if isinstance(data, str):
-        return list(at) if "\0" in data else None
-    if isinstance(data, dict):
-        for k, v in data.items():
-            if isinstance(k, str) and "\0" in k:
-                return [*at, k]
-            found = _nul_at(v, (*at, k))
-            if found is not None:
-                return found
-    elif isinstance(data, list):
-        for i, v in enumerate(data):
-            found = _nul_at(v, (*at, i))
-            if found is not None:
-                return found
-    return None
 
 
 def _unknown_key(loc: list[Any], errors: list[Any]) -> str:
