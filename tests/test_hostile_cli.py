@@ -1,8 +1,13 @@
-"""Hostile input to the client commands themselves (before any request): names that cannot
-name anything on the server. Each is bad input, exit 2, one line naming the argument — not an
-internal error, nor the answer of a route it was never meant for."""
+"""Hostile input to the client commands: names that cannot name anything on the server (bad
+input, exit 2, one line naming the argument, before any request — not an internal error, nor
+the answer of a route it was never meant for), and text a tenant wrote that the commands
+print on someone else's terminal."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -49,3 +54,56 @@ def test_an_account_name_that_names_nothing_is_refused(cmd: str, name: str) -> N
 
 def test_the_clients_platform_name_is_the_templates() -> None:
     assert PLATFORM_NAME.pattern == NAME
+
+
+ESC = "\x1b[1A\x1b[2K\x1b]8;;http://evil\x07link\x1b]8;;\x07"  # up, erase, a hidden link
+
+
+def test_what_a_tenant_wrote_cannot_drive_an_admins_terminal(tmp_path: Path) -> None:
+    """A ``files_in`` name of ESC sequences (and a newline) came back in the VM's error, the
+    platform's outcome and its events, and ``merkat events`` / ``platform list`` / ``show``
+    printed them raw to whoever read them (an admin): the cursor moved up over earlier
+    lines, a link hid behind text. Printed as escapes now, each event on one line."""
+    import time
+
+    from merkat.service.config import load_config
+    from merkat.service.server import Service
+    from test_service_e2e import free_port
+
+    def cli(*args: str) -> Any:
+        return runner.invoke(app, list(args))
+
+    keys = {u: cli("user", "add", u, "--budget", "5", "--parsable", "--data-dir",
+                   str(tmp_path)).stdout.strip() for u in ("mallory",)}
+    root = cli("user", "add", "root", "--admin", "--parsable", "--data-dir",
+               str(tmp_path)).stdout.strip()
+    cfg = load_config(None, data_dir=tmp_path, port=free_port(), period=0.5, admission=0.25,
+                      backend={"cgroup_root": str(tmp_path / "no-cgroups")})
+    svc = Service(cfg, on_period=lambda rec: None)
+    svc.start_background()
+    url = f"http://127.0.0.1:{svc.port}"
+    template = tmp_path / "t.yaml"
+    name = json.dumps(f"x\nFAKE EVENT {ESC}")
+    template.write_text("name: evil\ncontroller: {policy: best-effort}\nbudget: 1\nclusters:\n"
+                        f"  - {{name: c, command: 'sleep 9', files_in: [{name}]}}\n")
+    try:
+        r = cli("submit", str(template), "--no-upload", "--url", url, "--token",
+                keys["mallory"])
+        assert r.exit_code == 0, r.stderr
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            row = svc.manager.store.platform("evil")
+            if row is not None and row.state == "failed":
+                break
+            time.sleep(0.2)
+        as_root = ("--url", url, "--token", root)
+        outs = [cli("events", "--platform", "evil", *as_root).stdout,
+                cli("platform", "list", *as_root).stdout,
+                cli("platform", "show", "evil", *as_root).stdout]
+        assert "\\x1b]8;;http://evil\\x07link" in outs[0]
+        for out in outs:
+            assert "\x1b" not in out and "\x07" not in out, out
+        events = outs[0].splitlines()[1:]
+        assert events and all(line.lstrip()[0].isdigit() for line in events), events
+    finally:
+        svc.shutdown()
