@@ -439,3 +439,27 @@ def test_a_user_cannot_be_given_the_banks_own_accounts(tmp_path: Path) -> None:
     finally:
         store.close()
     assert cli("user", "add", "alice").exit_code == 0
+
+
+def test_boosting_a_queued_platform_says_why_not_yet(world: Any) -> None:
+    """A queued platform (no account until it is admitted) answered 409 ``platform 'q' is
+    queued: only a queued, waiting or running platform can be boosted``: the reason
+    contradicted itself. It says when it can be; once admitted the boost goes through; once
+    ended, which states can be boosted. Nothing moves until then."""
+    c, m, keys = world
+    assert submit(c, keys["alice"], template("q", "10")).status_code == 201
+    boost = {"amount": "5"}
+    r = c.post("/api/v1/platforms/q/boost", json=boost, headers=h(keys["alice"]))
+    assert r.status_code == 409
+    assert r.json()["detail"] == ("platform 'q' is queued: it has no account until it is "
+                                  "admitted (within 0.5 s); boost it then")
+    assert balance(m, "alice") == 100_000_000
+    m.admit()
+    assert c.post("/api/v1/platforms/q/boost", json=boost,
+                  headers=h(keys["alice"])).status_code == 201
+    assert balance(m, "alice") == 85_000_000
+    c.post("/api/v1/platforms/q/stop", headers=h(keys["alice"]))
+    r = c.post("/api/v1/platforms/q/boost", json=boost, headers=h(keys["alice"]))
+    assert r.status_code == 409 and r.json()["detail"] == (
+        "platform 'q' is stopped: only a waiting, running or suspended platform can be boosted")
+    assert balance(m, "alice") == 100_000_000 and m.store.ledger.audit().ok
