@@ -107,3 +107,50 @@ def test_what_a_tenant_wrote_cannot_drive_an_admins_terminal(tmp_path: Path) -> 
         assert events and all(line.lstrip()[0].isdigit() for line in events), events
     finally:
         svc.shutdown()
+
+
+def test_submit_reads_a_bounded_template(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``merkat submit /dev/zero`` read until memory ended (8 GB in 4 s on the shared
+    machine, then the OOM killer). Past ``TEMPLATE_READ`` it is bad input, before any
+    request (here the bound is lowered, so that the test cannot eat memory either way)."""
+    from merkat.cli import client
+
+    monkeypatch.setattr(client, "TEMPLATE_READ", 1024)
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"#" * 2048)
+    code, err = run("submit", str(big))
+    assert code == 2
+    assert err.strip().splitlines() == [f"error: FILE: {big} holds more than 0 MiB: not a "
+                                        "template"]
+
+
+def test_an_upload_over_the_servers_limit_gets_its_reason(tmp_path: Path) -> None:
+    """``merkat file put`` read the whole file, then sent it: the server answers 413 as
+    soon as the length says so and reads no more than 64 × ``limits.body_bytes`` of it, so
+    the rest met a closed connection: ``cannot reach the merkat server ... Connection reset
+    by peer``, exit 1, as if no server ran. It asks first now (``Expect: 100-continue``) and
+    streams the file: the server's reason, exit 2; a file within the limit goes through."""
+    from merkat.service.config import load_config
+    from merkat.service.server import Service
+    from test_service_e2e import free_port
+
+    key = runner.invoke(app, ["user", "add", "alice", "--parsable", "--data-dir",
+                              str(tmp_path)]).stdout.strip()
+    cfg = load_config(None, data_dir=tmp_path, port=free_port(), period=30, admission=30,
+                      backend={"cgroup_root": str(tmp_path / "no-cgroups")},
+                      limits={"body_bytes": 1024}, tenants={"max_file": 4096})
+    svc = Service(cfg, on_period=lambda rec: None)
+    svc.start_background()
+    big, small = tmp_path / "big.dat", tmp_path / "small.dat"
+    big.write_bytes(b"x" * (4 << 20))
+    small.write_bytes(b"y" * 4096)
+    auth = ["--url", f"http://127.0.0.1:{svc.port}", "--token", key]
+    try:
+        r = runner.invoke(app, ["file", "put", str(big), *auth])
+        assert (r.exit_code, r.stderr) == (2, "error: body: larger than 4096 bytes\n")
+        r = runner.invoke(app, ["file", "put", str(small), *auth])
+        assert (r.exit_code, r.stdout) == (0, "file small.dat uploaded (4096 bytes)\n")
+        r = runner.invoke(app, ["file", "put", str(small), "--url", auth[1], "--token", "no"])
+        assert r.exit_code == 2 and "refused the API key" in r.stderr
+    finally:
+        svc.shutdown()
