@@ -82,3 +82,31 @@ def test_a_nul_in_a_request_is_bad_input(world: Any, method: str, path: str, bod
         "Authorization": f"Bearer {keys['alice']}"}, **kw)
     assert (r.status_code, r.json()["detail"]) == (422, detail)
     assert m.store.ledger.balance("bob") == 10_000_000
+
+
+def test_a_long_reason_to_end_neither_stalls_the_periods_nor_keeps_the_money(
+        world: Any) -> None:
+    """A ``files_in`` name of 300 characters (the limit is 1,024) that is not there fails the
+    platform with a reason quoting it; its money's way home (one transaction with its end)
+    wrote the history line ``returned: platform NAME failed (...)`` past the bank's 200
+    characters: ``InvalidInput: reason``, so every period of the server failed, for every
+    user, and again after a restart (the platform re-admitted, failed again). The line is
+    cut now: the platform fails, its money comes home, the periods go on."""
+    c, m, keys = world
+    t = _with(["clusters", 0, "files_in"], ["x" * 300])
+    t["name"] = "long"
+    r = c.post("/api/v1/platforms", json=t, headers={"Authorization": f"Bearer {keys['bob']}"})
+    assert r.status_code == 201, r.text
+    other = {**BASE, "name": "other"}
+    assert c.post("/api/v1/platforms", json=other, headers={
+        "Authorization": f"Bearer {keys['alice']}"}).status_code == 201
+    m.admit()
+    for _ in range(3):
+        m.tick()  # raised InvalidInput at each period
+    row = m.store.platform("long")
+    assert row is not None and row.state == "failed" and "x" * 100 in (row.outcome or "")
+    assert m.store.ledger.balance("bob") == 10_000_000  # everything came home
+    assert m.store.ledger.balance("app:long") == 0 and m.store.ledger.audit().ok
+    (line,) = [t for t in m.store.ledger.history("bob", 10) if t.payer == "app:long"]
+    assert line.reason.startswith("returned: platform long failed (") and len(line.reason) == 200
+    assert m.store.platform("other").state == "running"  # type: ignore[union-attr]
