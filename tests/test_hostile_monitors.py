@@ -184,3 +184,34 @@ def test_a_command_monitor_runs_in_the_vms_cgroup_without_the_servers_environmen
         m.close()
     # nothing left under the prefix (the platform's plugins group included)
     assert not any(d.exists() for d in m.backend.tree.dirs("").values())
+
+
+def test_a_log_path_swapped_for_a_link_after_its_check_is_not_followed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log monitor's ``path`` is resolved and checked to be in the VM's working directory,
+    then read by the server (root). Read by name, a directory of the path that the tenant
+    swapped for a link to ``/etc`` in between (her VM can loop on it) made the server read
+    ``/etc/shadow`` through her regex. Now the resolved path is opened without following a
+    link: the swap fails the read."""
+    from merkat.service import probes
+    from merkat.service.templates import Monitor
+
+    cwd, secret = tmp_path / "work" / "main-0", tmp_path / "etc"
+    (cwd / "d").mkdir(parents=True)
+    secret.mkdir()
+    (cwd / "d" / "progress.log").write_text("iteration 1/9\n")
+    (secret / "progress.log").write_text("iteration 42/43\n")  # what she may not read
+    mon = Monitor(kind="log", regex=r"iteration (?P<work_done>\d+)/(?P<work_total>\d+)",
+                  path="d/progress.log")
+    probe = probes.Probe("p", "alice", mon, "p/vm1", cwd=str(cwd))
+    assert probes.take_reading(None, probe).values == {"work_done": 1.0, "work_total": 9.0}
+    checked = probes.inside
+
+    def then_swap(base: str | None, path: str) -> str | None:
+        found = checked(base, path)
+        (cwd / "d").rename(cwd / "d.old")
+        (cwd / "d").symlink_to(secret)
+        return found
+
+    monkeypatch.setattr(probes, "inside", then_swap)
+    assert probes.take_reading(None, probe).values == {}

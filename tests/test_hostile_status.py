@@ -89,3 +89,30 @@ def test_absurd_readings_past_the_deadline_never_break_the_views(world: Any) -> 
     ev = c.get("/api/v1/events?tail=100&platform=p-alice", headers=h(keys["bob"])).json()
     assert ev["items"] == []
     assert c.get("/api/v1/events?tail=5&since=1e400", headers=h(keys["bob"])).status_code == 422
+
+
+def test_a_deadline_no_clock_can_show_is_refused_at_submit(world: Any) -> None:
+    """``reference: 1e300`` was admitted: the deadline (submission + 1e300 s) then made the
+    owner's ``merkat platform list`` (and an admin's) fail with ``OverflowError`` and its
+    ``deadline-met`` event hold a 300-digit number. Refused (422 naming the field)."""
+    c, _, keys = world
+    for ref in ("1e300", "315360001"):
+        text = TEMPLATE.format(name="far").replace("reference: 1", f"reference: {ref}")
+        r = c.post("/api/v1/platforms", content=text,
+                   headers={**h(keys["alice"]), "content-type": "application/yaml"})
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"].startswith("template line 2: controller.reference: "), r.text
+    ok = TEMPLATE.format(name="far").replace("reference: 1", "reference: 315360000")
+    assert c.post("/api/v1/platforms", content=ok, headers={
+        **h(keys["alice"]), "content-type": "application/yaml"}).status_code == 201
+
+
+@pytest.mark.parametrize("since", ["nan", "inf", "-inf", "1e400", "-1"])
+def test_a_price_history_since_no_time_is_422(world: Any, since: str) -> None:
+    """``GET /prices/history?since=nan`` (or ``inf``) answered 200 with nothing, ``-inf`` the
+    whole history: bounded as ``GET /events``' ``since`` is (Unix seconds, 0 to 1e11)."""
+    c, _, keys = world
+    r = c.get(f"/api/v1/prices/history?since={since}", headers=h(keys["bob"]))
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith("since: "), r.text
+    assert c.get("/api/v1/prices/history?since=0", headers=h(keys["bob"])).status_code == 200

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from merkat.bank.ledger import AccountKind
 from merkat.service.api import create_app
 from merkat.service.backends import make_backend
 from merkat.service.config import load_config
-from merkat.service.db import open_store
+from merkat.service.db import StoreError, open_store
 from merkat.service.manager import Manager
 from test_service_api import h
 
@@ -407,3 +408,58 @@ def test_user_admin_commands_bad_input_exit_2_one_line(tmp_path: Path) -> None:
     assert out["quotas"]["vms"] == 3 and out["overrides"] == {"vms": 3}
     out = json.loads(cli("user", "quota", "alice", "--reset", "-o", "json").stdout)
     assert out["overrides"] == {} and out["quotas"]["vms"] == 200
+
+
+def test_a_user_cannot_be_given_the_banks_own_accounts(tmp_path: Path) -> None:
+    """A user's account is her name: ``merkat user add provider`` gave the new user the
+    provider's account (every platform's charges, and a way to spend them), ``app:NAME`` a
+    platform's. Refused, exit 2, one line; before the server ever ran too (the provider's
+    account is made at its first start, and must not be hers). So is ``a/b``, whose account
+    no URL can name (``GET /accounts/a%2Fb`` is routed as ``/accounts/a/b``: Not Found)."""
+    from typer.testing import CliRunner
+
+    from merkat.cli import app
+
+    runner = CliRunner()
+
+    def cli(*args: str) -> Any:
+        return runner.invoke(app, [*args, "--data-dir", str(tmp_path)])
+
+    for name in ("provider", "virtual-bank", "app:x", "app:s:hold", "a/b"):
+        r = cli("user", "add", name)
+        assert r.exit_code == 2, (name, r.stdout, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1
+        assert ("no '/'" if "/" in name else "choose another") in r.stderr
+    store = open_store(load_config(None, data_dir=tmp_path).database)
+    try:
+        store.ledger.create_account("bank-fees", AccountKind.bank)
+        with pytest.raises(StoreError, match="the bank's bank account"):
+            store.add_user("bank-fees")
+        assert [u.name for u in store.users()] == []
+    finally:
+        store.close()
+    assert cli("user", "add", "alice").exit_code == 0
+
+
+def test_boosting_a_queued_platform_says_why_not_yet(world: Any) -> None:
+    """A queued platform (no account until it is admitted) answered 409 ``platform 'q' is
+    queued: only a queued, waiting or running platform can be boosted``: the reason
+    contradicted itself. It says when it can be; once admitted the boost goes through; once
+    ended, which states can be boosted. Nothing moves until then."""
+    c, m, keys = world
+    assert submit(c, keys["alice"], template("q", "10")).status_code == 201
+    boost = {"amount": "5"}
+    r = c.post("/api/v1/platforms/q/boost", json=boost, headers=h(keys["alice"]))
+    assert r.status_code == 409
+    assert r.json()["detail"] == ("platform 'q' is queued: it has no account until it is "
+                                  "admitted (within 0.5 s); boost it then")
+    assert balance(m, "alice") == 100_000_000
+    m.admit()
+    assert c.post("/api/v1/platforms/q/boost", json=boost,
+                  headers=h(keys["alice"])).status_code == 201
+    assert balance(m, "alice") == 85_000_000
+    c.post("/api/v1/platforms/q/stop", headers=h(keys["alice"]))
+    r = c.post("/api/v1/platforms/q/boost", json=boost, headers=h(keys["alice"]))
+    assert r.status_code == 409 and r.json()["detail"] == (
+        "platform 'q' is stopped: only a waiting, running or suspended platform can be boosted")
+    assert balance(m, "alice") == 100_000_000 and m.store.ledger.audit().ok

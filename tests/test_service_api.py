@@ -225,7 +225,7 @@ def test_boosting_a_running_platform_moves_the_owners_money_once(world: Any) -> 
     c.post("/api/v1/platforms/solver/stop", headers=alice)
     m.tick()
     r = c.post("/api/v1/platforms/solver/boost", json={"amount": "1"}, headers=alice)
-    assert r.status_code == 409 and "only a queued, waiting or running" in r.json()["detail"]
+    assert r.status_code == 409 and "only a waiting, running or suspended" in r.json()["detail"]
     assert m.store.ledger.audit().ok
 
 

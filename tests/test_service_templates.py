@@ -102,6 +102,10 @@ def test_xml_template_of_fig5_parses_into_the_same_model() -> None:
      "clusters.1.min_memroy: unknown key (did you mean 'min_memory'?)"),
     (GOOD.replace("kind: log,", "knd: log,"), "clusters.1.monitor.knd: unknown key"),
     (GOOD.replace("keep_idle: 600", "zzz: 600"), "zzz: unknown key (known: name, controller"),
+    # a number finer than the bank's micro-credit was admitted rounded: budget 1e-07 → 0
+    (GOOD.replace("budget: 80000", "budget: 0.0000001"),
+     "line 6: budget: at most 6 decimals (1 micro-credit): 1e-07"),
+    (GOOD.replace("renewal: 80000", "renewal: 2.1234567"), "renewal: at most 6 decimals"),
     ("name: [unclosed\n", "template line 2"),
     ("- a list\n", "expected a mapping"),
 ])
@@ -117,8 +121,27 @@ def test_bad_yaml_templates_name_the_field_and_line(text: str, message: str) -> 
     (XML.replace("<budget>80000</budget>", "<budget>8_0</budget>"), "budget: not a decimal"),
     (XML.replace("<poll>60</poll>", "<color>red</color>"), "unknown element <color>"),
     ("<cluster/>", "root element must be <platform>"),
+    # nothing is ignored silently (an unknown attribute or child was dropped, an element
+    # given twice kept its last value)
+    (XML.replace('controller="no"', 'controler="no"'),
+     "clusters.1.controler: unknown key (did you mean 'controller'?)"),
+    (XML.replace("<type>deadline</type>", "<refrence>5</refrence>"),
+     "controller.refrence: unknown key (did you mean 'reference'?)"),
+    (XML.replace("<cpu>2</cpu>", "<cpu>2</cpu><bid><cpu>x</cpu></bid>"),
+     "clusters.0.bid.cpu: Input should be a valid number"),
+    (XML.replace("<cpu>2</cpu>", "<cpu>2</cpu><bid><cpux>1</cpux></bid>"),
+     "clusters.0.bid.cpux: unknown key (did you mean 'cpu'?)"),
+    (XML.replace("<cpu>2</cpu>", "<cpu>2</cpu><cpu>64</cpu>"),
+     "<cpu> given twice in <group name='saturne-0'>"),
+    (XML.replace("<budget>80000</budget>", "<budget>80000</budget><budget>1</budget>"),
+     "<budget> given twice in <platform>"),
 ])
 def test_bad_xml_templates_are_refused(text: str, message: str) -> None:
     with pytest.raises(TemplateError) as info:
         parse(text)
     assert message in str(info.value), str(info.value)
+
+
+def test_xml_bid_and_monitor_take_their_fields_as_children_too() -> None:
+    t = parse(XML.replace("<cpu>2</cpu>", "<cpu>2</cpu><bid><cpu>0.5</cpu></bid>"))
+    assert t.clusters[0].bid is not None and t.clusters[0].bid.cpu == 0.5

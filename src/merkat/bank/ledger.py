@@ -317,10 +317,14 @@ def check_amount(amount: int, field: str = "amount") -> int:
     return amount
 
 
+MAX_REASON = 200
+"""The longest reason of a movement (its history line)."""
+
+
 def check_reason(reason: str) -> str:
-    """Validate a reason: a non-empty string of at most 200 characters."""
-    if not isinstance(reason, str) or not reason.strip() or len(reason) > 200:
-        raise InvalidInput("reason", "must be 1-200 characters")
+    """Validate a reason: a non-empty string of at most :data:`MAX_REASON` characters."""
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_REASON:
+        raise InvalidInput("reason", f"must be 1-{MAX_REASON} characters")
     return reason
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -83,18 +84,33 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n")
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL_OR_NEWLINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str, one_line: bool = False) -> str:
+    """``text`` with its control characters shown as escapes (``\\x1b``), tab and newline
+    kept (``one_line``: only tab). Text a server's user wrote (a file name of her template in
+    an error, an outcome) reaches other people's terminals, an admin's: raw, an ESC could
+    colour it, move the cursor up over earlier lines, retitle the terminal or hide a link
+    (OSC 8), and a newline in one event could print a fake one."""
+    return (_CONTROL_OR_NEWLINE if one_line else _CONTROL).sub(
+        lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Print a table on stdout. Every cell, column name and the title are text, never rich
     markup: a reason, identity or path like ``refund [/]`` is printed as typed (this is the one
-    place that renders tables, so the one place that escapes)."""
+    place that renders tables, so the one place that escapes), its control characters as
+    escapes (:func:`printable`)."""
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=None if title is None else escape(title))
+    table = Table(title=None if title is None else escape(printable(title)))
     for c in columns:
-        table.add_column(escape(str(c)))
+        table.add_column(escape(printable(str(c))))
     for r in rows:
-        table.add_row(*[escape(_fmt(v)) for v in r])
+        table.add_row(*[escape(printable(_fmt(v))) for v in r])
     out_console().print(table)
 
 

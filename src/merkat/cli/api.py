@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.parse
-from typing import Any
+from typing import Any, BinaryIO
 
 import typer
 
@@ -59,6 +60,56 @@ class Client:
                  "running? (MERKAT_URL)", EXIT_FAILURE)
         return data.decode(errors="replace") if raw else json.loads(data or b"null")
 
+    def upload(self, path: str, f: BinaryIO, size: int, timeout: float = 300.0) -> Any:
+        """``PUT`` the ``size`` bytes of the open file ``f`` as they are read (never whole in
+        memory: ``merkat submit /dev/zero``'s kind of input cannot exhaust the machine), asking
+        first (``Expect: 100-continue``): a refusal (413 over ``tenants.max_file``, 401, 422)
+        comes before the body, and its reason is printed — sent anyway, a body past what the
+        server drains was a connection reset, "cannot reach the merkat server"."""
+        import http.client
+        import select
+        import socket
+
+        if not self.token:
+            fail("no API key: set MERKAT_TOKEN (printed by `merkat user add`) or pass --token")
+        u = urllib.parse.urlsplit(self.url)
+        tls = u.scheme == "https"
+        conn = (http.client.HTTPSConnection if tls else http.client.HTTPConnection)(
+            u.hostname or "127.0.0.1", u.port, timeout=timeout)
+        try:
+            conn.putrequest("PUT", f"{u.path}/api/v1{path}")
+            for k, v in (("Authorization", f"Bearer {self.token}"), ("Content-Length", str(size)),
+                         ("Content-Type", "application/octet-stream"),
+                         *([] if tls else [("Expect", "100-continue")])):
+                conn.putheader(k, v)
+            conn.endheaders()
+            sock = conn.sock
+            send = True
+            if not tls and select.select([sock], [], [], 3.0)[0]:  # the server answered
+                head = sock.recv(64, socket.MSG_PEEK)
+                if head.split(b" ", 2)[1:2] == [b"100"]:  # go on: read the interim answer
+                    seen = b""
+                    while not seen.endswith(b"\r\n\r\n"):
+                        seen += sock.recv(1)
+                else:  # its final answer, before the body
+                    send = False
+            if send:
+                while chunk := f.read(1 << 16):
+                    conn.send(chunk)
+            resp = conn.getresponse()
+            data = resp.read()
+        except OSError as exc:
+            fail(f"cannot reach the merkat server at {self.url} ({exc}); is `merkat server` "
+                 "running? (MERKAT_URL)", EXIT_FAILURE)
+        finally:
+            conn.close()
+        if resp.status >= 400:
+            from types import SimpleNamespace
+
+            err = SimpleNamespace(code=resp.status, reason=resp.reason, read=lambda: data)
+            fail(_detail(err), EXIT_FAILURE if resp.status >= 500 else EXIT_BAD_INPUT)
+        return json.loads(data or b"null")
+
     def get(self, path: str, **params: Any) -> Any:
         q = {k: v for k, v in params.items() if v is not None}
         return self.request("GET", path + (f"?{urllib.parse.urlencode(q)}" if q else ""))
@@ -79,5 +130,23 @@ def _detail(exc: Any) -> str:
     return str(detail or f"HTTP {exc.code} {exc.reason}")
 
 
+PLATFORM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+"""A platform's name (``merkat.service.templates.NAME``, repeated: the client commands import
+only the standard library; ``tests/test_cli_papercuts.py`` keeps the two equal)."""
+
+
 def _q(name: str) -> str:
+    """``name`` as one segment of a URL's path. An empty name, or one with ``/`` (the server
+    decodes ``%2F`` before it routes), can name nothing there: bad input, exit 2 (it reached
+    another route: ``KeyError: 'state'``, ``Not Found``, ``HTTP 307``)."""
+    if not name or "/" in name:
+        fail(f"NAME: {name!r} names nothing on the server (an empty name, or one with '/')")
     return urllib.parse.quote(name, safe="")
+
+
+def platform_path(name: str) -> str:
+    """``/platforms/NAME``, or exit 2 when ``name`` cannot be a platform's name."""
+    if not PLATFORM_NAME.match(name):
+        fail(f"NAME: {name!r} is not a platform name (1-63 of A-Z a-z 0-9 _.-, starting with "
+             "a letter or a digit)")
+    return f"/platforms/{_q(name)}"

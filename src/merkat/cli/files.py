@@ -23,12 +23,19 @@ NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
 
 
 def _upload(client: Client, path: Path, name: str) -> dict[str, Any]:
+    """Upload the regular file ``path`` as ``name``, read as it is sent (not whole first)."""
+    import os
+    import stat
+
     try:
-        data = path.read_bytes()
+        f = open(path, "rb")  # noqa: SIM115 - closed below, after the upload
     except OSError as exc:
         fail(f"PATH: cannot read {path}: {exc.strerror or exc}")
-    out: dict[str, Any] = client.request("PUT", f"/files/{_q(name)}", data,
-                                         "application/octet-stream", timeout=300.0)
+    with f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):  # (a FIFO or device: no size, maybe no end)
+            fail(f"PATH: {path} is not a file")
+        out: dict[str, Any] = client.upload(f"/files/{_q(name)}", f, st.st_size)
     return out
 
 

@@ -16,8 +16,16 @@ from typing import Any
 
 import typer
 
-from merkat.cli._common import OutputFormat, OutputOption, emit, fail, print_json, print_table
-from merkat.cli.api import Client, TokenOption, UrlOption, _q
+from merkat.cli._common import (
+    OutputFormat,
+    OutputOption,
+    emit,
+    fail,
+    print_json,
+    print_table,
+    printable,
+)
+from merkat.cli.api import Client, TokenOption, UrlOption, platform_path
 from merkat.cli.client import platform_app
 
 
@@ -65,7 +73,7 @@ def platform_show(name: str, output: OutputFormat = OutputOption, url: str | Non
     """One platform: its outcome, deadline and money; per cluster the SLO progress and the
     rate achieved against the rate the deadline needs; its VMs (node, bid, allocation,
     cgroup). An ended platform shows its outcome and totals instead of its (gone) VMs."""
-    p = Client(url, token).get(f"/platforms/{_q(name)}")
+    p = Client(url, token).get(platform_path(name))
     emit(output, p, lambda: print_show(p))
 
 
@@ -73,7 +81,8 @@ def print_show(p: dict[str, Any]) -> None:
     """``platform show``'s tables for the API's platform ``p``."""
     ended = p["state"] in ("finished", "stopped", "failed")
     policy = (p.get("template") or {}).get("controller", {}).get("policy")
-    print(f"platform {p['name']} (owner {p['owner']}, {policy}): {p.get('outcome')}")
+    print(printable(f"platform {p['name']} (owner {p['owner']}, {policy}): "
+                    f"{p.get('outcome')}", one_line=True))
     deadline = p.get("deadline")
     times = [f"submitted {clock(p['submitted'])}"]
     if p.get("started"):
@@ -91,7 +100,7 @@ def print_show(p: dict[str, Any]) -> None:
         times.append("no deadline (best effort)")
     print("  " + "; ".join(times))
     if p.get("reason") and p["reason"] != p["state"]:
-        print(f"  reason: {p['reason']}")
+        print(printable(f"  reason: {p['reason']}", one_line=True))
     print(f"  money: budget {credits(p.get('budget'))}, paid {credits(p.get('paid'))}, "
           f"refunded {credits(p.get('refunded'))}, returned {credits(p.get('returned'))} "
           f"(account {p.get('account')})")
@@ -144,7 +153,7 @@ def platform_delete(name: str, output: OutputFormat = OutputOption,
     """Remove an ended platform's record (its logs and working directories too; its bank
     account and history stay), so that NAME can be submitted again. Refused while it runs:
     stop it first."""
-    d = Client(url, token).request("DELETE", f"/platforms/{_q(name)}")
+    d = Client(url, token).request("DELETE", platform_path(name))
     emit(output, d, lambda: print(f"platform {d['name']} deleted (it had {d['state']}; "
                                   f"account {d['account']} kept)"))
 
@@ -153,8 +162,10 @@ def platform_delete(name: str, output: OutputFormat = OutputOption,
 
 
 def _line(e: dict[str, Any]) -> str:
-    return (f"{e['id']:>6}  {clock(e['time'])}  {e['kind']:<16} {e['platform'] or '-':<20} "
-            f"{e['message']}")
+    """One event, on one line: what a user wrote in it (a file name in an error) cannot
+    print a second line or drive the terminal (``printable``)."""
+    return printable(f"{e['id']:>6}  {clock(e['time'])}  {e['kind']:<16} "
+                     f"{e['platform'] or '-':<20} {e['message']}", one_line=True)
 
 
 HEADER = f"{'ID':>6}  {'TIME':<8}  {'KIND':<16} {'PLATFORM':<20} MESSAGE"

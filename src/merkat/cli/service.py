@@ -135,7 +135,10 @@ def user_add(
     except OSError as exc:
         fail(f"data_dir: {exc.strerror or exc}", EXIT_FAILURE)
     try:
-        key = store.add_user(name, admin, amount)
+        from merkat.bank.policies import VIRTUAL_BANK
+
+        key = store.add_user(name, admin, amount,
+                             reserved=(cfg.provider, VIRTUAL_BANK))  # type: ignore[attr-defined]
     except (StoreError, BankError) as exc:
         fail(str(exc))
     finally:

@@ -290,7 +290,7 @@ def create_app(manager: Manager) -> FastAPI:
                 "memory": last["memory"]}
 
     @r.get("/prices/history")
-    def price_history(me: Me, since: float = 0.0,
+    def price_history(me: Me, since: Annotated[float, Query(ge=0, le=1e11)] = 0.0,
                       limit: Annotated[int, Query(ge=1, le=100_000)] = 1000) -> dict[str, Any]:
         return {"items": store.prices(since, limit)}
 

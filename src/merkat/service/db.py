@@ -34,6 +34,11 @@ ACTIVE_STATES = ("queued", "waiting", "running", "suspended")
 """Platform states that have not ended."""
 
 
+RESERVED_NAMES = ("provider", "virtual-bank")
+"""Names no user may take: the bank's provider account (``ServiceConfig.provider``'s default)
+and the Virtual Bank's (``merkat.bank.policies.VIRTUAL_BANK``)."""
+
+
 class StoreError(ValueError):
     """A refused store operation (duplicate user, unknown user...)."""
 
@@ -146,12 +151,30 @@ class Store:
 
     # --- users and keys ------------------------------------------------------------------
 
-    def add_user(self, name: str, admin: bool = False, budget: int = 0) -> str:
+    def add_user(self, name: str, admin: bool = False, budget: int = 0,
+                 reserved: Iterable[str] = RESERVED_NAMES) -> str:
         """Create user ``name`` (a bank account of kind user, ``budget`` micro-credits minted
-        into it with reason "initial budget") and return her new API key (shown once)."""
+        into it with reason "initial budget") and return her new API key (shown once).
+
+        A user's account is her name, so a name the bank uses for its own accounts is refused
+        (:class:`StoreError`): ``reserved`` (the provider's, the Virtual Bank's), ``app:...``
+        (platforms' accounts, now or later) and any existing account that is not a user's —
+        else she would see, and could spend, the provider's income or a platform's budget."""
         from merkat.bank.ledger import check_name
 
         check_name(name, "user")
+        if name in reserved or name.startswith("app:"):
+            raise StoreError(f"user: {name!r} is a name the bank keeps for its own accounts "
+                             "(the provider, the Virtual Bank, platforms' app:...); choose "
+                             "another")
+        if "/" in name:  # GET /accounts/{name}: the server decodes %2F before it routes
+            raise StoreError(f"user: {name!r}: a user name has no '/' (her account's name is "
+                             "a segment of the API's URLs)")
+        if self.ledger.has_account(name):
+            kind = self.ledger.get_account(name).kind
+            if kind is not AccountKind.user:
+                raise StoreError(f"user: {name!r} is the bank's {kind.value} account "
+                                 f"{name!r}; choose another name")
         key = "mk_" + secrets.token_urlsafe(32)
         with self.engine.begin() as conn:
             if conn.execute(select(s.users.c.id).where(s.users.c.name == name)).first():

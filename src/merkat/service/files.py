@@ -138,38 +138,77 @@ def check_name(name: str) -> str:
     return name
 
 
+class Upload:
+    """One upload being written: a hidden temporary file in the user's ``files/`` (made
+    without following a link), renamed over ``name`` by :meth:`commit`, removed by
+    :meth:`abort`. Written chunk by chunk (:meth:`write`), so an upload is never held whole in
+    memory (the API streams the request's body into it)."""
+
+    def __init__(self, ident: Identity, name: str, max_size: int, max_files: int) -> None:
+        """Refused (:class:`FileError`, nothing made) for a bad ``name`` or ``max_files``
+        files already; raises ``OSError`` when the directory cannot be written."""
+        check_name(name)
+        self.ident, self.name, self.max_size, self.size = ident, name, max_size, 0
+        self.dir = _open_files_dir(ident)
+        self.tmp = f".upload-{os.getpid()}-{id(self)}"
+        self.out = -1
+        try:
+            if name not in os.listdir(self.dir) and len(os.listdir(self.dir)) >= max_files:
+                raise FileError(f"name: you already have {max_files} files (tenants.max_files)")
+            self.out = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                               0o600, dir_fd=self.dir)
+        except BaseException:
+            self.abort()
+            raise
+
+    def write(self, chunk: bytes) -> None:
+        """Append ``chunk``; past ``max_size`` bytes :class:`FileError` (``size: ...``)."""
+        self.size += len(chunk)
+        if self.size > self.max_size:
+            raise FileError(f"size: over the limit of {self.max_size} bytes (tenants.max_file)")
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(self.out, view):]
+
+    def commit(self) -> int:
+        """The file in place of any of its name (owned by the user); returns its size."""
+        try:
+            if self.ident.switches:
+                os.fchown(self.out, self.ident.uid, self.ident.gid)
+            os.close(self.out)
+            self.out = -1
+            os.rename(self.tmp, self.name, src_dir_fd=self.dir, dst_dir_fd=self.dir)
+        except BaseException:
+            self.abort()
+            raise
+        os.close(self.dir)
+        self.dir = -1
+        return self.size
+
+    def abort(self) -> None:
+        """Nothing of the upload is left (idempotent)."""
+        if self.out >= 0:
+            os.close(self.out)
+            self.out = -1
+        if self.dir >= 0:
+            with contextlib.suppress(OSError):
+                os.unlink(self.tmp, dir_fd=self.dir)
+            os.close(self.dir)
+            self.dir = -1
+
+
 def put_file(ident: Identity, name: str, chunks: Any, max_size: int, max_files: int) -> int:
     """Write the upload ``name`` (an iterable of byte chunks) into the user's ``files/``,
     owned by her, replacing a file of that name atomically. Refused (:class:`FileError`,
     nothing written) past ``max_size`` bytes or ``max_files`` files. Returns its size."""
-    check_name(name)
-    fd = _open_files_dir(ident)
-    tmp = f".upload-{os.getpid()}-{id(chunks)}"
+    up = Upload(ident, name, max_size, max_files)
     try:
-        if name not in os.listdir(fd) and len(os.listdir(fd)) >= max_files:
-            raise FileError(f"name: you already have {max_files} files (tenants.max_files)")
-        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
-                      dir_fd=fd)
-        size = 0
-        try:
-            for chunk in chunks:
-                size += len(chunk)
-                if size > max_size:
-                    raise FileError(f"size: over the limit of {max_size} bytes "
-                                    "(tenants.max_file)")
-                os.write(out, chunk)
-            if ident.switches:
-                os.fchown(out, ident.uid, ident.gid)
-        finally:
-            os.close(out)
-        os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
-        return size
+        for chunk in chunks:
+            up.write(chunk)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=fd)
+        up.abort()
         raise
-    finally:
-        os.close(fd)
+    return up.commit()
 
 
 def list_files(ident: Identity) -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ UPLOAD_BODY = {
 
 def file_routes(manager: Any, current_user: Any, prefix: str) -> APIRouter:
     """The two routes, authenticated by the dependency ``current_user`` (the API's)."""
-    from merkat.service.files import FileError, list_files, put_file
+    from merkat.service.files import FileError, Upload, list_files
     from merkat.service.tenants import TenantError
 
     r = APIRouter(prefix=prefix)
@@ -41,19 +41,37 @@ def file_routes(manager: Any, current_user: Any, prefix: str) -> APIRouter:
     async def put(name: str, request: Request,
                   me: User = Depends(current_user)) -> dict[str, Any]:
         """Upload the file ``name`` (the raw body) into your files (replacing one of that
-        name): 201 with its name and size."""
-        body = await request.body()
+        name): 201 with its name and size. The body is written as it comes, never held whole
+        in memory (:class:`~merkat.service.files.Upload`)."""
+        from starlette.requests import ClientDisconnect
+
         ident = identity(me)
         try:
-            size = await asyncio.to_thread(put_file, ident, name, [body], conf.max_file,
-                                           conf.max_files)
+            up = await asyncio.to_thread(Upload, ident, name, conf.max_file, conf.max_files)
         except FileError as exc:
-            raise HTTPException(413 if str(exc).startswith("size:") else 422,
-                                str(exc)) from None
+            raise HTTPException(422, str(exc)) from None
         except OSError as exc:
             raise HTTPException(422, f"name: cannot write {name!r}: "
                                      f"{exc.strerror or exc}") from None
-        return {"name": name, "size": size}
+        try:
+            async for chunk in request.stream():
+                if chunk:
+                    await asyncio.to_thread(up.write, chunk)
+            return {"name": name, "size": await asyncio.to_thread(up.commit)}
+        except FileError as exc:
+            raise HTTPException(413 if str(exc).startswith("size:") else 422,
+                                str(exc)) from None
+        except ClientDisconnect:  # (service/http.py says why: a body too large, too slow)
+            if request.scope.get("merkat.body") == "size":
+                raise HTTPException(413, f"size: over the limit of {conf.max_file} bytes "
+                                         "(tenants.max_file)") from None
+            raise HTTPException(408, "body: not received within "
+                                     f"{manager.config.limits.header_timeout:g} s") from None
+        except OSError as exc:
+            raise HTTPException(422, f"name: cannot write {name!r}: "
+                                     f"{exc.strerror or exc}") from None
+        finally:
+            up.abort()  # (nothing once committed)
 
     @r.get("/files")
     def files(me: User = Depends(current_user)) -> dict[str, Any]:
@@ -61,6 +79,12 @@ def file_routes(manager: Any, current_user: Any, prefix: str) -> APIRouter:
         return {"items": list_files(identity(me))}
 
     return r
+
+
+def is_upload(scope: Any, prefix: str) -> bool:
+    """Whether the request is an upload (``PUT .../files/NAME``): its body is streamed."""
+    return scope.get("method") == "PUT" and str(scope.get("path", "")).startswith(
+        prefix + "/files/")
 
 
 def upload_limit(scope: Any, prefix: str, default: int) -> int:

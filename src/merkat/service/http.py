@@ -5,8 +5,9 @@
   chunked body passes it; the rest is read and dropped, :data:`DRAIN_FACTOR`), not in
   ``limits.header_timeout`` seconds → 408, and a JSON body
   (``Content-Type: application/json`` or ``+json``; or none, when it parses as JSON) with
-  ``NaN``/``Infinity``/``1e400`` or nested deeper than ``limits.depth`` → 422. The app then
-  reads the buffered body.
+  ``NaN``/``Infinity``/``1e400``, nested deeper than ``limits.depth`` or with a NUL character
+  in a string → 422. The app then reads the buffered body. A path or query with a NUL
+  character (``%00``) is 422 too, whatever the method.
 - :func:`install_errors`: every error is ``{"detail": "one line"}`` (``detail`` at most
   ``limits.error_chars``), a validation error adds ``errors`` (type, loc, msg: never the
   input), an unexpected one is 500 ``{"detail": "internal error"}``.
@@ -77,6 +78,16 @@ def _json_type(ctype: str | None) -> bool | None:
                                           and main.endswith("+json"))
 
 
+def _nul_in(scope: Scope) -> str | None:
+    """``path`` or ``query`` when the request's (decoded) path or its query holds a NUL
+    character, which no name the service keeps can hold."""
+    if scope["type"] != "http":
+        return None
+    if "\0" in scope.get("path", ""):
+        return "path"
+    return "query" if b"%00" in scope.get("query_string", b"") else None
+
+
 class BodyLimits:
     """ASGI middleware bounding request bodies (module doc)."""
 
@@ -85,10 +96,14 @@ class BodyLimits:
         self.limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        where = _nul_in(scope)
+        if where is not None:  # (PostgreSQL: a query with it failed as a "database down" 503)
+            await send_error(send, 422, f"{where}: holds a NUL character (%00)")
+            return
         if scope["type"] != "http" or scope.get("method") not in BODY_METHODS:
             await self.app(scope, receive, send)  # a GET's body is never read
             return
-        from merkat.service.files_api import upload_limit
+        from merkat.service.files_api import is_upload, upload_limit
 
         limit = upload_limit(scope, "/api/v1", self.limits.body_bytes)  # uploads: max_file
         headers = {k.lower(): v for k, v in scope.get("headers", [])}
@@ -98,6 +113,9 @@ class BodyLimits:
             if headers.get(b"expect", b"").lower() != b"100-continue":  # the body is coming
                 await self._drain(receive, deadline, int(length))
             await send_error(send, 413, f"body: larger than {limit} bytes")
+            return
+        if is_upload(scope, "/api/v1"):  # streamed to its file, never held whole here
+            await self.app(scope, self._streamed(scope, receive, limit, deadline), send)
             return
         if length is None and b"transfer-encoding" not in headers:
             await self.app(scope, receive, send)  # no body (GET ...)
@@ -143,6 +161,34 @@ class BodyLimits:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    def _streamed(self, scope: Scope, receive: Receive, limit: int, deadline: float) -> Receive:
+        """An upload's ``receive``: its body passed on as it comes, not buffered (buffered, a
+        64 MB upload held ~175 MB of the server's memory, and one tenant's uploads at once its
+        whole memory), within ``limit`` bytes and by ``deadline``. Past either the app reads a
+        disconnect, and ``scope["merkat.body"]`` says why (``size``: the rest of the body is
+        read and dropped first, as for any refused body; ``timeout``)."""
+        seen, done = 0, False
+
+        async def wrapped() -> Message:
+            nonlocal seen, done
+            if done:  # the body has been read: what comes now is the client's disconnect
+                return await receive()
+            try:
+                msg = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                scope["merkat.body"], done = "timeout", True
+                return {"type": "http.disconnect"}
+            seen += len(msg.get("body", b""))
+            done = msg["type"] != "http.request" or not msg.get("more_body", False)
+            if seen > limit:
+                if not done:
+                    await self._drain(receive, deadline, DRAIN_FACTOR * limit)
+                scope["merkat.body"], done = "size", True
+                return {"type": "http.disconnect"}
+            return msg
+
+        return wrapped
 
     async def _drain(self, receive: Receive, deadline: float, budget: int) -> None:
         await _drain_body(receive, deadline, min(budget, DRAIN_FACTOR * self.limits.body_bytes))

@@ -253,7 +253,39 @@ def load_json(text: str | bytes, limits: LimitsConfig = DEFAULT) -> Any:
         raise InputError(f"not valid JSON ({clip(msg, 100)})") from None
     if depth_over(data, limits.depth):
         raise InputError(f"nested deeper than {limits.depth} levels")
+    nul = nul_at(data)
+    if nul is not None:
+        raise InputError(nul_message(nul))
     return data
+
+
+def nul_at(data: Any, at: tuple[Any, ...] = ()) -> list[Any] | None:
+    """Where in ``data`` (dicts, lists, strings) a key or string holds a NUL character (None:
+    nowhere). No command, file name, environment or PostgreSQL text can hold one: a template's
+    command with one made every period fail (``ValueError: embedded null byte`` from
+    ``exec``), a transfer's reason a 503 "database unavailable" on PostgreSQL."""
+    if isinstance(data, str):
+        return list(at) if "\0" in data else None
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if isinstance(k, str) and "\0" in k:
+                return [*at, k]
+            found = nul_at(v, (*at, k))
+            if found is not None:
+                return found
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            found = nul_at(v, (*at, i))
+            if found is not None:
+                return found
+    return None
+
+
+def nul_message(where: list[Any]) -> str:
+    """``FIELD: holds a NUL character (\\0)`` for the place :func:`nul_at` found."""
+    field = clip(".".join(str(x) for x in where).replace("\0", "\\0"), 200) or "(top)"
+    return f"{field}: holds a NUL character (\\0): no command, file name, environment or " \
+        "database text can"
 
 
 def depth_over(data: Any, limit: int) -> bool:

@@ -160,7 +160,8 @@ class Manager:
 
     def boost(self, name: str, amount: int, key: str | None = None) -> dict[str, Any]:
         """Tycoon §3's boosting: move ``amount`` micro-credits from the owner's account to the
-        running (or waiting) platform ``name``'s account. Its controller spends the balance
+        admitted platform ``name``'s account (waiting, running or suspended; a queued one has
+        no account yet). Its controller spends the balance
         over the periods left to its deadline (``spend_limit``), so its bids rise from the
         next period on. Raises :class:`NotFound`, ``ValueError`` (the platform has ended) or
         a bank error (not enough money); nothing moves then."""
@@ -169,9 +170,13 @@ class Manager:
             if row is None:
                 raise NotFound(name)
             app = self.platform.apps.get(name)
+            if row.state == "queued" and app is None:  # (said "only a queued ... can be")
+                raise ValueError(f"platform {name!r} is queued: it has no account until it is "
+                                 f"admitted (within {self.config.admission:g} s); boost it "
+                                 "then")
             if app is None or not app.active:
-                raise ValueError(f"platform {name!r} is {row.state}: only a queued, waiting or "
-                                 "running platform can be boosted")
+                raise ValueError(f"platform {name!r} is {row.state}: only a waiting, running "
+                                 "or suspended platform can be boosted")
             ledger = self.store.ledger
             before = ledger.balance(app.account)
             t = ledger.transfer(row.owner, app.account, amount, f"boost of {name}",

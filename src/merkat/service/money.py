@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import update
 
-from merkat.bank.ledger import Ledger
+from merkat.bank.ledger import MAX_REASON, Ledger
 from merkat.core.period import ENDED
 from merkat.runtime.driver import Driver, Ending, Hooks
 from merkat.runtime.economy import Economy
 from merkat.service import schema as s
+from merkat.service.limits import clip
 
 if TYPE_CHECKING:
     from merkat.service.config import ServiceConfig
@@ -89,7 +90,11 @@ class StoreEnds(Hooks):
 
     def ending(self, driver: Driver, app_id: str) -> Ending:
         values, words, _ = self.stored[app_id] = self.end_of(app_id)
-        return Ending(write_row(app_id, values), f"returned: platform {app_id} {words}")
+        # the history line holds at most MAX_REASON characters, and its end's reason may quote
+        # the tenant (a files_in name of 1,000 characters): over it the transaction failed,
+        # and with it every period of the server, for everyone, forever
+        return Ending(write_row(app_id, values),
+                      clip(f"returned: platform {app_id} {words}", MAX_REASON))
 
     def closed(self, driver: Driver, app_id: str, returned: int) -> None:
         _, words, owner = self.stored.pop(app_id)

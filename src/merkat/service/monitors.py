@@ -74,11 +74,17 @@ def read_in_vm(backend: Any, vm: str | None, monitor: Monitor,
     return Reading(values, r.problem())
 
 
-def read_tail(path: Path, size: int = TAIL_BYTES) -> str:
+def read_tail(path: Path, size: int = TAIL_BYTES, resolved: bool = False) -> str:
     """The last ``size`` bytes of the regular file ``path`` as text ("" when it is missing or
-    not a regular file: opened non-blocking, so a FIFO or a device never blocks)."""
+    not a regular file: opened non-blocking, so a FIFO or a device never blocks).
+
+    ``resolved``: ``path`` is absolute and was resolved (``os.path.realpath``: no link in it)
+    under a directory its owner may change, so it is opened one component at a time without
+    following a link (:func:`open_resolved`): a directory she swapped for a link since (to
+    ``/etc``) fails the read instead of making the server read ``/etc/shadow`` for her."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_resolved(str(path)) if resolved else os.open(
+            path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return ""
     try:
@@ -89,6 +95,28 @@ def read_tail(path: Path, size: int = TAIL_BYTES) -> str:
         return os.read(fd, size).decode(errors="replace")
     except OSError:
         return ""
+    finally:
+        os.close(fd)
+
+
+def open_resolved(path: str) -> int:
+    """A descriptor of the absolute, already resolved ``path`` (read-only, non-blocking),
+    opened from ``/`` one component at a time, none followed if it is a link (``O_NOFOLLOW``;
+    directories as ``O_PATH``, which needs no read permission): a component that became a
+    link since ``path`` was resolved is ``ELOOP``/``ENOTDIR``, never the link's target.
+    Raises ``OSError``."""
+    parts = Path(path).parts
+    if len(parts) < 2 or parts[0] != "/":
+        raise OSError(f"not an absolute path to a file: {path!r}")
+    flags = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open("/", flags)
+    try:
+        for part in parts[1:-1]:
+            nfd = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        return os.open(parts[-1], os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       dir_fd=fd)
     finally:
         os.close(fd)
 

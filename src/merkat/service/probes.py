@@ -160,7 +160,10 @@ def take_reading(backend: Any, p: Probe) -> Reading:
                                    "directory")
         if not path:
             return Reading({})
-        return Reading(match_log(read_tail(Path(path)), mon.regex or ""))
+        # a path in her working directory is opened without following a link (she may
+        # swap one of its directories for a link to /etc between inside() and the read)
+        text = read_tail(Path(path), resolved=bool(mon.path))
+        return Reading(match_log(text, mon.regex or ""))
     if mon.kind == "command":
         ran = run_monitor_command(mon.command or "", p)
         if ran.timed_out:

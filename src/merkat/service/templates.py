@@ -27,13 +27,26 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from merkat.service.limits import DEFAULT as DEFAULT_LIMITS
-from merkat.service.limits import InputError, LimitsConfig, check_finite, clip, compose_yaml
+from merkat.service.limits import (
+    InputError,
+    LimitsConfig,
+    check_finite,
+    clip,
+    compose_yaml,
+    nul_at,
+    nul_message,
+)
 from merkat.service.template_state import State
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 METRIC_FIELDS = ("performance", "reference", "work_done", "work_total", "progress_rate",
                  "ideal_rate", "tasks_left", "task_time_avg", "task_time_max")
 
+
+MAX_DEADLINE = 10 * 365 * 86400.0
+"""The longest ``controller.reference`` (s after submission: ten years). Unbounded, ``1e300``
+made a deadline no clock can print: the owner's (and an admin's) ``merkat platform list``
+failed with ``OverflowError`` and the ``deadline-met`` event held a 300-digit number."""
 
 MIN_POLL = 1.0
 """The shortest ``poll`` a template may ask for (s): command monitors run no more often."""
@@ -167,7 +180,7 @@ class ControllerSpec(_Strict):
     """The controller: ``policy`` by name, ``reference`` (deadline, s after submission)."""
 
     policy: str = Field(min_length=1, max_length=100)
-    reference: float | None = Field(None, gt=0)
+    reference: float | None = Field(None, gt=0, le=MAX_DEADLINE)
     params: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -215,6 +228,12 @@ class Template(_Strict):
                 return parse_amount(v, allow_zero=True) / 1e6
             except InvalidInput as exc:
                 raise ValueError(str(exc).removeprefix("amount: ")) from None
+        if isinstance(v, float | int) and not isinstance(v, bool):
+            from decimal import Decimal
+
+            d = Decimal(repr(v))  # as written: 0.1, 1e-07 (the bank counts micro-credits)
+            if d.is_finite() and abs(d) < 10**15 and d != d.quantize(Decimal("0.000001")):
+                raise ValueError(f"at most 6 decimals (1 micro-credit): {v!r}")
         return v
 
     @model_validator(mode="after")
@@ -299,6 +318,11 @@ def validate(data: Any, source: str = "template", lines: Any = None) -> Template
     """Validate a parsed mapping; errors name the field (and its line when known)."""
     if not isinstance(data, dict):
         raise TemplateError(f"{source}: expected a mapping at the top level")
+    nul = nul_at(data)  # (a command with one made every period fail: ValueError)
+    if nul is not None:
+        line = _line_of(lines, nul) if lines is not None else None
+        where = f"{source} line {line}" if line else source
+        raise TemplateError(f"{where}: {nul_message(nul)}")
     try:
         t = Template.model_validate(data)
     except ValidationError as exc:
@@ -389,8 +413,10 @@ def _xml(text: str, source: str) -> dict[str, Any]:
     (``<policy><type>`` when there is no ``<controller>``), ``<reference>`` the deadline,
     ``<params>`` children the parameters, ``<renew>`` the renewal, ``<keepidle>``, ``<poll>``,
     and each ``<group>`` (attributes name, depends, controller, process, poll) a cluster whose
-    children (command, count, cpu, memory, min_memory, bid cpu=/memory=, monitor kind=/regex=)
-    are the cluster's fields."""
+    children (command, count, cpu, memory, min_memory, bid cpu=/memory=, monitor kind=/regex=;
+    bid and monitor take their fields as children too) are the cluster's fields. Nothing is
+    ignored: an unknown attribute or child is an unknown key, named with the closest known
+    one, and an element given twice is refused (the last one would win, silently)."""
     import xml.etree.ElementTree as ET
 
     if "<!DOCTYPE" in text:  # the only place entities are declared: none, no expansion
@@ -408,8 +434,12 @@ def _xml(text: str, source: str) -> dict[str, Any]:
         return (el.text or "").strip()
 
     policy = root.find("policy")
+    seen: set[str] = set()
     for el in root:
         tag = el.tag
+        if tag != "group" and tag in seen:  # the last one would win, silently
+            raise TemplateError(f"{source}: <{tag}> given twice in <platform>")
+        seen.add(tag)
         if tag == "name":
             out["name"] = text_of(el)
         elif tag == "budget":
@@ -440,10 +470,15 @@ def _xml(text: str, source: str) -> dict[str, Any]:
         params = policy.find("params")
         if params is not None:
             ctl["params"] = {p.tag: _number(text_of(p)) for p in params}
+        for el in policy:  # anything else is an unknown key the model names
+            if el.tag not in ("type", "reference", "params"):
+                ctl[el.tag] = text_of(el)
     out["controller"] = ctl
     clusters = []
     for g in root.findall("group"):
-        cl: dict[str, Any] = {k: v for k, v in g.attrib.items() if k in ("name", "depends")}
+        # name, depends; an unknown attribute (procss=) is an unknown key the model names
+        cl: dict[str, Any] = {k: v for k, v in g.attrib.items()
+                              if k not in ("controller", "process", "poll")}
         for flag in ("controller", "process"):
             v = g.attrib.get(flag)
             if v is not None:
@@ -456,12 +491,14 @@ def _xml(text: str, source: str) -> dict[str, Any]:
             elif low not in ("yes", "true"):
                 cl["poll"] = poll
         for child in g:
-            if child.tag == "bid":
-                cl["bid"] = dict(child.attrib)
-            elif child.tag == "monitor":
-                cl["monitor"] = dict(child.attrib)
-            elif child.tag in ("files_in", "files_out"):
+            if child.tag in ("files_in", "files_out"):
                 cl.setdefault(child.tag, []).append(text_of(child))
+                continue
+            if child.tag in cl:  # the last one would win, silently
+                raise TemplateError(f"{source}: <{child.tag}> given twice in <group "
+                                    f"name={g.attrib.get('name', '')!r}>")
+            if child.tag in ("bid", "monitor"):  # attributes, or children (<cpu>2</cpu>)
+                cl[child.tag] = {**child.attrib, **{c.tag: text_of(c) for c in child}}
             else:
                 cl[child.tag] = text_of(child)
         clusters.append(cl)
