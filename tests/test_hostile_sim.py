@@ -286,3 +286,26 @@ def test_a_local_file_never_silently_overrides_a_trace_of_merkat_traces(
                        "--out", str(tmp_path / "o"))
     one_line_error(code, err)
     assert "ambiguous" in err
+
+
+def test_force_replaces_only_a_previous_runs_results(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """--force replaces a folder of results, never a folder of other files (they would be
+    deleted with it), nor the current folder (or one holding it)."""
+    mine = tmp_path / "thesis"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    for cmd in (("sim", "run", "--trace", TRACE, "--scheduler", "easy", "--jobs", "10"),
+                ("sim", "experiment", "themis-fig5", "--jobs", "10", "--factors", "1")):
+        code, out, err = run(*cmd, "--out", str(mine), "--force")
+        one_line_error(code, err)
+        assert "no previous run's results" in err and out == ""
+        assert [p.name for p in mine.iterdir()] == ["thesis.tex"]
+    monkeypatch.chdir(mine)
+    for where in ("", ".", ".."):
+        code, _, err = run("sim", "run", "--trace", TRACE, "--scheduler", "easy", "--jobs", "10",
+                           "--out", where, "--force")
+        one_line_error(code, err)
+        assert "current folder" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["thesis"]  # no temporary left
+    assert [p.name for p in mine.iterdir()] == ["thesis.tex"]
