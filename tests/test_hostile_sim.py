@@ -309,3 +309,35 @@ def test_force_replaces_only_a_previous_runs_results(tmp_path: Path,
         assert "current folder" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["thesis"]  # no temporary left
     assert [p.name for p in mine.iterdir()] == ["thesis.tex"]
+
+
+@pytest.mark.parametrize("flags", [("--workers", "100000"), ("--seeds", "100000000"),
+                                   ("--seeds", "0"), ("--period", "0.001")])
+def test_experiment_flags_that_would_fork_or_run_forever(tmp_path: Path,
+                                                         flags: tuple[str, ...]) -> None:
+    code, out, err = run("sim", "experiment", "themis-fig5", "--jobs", "10", "--factors", "1",
+                         "--out", str(tmp_path / "o"), *flags)
+    one_line_error(code, err)
+    assert flags[0] in err and out == "" and not (tmp_path / "o").exists()
+
+
+def _row(k: int) -> dict[str, int]:
+    return {"k": k}
+
+
+def test_an_experiment_pool_has_no_more_processes_than_runs(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+
+    from merkat.experiments import registry
+
+    sizes: list[int | None] = []
+
+    def pool(max_workers: int | None = None, **kw: object) -> ProcessPoolExecutor:
+        sizes.append(max_workers)
+        return ProcessPoolExecutor(max_workers=max_workers, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(registry, "ProcessPoolExecutor", pool)
+    assert registry._execute_all(_row, [0, 1], 1024, None, None) == [{"k": 0}, {"k": 1}]
+    assert sizes == [2]
