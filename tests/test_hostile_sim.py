@@ -76,6 +76,13 @@ def test_float_and_range_flags_refused_before_running(
         ("bench", "sweep", "--factors", "0"),
         ("bench", "sweep", "--target", "0"),
         ("sim", "lublin", "--out", "x.swf", "--seed", "-1"),
+        ("bench", "market", "--vms", "100000000"),  # filled 24 GiB
+        ("bench", "market", "--vms", "10", "--hosts", "0"),
+        ("bench", "market", "--seed", "-1"),  # was an internal error, exit 1
+        ("bench", "gridcloud", "--seed", "-1"),
+        ("bench", "gridcloud", "--tasks", "100000000"),  # out of memory
+        ("bench", "gridcloud", "--scale-tasks", "100000000"),
+        ("bench", "gridcloud", "--scales", "1,100000000"),  # never ended
     ],
 )
 def test_bench_and_lublin_flags(args: tuple[str, ...]) -> None:
