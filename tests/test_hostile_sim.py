@@ -348,3 +348,16 @@ def test_an_experiment_pool_has_no_more_processes_than_runs(
     monkeypatch.setattr(registry, "ProcessPoolExecutor", pool)
     assert registry._execute_all(_row, [0, 1], 1024, None, None) == [{"k": 0}, {"k": 1}]
     assert sizes == [2]
+
+
+def test_skip_past_the_end_of_the_trace_is_an_error(tmp_path: Path) -> None:
+    f = tmp_path / "t.swf"
+    f.write_text("; MaxProcs: 4\n" + "1 0 0 10 1 -1 -1 1 20 -1 1 1 1 1 1 -1 -1 -1\n" * 3)
+    code, out, err = run("sim", "run", "--trace", str(f), "--scheduler", "fcfs", "--skip", "3",
+                         "--out", str(tmp_path / "o"))
+    one_line_error(code, err)  # was a run of 0 jobs, exit 0
+    assert "--skip 3" in err and "3 job records" in err and out == ""
+    assert not (tmp_path / "o").exists()
+    code, _, err = run("sim", "run", "--trace", str(f), "--scheduler", "fcfs", "--skip", "2",
+                       "--out", str(tmp_path / "o"), "-o", "json")
+    assert code == 0, err
