@@ -361,3 +361,14 @@ def test_skip_past_the_end_of_the_trace_is_an_error(tmp_path: Path) -> None:
     code, _, err = run("sim", "run", "--trace", str(f), "--scheduler", "fcfs", "--skip", "2",
                        "--out", str(tmp_path / "o"), "-o", "json")
     assert code == 0, err
+
+
+def test_plot_out_that_is_a_file(tmp_path: Path) -> None:
+    code, _, err = run("sim", "run", "--trace", TRACE, "--scheduler", "fcfs", "--jobs", "20",
+                       "--out", str(tmp_path / "r"))
+    assert code == 0, err
+    f = tmp_path / "f.txt"
+    f.write_text("x")
+    code, out, err = run("sim", "plot", str(tmp_path / "r"), "--out", str(f))
+    one_line_error(code, err)  # was "error: ...f.txt: File exists", exit 1
+    assert "--out" in err and out == "" and f.read_text() == "x"

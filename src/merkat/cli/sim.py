@@ -145,6 +145,8 @@ def plot_cmd(
         if not (run_dir / name).is_file():
             fail(f"{run_dir}: no {name} (not a run directory)")
     _check_complete(run_dir)
+    if out is not None and out.exists() and not out.is_dir():
+        fail(f"--out: {out} is a file; give a folder for the PNGs")
     try:
         paths = plot_run(run_dir, out)
     except (ValueError, KeyError, IndexError, UnicodeDecodeError) as e:
