@@ -372,3 +372,11 @@ def test_plot_out_that_is_a_file(tmp_path: Path) -> None:
     code, out, err = run("sim", "plot", str(tmp_path / "r"), "--out", str(f))
     one_line_error(code, err)  # was "error: ...f.txt: File exists", exit 1
     assert "--out" in err and out == "" and f.read_text() == "x"
+
+
+def test_an_empty_trace_name(tmp_path: Path) -> None:
+    for cmd in (("sim", "run", "--scheduler", "fcfs", "--out", str(tmp_path / "o")),
+                ("bench", "sim")):
+        code, _, err = run(*cmd, "--trace", "")
+        one_line_error(code, err)  # was "error: --trace: no such file:"
+        assert "--trace: empty: give a trace name" in err
