@@ -380,3 +380,11 @@ def test_an_empty_trace_name(tmp_path: Path) -> None:
         code, _, err = run(*cmd, "--trace", "")
         one_line_error(code, err)  # was "error: --trace: no such file:"
         assert "--trace: empty: give a trace name" in err
+
+
+@pytest.mark.parametrize("name", ["gridcloud-strategies", "themis-fig6", "merkat-satisfaction"])
+def test_factors_of_an_experiment_that_does_not_sweep_the_load(tmp_path: Path, name: str) -> None:
+    code, out, err = run("sim", "experiment", name, "--factors", "0.5",
+                         "--out", str(tmp_path / "o"))
+    one_line_error(code, err)  # was ignored: the run went on at the paper's loads
+    assert "--factors" in err and "does not sweep the load" in err and out == ""

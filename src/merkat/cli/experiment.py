@@ -92,6 +92,9 @@ def experiment(
     check_int("--seeds", seeds, 1, MAX_SEEDS)
     check_int("--workers", workers, 1, MAX_WORKERS)
     EXPERIMENTS.get(name)  # an unknown name: exit 2, listing the known experiments
+    if factors is not None and not EXPERIMENTS[name].sweeps_load:
+        fail(f"--factors: experiment {name!r} does not sweep the load (its loads are part of "
+             "the setup)")
     fs = _factors(factors, EXPERIMENTS[name].default_factors or FACTORS)
     params: dict[str, Any] = {}
     if policy is not None or policy_param:
