@@ -388,3 +388,10 @@ def test_factors_of_an_experiment_that_does_not_sweep_the_load(tmp_path: Path, n
                          "--out", str(tmp_path / "o"))
     one_line_error(code, err)  # was ignored: the run went on at the paper's loads
     assert "--factors" in err and "does not sweep the load" in err and out == ""
+
+
+def test_lublin_out_names_the_flag(tmp_path: Path) -> None:
+    for out, message in ((tmp_path, "is a folder"), (tmp_path / "no" / "x.swf", "cannot write")):
+        code, stdout, err = run("sim", "lublin", "--jobs", "10", "--out", str(out))
+        one_line_error(code, err)  # was "error: /tmp/...: Is a directory"
+        assert err.startswith("error: --out: ") and message in err and stdout == ""

@@ -195,7 +195,12 @@ def lublin_cmd(
         jobtype in lublin.JOBTYPES,
         f"--type must be one of {', '.join(lublin.JOBTYPES)}, got {jobtype!r}",
     )
-    lublin.write(out, jobs, seed, nodes, jobtype)
+    if out.is_dir():
+        fail(f"--out: {out} is a folder; give a file name such as lublin.swf (.gz compresses)")
+    try:
+        lublin.write(out, jobs, seed, nodes, jobtype)
+    except OSError as e:  # a missing folder, no permission, a full disk
+        fail(f"--out: cannot write {out}: {e.strerror or e}")
     print(out)
 
 
