@@ -53,6 +53,20 @@ def test_no_help_text_shows_raw_markup() -> None:
     assert "(-o json: {" in " ".join(prices.split())
 
 
+def test_no_command_summary_is_cut_to_a_word() -> None:
+    """A group's --help lists each command with its docstring's first sentence: a docstring
+    opening with an abbreviation ("Eq. 3-6 ...") was listed as "normal  Eq."."""
+    cut = []
+    helps = [h for _, n in NOUNS.items() for h in _helps(build_noun(n), ["merkat", n.name])]
+    for path, text in helps:
+        listing = text.partition("Commands:")[2]
+        for line in listing.splitlines():
+            words = line.split()
+            if len(words) == 2:  # a name and a one-word summary
+                cut.append(f"{path} {words[0]}: {words[1]!r}")
+    assert cut == []
+
+
 def test_a_negative_boost_gets_its_own_message_before_any_request() -> None:
     code, _, err = run("platform", "boost", "solver", "-5", "--url", "http://127.0.0.1:9")
     assert code == 2

@@ -47,7 +47,7 @@ def test_readings_are_refused_where_the_market_is_part_of_the_setup(tmp_path: Pa
     assert r.exit_code == 2 and "--vm-costs must be one of none, themis, slo" in r.stderr
     r = runner.invoke(app, ["sim", "experiment", "themis-fig5", "--out", str(tmp_path / "z"),
                             "--period", "0"])
-    assert r.exit_code == 2 and "--period must be in (0, 86400]" in r.stderr
+    assert r.exit_code == 2 and "--period must be in [1, 86400]" in r.stderr
 
 
 def test_run_experiment_checks_the_readings(tmp_path: Path) -> None:

@@ -76,6 +76,13 @@ def test_float_and_range_flags_refused_before_running(
         ("bench", "sweep", "--factors", "0"),
         ("bench", "sweep", "--target", "0"),
         ("sim", "lublin", "--out", "x.swf", "--seed", "-1"),
+        ("bench", "market", "--vms", "100000000"),  # filled 24 GiB
+        ("bench", "market", "--vms", "10", "--hosts", "0"),
+        ("bench", "market", "--seed", "-1"),  # was an internal error, exit 1
+        ("bench", "gridcloud", "--seed", "-1"),
+        ("bench", "gridcloud", "--tasks", "100000000"),  # out of memory
+        ("bench", "gridcloud", "--scale-tasks", "100000000"),
+        ("bench", "gridcloud", "--scales", "1,100000000"),  # never ended
     ],
 )
 def test_bench_and_lublin_flags(args: tuple[str, ...]) -> None:
@@ -286,3 +293,105 @@ def test_a_local_file_never_silently_overrides_a_trace_of_merkat_traces(
                        "--out", str(tmp_path / "o"))
     one_line_error(code, err)
     assert "ambiguous" in err
+
+
+def test_force_replaces_only_a_previous_runs_results(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """--force replaces a folder of results, never a folder of other files (they would be
+    deleted with it), nor the current folder (or one holding it)."""
+    mine = tmp_path / "thesis"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    for cmd in (("sim", "run", "--trace", TRACE, "--scheduler", "easy", "--jobs", "10"),
+                ("sim", "experiment", "themis-fig5", "--jobs", "10", "--factors", "1")):
+        code, out, err = run(*cmd, "--out", str(mine), "--force")
+        one_line_error(code, err)
+        assert "no previous run's results" in err and out == ""
+        assert [p.name for p in mine.iterdir()] == ["thesis.tex"]
+    monkeypatch.chdir(mine)
+    for where in ("", ".", ".."):
+        code, _, err = run("sim", "run", "--trace", TRACE, "--scheduler", "easy", "--jobs", "10",
+                           "--out", where, "--force")
+        one_line_error(code, err)
+        assert "current folder" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["thesis"]  # no temporary left
+    assert [p.name for p in mine.iterdir()] == ["thesis.tex"]
+
+
+@pytest.mark.parametrize("flags", [("--workers", "100000"), ("--seeds", "100000000"),
+                                   ("--seeds", "0"), ("--period", "0.001")])
+def test_experiment_flags_that_would_fork_or_run_forever(tmp_path: Path,
+                                                         flags: tuple[str, ...]) -> None:
+    code, out, err = run("sim", "experiment", "themis-fig5", "--jobs", "10", "--factors", "1",
+                         "--out", str(tmp_path / "o"), *flags)
+    one_line_error(code, err)
+    assert flags[0] in err and out == "" and not (tmp_path / "o").exists()
+
+
+def _row(k: int) -> dict[str, int]:
+    return {"k": k}
+
+
+def test_an_experiment_pool_has_no_more_processes_than_runs(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+
+    from merkat.experiments import registry
+
+    sizes: list[int | None] = []
+
+    def pool(max_workers: int | None = None, **kw: object) -> ProcessPoolExecutor:
+        sizes.append(max_workers)
+        return ProcessPoolExecutor(max_workers=max_workers, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(registry, "ProcessPoolExecutor", pool)
+    assert registry._execute_all(_row, [0, 1], 1024, None, None) == [{"k": 0}, {"k": 1}]
+    assert sizes == [2]
+
+
+def test_skip_past_the_end_of_the_trace_is_an_error(tmp_path: Path) -> None:
+    f = tmp_path / "t.swf"
+    f.write_text("; MaxProcs: 4\n" + "1 0 0 10 1 -1 -1 1 20 -1 1 1 1 1 1 -1 -1 -1\n" * 3)
+    code, out, err = run("sim", "run", "--trace", str(f), "--scheduler", "fcfs", "--skip", "3",
+                         "--out", str(tmp_path / "o"))
+    one_line_error(code, err)  # was a run of 0 jobs, exit 0
+    assert "--skip 3" in err and "3 job records" in err and out == ""
+    assert not (tmp_path / "o").exists()
+    code, _, err = run("sim", "run", "--trace", str(f), "--scheduler", "fcfs", "--skip", "2",
+                       "--out", str(tmp_path / "o"), "-o", "json")
+    assert code == 0, err
+
+
+def test_plot_out_that_is_a_file(tmp_path: Path) -> None:
+    code, _, err = run("sim", "run", "--trace", TRACE, "--scheduler", "fcfs", "--jobs", "20",
+                       "--out", str(tmp_path / "r"))
+    assert code == 0, err
+    f = tmp_path / "f.txt"
+    f.write_text("x")
+    code, out, err = run("sim", "plot", str(tmp_path / "r"), "--out", str(f))
+    one_line_error(code, err)  # was "error: ...f.txt: File exists", exit 1
+    assert "--out" in err and out == "" and f.read_text() == "x"
+
+
+def test_an_empty_trace_name(tmp_path: Path) -> None:
+    for cmd in (("sim", "run", "--scheduler", "fcfs", "--out", str(tmp_path / "o")),
+                ("bench", "sim")):
+        code, _, err = run(*cmd, "--trace", "")
+        one_line_error(code, err)  # was "error: --trace: no such file:"
+        assert "--trace: empty: give a trace name" in err
+
+
+@pytest.mark.parametrize("name", ["gridcloud-strategies", "themis-fig6", "merkat-satisfaction"])
+def test_factors_of_an_experiment_that_does_not_sweep_the_load(tmp_path: Path, name: str) -> None:
+    code, out, err = run("sim", "experiment", name, "--factors", "0.5",
+                         "--out", str(tmp_path / "o"))
+    one_line_error(code, err)  # was ignored: the run went on at the paper's loads
+    assert "--factors" in err and "does not sweep the load" in err and out == ""
+
+
+def test_lublin_out_names_the_flag(tmp_path: Path) -> None:
+    for out, message in ((tmp_path, "is a folder"), (tmp_path / "no" / "x.swf", "cannot write")):
+        code, stdout, err = run("sim", "lublin", "--jobs", "10", "--out", str(out))
+        one_line_error(code, err)  # was "error: /tmp/...: Is a directory"
+        assert err.startswith("error: --out: ") and message in err and stdout == ""

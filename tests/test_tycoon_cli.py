@@ -155,7 +155,11 @@ def test_tycoon_run_scenario_with_a_boost(tmp_path: Path) -> None:
     for bad, message in (({"jobs": []}, "non-empty"),
                          ({**base, "config": {"hosts": 0}}, "hosts"),
                          ({**base, "boosts": [{"time_s": 0, "user": "dave", "amount": 1}]},
-                          "no running job")):
+                          "no running job"),
+                         # 10^14 intervals to simulate: it never ended
+                         ({"jobs": [{**base["jobs"][0], "launch_s": 1e15}]}, "jobs[0]: launch_s"),
+                         ({**base, "boosts": [{"time_s": 1e15, "user": "alice", "amount": 1}]},
+                          "boosts[0]: time_s")):
         f.write_text(json.dumps(bad))
         code, out, err = run("tycoon", "run", str(f))
         assert code == 2 and message in err and "Traceback" not in out + err

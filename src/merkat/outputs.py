@@ -110,14 +110,32 @@ def write_atomic(path: str | Path, data: bytes | str, mode: int = 0o644) -> None
     replace_all([(Path(path), raw, mode)])
 
 
+RUN_MARKERS = ("summary.json", "results.json")
+"""A folder holding one of these holds a previous run's results (``merkat sim run`` writes
+``summary.json``, ``merkat sim experiment`` and ``merkat bench sweep`` ``results.json``): the
+only kind of non-empty folder ``--force`` replaces."""
+
+
 def prepare_out_dir(out: str | Path, *, force: bool = False, field: str = "--out") -> Path:
-    """Check an output directory before a run (raises :class:`OutputError`): not a file, empty
-    or absent (or ``force``), and its parent writable. Creates nothing."""
+    """Check an output directory before a run (raises :class:`OutputError`): not a file, not
+    the current folder nor one holding it, empty or absent (or, with ``force``, a previous
+    run's results: never a folder of other files, which replacing it would delete), and its
+    parent writable. Creates nothing."""
     p = Path(out)
     if p.exists() and not p.is_dir():
         raise OutputError(f"{field}: {p} is a file, not a directory")
-    if p.is_dir() and any(p.iterdir()) and not force:
-        raise OutputError(f"{field}: {p} is not empty (use --force to replace its results)")
+    here = Path.cwd().resolve()
+    if p.resolve() == here or p.resolve() in here.parents:
+        raise OutputError(f"{field}: {p} is the current folder or holds it (replacing it "
+                          f"would delete it): give a new folder, e.g. {field} runs/easy")
+    if p.is_dir() and any(p.iterdir()):
+        if not force:
+            raise OutputError(f"{field}: {p} is not empty (use --force to replace its results)")
+        if not any((p / name).is_file() for name in RUN_MARKERS):
+            raise OutputError(
+                f"{field}: {p} is not empty and holds no previous run's results (no "
+                f"{' or '.join(RUN_MARKERS)}): --force replaces only those; give a new folder"
+            )
     parent = p.resolve().parent
     probe = parent
     while not probe.exists():

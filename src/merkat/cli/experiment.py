@@ -11,7 +11,12 @@ import typer
 
 from merkat.cli._common import err_console, fail
 from merkat.cli.sim import app as sim_app
-from merkat.cli.validate import check_choice
+from merkat.cli.validate import check_choice, check_float, check_int
+
+MAX_SEEDS = 1000
+"""The most seeds per configuration (each is a run of every scheduler at every factor)."""
+MAX_WORKERS = 1024
+"""The most worker processes (as ``sim run --workers``)."""
 
 
 def _factors(text: str | None, default: tuple[float, ...]) -> tuple[float, ...]:
@@ -32,8 +37,11 @@ def experiment(
         ..., help="Experiment name, e.g. themis-fig5 (an unknown name lists the known ones)."
     ),
     out: Path = typer.Option(..., "--out", help="Directory for results.json, results.md, PNG."),
-    seeds: int = typer.Option(1, "--seeds", min=1, help="Seeds per configuration (0..K-1)."),
-    workers: int = typer.Option(1, "--workers", min=1, help="Processes for the sweep."),
+    seeds: int = typer.Option(
+        1, "--seeds", help=f"Seeds per configuration (0..K-1), K in [1, {MAX_SEEDS}]."),
+    workers: int = typer.Option(
+        1, "--workers", help=f"Processes for the sweep, in [1, {MAX_WORKERS}] (never more than "
+        "its runs)."),
     jobs: int | None = typer.Option(
         None, "--jobs", min=1, help="Trace window (default: the paper's, 1,000 jobs)."
     ),
@@ -81,7 +89,12 @@ def experiment(
 
     from merkat.experiments import EXPERIMENTS, FACTORS, run_experiment
 
+    check_int("--seeds", seeds, 1, MAX_SEEDS)
+    check_int("--workers", workers, 1, MAX_WORKERS)
     EXPERIMENTS.get(name)  # an unknown name: exit 2, listing the known experiments
+    if factors is not None and not EXPERIMENTS[name].sweeps_load:
+        fail(f"--factors: experiment {name!r} does not sweep the load (its loads are part of "
+             "the setup)")
     fs = _factors(factors, EXPERIMENTS[name].default_factors or FACTORS)
     params: dict[str, Any] = {}
     if policy is not None or policy_param:
@@ -119,8 +132,7 @@ def experiment(
         if value is not None and not EXPERIMENTS[name].takes_policy:
             fail(f"{flag}: experiment {name!r} does not take it (its market is part of the "
                  "setup)")
-    if period is not None and not 0 < period <= 86400:
-        fail(f"--period must be in (0, 86400] seconds, got {period:g}")
+    check_float("--period", period, 1, 86400)  # as sim run's: a shorter one never ends
     from merkat.experiments.common import VM_COSTS
 
     if vm_costs is not None and vm_costs not in VM_COSTS:

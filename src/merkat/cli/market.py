@@ -8,6 +8,7 @@ import typer
 
 from merkat.cli import bench
 from merkat.cli._common import OutputFormat, OutputOption, emit, fail, print_json, print_table
+from merkat.cli.validate import check_int
 
 app = typer.Typer(help="The proportional-share market.", no_args_is_help=True)
 
@@ -67,8 +68,8 @@ def clear_cmd(
 
 @bench.app.command("market")
 def bench_market(
-    vms: int = typer.Option(100_000, "--vms", min=0, help="Number of VMs."),
-    hosts: int = typer.Option(10_000, "--hosts", min=0, help="Number of hosts."),
+    vms: int = typer.Option(100_000, "--vms", help="Number of VMs, in [1, 1,000,000]."),
+    hosts: int = typer.Option(10_000, "--hosts", help="Number of hosts, in [1, 100,000]."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the generated cluster."),
     placed: float = typer.Option(
         0.5, "--placed", min=0.0, max=1.0, help="Fraction of VMs already on a (random) host."
@@ -77,4 +78,8 @@ def bench_market(
     """Time one full clear of a random cluster: allocate, place, balance."""
     from merkat.bench.market import run
 
+    # the sizes docs/benchmarks.md measures at most (10^8 VMs filled 24 GiB before any clear)
+    check_int("--vms", vms, 1, 1_000_000)
+    check_int("--hosts", hosts, 1, 100_000)
+    check_int("--seed", seed, 0, 2**32 - 1)
     print_json(run(vms, hosts, seed, placed))

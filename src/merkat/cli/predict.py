@@ -181,8 +181,8 @@ def normal_cmd(
     capacity: float = typer.Option(1.0, "--capacity", help="The host's capacity w."),
     output: OutputFormat = OutputOption,
 ) -> None:
-    """Eq. 3-6 on one host: the price not exceeded with probability p, and what a bid buys (or
-    the bid a share needs) with that probability. Prices are the others' bids (credits/s)."""
+    """The price not exceeded with probability p on one host, and what a bid buys (or the bid
+    a share needs) with that probability (Tycoon §4.2, equations 3-6). Prices are the others' bids (credits/s)."""
     from merkat.predict import normal
     from merkat.predict.moments import RunningMoments
 

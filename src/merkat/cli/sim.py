@@ -145,6 +145,8 @@ def plot_cmd(
         if not (run_dir / name).is_file():
             fail(f"{run_dir}: no {name} (not a run directory)")
     _check_complete(run_dir)
+    if out is not None and out.exists() and not out.is_dir():
+        fail(f"--out: {out} is a file; give a folder for the PNGs")
     try:
         paths = plot_run(run_dir, out)
     except (ValueError, KeyError, IndexError, UnicodeDecodeError) as e:
@@ -193,7 +195,12 @@ def lublin_cmd(
         jobtype in lublin.JOBTYPES,
         f"--type must be one of {', '.join(lublin.JOBTYPES)}, got {jobtype!r}",
     )
-    lublin.write(out, jobs, seed, nodes, jobtype)
+    if out.is_dir():
+        fail(f"--out: {out} is a folder; give a file name such as lublin.swf (.gz compresses)")
+    try:
+        lublin.write(out, jobs, seed, nodes, jobtype)
+    except OSError as e:  # a missing folder, no permission, a full disk
+        fail(f"--out: cannot write {out}: {e.strerror or e}")
     print(out)
 
 

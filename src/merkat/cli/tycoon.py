@@ -116,6 +116,10 @@ def _field(obj: dict[str, Any], key: str, kind: type, where: str, default: Any =
     return kind(v)
 
 
+MAX_START_INTERVALS = 1_000_000
+"""The latest launch or boost, in intervals from the start (10^7 s at the default 10 s)."""
+
+
 def load_scenario(path: Path) -> tuple[Any, list[Any], list[Any]]:
     """A Tycoon scenario file: ``{"config": {...}, "jobs": [...], "boosts": [...]}``."""
     from merkat.worlds.tycoon.simulator import Boost, TycoonConfig, TycoonJob
@@ -143,6 +147,8 @@ def load_scenario(path: Path) -> tuple[Any, list[Any], list[Any]]:
     for k, (lo, hi) in checks.items():
         if k in cfg and not lo <= cfg[k] <= hi:
             fail(f"{path}: config: {k} must be in [{lo:g}, {hi:g}], got {cfg[k]}")
+    # every interval is simulated, jobs or not: a launch or boost in 10^15 s never came
+    latest = MAX_START_INTERVALS * cfg.get("interval_s", TycoonConfig.interval_s)
     jobs = []
     for i, j in enumerate(data["jobs"]):
         where = f"{path}: jobs[{i}]"
@@ -160,6 +166,9 @@ def load_scenario(path: Path) -> tuple[Any, list[Any], list[Any]]:
             fail(f"{where}: budget, deadline_h and work_min must be > 0, launch_s >= 0")
         if not 1 <= job.subjobs <= 10_000:
             fail(f"{where}: subjobs must be in [1, 10000], got {job.subjobs}")
+        if job.launch_s > latest:
+            fail(f"{where}: launch_s must be <= {latest:g} ({MAX_START_INTERVALS:,} intervals "
+                 f"of the simulation), got {job.launch_s:g}")
         jobs.append(job)
     boosts = []
     for i, b in enumerate(data.get("boosts", [])):
@@ -170,6 +179,9 @@ def load_scenario(path: Path) -> tuple[Any, list[Any], list[Any]]:
                       _field(b, "amount", float, where))
         if boost.amount <= 0 or boost.time_s < 0:
             fail(f"{where}: amount must be > 0 and time_s >= 0")
+        if boost.time_s > latest:
+            fail(f"{where}: time_s must be <= {latest:g} ({MAX_START_INTERVALS:,} intervals "
+                 f"of the simulation), got {boost.time_s:g}")
         boosts.append(boost)
     return _config(TycoonConfig, cfg, f"{path}: config"), jobs, boosts
 

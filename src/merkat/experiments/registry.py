@@ -221,7 +221,9 @@ def _execute_all(
     # Longest runs (market) first so that the pool's tail is short; results in input order.
     order = sorted(range(len(runs)), key=lambda k: _cost_rank(runs[k]))
     results: dict[int, dict[str, Any]] = {}
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_default_sigterm)
+    # never more processes than runs: a pool forks all its workers at the first submit
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(runs)),
+                               initializer=_default_sigterm)
     try:
         futures = {pool.submit(fn, runs[k]): k for k in order}  # (every worker forked here)
         if meanwhile is not None:

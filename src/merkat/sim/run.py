@@ -46,6 +46,9 @@ def run_trace(
     trace = read_swf(opts.trace, strict=opts.strict)
     if len(trace) == 0:
         raise SwfError(f"{opts.trace}: no job records: nothing to simulate")
+    if opts.skip >= len(trace):
+        raise ValueError(f"--skip {opts.skip}: {opts.trace} has {len(trace)} job records, "
+                         f"nothing is left to simulate (use --skip < {len(trace)})")
     max_procs = trace.machine_size()
     cluster = cluster_for(opts, max_procs)
     workload = build_workload(

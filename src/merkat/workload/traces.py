@@ -141,7 +141,9 @@ def find_trace(name: str | Path) -> Path:
     naming the places searched and how to get the trace otherwise."""
     direct = Path(name)
     text = str(name)
-    if "/" in text or not text:
+    if not text.strip():
+        raise TraceNotFound("empty: give a trace name (`merkat traces list`) or an SWF file")
+    if "/" in text:
         if direct.is_file():
             return direct
         raise TraceNotFound(f"no such file: {text}")
