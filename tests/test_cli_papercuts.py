@@ -1,7 +1,9 @@
 """The papercuts a new user met (issue 26, "Also"): one name for the API key everywhere, help
 without reStructuredText markup, a negative boost's own message, the demo's data directory,
 the README's example files, and the simulator's CLI refusing options it would ignore and
-saying what ran and how each job ended."""
+saying what ran and how each job ended. Then an operator's: a server refusing at start a
+configuration it could not run (CPUs this machine does not have, a period that never comes
+again)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,13 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from typer import _click as click
 from typer.testing import CliRunner
 
 from merkat.cli import NOUNS, app, build_noun
 from merkat.cli.client import mib
+from merkat.service.config import cpu_ranges, machine_cpus
 from merkat.workload.lublin import write as write_lublin
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,3 +147,41 @@ def test_compare_names_the_mechanism_and_policy_and_every_outcome(tmp_path: Path
     assert rows["finished late"][0] == str(40 - json.loads(
         (tmp_path / "easy/summary.json").read_text())["met_deadlines"])
     assert "jobs_per_s (jobs / simulate_s: speed)" in rows
+
+
+# A listen address no machine has: were a check missing, the server would fail at its bind
+# (exit 1) instead of serving for ever inside the test.
+NO_HOST = ("--host", "256.0.0.1", "--port", "0")
+
+
+@pytest.mark.parametrize("flag", ["--period", "--admission"])
+@pytest.mark.parametrize("value", ["inf", "nan", "0", "-1", "1e300", "1e-9", "100000"])
+def test_the_server_refuses_a_period_that_never_comes_again(tmp_path: Path, flag: str,
+                                                             value: str) -> None:
+    """``--period inf`` (or 1e300) ran one period and never another; 1e-9 recorded periods
+    back to back as fast as the database took them."""
+    data = tmp_path / "data"
+    code, _, err = run("server", *NO_HOST, "--data-dir", str(data), flag, value)
+    assert (code, err.splitlines()) == (2, [
+        f"error: {flag}: must be a number of seconds from 0.1 to 86400, got {float(value):g}"])
+    assert not data.exists()  # refused before any state
+
+
+def test_the_server_refuses_cpus_this_machine_does_not_have(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cpus: "7-9"`` on a 2-CPU machine started, then every VM's cpuset write failed."""
+    have = machine_cpus()
+    first = max(have) + 1
+    config = tmp_path / "server.yaml"
+    config.write_text(f"backend:\n  nodes: [{{name: n0, cpus: '{have[0]},{first}-{first + 2}',"
+                      f" memory: 64}}]\n")
+    data = tmp_path / "data"
+    code, _, err = run("server", *NO_HOST, "--data-dir", str(data), "--config", str(config))
+    assert (code, err.splitlines()) == (2, [
+        f"error: config: backend.nodes.0.cpus: CPUs {first}-{first + 2} are not on this machine "
+        f"(it has {cpu_ranges(have)})"])
+    assert not data.exists()
+    monkeypatch.setenv("MERKAT_PERIOD", "inf")  # the environment's are the config's
+    code, _, err = run("server", *NO_HOST, "--data-dir", str(data))
+    assert (code, err.splitlines()) == (2, [
+        "error: config: period: must be a number of seconds from 0.1 to 86400, got inf"])

@@ -65,9 +65,16 @@ def server(
     """Run the live service: REST API, applications manager and period loop (Ctrl-C stops
     it and destroys its VMs: processes, or pods with --backend kubernetes). An ended
     platform's unspent budget goes back to its owner."""
+    from merkat.service.config import check_seconds
     from merkat.service.server import Service
     from merkat.web.app import create_app
 
+    for flag, value in (("--period", period), ("--admission", admission)):
+        if value is not None:  # named as typed (the config's own check says period:)
+            try:
+                check_seconds(flag[2:], value)
+            except ValueError as exc:
+                fail(f"{flag}: {exc}")
     cfg = _config(config, host=host, port=port, data_dir=data_dir, period=period,
                   admission=admission, economy=economy, charging=charging,
                   redistribute_every=redistribute_every)

@@ -205,22 +205,15 @@ def make_backend(config: ServiceConfig) -> LiveBackend:
 def _local(config: ServiceConfig) -> LiveBackend:
     from merkat.backends.local import LocalBackend, Node, split_machine
     from merkat.backends.local.capacity import Reserve
+    from merkat.service.config import cpu_list
 
     b = config.backend
-    nodes = ([Node(n.name, n.cpus, float(_count(n.cpus)), n.memory) for n in b.nodes]
+    nodes = ([Node(n.name, n.cpus, float(len(cpu_list(n.cpus))), n.memory) for n in b.nodes]
              if b.nodes else split_machine(b.split))
     return LocalBackend(nodes, config.data_dir / "logs", cgroup_root=b.cgroup_root,
                         prefix=b.cgroup_prefix, max_restarts=b.max_restarts,
                         reserve=Reserve(b.reserve_cpu, b.reserve_memory, b.tree_weight),
                         identity=config.identity)
-
-
-def _count(cpus: str) -> int:
-    n = 0
-    for part in cpus.split(","):
-        lo, _, hi = part.partition("-")
-        n += int(hi or lo) - int(lo) + 1
-    return n
 
 
 def _kubernetes(config: ServiceConfig) -> LiveBackend:

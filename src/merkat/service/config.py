@@ -10,6 +10,9 @@ PostgreSQL database instead. Bad values raise :class:`ConfigError` naming the fi
 
 from __future__ import annotations
 
+import math
+import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,9 @@ from merkat.defaults import (
     RESERVE_PRICE,
 )
 from merkat.service.limits import InputError, LimitsConfig, load_yaml
+
+MAX_CPUS = 1 << 16
+"""The most CPUs a cpuset list may name (a bound on what ``backend.nodes`` may write)."""
 
 DEFAULT_RESERVE_CPU = 0.5
 """Cores kept for merkat and the system (``backend.reserve_cpu``; the local backend's
@@ -46,8 +52,62 @@ LIVE_CHARGING = ("bid", "use")
 the period's price, plus its memory allocation, and the rest is refunded: Tycoon §3)."""
 
 
+SECONDS = {"period": (0.1, 86400.0), "admission": (0.1, 86400.0)}
+"""The range of ``period`` and ``admission`` (s, both ends included): under a tenth of a
+second the loop would spin recording periods (or admitting) back to back, over a day the
+market would not react (and a period of ``inf`` or ``1e300`` s would never come again)."""
+
+
 class ConfigError(ValueError):
     """A bad configuration value (the message names the field)."""
+
+
+def check_seconds(name: str, v: float) -> float:
+    """``v`` when it is a finite number of seconds in ``name``'s range (:data:`SECONDS`);
+    else ``ValueError`` saying the range (not naming the field: the caller does)."""
+    lo, hi = SECONDS[name]
+    if not (math.isfinite(v) and lo <= v <= hi):
+        raise ValueError(f"must be a number of seconds from {lo:g} to {hi:g}, got {v:g}")
+    return v
+
+
+def cpu_list(cpus: str) -> list[int]:
+    """A cpuset list (``"0-1,4"``) as its CPUs, sorted; ``ValueError`` for a range that goes
+    down (``"3-1"``) or a list too long to be a machine's."""
+    out: set[int] = set()
+    for part in cpus.split(","):
+        lo, _, hi = part.partition("-")
+        a, b = int(lo), int(hi or lo)
+        if b < a:
+            raise ValueError(f"{part}: a range goes up (write {b}-{a})")
+        if b - a >= MAX_CPUS or len(out) + b - a >= MAX_CPUS:
+            raise ValueError(f"more than {MAX_CPUS} CPUs")
+        out.update(range(a, b + 1))
+    return sorted(out)
+
+
+def cpu_ranges(cpus: Iterable[int]) -> str:
+    """CPUs written as a cpuset list: ``[0, 1, 2, 5]`` → ``"0-2,5"``."""
+    parts: list[str] = []
+    run: list[int] = []
+    for c in sorted(set(cpus)):
+        if run and c == run[-1] + 1:
+            run.append(c)
+            continue
+        if run:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [c]
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(parts)
+
+
+def machine_cpus() -> list[int]:
+    """The CPUs of this machine the server may use (its affinity: what the nodes' cpusets may
+    name, :func:`merkat.backends.local.capacity.split_machine`'s CPUs)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
 
 
 class NodeConfig(BaseModel):
@@ -57,6 +117,31 @@ class NodeConfig(BaseModel):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     cpus: str = Field(pattern=r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
     memory: float = Field(gt=0)
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpus_here(cls, v: str) -> str:
+        """Only CPUs of this machine: a cpuset naming others is refused by the kernel at each
+        VM's start, failing every platform (the server would start, then place nothing)."""
+        have = machine_cpus()
+        missing = sorted(set(cpu_list(v)) - set(have))
+        if missing:
+            many = "s" if len(missing) > 1 else ""
+            verb = "are" if many else "is"
+            raise ValueError(f"CPU{many} {cpu_ranges(missing)} {verb} not on this machine "
+                             f"(it has {cpu_ranges(have)})")
+        return v
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_here(cls, v: float) -> float:
+        """At most this machine's memory (a finite number of MiB)."""
+        from merkat.backends.local.capacity import machine
+
+        have = machine()[1]
+        if not v <= have:
+            raise ValueError(f"{v:g} MiB is more than this machine has ({have:.0f} MiB)")
+        return v
 
 
 class BackendConfig(BaseModel):
@@ -180,14 +265,19 @@ class ServiceConfig(BaseSettings):
         """This server's identity (:func:`server_identity` of its data directory)."""
         return server_identity(self.data_dir)
 
+    @field_validator("period", "admission")
+    @classmethod
+    def _seconds(cls, v: float, info: Any) -> float:
+        return check_seconds(info.field_name, v)
+
     @field_validator("reserve")
     @classmethod
     def _reserve(cls, v: dict[str, float]) -> dict[str, float]:
         for r, x in v.items():
             if r not in ("cpu", "memory"):
                 raise ValueError(f"unknown resource {r!r} (cpu, memory)")
-            if not x >= 0:
-                raise ValueError(f"{r} must be >= 0")
+            if not (x >= 0 and math.isfinite(x)):
+                raise ValueError(f"{r} must be a finite number >= 0, got {x:g}")
         return v
 
     @field_validator("economy")
