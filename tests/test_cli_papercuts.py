@@ -185,3 +185,13 @@ def test_the_server_refuses_cpus_this_machine_does_not_have(
     code, _, err = run("server", *NO_HOST, "--data-dir", str(data))
     assert (code, err.splitlines()) == (2, [
         "error: config: period: must be a number of seconds from 0.1 to 86400, got inf"])
+
+
+@pytest.mark.parametrize("value", ["inf", "1e12"])
+def test_the_demo_refuses_a_duration_it_cannot_run(value: str) -> None:
+    """``merkat demo --duration inf`` failed with ``OverflowError: cannot convert float
+    infinity to integer``; 1e12 with ``HTTP Error 422`` from its own server (a deadline past
+    ten years)."""
+    code, _, err = run("demo", "--duration", value, "--port", "1")
+    assert code == 2 and err.startswith("error: Invalid value for '--duration': Input should be "
+                                        "less than or equal to 31536000"), err

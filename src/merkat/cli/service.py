@@ -159,8 +159,9 @@ def user_add(
 
 
 def demo(
-    duration: float = typer.Option(150.0, "--duration", min=20.0,
-                                   help="Seconds to run before the report (at least 20)."),
+    duration: float = typer.Option(150.0, "--duration", min=20.0, max=365 * 86400.0,
+                                   help="Seconds to run before the report (at least 20, at "
+                                   "most a year: its solver's deadline is 45 % of it)."),
     period: float = typer.Option(5.0, "--period", min=0.5, help="Scheduling period, s."),
     port: int = typer.Option(0, "--port", min=0, max=65535, help="API port (0: a free one)."),
     data_dir: Path | None = typer.Option(
