@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,47 @@ def test_the_demo_refuses_a_duration_it_cannot_run(value: str) -> None:
     code, _, err = run("demo", "--duration", value, "--port", "1")
     assert code == 2 and err.startswith("error: Invalid value for '--duration': Input should be "
                                         "less than or equal to 31536000"), err
+
+
+BAD_TIMES = [float("nan"), float("inf"), float("-inf"), -5.0, 1e300, 1e20, True, "soon"]
+
+
+def test_times_no_clock_prints_are_a_dash_and_far_durations_in_years(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``platform list``/``show``, ``events``, ``prices``, ``file list``, ``report`` print
+    times through :func:`time_text`: one such value failed the whole listing with
+    ``OverflowError: timestamp out of range`` (1e300) or printed 1969 (a negative time)."""
+    from merkat.cli.platforms import _line, clock, print_show
+    from merkat.outputs import seconds_text, time_text
+
+    assert [time_text(t) for t in BAD_TIMES] == ["-"] * len(BAD_TIMES)
+    assert time_text(None) is None and clock(0.0) is not None and clock(1e300) == "-"
+    assert time_text(86400.0, "%Y-%m-%d", utc=True) == "1970-01-02"
+    assert [seconds_text(v) for v in (59.6, -3.0, 1e300, float("inf"), float("-inf"),
+                                      float("nan"), None)] == [
+        "60 s", "-3 s", ">100 years", ">100 years", "->100 years", "-", "-"]
+    assert _line({"id": 1, "time": 1e300, "kind": "note", "platform": None,
+                  "message": "m"}).split()[:3] == ["1", "-", "note"]
+    now = time.time()
+    for deadline, ended, says in ((1e300, None, "deadline - (in >100 years)"),
+                                  (float("inf"), None, "deadline - (in >100 years)"),
+                                  (float("nan"), None, "deadline - (-)"),
+                                  (1e300, now, "deadline - (>100 years after it ended)"),
+                                  (-1e300, now, "deadline - (>100 years before it ended)")):
+        print_show({"name": "p", "owner": "alice", "state": "finished" if ended else "running",
+                    "submitted": now - 10, "started": float("nan"), "ended": ended,
+                    "deadline": deadline, "template": {}, "vms": []})
+        out = capsys.readouterr().out
+        assert says in out, out
+
+
+def test_since_a_time_no_clock_prints_is_refused(tmp_path: Path) -> None:
+    """``merkat report DIR --since 1e300`` failed with ``OverflowError`` (printing the
+    range); ``events --since 1e300`` asked the server for nothing."""
+    code, _, err = run("events", "--since", "1e300", "--url", "http://127.0.0.1:9")
+    assert code == 2 and err.startswith(
+        "error: --since: expected a time >= 0 and before the year 10000"), err
+    (tmp_path / "merkat.db").write_bytes(b"")
+    code, _, err = run("report", str(tmp_path), "--out", str(tmp_path / "r.html"),
+                       "--until", "1e300")
+    assert code == 2 and err.startswith("error: --until: expected a time >= 0 and before"), err

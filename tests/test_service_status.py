@@ -205,6 +205,35 @@ def test_nodes_memory_and_prices_watch_rows(server: Any) -> None:
     assert not any(c in "".join(lines) for c in "┏│└")
 
 
+def test_a_time_no_clock_prints_fails_no_listing(server: Any, tmp_path: Path) -> None:
+    """A platform stored with a deadline of 1e300 s (templates did not bound it before)
+    made ``platform list`` and ``platform show`` fail with ``OverflowError: timestamp out of
+    range`` for its owner and every admin; an event or a price stored at such a time did the
+    same to ``events`` and ``prices``. Such a time is printed ``-``, the rest as before."""
+    from sqlalchemy import update
+
+    from merkat.service import schema as s
+
+    svc, env = server
+    ok(env, "submit", template(tmp_path, "far", n=1, dt=0.1, reference=60))
+    wait(lambda: platforms(env)["far"]["state"] in ("finished", "stopped", "failed"))
+    with svc.manager.store.engine.begin() as conn:
+        conn.execute(update(s.platforms).where(s.platforms.c.name == "far").values(
+            deadline=1e300))
+        conn.execute(update(s.events).where(s.events.c.platform == "far").values(time=1e300))
+        conn.execute(update(s.prices).where(s.prices.c.period <= 1).values(time=1e300))
+    row = next(line.split("│") for line in ok(env, "platform", "list").splitlines()
+               if "│ far " in line)
+    assert [c.strip() for c in row[1:5]] == ["far", "finished", "met", "-"], row
+    assert "; deadline - (>100 years after it ended)" in ok(env, "platform", "show", "far")
+    lines = ok(env, "events", "--platform", "far").splitlines()[1:]
+    assert lines and all(line.split()[1] == "-" for line in lines), lines
+    times = [line.split("│")[2].strip() for line in ok(env, "prices", "--since", "0")
+             .splitlines() if line.startswith("│")]
+    assert "-" in times and times[-1] != "-", times
+    assert platforms(env, via_cli=True)["far"]["deadline"] == 1e300  # the data as stored
+
+
 @pytest.mark.parametrize("kind", ["memory", "sql"])
 def test_money_from_the_bank_budget_paid_refunded_returned(kind: str, tmp_path: Path) -> None:
     """The figures ``platform list`` shows, from the ledger's transfers (one aggregate query

@@ -14,6 +14,10 @@ Contract:
   interrupted run leaves the previous results untouched and never mixes files of two runs.
 
 Errors are :class:`OutputError` (bad input, naming the path).
+
+Values printed for people: :func:`json_safe` (JSON without NaN), :func:`time_text` and
+:func:`seconds_text` (a time or a duration that no clock can print, a stored deadline of
+``1e300`` s, shown as ``-`` or ``>100 years`` rather than failing the whole listing).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import math
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,8 +39,17 @@ __all__ = [
     "output_dir",
     "prepare_out_dir",
     "replace_all",
+    "seconds_text",
+    "time_text",
     "write_atomic",
 ]
+
+LATEST_TIME = 253402300799.0
+"""The last second a clock prints (9999-12-31 23:59:59 UTC): later, ``time.localtime`` fails
+(``OverflowError``, ``OSError``, ``ValueError`` depending on how far and on the platform)."""
+
+FAR = 100 * 365.25 * 86400
+"""A duration printed as ``>100 years`` rather than in seconds."""
 
 
 class OutputError(ValueError):
@@ -51,6 +65,30 @@ def json_safe(data: Any) -> Any:
     if isinstance(data, list | tuple):
         return [json_safe(v) for v in data]
     return data
+
+
+def time_text(t: Any, fmt: str = "%H:%M:%S", *, utc: bool = False) -> str | None:
+    """``t`` (Unix seconds) written with ``fmt`` in local time (``utc``: UTC); None for None;
+    ``-`` for a time no clock prints (NaN, infinity, before 1970, after the year 9999, not a
+    number): one row stored before a bound existed must not fail a whole listing."""
+    if t is None:
+        return None
+    if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t <= LATEST_TIME:
+        return "-"
+    try:
+        return time.strftime(fmt, time.gmtime(t) if utc else time.localtime(t))
+    except (OverflowError, OSError, ValueError):  # (a platform's narrower time_t)
+        return "-"
+
+
+def seconds_text(v: Any) -> str:
+    """A duration as ``"N s"`` (rounded); ``">100 years"`` past :data:`FAR` (infinity
+    included), ``"-"`` for NaN or not a number. Negative durations keep their sign."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or math.isnan(v):
+        return "-"
+    if abs(v) > FAR:
+        return f"{'-' if v < 0 else ''}>100 years"
+    return f"{v:.0f} s"
 
 
 def _tmp_file(path: Path, data: bytes, mode: int) -> Path:

@@ -27,6 +27,7 @@ from merkat.cli._common import (
     print_table,
 )
 from merkat.cli.api import Client, TokenOption, UrlOption, _q, platform_path
+from merkat.outputs import time_text
 
 platform_app = typer.Typer(help="Virtual platforms on the server: list, show, stop, boost, logs, "
                            "delete.",
@@ -281,7 +282,8 @@ def mib(v: float | None) -> str | None:
 
 
 def _time(t: float | None) -> str | None:
-    return None if t is None else time.strftime("%H:%M:%S", time.localtime(t))
+    """A period's time of day (local); ``-`` for one no clock prints (NaN, 1e300...)."""
+    return time_text(t)
 
 
 __all__ = ["account_app", "nodes", "platform_app", "prices", "print_json", "submit"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import typer
 
 from merkat.cli._common import OutputFormat, OutputOption, emit, fail, print_table
 from merkat.cli.api import Client, TokenOption, UrlOption, _q
+from merkat.outputs import time_text
 
 app = typer.Typer(help="Your files on the server (the sources of a template's files_in).",
                   no_args_is_help=True)
@@ -62,8 +62,7 @@ def list_(output: OutputFormat = OutputOption, url: str | None = UrlOption,
     """Your files on the server."""
     data = Client(url, token).get("/files")
     emit(output, data, lambda: print_table(None, ["NAME", "SIZE", "MODIFIED"], [
-        (f["name"], f["size"], time.strftime("%Y-%m-%d %H:%M:%S",
-                                             time.localtime(f["modified"])))
+        (f["name"], f["size"], time_text(f["modified"], "%Y-%m-%d %H:%M:%S"))
         for f in data["items"]]))
 
 

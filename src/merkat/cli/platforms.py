@@ -10,6 +10,7 @@ the VMs, or, for an ended platform, its outcome and totals; ``events`` the lates
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -27,11 +28,24 @@ from merkat.cli._common import (
 )
 from merkat.cli.api import Client, TokenOption, UrlOption, platform_path
 from merkat.cli.client import platform_app
+from merkat.outputs import seconds_text, time_text
 
 
 def clock(t: float | None) -> str | None:
-    """A time of day (local), ``-`` for none."""
-    return None if t is None else time.strftime("%H:%M:%S", time.localtime(t))
+    """A time of day (local); None for none, ``-`` for one no clock prints (a deadline stored
+    as ``1e300``, NaN, a negative time: :func:`~merkat.outputs.time_text`)."""
+    return time_text(t)
+
+
+def _when(delta: float, ended: bool) -> str:
+    """How far a deadline is from now (``in N s``, ``N s ago``) or from the end of an ended
+    platform (``N s after it ended``); ``>100 years`` beyond, ``-`` when not a number."""
+    if math.isnan(delta):
+        return "-"
+    span = seconds_text(abs(delta))
+    if ended:
+        return f"{span} {'after' if delta >= 0 else 'before'} it ended"
+    return f"in {span}" if delta >= 0 else f"{span} ago"
 
 
 def credits(v: float | None) -> str | None:
@@ -89,13 +103,10 @@ def print_show(p: dict[str, Any]) -> None:
         times.append(f"started {clock(p['started'])}")
     if p.get("ended"):
         ran = p["ended"] - (p.get("started") or p["submitted"])
-        times.append(f"ended {clock(p['ended'])} ({ran:.0f} s)")
+        times.append(f"ended {clock(p['ended'])} ({seconds_text(ran)})")
     if deadline is not None:
         ref = p.get("ended") or time.time()
-        delta = deadline - ref
-        when = (f"{delta:.0f} s {'after' if delta >= 0 else 'before'} it ended" if ended
-                else (f"in {delta:.0f} s" if delta >= 0 else f"{-delta:.0f} s ago"))
-        times.append(f"deadline {clock(deadline)} ({when})")
+        times.append(f"deadline {clock(deadline)} ({_when(deadline - ref, ended)})")
     else:
         times.append("no deadline (best effort)")
     print("  " + "; ".join(times))

@@ -12,6 +12,8 @@ import re
 import time
 from datetime import UTC, datetime
 
+from merkat.outputs import LATEST_TIME
+
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -27,8 +29,9 @@ def parse_time(text: str, flag: str, now: float | None = None) -> float:
     except ValueError:
         pass
     else:
-        if not math.isfinite(v) or v < 0:
-            raise ValueError(f"{flag}: expected a time >= 0, got {text!r}")
+        if not (math.isfinite(v) and 0 <= v <= LATEST_TIME):  # (1e300: no clock prints it)
+            raise ValueError(f"{flag}: expected a time >= 0 and before the year 10000 "
+                             f"({LATEST_TIME:.0f}), got {text!r}")
         return v
     try:
         d = datetime.fromisoformat(t)

@@ -13,12 +13,12 @@ new empty database). What it shows, for ``since <= time <= until``:
 from __future__ import annotations
 
 import io
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from merkat.defaults import MICRO
+from merkat.outputs import time_text
 from merkat.report.model import Figure, Report, ReportError, Table
 
 
@@ -49,7 +49,8 @@ def _fig(plt: Any, fig: Any) -> bytes:
 
 
 def _stamp(t: float | None) -> str | None:
-    return None if t is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+    """A time in UTC; ``-`` for one no clock prints (``--since 1e300``, a row's NaN)."""
+    return time_text(t, "%Y-%m-%d %H:%M:%S UTC", utc=True)
 
 
 def live_history(url: str, since: float | None = None, until: float | None = None) -> Report:
