@@ -304,3 +304,70 @@ def test_each_vm_runs_under_a_wrapper_that_records_its_exit_status(tmp_path: Pat
     assert p.proc is not None and p.proc.wait(5) == 7
     assert p.exit_file.read_text() == "7\n" and p.pid == p.proc.pid
     b.close()
+
+
+CANNOT_START = [  # (how the VM starts, what the report says)
+    (Launch("sleep 60\0x"), "embedded null byte"),  # ValueError from Popen
+    (Launch("sleep 60", env={"MERKAT_X": "a\0b"}), "embedded null byte"),
+    (Launch("sleep 60", user_env={"A=B": "x"}), "illegal environment variable name"),
+    (Launch("sleep 60", env={"MERKAT_X": 1}), "expected str"),  # type: ignore[dict-item]  # TypeError
+    (Launch("sleep 60", cwd="/nonexistent/merkat-test"), "Exception occurred in preexec_fn"),
+    (Launch("sleep 60"), "File exists"),  # the logs directory is a file (OSError from mkdir)
+]
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0 or detect(Path("/sys/fs/cgroup")) is None,
+                    reason="needs root and cgroups")
+@pytest.mark.parametrize(("launch", "why"), CANNOT_START)
+def test_a_vm_that_cannot_start_is_data_and_leaves_no_cgroup(tmp_path: Path, launch: Launch,
+                                                            why: str) -> None:
+    """Only ``OSError`` was caught when a VM's process started: a ``ValueError`` (a NUL in its
+    command or environment) escaped ``apply`` and left the VM's cgroup behind, every retry
+    another; a log directory that could not be made escaped too."""
+    logs = tmp_path / "logs"
+    if why == "File exists":
+        logs.mkdir()
+        (logs / "app").write_text("not a directory")
+    cpus = sorted(os.sched_getaffinity(0))
+    b = LocalBackend([Node("n0", str(cpus[0]), 1.0, 1024.0)], logs, max_restarts=1,
+                     prefix=f"merkat-test-{uuid.uuid4().hex[:8]}")
+    assert b.enforced, b.warning
+    b.register("app", lambda app, vm, i: launch)
+    try:
+        for attempt in range(2):  # retried by the platform, then gone for good
+            report = b.apply(Plan(float(attempt), 1.0, create=(VMPlacement("app/vm1", "app", 0),)))
+            [op] = report.ops
+            assert (op.op, op.ok) == ("create", False) and why in op.reason, op
+            assert not any(d.exists() for d in b.tree.dirs("app/vm1").values())
+            assert b.vm_ids() == []
+        assert why in b.failed()["app/vm1"]
+    finally:
+        b.close()
+    assert not any(d.exists() for d in b.tree.dirs("").values())
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0 or detect(Path("/sys/fs/cgroup")) is None,
+                    reason="needs root and cgroups")
+def test_a_restart_that_cannot_start_fails_the_vm_and_polling_goes_on(tmp_path: Path) -> None:
+    """The health check restarts a VM that exited with an error through the same start: one
+    that cannot start is failed (the manager fails its platform); ``poll`` does not raise."""
+    from dataclasses import replace
+
+    cpus = sorted(os.sched_getaffinity(0))
+    b = LocalBackend([Node("n0", str(cpus[0]), 1.0, 1024.0)], tmp_path, max_restarts=2,
+                     prefix=f"merkat-test-{uuid.uuid4().hex[:8]}")
+    assert b.enforced, b.warning
+    b.register("app", lambda app, vm, i: Launch("exit 3"))
+    try:
+        b.apply(Plan(0.0, 1.0, create=(VMPlacement("app/vm1", "app", 0),)))
+        vm = b.vms["app/vm1"]
+        assert wait_for(lambda: vm.proc is not None and vm.proc.poll() is not None, 10)
+        vm.launch = replace(vm.launch, command="exit 3\0")
+        [op] = b.poll()
+        assert (op.op, op.ok) == ("restart", False) and "embedded null byte" in op.reason, op
+        assert "restart failed: cannot start" in b.failed()["app/vm1"]
+    finally:
+        b.close()
+    assert not any(d.exists() for d in b.tree.dirs("").values())

@@ -42,14 +42,14 @@ def run_plugin(cmds: Commands, data_dir: Path, name: str, old: str, new: str, *,
     if not cmd:
         return None
     log = data_dir / "logs" / name / "plugins.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    from merkat.backends.local.sandbox import clean_env, spawn
+    from merkat.backends.local.sandbox import START_ERRORS, clean_env, spawn
 
     env = clean_env(identity, {"MERKAT_PLATFORM": name, "MERKAT_STATE": new})
     try:
+        log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
             spawn(cmd, identity, cgroups=cgroups, env=env, stdout=out, stderr=subprocess.STDOUT,
                   cwd=identity.home if identity is not None else None)
-    except (OSError, subprocess.SubprocessError) as exc:
+    except START_ERRORS as exc:
         return f"{name}: cannot run {cmd!r}: {exc}"
     return None

@@ -362,7 +362,10 @@ class LocalBackend:
         return None
 
     def _spawn(self, p: VMProcess) -> str | None:
-        p.log.parent.mkdir(parents=True, exist_ok=True)
+        """Start ``p``'s process in its group; why it could not start (None: started). Never
+        raises: whatever starting a process can raise (:data:`.sandbox.START_ERRORS`, a NUL in
+        the command as much as a missing log directory) is the reason, so that the caller
+        removes the VM's group (a create) or fails the VM (a restart)."""
         merkat = {"MERKAT_PLATFORM": p.app, "MERKAT_VM": p.id,
                   "MERKAT_CLUSTER": p.launch.cluster, "MERKAT_INDEX": str(p.launch.index),
                   "MERKAT_NODE": self._node(p.node).name, "MERKAT_CPUS": self._node(p.node).cpus,
@@ -370,6 +373,7 @@ class LocalBackend:
         env = sandbox.clean_env(p.launch.identity, merkat, p.launch.user_env)
         groups = list(self.tree.dirs(_group(p.id)).values()) if self.enforced else []
         try:
+            p.log.parent.mkdir(parents=True, exist_ok=True)
             # the server's log and exit file (not the user's): the latter is the wrapper's fd 0
             status = os.open(p.exit_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
@@ -382,7 +386,7 @@ class LocalBackend:
                         stderr=subprocess.STDOUT)
             finally:
                 os.close(status)
-        except (OSError, subprocess.SubprocessError) as exc:
+        except sandbox.START_ERRORS as exc:
             p.state = "failed"
             return f"cannot start {p.launch.command!r}: {exc}"
         p.state = "running"

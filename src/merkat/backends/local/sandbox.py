@@ -40,11 +40,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["SAFE_PATH", "Identity", "Result", "can_switch", "clean_env", "mount_plan",
-           "package_root", "reachable", "run", "spawn"]
+__all__ = ["SAFE_PATH", "START_ERRORS", "Identity", "Result", "can_switch", "clean_env",
+           "mount_plan", "package_root", "reachable", "run", "spawn"]
 
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 """The ``PATH`` of every user command (fixed: nothing of the server's)."""
+
+START_ERRORS: tuple[type[Exception], ...] = (OSError, ValueError, TypeError,
+                                             subprocess.SubprocessError)
+"""What starting a command raises (``subprocess.Popen``'s failures): ``OSError`` (fork, exec, a
+missing file), ``ValueError`` or ``TypeError`` (an argument no process takes: a NUL character
+in the command or in the environment, a variable name holding ``=``, a value not a string),
+``SubprocessError`` (the child's set-up before ``exec`` failed: its cgroup, its identity, its
+working directory). Whoever starts one catches these, not only ``OSError``: a NUL in a VM's
+command escaped the local backend and left its cgroup behind."""
 
 OUTPUT_LIMIT = 1 << 20
 """What :func:`run` keeps of a command's output (bytes, each stream); the rest is read and
@@ -284,8 +293,8 @@ def spawn(argv: Sequence[str] | str, identity: Identity | None, *, cgroups: Sequ
     ``cgroups`` (directories, or their ``cgroup.procs`` files), with ``env`` (default:
     :func:`clean_env`), in ``cwd``, ``stdin`` (default ``/dev/null``), output to ``stdout``/``stderr``
     (files the server opened: the user needs no access to them), ``pass_fds`` kept open;
-    ``expose``: more directories to make reachable read-only. Raises ``OSError`` or
-    ``subprocess.SubprocessError`` when it cannot start."""
+    ``expose``: more directories to make reachable read-only. Raises one of
+    :data:`START_ERRORS` when it cannot start."""
     return _popen(argv, identity, cgroups=cgroups, env=env, cwd=cwd, stdin=stdin,
                   stdout=stdout, stderr=stderr, pass_fds=pass_fds, expose=expose)
 
@@ -303,7 +312,7 @@ def run(argv: Sequence[str] | str, identity: Identity | None, *, cgroups: Sequen
                       stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(),
                       expose=expose)
-    except (OSError, subprocess.SubprocessError) as exc:
+    except START_ERRORS as exc:
         return Result(None, error=f"cannot start: {exc}")
     if input is not None and proc.stdin is not None:
         with contextlib.suppress(OSError):
