@@ -147,6 +147,6 @@ def test_a_larger_reserve_after_a_restart_still_caps_the_tree(tmp_path: Path) ->
     finally:
         for d in (cpu / "app" / "vm1", cpu / "app", cpu):
             d.rmdir()
-        for ctl in ("memory", "cpuset", "freezer"):
+        for ctl in ("cpuacct", "memory", "cpuset", "freezer", "pids"):  # (all the backend's)
             with contextlib.suppress(OSError):
                 (Path("/sys/fs/cgroup") / ctl / prefix).rmdir()
