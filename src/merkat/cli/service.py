@@ -35,9 +35,10 @@ def server(
     port: int | None = typer.Option(None, "--port", help="Port (8080).", min=0, max=65535),
     data_dir: Path | None = DataDirOption,
     period: float | None = typer.Option(
-        None, "--period", help=f"Scheduling period, s ({LIVE_PERIOD_S:g})."),
+        None, "--period", help=f"Scheduling period, s ({LIVE_PERIOD_S:g}; 0.1 to 86400)."),
     admission: float | None = typer.Option(None, "--admission",
-                                           help=f"Admission interval, s ({ADMISSION_S:g})."),
+                                           help=f"Admission interval, s ({ADMISSION_S:g}; "
+                                           "0.1 to 86400)."),
     backend: str | None = typer.Option(None, "--backend",
                                        help="Backend by name: local (default), kubernetes."),
     kubeconfig: Path | None = typer.Option(
