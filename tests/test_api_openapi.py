@@ -203,6 +203,10 @@ def test_every_operation_answers_as_documented(api: Any) -> None:
     call("put", "/api/v1/files/big", a, content=b"x" * (m.config.tenants.max_file + 1),
          headers=octet, expect=413)
     call("get", "/api/v1/files", a, expect=200)
+    call("delete", "/api/v1/files/in.txt", expect=401)
+    call("delete", "/api/v1/files/.x", a, expect=422)
+    call("delete", "/api/v1/files/in.txt", a, expect=204)
+    call("delete", "/api/v1/files/in.txt", a, expect=404)
     # every operation of the document was called (the stream's 200 is in test_hostile_http)
     ops = {(meth, p) for p, item in call.doc["paths"].items() for meth in item}
     assert ops - call.called == set(), sorted(ops - call.called)

@@ -1,4 +1,4 @@
-"""``merkat file put PATH`` / ``merkat file list``: your files on the server, the sources of a
+"""``merkat file put PATH`` / ``merkat file list`` / ``merkat file delete NAME``: your files on the server, the sources of a
 template's ``files_in`` (docs/service.md, "Tenants and isolation"). ``merkat submit`` uploads
 the template's ``files_in`` found beside it first (:func:`upload_files_in`).
 """
@@ -64,6 +64,18 @@ def list_(output: OutputFormat = OutputOption, url: str | None = UrlOption,
     emit(output, data, lambda: print_table(None, ["NAME", "SIZE", "MODIFIED"], [
         (f["name"], f["size"], time_text(f["modified"], "%Y-%m-%d %H:%M:%S"))
         for f in data["items"]]))
+
+
+@app.command("delete")
+def delete(name: str = typer.Argument(..., help="The file's name on the server."),
+           output: OutputFormat = OutputOption, url: str | None = UrlOption,
+           token: str | None = TokenOption) -> None:
+    """Delete one of your files on the server (a platform already started keeps its copy)."""
+    if not NAME.match(name):
+        fail(f"NAME: {name!r} is not a file name (1-128 of A-Z a-z 0-9 _.+-, not starting "
+             "with '.', '+' or '-')")
+    Client(url, token).request("DELETE", f"/files/{_q(name)}")
+    emit(output, {"name": name, "deleted": True}, lambda: print(f"file {name} deleted"))
 
 
 def files_in(text: bytes, xml: bool) -> list[str]:

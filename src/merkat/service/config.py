@@ -211,7 +211,8 @@ class TenantsConfig(BaseModel):
     (at most ``uid_count`` users), or as the system account ``accounts[user]``; her work area
     is ``<work_root>/<user>`` (default: ``<data_dir>-work`` beside the data directory); each VM
     has ``pids`` processes at most by default, a template may ask up to ``max_pids``; an
-    uploaded file is at most ``max_file`` bytes, a user holds at most ``max_files`` of them."""
+    uploaded file is at most ``max_file`` bytes, a user holds at most ``max_files`` of them and
+    ``max_files_bytes`` bytes in all (her uploads in progress included)."""
 
     model_config = {"extra": "forbid"}
     uid_base: int = Field(200_000, ge=1000, le=2**31 - 2**20)
@@ -222,6 +223,7 @@ class TenantsConfig(BaseModel):
     max_pids: int = Field(4096, ge=8, le=4_194_304)
     max_file: int = Field(64 * 2**20, ge=1, le=2**40)
     max_files: int = Field(1000, ge=1, le=10**6)
+    max_files_bytes: int = Field(2**30, ge=1, le=2**50)
 
     @field_validator("accounts")
     @classmethod

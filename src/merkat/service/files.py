@@ -142,19 +142,32 @@ class Upload:
     """One upload being written: a hidden temporary file in the user's ``files/`` (made
     without following a link), renamed over ``name`` by :meth:`commit`, removed by
     :meth:`abort`. Written chunk by chunk (:meth:`write`), so an upload is never held whole in
-    memory (the API streams the request's body into it)."""
+    memory (the API streams the request's body into it).
 
-    def __init__(self, ident: Identity, name: str, max_size: int, max_files: int) -> None:
-        """Refused (:class:`FileError`, nothing made) for a bad ``name`` or ``max_files``
-        files already; raises ``OSError`` when the directory cannot be written."""
+    ``max_total``: the bytes all of the user's files may hold together, the file this upload
+    replaces not counted and her other uploads in progress counted at their size so far (two
+    uploads started at once may each see the other small: together they pass the limit by
+    at most what they write after both started)."""
+
+    def __init__(self, ident: Identity, name: str, max_size: int, max_files: int,
+                 max_total: int | None = None) -> None:
+        """Refused (:class:`FileError`, nothing made) for a bad ``name``, ``max_files`` files
+        already or ``max_total`` bytes already held; raises ``OSError`` when the directory
+        cannot be written."""
         check_name(name)
         self.ident, self.name, self.max_size, self.size = ident, name, max_size, 0
         self.dir = _open_files_dir(ident)
         self.tmp = f".upload-{os.getpid()}-{id(self)}"
         self.out = -1
+        self.room: int | None = None
         try:
             if name not in os.listdir(self.dir) and len(os.listdir(self.dir)) >= max_files:
                 raise FileError(f"name: you already have {max_files} files (tenants.max_files)")
+            if max_total is not None:
+                self.room = max_total - _held(self.dir, name)
+                if self.room <= 0:
+                    raise FileError(f"size: your files already hold {max_total} bytes or more "
+                                    "(tenants.max_files_bytes): delete some first")
             self.out = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
                                0o600, dir_fd=self.dir)
         except BaseException:
@@ -166,6 +179,9 @@ class Upload:
         self.size += len(chunk)
         if self.size > self.max_size:
             raise FileError(f"size: over the limit of {self.max_size} bytes (tenants.max_file)")
+        if self.room is not None and self.size > self.room:
+            raise FileError(f"size: your files would hold more than the limit of all of them "
+                            f"together (tenants.max_files_bytes; {self.room} bytes were left)")
         view = memoryview(chunk)
         while view:
             view = view[os.write(self.out, view):]
@@ -197,11 +213,27 @@ class Upload:
             self.dir = -1
 
 
-def put_file(ident: Identity, name: str, chunks: Any, max_size: int, max_files: int) -> int:
+def _held(dir_fd: int, replaced: str) -> int:
+    """The bytes of the regular files in the open directory ``dir_fd`` (uploads in progress
+    included, links not followed), ``replaced`` not counted."""
+    total = 0
+    for entry in os.listdir(dir_fd):
+        if entry == replaced:
+            continue
+        with contextlib.suppress(OSError):
+            st = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
+    return total
+
+
+def put_file(ident: Identity, name: str, chunks: Any, max_size: int, max_files: int,
+             max_total: int | None = None) -> int:
     """Write the upload ``name`` (an iterable of byte chunks) into the user's ``files/``,
     owned by her, replacing a file of that name atomically. Refused (:class:`FileError`,
-    nothing written) past ``max_size`` bytes or ``max_files`` files. Returns its size."""
-    up = Upload(ident, name, max_size, max_files)
+    nothing written) past ``max_size`` bytes, ``max_files`` files or ``max_total`` bytes of
+    all her files. Returns its size."""
+    up = Upload(ident, name, max_size, max_files, max_total)
     try:
         for chunk in chunks:
             up.write(chunk)
@@ -209,6 +241,22 @@ def put_file(ident: Identity, name: str, chunks: Any, max_size: int, max_files: 
         up.abort()
         raise
     return up.commit()
+
+
+def delete_file(ident: Identity, name: str) -> bool:
+    """Remove the user's file ``name`` (a link is removed, never followed); ``False`` when she
+    has none of that name. Refused (:class:`FileError`) for a bad ``name``."""
+    check_name(name)
+    fd = _open_files_dir(ident)
+    try:
+        os.unlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        return False
+    except IsADirectoryError:
+        raise FileError(f"name: {name!r} is a folder, not one of your uploads") from None
+    finally:
+        os.close(fd)
+    return True
 
 
 def list_files(ident: Identity) -> list[dict[str, Any]]:

@@ -6,7 +6,9 @@ Each user sees and writes only her own (``<work_root>/<user>/files``, owned by h
 identity; an admin's own too). Names: 1-128 of ``A-Z a-z 0-9 _.+-``, not starting with ``.``,
 ``+`` or ``-`` (422 naming ``name``); a body over ``tenants.max_file`` bytes is 413 (the HTTP
 layer lets an upload pass its usual body limit up to that size), more than
-``tenants.max_files`` files 422; an upload replaces a file of the same name atomically.
+``tenants.max_files`` files 422, more than ``tenants.max_files_bytes`` bytes in all 413; an
+upload replaces a file of the same name atomically. ``DELETE /api/v1/files/{name}`` removes one
+(204; 404 when there is none of that name).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Request, Response
 
 from merkat.service.db import User
 
@@ -24,8 +26,8 @@ UPLOAD_BODY = {
 
 
 def file_routes(manager: Any, current_user: Any, prefix: str) -> APIRouter:
-    """The two routes, authenticated by the dependency ``current_user`` (the API's)."""
-    from merkat.service.files import FileError, Upload, list_files
+    """The three routes, authenticated by the dependency ``current_user`` (the API's)."""
+    from merkat.service.files import FileError, Upload, delete_file, list_files
     from merkat.service.tenants import TenantError
 
     r = APIRouter(prefix=prefix)
@@ -47,9 +49,11 @@ def file_routes(manager: Any, current_user: Any, prefix: str) -> APIRouter:
 
         ident = identity(me)
         try:
-            up = await asyncio.to_thread(Upload, ident, name, conf.max_file, conf.max_files)
+            up = await asyncio.to_thread(Upload, ident, name, conf.max_file, conf.max_files,
+                                         conf.max_files_bytes)
         except FileError as exc:
-            raise HTTPException(422, str(exc)) from None
+            raise HTTPException(413 if str(exc).startswith("size:") else 422,
+                                str(exc)) from None
         except OSError as exc:
             raise HTTPException(422, f"name: cannot write {name!r}: "
                                      f"{exc.strerror or exc}") from None
@@ -72,6 +76,20 @@ def file_routes(manager: Any, current_user: Any, prefix: str) -> APIRouter:
                                      f"{exc.strerror or exc}") from None
         finally:
             up.abort()  # (nothing once committed)
+
+    @r.delete("/files/{name}", status_code=204)
+    def delete(name: str, me: User = Depends(current_user)) -> Response:
+        """Delete your file ``name``: 204, or 404 when you have none of that name."""
+        try:
+            gone = delete_file(identity(me), name)
+        except FileError as exc:
+            raise HTTPException(422, str(exc)) from None
+        except OSError as exc:
+            raise HTTPException(422, f"name: cannot delete {name!r}: "
+                                     f"{exc.strerror or exc}") from None
+        if not gone:
+            raise HTTPException(404, f"name: you have no file {name!r} (merkat file list)")
+        return Response(status_code=204)
 
     @r.get("/files")
     def files(me: User = Depends(current_user)) -> dict[str, Any]:
