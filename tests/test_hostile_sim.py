@@ -395,3 +395,25 @@ def test_lublin_out_names_the_flag(tmp_path: Path) -> None:
         code, stdout, err = run("sim", "lublin", "--jobs", "10", "--out", str(out))
         one_line_error(code, err)  # was "error: /tmp/...: Is a directory"
         assert err.startswith("error: --out: ") and message in err and stdout == ""
+
+
+@pytest.mark.parametrize("name", ["themis-fig6", "merkat-fig6", "merkat-fig7", "tycoon-ar6",
+                                  "tycoon-window", "merkat-satisfaction"])
+def test_jobs_of_an_experiment_that_does_not_read_it(tmp_path: Path, name: str) -> None:
+    code, out, err = run("sim", "experiment", name, "--jobs", "5", "--out", str(tmp_path / "o"))
+    one_line_error(code, err)  # was ignored: the whole experiment ran at its own size
+    assert err.strip() == (f"error: --jobs: experiment {name!r} does not take a number of jobs "
+                           "(its workload is part of the setup)") and out == ""
+
+
+def test_each_experiments_jobs_marker_is_what_its_runs_read() -> None:
+    """``takes_jobs`` is true exactly where ``--jobs`` changes the runs (gridcloud-*: tasks
+    per user; the trace sweeps: the window), so a flag that changes nothing is refused."""
+    from merkat.experiments import EXPERIMENTS
+
+    for name in EXPERIMENTS:
+        exp = EXPERIMENTS[name]
+        factors = exp.default_factors or (0.5,)
+        changed = list(exp.runs(1, 7, factors)) != list(exp.runs(1, None, factors))
+        assert exp.takes_jobs is changed, name
+    assert EXPERIMENTS["gridcloud-priority"].takes_jobs
