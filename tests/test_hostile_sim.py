@@ -417,3 +417,24 @@ def test_each_experiments_jobs_marker_is_what_its_runs_read() -> None:
         changed = list(exp.runs(1, 7, factors)) != list(exp.runs(1, None, factors))
         assert exp.takes_jobs is changed, name
     assert EXPERIMENTS["gridcloud-priority"].takes_jobs
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("../../etc/passwd", "is a path"), ("a/b/mytrace", "is a path"), ("..", "is a path"),
+    ("", "is empty"), ("bad\x01name", "is not a trace name"), (".hidden", "is not a trace name"),
+])
+def test_fetch_refuses_a_name_that_is_a_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             name: str, why: str) -> None:
+    """``merkat traces fetch ../../etc/passwd --url ... --sha256 ...`` fetched the file into
+    the cache as ``passwd`` (``a/b/mytrace`` as ``mytrace``, a control character kept in the
+    file name). Exit 2, one line listing the valid names; nothing downloaded."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    src = tmp_path / "t.swf"
+    src.write_text("; a trace\n1 0 0 10 1 -1 -1 1 100 -1 1 1 1 1 1 -1 -1 -1\n")
+    sha = hashlib.sha256(src.read_bytes()).hexdigest()
+    for extra in ([], ["--url", src.as_uri(), "--sha256", sha]):
+        code, out, err = run("traces", "fetch", name, *extra)
+        one_line_error(code, err)
+        assert err.startswith(f"error: NAME: {name!r} {why}: a trace's name is letters") and \
+            "HPC2N-2002-2.2-cln" in err and "merkat traces list" in err and out == ""
+    assert not (tmp_path / "cache").exists()
