@@ -97,9 +97,9 @@ def test_vertical_deadline_steering_by_share_starts_at_once_and_never_suspends()
 
 
 def test_the_parameters_are_checked_and_the_live_service_steers_by_share() -> None:
-    with pytest.raises(PolicyError, match="steer must be one of scale, share"):
+    with pytest.raises(PolicyError, match="steer: must be one of scale, share"):
         make_policy("vertical-deadline", steer="fast")
-    with pytest.raises(PolicyError, match="margin must be in"):
+    with pytest.raises(PolicyError, match=r"margin: must be a finite number in \[0, 10\]"):
         make_policy("deadline-strict", steer="share", margin=-1)
     assert live_params("vertical-deadline", {}) == {"steer": "share"}
     assert live_params("merkat-vertical", {"steer": "scale"}) == {"steer": "scale"}

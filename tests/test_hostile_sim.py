@@ -395,3 +395,46 @@ def test_lublin_out_names_the_flag(tmp_path: Path) -> None:
         code, stdout, err = run("sim", "lublin", "--jobs", "10", "--out", str(out))
         one_line_error(code, err)  # was "error: /tmp/...: Is a directory"
         assert err.startswith("error: --out: ") and message in err and stdout == ""
+
+
+@pytest.mark.parametrize("name", ["themis-fig6", "merkat-fig6", "merkat-fig7", "tycoon-ar6",
+                                  "tycoon-window", "merkat-satisfaction"])
+def test_jobs_of_an_experiment_that_does_not_read_it(tmp_path: Path, name: str) -> None:
+    code, out, err = run("sim", "experiment", name, "--jobs", "5", "--out", str(tmp_path / "o"))
+    one_line_error(code, err)  # was ignored: the whole experiment ran at its own size
+    assert err.strip() == (f"error: --jobs: experiment {name!r} does not take a number of jobs "
+                           "(its workload is part of the setup)") and out == ""
+
+
+def test_each_experiments_jobs_marker_is_what_its_runs_read() -> None:
+    """``takes_jobs`` is true exactly where ``--jobs`` changes the runs (gridcloud-*: tasks
+    per user; the trace sweeps: the window), so a flag that changes nothing is refused."""
+    from merkat.experiments import EXPERIMENTS
+
+    for name in EXPERIMENTS:
+        exp = EXPERIMENTS[name]
+        factors = exp.default_factors or (0.5,)
+        changed = list(exp.runs(1, 7, factors)) != list(exp.runs(1, None, factors))
+        assert exp.takes_jobs is changed, name
+    assert EXPERIMENTS["gridcloud-priority"].takes_jobs
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("../../etc/passwd", "is a path"), ("a/b/mytrace", "is a path"), ("..", "is a path"),
+    ("", "is empty"), ("bad\x01name", "is not a trace name"), (".hidden", "is not a trace name"),
+])
+def test_fetch_refuses_a_name_that_is_a_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             name: str, why: str) -> None:
+    """``merkat traces fetch ../../etc/passwd --url ... --sha256 ...`` fetched the file into
+    the cache as ``passwd`` (``a/b/mytrace`` as ``mytrace``, a control character kept in the
+    file name). Exit 2, one line listing the valid names; nothing downloaded."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    src = tmp_path / "t.swf"
+    src.write_text("; a trace\n1 0 0 10 1 -1 -1 1 100 -1 1 1 1 1 1 -1 -1 -1\n")
+    sha = hashlib.sha256(src.read_bytes()).hexdigest()
+    for extra in ([], ["--url", src.as_uri(), "--sha256", sha]):
+        code, out, err = run("traces", "fetch", name, *extra)
+        one_line_error(code, err)
+        assert err.startswith(f"error: NAME: {name!r} {why}: a trace's name is letters") and \
+            "HPC2N-2002-2.2-cln" in err and "merkat traces list" in err and out == ""
+    assert not (tmp_path / "cache").exists()

@@ -43,7 +43,8 @@ def experiment(
         1, "--workers", help=f"Processes for the sweep, in [1, {MAX_WORKERS}] (never more than "
         "its runs)."),
     jobs: int | None = typer.Option(
-        None, "--jobs", min=1, help="Trace window (default: the paper's, 1,000 jobs)."
+        None, "--jobs", min=1, help="Trace window (default: the paper's, 1,000 jobs); "
+        "gridcloud-*: tasks per user. Refused by the experiments that read no number of jobs."
     ),
     factors: str | None = typer.Option(
         None, "--factors", help="Inter-arrival factors, e.g. 0.1,0.5,1 (default 0.1 ... 1.0)."
@@ -95,6 +96,9 @@ def experiment(
     if factors is not None and not EXPERIMENTS[name].sweeps_load:
         fail(f"--factors: experiment {name!r} does not sweep the load (its loads are part of "
              "the setup)")
+    if jobs is not None and not EXPERIMENTS[name].takes_jobs:
+        fail(f"--jobs: experiment {name!r} does not take a number of jobs (its workload is "
+             "part of the setup)")
     fs = _factors(factors, EXPERIMENTS[name].default_factors or FACTORS)
     params: dict[str, Any] = {}
     if policy is not None or policy_param:

@@ -48,8 +48,9 @@ def _param_value(text: str) -> Any:
 
 
 def parse_policy_params(items: list[str], policy: str | None) -> dict[str, Any]:
-    """``--policy-param KEY=VALUE`` flags as keyword arguments of ``policy`` (checked by
-    building one controller: an unknown key or a bad value is a one-line error, exit 2)."""
+    """``--policy-param KEY=VALUE`` flags as keyword arguments of ``policy``, checked against
+    its declaration (``check_params``: an unknown key, a bad value or a key given twice is a
+    one-line error naming ``--policy-param KEY``, exit 2) and by building one controller."""
     if items and policy is None:
         fail("--policy-param: only with --scheduler market")
     params: dict[str, Any] = {}
@@ -57,12 +58,17 @@ def parse_policy_params(items: list[str], policy: str | None) -> dict[str, Any]:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             fail(f"--policy-param: expected KEY=VALUE, got {item!r}")
+        if key.strip() in params:  # (the last one silently won)
+            fail(f"--policy-param {key.strip()}: given twice")
         params[key.strip()] = _param_value(value)
     if params and policy is not None:
-        from merkat.control.registry import PolicyError, make_policy
+        from merkat.control.registry import ParamError, PolicyError, check_params, make_policy
 
-        try:
+        try:  # the policy's declaration (control/params.py), then its constructor
+            params = check_params(policy, params)
             make_policy(policy, **params)
+        except ParamError as exc:
+            fail(f"--policy-param {exc}")
         except PolicyError as exc:
             fail(f"--policy-param: {exc}")
     return params

@@ -89,7 +89,10 @@ def fetch_cmd(
 ) -> None:
     """Download a trace of the Parallel Workloads Archive into the user cache (checksum
     checked); print its path. $MERKAT_ARCHIVE_URL names a mirror of the archive."""
-    base = tr.trace_name(name)
+    try:  # a path (../../etc/passwd), empty or control characters: not a name
+        base = tr.trace_name(tr.check_fetch_name(name))
+    except ValueError as exc:
+        fail(str(exc))
     if url is None and not force:
         try:
             existing = tr.find_trace(base)

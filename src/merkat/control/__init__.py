@@ -13,7 +13,8 @@ where the pseudo-code is garbled.
 - ``deadline.py``  Vertical-Deadline, Horizontal-Deadline (Themis Fig. 4, §IV-A)
 - ``slo.py``       the four SLO policies (SLO paper Alg. 1) and best-effort
 - ``utility.py``   utilities (SLO paper Table 1), satisfaction, value, efficiency
-- ``registry.py``  POLICIES, make_policy
+- ``params.py``    each policy's declared parameters (``PARAMS``), checked by the registry
+- ``registry.py``  POLICIES, make_policy, check_params
 """
 
 from merkat.control.base import Controller, Ewma, make_rng
@@ -39,7 +40,14 @@ from merkat.control.generic import (
     ScaleOneVM,
     ScaleOneVMController,
 )
-from merkat.control.registry import POLICIES, PolicyError, make_policy, policy_params
+from merkat.control.registry import (
+    POLICIES,
+    ParamError,
+    PolicyError,
+    check_params,
+    make_policy,
+    policy_params,
+)
 from merkat.control.slo import (
     BestEffort,
     DeadlinePartial,
@@ -95,6 +103,7 @@ __all__ = [
     "MerkatVerticalScaler",
     "Metrics",
     "Observation",
+    "ParamError",
     "PerformancePartial",
     "PerformanceStrict",
     "Phase",
@@ -111,6 +120,7 @@ __all__ = [
     "VMView",
     "VerticalDeadline",
     "app_alloc",
+    "check_params",
     "deadline_partial",
     "deadline_strict",
     "efficiency",

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
 
 from merkat.control.formulas import current_bid, scale_to, spend_limit, start_bid
+from merkat.control.params import COUNT, SEED, SHARE, Param, Rule, declare, integer
 from merkat.control.types import Action, Amounts, Demand, Observation, Phase, new_demand
 from merkat.seeds import Stream
 
@@ -90,6 +92,13 @@ class Controller(ABC):
     (shown by ``merkat policy list``)."""
     needs: ClassVar[str] = "nothing"
     """What the policy reads of the application, in words (``merkat policy list``)."""
+    PARAMS: ClassVar[Mapping[str, Param]] = declare(
+        horizon=integer(1, COUNT), start_fraction=SHARE, seed=SEED)
+    """The type and range of each keyword parameter (:mod:`merkat.control.params`): a
+    subclass declares every parameter it adds; the registry checks a policy's parameters
+    against it (``check_params``) before the constructor runs."""
+    PARAM_RULES: ClassVar[tuple[Rule, ...]] = ()
+    """The checks that read several parameters (``low <= high``)."""
 
     def __init__(self, *, horizon: int = 1, start_fraction: float = 1.0,
                  seed: Seed = 0) -> None:

@@ -22,9 +22,10 @@ Alg. 2 + 3 (:class:`MerkatHorizontal`) as decided in docs/control.md (decision 2
 
 from __future__ import annotations
 
-from merkat.control.base import Seed
+from merkat.control.base import Controller, Seed
 from merkat.control.formulas import app_alloc, current_bid, gap, judge
 from merkat.control.generic import MerkatHorizontal, MerkatVertical, _MetricController, resize
+from merkat.control.params import FRACTION, LOW_HIGH, THRESHOLDS, declare, number
 from merkat.control.types import Demand, Observation, Sense
 
 
@@ -40,6 +41,9 @@ class MerkatCombined(_MetricController):
     applies_to = ("task-farm", "moldable")  # changes the VM count: a rigid job's is fixed
     needs = ("a performance metric (v, v_ref), or a progress rate and a deadline; an "
              "application that can use more or fewer VMs")
+    PARAMS = declare(Controller.PARAMS, THRESHOLDS, alloc_min=FRACTION,
+                     max_alloc_tol=number(0, 1, hi_open=True))
+    PARAM_RULES = (LOW_HIGH,)
 
     def __init__(self, *, low: float = 0.75, high: float = 1.0, alloc_min: float = 0.0,
                  max_alloc_tol: float = 0.01, horizon: int = 1, start_fraction: float = 1.0,

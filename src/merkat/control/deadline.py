@@ -11,10 +11,20 @@ from __future__ import annotations
 import math
 
 from merkat.control.base import Controller, Ewma, Seed
-from merkat.control.forecast import PriceForecast
+from merkat.control.forecast import FORECAST_PARAMS, FORECAST_RULES, PriceForecast
 from merkat.control.formulas import app_alloc, current_bid, makespan_bound, start_bid
 from merkat.control.generic import ScaleMultiVMs, ScaleOneVM, resize
-from merkat.control.steer import ShareSteer, check_steer
+from merkat.control.params import (
+    COUNT,
+    FLAG,
+    FRACTION,
+    LOW_HIGH,
+    THRESHOLDS,
+    declare,
+    integer,
+    number,
+)
+from merkat.control.steer import STEER_PARAMS, ShareSteer, check_steer
 from merkat.control.types import Action, Amounts, Demand, Metrics, Observation, Phase, Sense
 
 
@@ -70,6 +80,11 @@ class VerticalDeadline(Controller):
     name = "vertical-deadline"
     applies_to = ("trace", "rigid")
     needs = "progress (work done, work total, ideal rate) and a deadline"
+    PARAMS = declare(Controller.PARAMS, FORECAST_PARAMS, STEER_PARAMS, t_diff=number(0),
+                     limit=integer(1, COUNT), ewma_alpha=number(0, 1, lo_open=True),
+                     max_alloc_tol=number(0, 1, hi_open=True), postpone_fraction=FRACTION,
+                     resume_wait=integer(0, COUNT), abort_hopeless=FLAG)
+    PARAM_RULES = FORECAST_RULES
 
     def __init__(self, *, t_diff: float = 0.05, limit: int = 3, ewma_alpha: float = 0.5,
                  max_alloc_tol: float = 0.01, postpone_fraction: float = 0.1,
@@ -268,6 +283,8 @@ class HorizontalDeadline(Controller):
     name = "horizontal-deadline"
     applies_to = ("task-farm",)
     needs = "a task queue (tasks left, average and longest task time) and a deadline"
+    PARAMS = declare(Controller.PARAMS, THRESHOLDS, limit=integer(1, COUNT))
+    PARAM_RULES = (LOW_HIGH,)
 
     def __init__(self, *, limit: int = 3, low: float = 0.75, high: float = 1.0,
                  horizon: int = 1, start_fraction: float = 1.0, seed: Seed = 0) -> None:

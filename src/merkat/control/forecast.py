@@ -24,10 +24,12 @@ forecast (fits are cached by the series, so the applications of one period share
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from functools import lru_cache
 from statistics import NormalDist
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from merkat.control.params import Rule, choice, declare, integer, number
 from merkat.control.types import Amounts, Observation
 
 if TYPE_CHECKING:
@@ -38,6 +40,34 @@ HISTORY = 12
 """The default ``forecast_history`` (at least 4·order): the prices the platform shows by
 default (its ``history_size`` periods, the current one included)."""
 UNTIL_DEADLINE = "deadline"
+ORDER_MAX = 64
+"""The highest ``forecast_order`` (a fit is O(order²) per series and period)."""
+PERIODS_MAX = 10_000
+"""The most periods of prices a forecast reads or looks ahead (``forecast_history``,
+``forecast_horizon``)."""
+
+FORECAST_PARAMS = declare(
+    forecast=choice(*FORECASTS),
+    forecast_order=integer(1, ORDER_MAX),
+    probability=number(0, 1, lo_open=True, hi_open=True),
+    forecast_horizon=integer(1, PERIODS_MAX, words=(UNTIL_DEADLINE,)),
+    forecast_history=integer(8, PERIODS_MAX, none=True),
+)
+"""The parameters of a policy that forecasts its prices (:class:`PriceForecast`'s)."""
+
+
+def _history(p: Mapping[str, Any], name: str) -> str | None:
+    history, order = p.get("forecast_history"), p.get("forecast_order")
+    if history is None or not isinstance(order, int) or history >= max(8, 4 * order):
+        return None
+    if name == "forecast_order":
+        return f"must be <= forecast_history / 4 ({history} / 4), got {order}"
+    return (f"must be an integer >= max(8, 4 x forecast_order) = {max(8, 4 * order)}, "
+            f"got {history!r}")
+
+
+FORECAST_RULES = (Rule(("forecast_history", "forecast_order"), _history),)
+"""``forecast_history`` covers the fit: at least max(8, 4 x ``forecast_order``) prices."""
 
 
 @lru_cache(maxsize=256)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from merkat.control.base import Controller, Seed
 from merkat.control.formulas import judge
 from merkat.control.generic import MerkatHorizontal, resize
+from merkat.control.params import LOW_HIGH, THRESHOLDS, declare, number
 from merkat.control.types import Demand, Observation
 
 
@@ -23,6 +24,8 @@ class FrameworkHorizontal(Controller):
     """
 
     name = "framework-horizontal"
+    PARAMS = declare(Controller.PARAMS, THRESHOLDS, keep_idle=number(0))
+    PARAM_RULES = (LOW_HIGH,)
 
     def __init__(self, *, keep_idle: float = 600.0, low: float = 0.75, high: float = 1.0,
                  horizon: int = 1, start_fraction: float = 1.0, seed: Seed = 0) -> None:

@@ -22,7 +22,8 @@ from merkat.control.formulas import (
     start_bid,
     vm_upper_bound,
 )
-from merkat.control.steer import ShareSteer, check_steer
+from merkat.control.params import COUNT, FRACTION, LOW_HIGH, THRESHOLDS, declare, integer, number
+from merkat.control.steer import STEER_PARAMS, ShareSteer, check_steer
 from merkat.control.types import Action, Amounts, Demand, Observation, Sense
 
 AGGRESSIVE = 2.0
@@ -293,6 +294,7 @@ class ScaleOneVMController(_MetricController):
 
     name = "scale-one-vm"
     applies_to = ("trace", "rigid", "task-farm")
+    PARAMS = declare(Controller.PARAMS, t_diff=number(0), limit=integer(1, COUNT))
 
     def __init__(self, *, t_diff: float = 0.05, limit: int = 3, horizon: int = 1,
                  start_fraction: float = 1.0, seed: Seed = 0) -> None:
@@ -310,6 +312,8 @@ class ScaleMultiVMsController(_MetricController):
 
     name = "scale-multi-vms"
     applies_to = ("task-farm", "moldable")  # changes the VM count: not a rigid job's
+    PARAMS = declare(Controller.PARAMS, THRESHOLDS, limit=integer(1, COUNT))
+    PARAM_RULES = (LOW_HIGH,)
 
     def __init__(self, *, limit: int = 3, low: float = 0.75, high: float = 1.0,
                  horizon: int = 1, start_fraction: float = 1.0, seed: Seed = 0) -> None:
@@ -333,6 +337,8 @@ class MerkatVertical(_MetricController):
 
     name = "merkat-vertical"
     applies_to = ("trace", "rigid", "task-farm")
+    PARAMS = declare(Controller.PARAMS, THRESHOLDS, STEER_PARAMS, alloc_min=FRACTION)
+    PARAM_RULES = (LOW_HIGH,)
 
     def __init__(self, *, low: float = 0.75, high: float = 1.0, alloc_min: float = 0.0,
                  horizon: int = 1, start_fraction: float = 1.0, steer: str = "scale",
@@ -381,6 +387,8 @@ class MerkatHorizontal(_MetricController):
 
     name = "merkat-horizontal"
     applies_to = ("task-farm", "moldable")  # changes the VM count: not a rigid job's
+    PARAMS = declare(Controller.PARAMS, THRESHOLDS)
+    PARAM_RULES = (LOW_HIGH,)
 
     def __init__(self, *, low: float = 0.75, high: float = 1.0, horizon: int = 1,
                  start_fraction: float = 1.0, seed: Seed = 0) -> None:

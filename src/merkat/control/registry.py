@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from merkat.control.base import Controller
@@ -17,6 +18,7 @@ from merkat.control.generic import (
     ScaleMultiVMsController,
     ScaleOneVMController,
 )
+from merkat.control.params import ANY, BadValue, Param
 from merkat.control.slo import (
     BestEffort,
     DeadlinePartial,
@@ -29,6 +31,16 @@ from merkat.registry import Registry, UnknownName
 
 class PolicyError(ValueError):
     """An unknown policy name or parameter."""
+
+
+class ParamError(PolicyError):
+    """A policy's parameter ``param`` is refused (unknown, or a value its declaration refuses:
+    :mod:`merkat.control.params`); ``str()`` is ``PARAM: REASON``, so a caller prefixes where
+    the parameter came from (``controller.params.``, ``--policy-param ``)."""
+
+    def __init__(self, policy: str, param: str, reason: str) -> None:
+        super().__init__(f"{param}: {reason}")
+        self.policy, self.param, self.reason = policy, param, reason
 
 
 class UnknownPolicy(UnknownName, PolicyError):
@@ -57,20 +69,64 @@ def _params(cls: type[Controller]) -> dict[str, Any]:
             if p.kind in kinds and p.default is not inspect.Parameter.empty}
 
 
-def make_policy(name: str, **params: Any) -> Controller:
-    """A fresh controller of policy ``name`` with ``params`` (keyword arguments).
+@functools.lru_cache(maxsize=256)
+def _schema(cls: type[Controller]) -> dict[str, Param]:
+    """Each keyword parameter of ``cls`` and its declaration (``cls.PARAMS``; a parameter a
+    plugin's subclass adds without declaring it is not checked)."""
+    return {k: cls.PARAMS.get(k, ANY) for k in _params(cls)}
 
-    Raises :class:`PolicyError` naming the known policies, or the known parameters.
+
+def check_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` of policy ``name`` checked against its declaration (each policy's
+    ``PARAMS`` and ``PARAM_RULES``, :mod:`merkat.control.params`), as the policy takes them
+    (``3.0`` of an integer parameter as ``3``).
+
+    Raises :class:`UnknownPolicy`, or :class:`ParamError` naming the first parameter refused:
+    unknown (with the known ones), of the wrong type or out of range."""
+    return _check(_lookup(name), name, params)
+
+
+def _check(cls: type[Controller], name: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    schema = _schema(cls)
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        spec = schema.get(key)
+        if spec is None:
+            raise ParamError(name, str(key), _unknown(name, str(key), schema))
+        try:
+            out[key] = spec.check(value)
+        except BadValue as exc:
+            raise ParamError(name, key, str(exc)) from None
+    for rule in cls.PARAM_RULES:  # (the defaults pass every rule: only one given can fail)
+        named = next((k for k in rule.params if k in out), None)
+        if named is not None:
+            reason = rule.test({**_params(cls), **out}, named)
+            if reason is not None:
+                raise ParamError(name, named, reason)
+    return out
+
+
+def _unknown(name: str, key: str, schema: Mapping[str, Param]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, list(schema), 1, 0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return (f"policy {name!r} has no parameter {key!r}{hint}; its parameters are: "
+            f"{', '.join(sorted(schema)) or 'none'}")
+
+
+def make_policy(name: str, **params: Any) -> Controller:
+    """A fresh controller of policy ``name`` with ``params`` (keyword arguments), checked
+    first (:func:`check_params`).
+
+    Raises :class:`PolicyError` naming the known policies, or :class:`ParamError` naming the
+    parameter refused.
     """
     cls = _lookup(name)
-    known = policy_params(name)
-    unknown = sorted(set(params) - set(known))
-    if unknown:
-        raise PolicyError(f"policy {name!r} has no parameter {', '.join(map(repr, unknown))}; "
-                          f"its parameters are: {', '.join(sorted(known)) or 'none'}")
+    params = _check(cls, name, params)
     try:
         return cls(**params)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError) as exc:  # a check of the constructor's own
         raise PolicyError(f"policy {name!r}: {exc}") from exc
 
 

@@ -30,10 +30,11 @@ from typing import ClassVar
 
 from merkat.control.base import Controller, Seed
 from merkat.control.deadline import needed_fraction
-from merkat.control.forecast import PriceForecast
+from merkat.control.forecast import FORECAST_PARAMS, FORECAST_RULES, PriceForecast
 from merkat.control.formulas import alloc_fraction, app_alloc, current_bid, gap, judge, start_bid
 from merkat.control.generic import MerkatVerticalScaler
-from merkat.control.steer import ShareSteer, check_steer
+from merkat.control.params import COUNT, FRACTION, LOW_HIGH, THRESHOLDS, declare, integer, number
+from merkat.control.steer import STEER_PARAMS, ShareSteer, check_steer
 from merkat.control.types import Action, Amounts, Demand, Observation, Sense
 
 
@@ -79,6 +80,11 @@ class SLOController(Controller):
     kind: ClassVar[SLOKind] = SLOKind.DEADLINE_STRICT
     applies_to = ("trace", "rigid", "task-farm")
     needs = "progress (work left, progress or ideal rate) and a deadline"
+    PARAMS = declare(Controller.PARAMS, THRESHOLDS, FORECAST_PARAMS, STEER_PARAMS,
+                     start_fraction=number(0, 1, lo_open=True, none=True),
+                     min_fraction=FRACTION, backoff_max=integer(0, COUNT),
+                     max_wait=integer(1, COUNT))
+    PARAM_RULES = (LOW_HIGH, *FORECAST_RULES)
 
     def __init__(self, *, start_fraction: float | None = None, min_fraction: float = 0.25,
                  low: float = 0.75, high: float = 1.0, backoff_max: int = 3, max_wait: int = 3,
@@ -281,6 +287,7 @@ class BestEffort(Controller):
     name = "best-effort"
     applies_to = ("trace", "rigid", "task-farm")
     needs = "nothing (a fixed bid)"
+    PARAMS = declare(Controller.PARAMS, max_price=number(0, lo_open=True, none=True))
 
     def __init__(self, *, start_fraction: float = 0.25, max_price: float | None = None,
                  horizon: int = 1, seed: Seed = 0) -> None:

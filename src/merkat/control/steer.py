@@ -38,10 +38,13 @@ from itertools import pairwise
 from typing import Any
 
 from merkat.control.formulas import alloc_fraction, app_alloc, current_bid, scale_to
+from merkat.control.params import choice, declare, number
 from merkat.control.types import Action, Amounts, Demand, Observation, new_demand
 
 STEERS = ("scale", "share")
 """The values of a deadline controller's ``steer`` parameter."""
+STEER_PARAMS = declare(steer=choice(*STEERS), margin=number(0, 10))
+"""The parameters of a policy that can steer by share (``steer``, ``margin``)."""
 
 MOST = 0.9
 """The largest part of a resource the rule bids for: in a proportional share the bid for a

@@ -342,14 +342,14 @@ EXPERIMENTS.register(Experiment(
     "best; without retries most tasks fail for budget.",
     _strategies_runs, _strategies_derive, _strategies_plot,
     {**COMMON, "providers": "2 x Small", "users": 20, "tasks_per_user": 500,
-     "interarrival_s": 30, "priority": "risk"}, execute, sweeps_load=False))
+     "interarrival_s": 30, "priority": "risk"}, execute, sweeps_load=False, takes_jobs=True))
 EXPERIMENTS.register(Experiment(
     "gridcloud-priority", "Grid-cloud Fig. 6: priority by risk vs importance",
     "By risk ≈ 77 % of tasks succeed vs ≈ 66 % by importance; Σ I succeeded +11 %, Σ I failed "
     "−62 %.",
     _priority_runs, _priority_derive, _priority_plot,
     {**COMMON, "providers": "2 x Small", "users": 20, "tasks_per_user": 5000,
-     "interarrival_s": 50}, execute, sweeps_load=False))
+     "interarrival_s": 50}, execute, sweeps_load=False, takes_jobs=True))
 EXPERIMENTS.register(Experiment(
     "gridcloud-adaptability", "Grid-cloud Fig. 7: adaptability to load",
     "Allocated PEs follow the load: up at 10,000 s, down after 15,000 s, minimal after "
@@ -357,7 +357,7 @@ EXPERIMENTS.register(Experiment(
     _adapt_runs, _adapt_derive, _adapt_plot,
     {**COMMON, "providers": "1 x Powerful", "users": 10, "tasks_per_user": 2000,
      "interarrival_s": "75 -> 7.5 (10,000 s) -> 75 (15,000 s) -> 750 (20,000 s)"},
-    execute, sweeps_load=False))
+    execute, sweeps_load=False, takes_jobs=True))
 EXPERIMENTS.register(Experiment(
     "gridcloud-fairness", "Grid-cloud Fig. 8-9: fairness",
     "Low- and medium-demand users are barely affected by a smaller cluster; high-demand "
@@ -365,4 +365,4 @@ EXPERIMENTS.register(Experiment(
     _fair_runs, _fair_derive, _fair_plot,
     {**COMMON, "providers": "1 cloud: Powerful, Standard or Small", "users": 30,
      "groups_interarrival_s": list(FAIR_MEANS), "tasks_per_user": 2000},
-    execute, sweeps_load=False))
+    execute, sweeps_load=False, takes_jobs=True))

@@ -49,12 +49,20 @@ class Experiment:
     parameters: dict[str, Any] = field(default_factory=dict)
     execute: Callable[[Any], dict[str, Any]] = execute
     sweeps_load: bool = True  # runs over --factors and --jobs (trace experiments)
+    # its runs read --jobs (None: as sweeps_load, a trace window; gridcloud-*: the tasks per
+    # user); False: `--jobs` is refused (it was silently ignored)
+    takes_jobs: bool | None = None
     takes_policy: bool = False  # its market runs take --policy / --policy-param
     default_factors: tuple[float, ...] | None = None  # --factors' default (None: FACTORS)
     takes_readings: bool = False  # its runs take --reading KEY=VALUE (experiments.readings)
     markets: tuple[str, ...] = ()  # the mechanisms --market may name (besides the default)
     # the runs with --market NAME (given: NAME, seeds, jobs, factors)
     runs_for_market: Callable[[str, int, int | None, Sequence[float]], Sequence[Any]] | None = None
+
+
+    def __post_init__(self) -> None:
+        if self.takes_jobs is None:
+            object.__setattr__(self, "takes_jobs", self.sweeps_load)
 
 
 EXPERIMENTS: Registry[Experiment] = Registry("experiment")

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from merkat.control.base import Controller
-from merkat.control.registry import PolicyError, make_policy
+from merkat.control.registry import ParamError, PolicyError, make_policy
 from merkat.core.model import AppSpec
 from merkat.runtime.arrivals import Arrival
 from merkat.service import files
@@ -42,6 +42,8 @@ def make_controller(policy: str, params: dict[str, Any]) -> Controller:
 
     try:  # live, the deadline policies steer by the share they need (merkat.control.steer)
         return make_policy(policy, **live_params(policy, params))
+    except ParamError as exc:  # (templates.validate refused it already: a stored template)
+        raise TemplateError(f"controller.params.{exc}") from None
     except PolicyError as exc:
         if not str(exc).startswith("unknown policy"):
             raise TemplateError(f"controller.params: {exc}") from None

@@ -107,6 +107,10 @@ def from_xml(text: str, source: str) -> dict[str, Any]:
 
 
 def _number(s: str) -> Any:
+    """A parameter's text as a YAML value would be: an int, a float, ``true``/``false``
+    (a boolean: the text ``false`` is not a policy's false), else the text."""
+    if s.strip().lower() in ("true", "false"):
+        return s.strip().lower() == "true"
     for conv in (int, float):
         try:
             return conv(s)

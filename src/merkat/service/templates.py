@@ -209,6 +209,16 @@ class Template(_Strict):
     keep_idle: float = Field(0.0, ge=0, le=7 * 86400)  # s an idle VM is kept (horizontal)
     poll: float = Field(10.0, ge=MIN_POLL, le=86400)  # the monitors' interval (s)
     trade: list[Literal["cpu", "memory"]] = Field(default_factory=lambda: ["cpu", "memory"])  # type: ignore[arg-type]
+
+    @field_validator("trade")
+    @classmethod
+    def _trade_once(cls, v: list[str]) -> list[str]:
+        """Each resource once: ``[cpu, cpu]`` traded the CPU twice (two bids, two bills)."""
+        twice = sorted({r for r in v if v.count(r) > 1})
+        if twice:
+            raise ValueError(f"names {', '.join(map(repr, twice))} more than once; each "
+                             "resource is traded once")
+        return v
     clusters: list[Cluster] = Field(min_length=1)
     commands: Commands = Field(default_factory=Commands)
     health: Health = Field(default_factory=Health)
@@ -339,7 +349,25 @@ def validate(data: Any, source: str = "template", lines: Any = None) -> Template
         check_finite(t.controller.params, "controller.params")
     except InputError as exc:
         raise TemplateError(f"{source}: {exc}") from None
+    _check_params(t, source, lines)
     return t
+
+
+def _check_params(t: Template, source: str, lines: Any) -> None:
+    """A built-in policy's ``controller.params`` checked against its declaration
+    (:func:`merkat.control.registry.check_params`: an unknown name, a wrong type, a value out
+    of range), naming ``controller.params.NAME`` and its line. A plugin's (a
+    ``merkat.controllers`` entry point) are its constructor's to check, at submission."""
+    from merkat.control.registry import POLICIES, ParamError, check_params
+
+    if t.controller.policy not in POLICIES:
+        return
+    try:
+        check_params(t.controller.policy, t.controller.params)
+    except ParamError as exc:
+        line = _line_of(lines, ["controller", "params", exc.param]) if lines is not None else None
+        where = f"{source} line {line}" if line else source
+        raise TemplateError(f"{where}: controller.params.{clip(str(exc), 400)}") from None
 
 
 def _unknown_key(loc: list[Any], errors: list[Any]) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import re
 import tempfile
 import zlib
 from collections.abc import Callable
@@ -89,6 +90,25 @@ class FetchError(Exception):
     """A download that failed or did not match its checksum (nothing was written)."""
 
     exit_code = 1
+
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+"""What :func:`fetch` takes as a trace's name (the archive's spelling, ``.swf``/``.swf.gz``
+allowed): letters, digits, ``.``, ``_``, ``+``, ``-``, never ``/`` nor ``..`` (a path), never
+empty or a control character (a file name of the cache)."""
+
+
+def check_fetch_name(name: str) -> str:
+    """``name`` if it can name a trace to fetch (:data:`NAME`), else :class:`ValueError`
+    listing the valid names: ``../../etc/passwd`` was fetched as ``passwd``."""
+    if NAME.fullmatch(name) and ".." not in name:
+        return name
+    known = sorted(set(ARCHIVE) | {t.name for t in local_traces() if NAME.fullmatch(t.name)})
+    path = "/" in name or "\\" in name or ".." in name
+    why = "empty" if not name.strip() else "a path" if path else "not a trace name"
+    raise ValueError(f"NAME: {name!r} is {why}: a trace's name is letters, digits, '.', '_', "
+                     f"'+' and '-' (no '/' or '..'); the traces: {', '.join(known)} (`merkat "
+                     "traces list --archive`)")
 
 
 def trace_name(path: str | Path) -> str:
@@ -239,7 +259,7 @@ def fetch(
     import urllib.error
     import urllib.request
 
-    name = trace_name(name)
+    name = trace_name(check_fetch_name(name))
     if url is None:
         if name not in ARCHIVE:
             known = ", ".join(sorted(ARCHIVE))
