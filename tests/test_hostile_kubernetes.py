@@ -64,3 +64,32 @@ def test_a_notice_of_an_hour_holds_the_node_no_longer_than_the_servers_limit(
     assert ("merkat", "mallory-main-1") in emu.pods
     live.apply(Plan(120.0, 40.0))
     assert emu.pods == {}
+
+
+def test_a_platform_whose_pod_name_is_anothers_never_mounts_her_state_volume(
+        tmp_path: Path) -> None:
+    """Alice's platform ``a-b`` (cluster ``c``) and Mallory's ``a`` (cluster ``b-c``) both map
+    to the pod ``a-b-c-1`` and the claim ``a-b-c-1-state``. Alice suspended keeps her claim
+    (her checkpoint in it); Mallory's VM with ``state:`` took the 409 AlreadyExists of that
+    claim for her own and mounted Alice's volume. It is refused now, and Alice resumes with
+    her data."""
+    emu, live = cluster(tmp_path)
+    state = {"checkpoint": 'echo alice-secret > "$MERKAT_STATE/data"', "notice_s": 0}
+    live.register("a-b", lambda a, vm, i: Launch("sleep 1000", "c", i, state=state))
+    mine = {"size": "1Mi"}
+    live.register("a", lambda a, vm, i: Launch("sleep 1000", "b-c", i, state=mine))
+    live.apply(Plan(0.0, 40.0, create=(VMPlacement("a-b/vm1", "a-b", 0),),
+                    allocations={"a-b/vm1": {"cpu": 0.5}}))
+    live.apply(Plan(40.0, 40.0, suspend=("a-b/vm1",)))
+    live.apply(Plan(80.0, 40.0))
+    assert emu.pods == {} and ("merkat", "a-b-c-1-state") in emu.claims  # Alice's, kept
+    for t in (120.0, 130.0):  # known to this server; then as a restarted one sees it
+        live.apply(Plan(t, 10.0, create=(VMPlacement("a/vm1", "a", 0),),
+                        allocations={"a/vm1": {"cpu": 0.5}}))
+        (r,) = [r for r in live.report if r.vm == "a/vm1"]
+        assert r.op == "create" and r.error is not None and "not a/vm1's" in r.error, r
+        assert emu.pods == {}  # no pod of Mallory's mounts it
+        live.kube.claims.clear()
+    live.apply(Plan(160.0, 40.0, resume=(VMPlacement("a-b/vm1", "a-b", 0),),
+                    allocations={"a-b/vm1": {"cpu": 0.5}}))
+    assert live.exec_in("a-b/vm1", 'cat "$MERKAT_STATE/data"').stdout == "alice-secret\n"

@@ -111,7 +111,7 @@ class KubernetesBackend:
     _idle: dict[str, frozenset[str]] = field(default_factory=dict)
     _namespaces: set[str] = field(default_factory=set)
     _pending: list[OpReport] = field(default_factory=list)
-    claims: set[tuple[str, str]] = field(default_factory=set)  # PVCs known to exist (state.py)
+    claims: dict[tuple[str, str], str] = field(default_factory=dict)  # PVC -> its VM (state.py)
     checkpoint_limit_s: float = 10.0  # a checkpoint's time at most, whatever its template says
     resize_retry_periods: int = RETRY_PERIODS  # a resize Deferred that long is sent again
     resize_move_periods: int = moves_mod.MOVE_PERIODS  # ... that long: moved (state:, moves.py)
