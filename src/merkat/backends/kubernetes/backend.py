@@ -438,12 +438,20 @@ class KubernetesBackend:
         with the API server's message."""
         import httpx2
         from lightkube import ApiError
+        from lightkube.core.exceptions import ConfigError
 
         attempts = 1 + (self.retries if retry else 0)
         for k in range(attempts):
             self.api_calls += 1
             try:
                 return fn()
+            except ApiFailure as e:  # an answer not the API's, a failed exec plugin (kubeauth)
+                if e.code in RETRYABLE and k + 1 < attempts:
+                    self.sleep(self.backoff_s * 2**k)
+                    continue
+                raise
+            except ConfigError as e:  # credentials read at each call (a tokenFile gone)
+                raise ApiFailure(0, f"kubeconfig credentials: {e}") from None
             except ApiError as e:
                 code = int(e.status.code or 0)
                 if code in RETRYABLE and k + 1 < attempts:
