@@ -93,3 +93,40 @@ def test_a_platform_whose_pod_name_is_anothers_never_mounts_her_state_volume(
     live.apply(Plan(160.0, 40.0, resume=(VMPlacement("a-b/vm1", "a-b", 0),),
                     allocations={"a-b/vm1": {"cpu": 0.5}}))
     assert live.exec_in("a-b/vm1", 'cat "$MERKAT_STATE/data"').stdout == "alice-secret\n"
+
+
+def test_an_api_server_that_stops_answering_costs_a_period_one_timeout(tmp_path: Path) -> None:
+    """Reads answer, writes time out (an overloaded API server, etcd down). Each call waited
+    its 10 s six times (retried): 20 creations held the period loop — every user's — 20 minutes.
+    Now a timeout is not retried and the rest of the period's calls are not sent."""
+    import httpx2
+    from lightkube import Client, KubeConfig
+
+    from merkat.backends.kubernetes.emulator import kubeconfig
+
+    emu = KubeEmulator()
+    emu.namespaces.add("merkat")
+    emu.add_node("node-0", "64", "64Gi")
+    posts = []
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        if request.method == "POST" and len(posts) < 1000:
+            posts.append(request.url.path)
+            raise httpx2.ReadTimeout("timed out", request=request)  # (10 s, not waited here)
+        return emu.handle(request)
+
+    client = Client(KubeConfig.from_dict(kubeconfig("merkat")),
+                    transport=httpx2.MockTransport(handle), trust_env=False)
+    kube = KubernetesBackend(client, namespace="merkat", sleep=lambda s: None)
+    vms = [f"app{k}/vm1" for k in range(20)]
+    plan = Plan(0.0, 40.0, create=tuple(VMPlacement(vm, vm[:-4], 0) for vm in vms),
+                allocations={vm: {"cpu": 1.0} for vm in vms})
+    report = kube.apply_report(plan)
+    assert len(posts) == 1  # was 120 (20 creations x 6 attempts)
+    errors = [r.error for r in report.ops]
+    assert errors[0] == "ReadTimeout: timed out"
+    assert set(errors[1:]) == {"not sent: ReadTimeout: timed out earlier this period"}
+    assert len(errors) == 20
+    posts.extend([""] * 1000)  # the API server answers again: the next period sends
+    report = kube.apply_report(plan)
+    assert [r.error for r in report.ops] == [None] * 20 and len(emu.pods) == 20
