@@ -64,3 +64,69 @@ def test_a_notice_of_an_hour_holds_the_node_no_longer_than_the_servers_limit(
     assert ("merkat", "mallory-main-1") in emu.pods
     live.apply(Plan(120.0, 40.0))
     assert emu.pods == {}
+
+
+def test_a_platform_whose_pod_name_is_anothers_never_mounts_her_state_volume(
+        tmp_path: Path) -> None:
+    """Alice's platform ``a-b`` (cluster ``c``) and Mallory's ``a`` (cluster ``b-c``) both map
+    to the pod ``a-b-c-1`` and the claim ``a-b-c-1-state``. Alice suspended keeps her claim
+    (her checkpoint in it); Mallory's VM with ``state:`` took the 409 AlreadyExists of that
+    claim for her own and mounted Alice's volume. It is refused now, and Alice resumes with
+    her data."""
+    emu, live = cluster(tmp_path)
+    state = {"checkpoint": 'echo alice-secret > "$MERKAT_STATE/data"', "notice_s": 0}
+    live.register("a-b", lambda a, vm, i: Launch("sleep 1000", "c", i, state=state))
+    mine = {"size": "1Mi"}
+    live.register("a", lambda a, vm, i: Launch("sleep 1000", "b-c", i, state=mine))
+    live.apply(Plan(0.0, 40.0, create=(VMPlacement("a-b/vm1", "a-b", 0),),
+                    allocations={"a-b/vm1": {"cpu": 0.5}}))
+    live.apply(Plan(40.0, 40.0, suspend=("a-b/vm1",)))
+    live.apply(Plan(80.0, 40.0))
+    assert emu.pods == {} and ("merkat", "a-b-c-1-state") in emu.claims  # Alice's, kept
+    for t in (120.0, 130.0):  # known to this server; then as a restarted one sees it
+        live.apply(Plan(t, 10.0, create=(VMPlacement("a/vm1", "a", 0),),
+                        allocations={"a/vm1": {"cpu": 0.5}}))
+        (r,) = [r for r in live.report if r.vm == "a/vm1"]
+        assert r.op == "create" and r.error is not None and "not a/vm1's" in r.error, r
+        assert emu.pods == {}  # no pod of Mallory's mounts it
+        live.kube.claims.clear()
+    live.apply(Plan(160.0, 40.0, resume=(VMPlacement("a-b/vm1", "a-b", 0),),
+                    allocations={"a-b/vm1": {"cpu": 0.5}}))
+    assert live.exec_in("a-b/vm1", 'cat "$MERKAT_STATE/data"').stdout == "alice-secret\n"
+
+
+def test_an_api_server_that_stops_answering_costs_a_period_one_timeout(tmp_path: Path) -> None:
+    """Reads answer, writes time out (an overloaded API server, etcd down). Each call waited
+    its 10 s six times (retried): 20 creations held the period loop — every user's — 20 minutes.
+    Now a timeout is not retried and the rest of the period's calls are not sent."""
+    import httpx2
+    from lightkube import Client, KubeConfig
+
+    from merkat.backends.kubernetes.emulator import kubeconfig
+
+    emu = KubeEmulator()
+    emu.namespaces.add("merkat")
+    emu.add_node("node-0", "64", "64Gi")
+    posts = []
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        if request.method == "POST" and len(posts) < 1000:
+            posts.append(request.url.path)
+            raise httpx2.ReadTimeout("timed out", request=request)  # (10 s, not waited here)
+        return emu.handle(request)
+
+    client = Client(KubeConfig.from_dict(kubeconfig("merkat")),
+                    transport=httpx2.MockTransport(handle), trust_env=False)
+    kube = KubernetesBackend(client, namespace="merkat", sleep=lambda s: None)
+    vms = [f"app{k}/vm1" for k in range(20)]
+    plan = Plan(0.0, 40.0, create=tuple(VMPlacement(vm, vm[:-4], 0) for vm in vms),
+                allocations={vm: {"cpu": 1.0} for vm in vms})
+    report = kube.apply_report(plan)
+    assert len(posts) == 1  # was 120 (20 creations x 6 attempts)
+    errors = [r.error for r in report.ops]
+    assert errors[0] == "ReadTimeout: timed out"
+    assert set(errors[1:]) == {"not sent: ReadTimeout: timed out earlier this period"}
+    assert len(errors) == 20
+    posts.extend([""] * 1000)  # the API server answers again: the next period sends
+    report = kube.apply_report(plan)
+    assert [r.error for r in report.ops] == [None] * 20 and len(emu.pods) == 20

@@ -35,3 +35,19 @@ def test_bench_kubernetes_prints_calls_per_period_as_the_cluster_grows() -> None
 def test_bench_kubernetes_rejects_bad_flags_in_one_line() -> None:
     r = CliRunner().invoke(app, ["bench", "kubernetes", "--grow", "10,,-1"])
     assert r.exit_code == 2 and "--grow" in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--nodes", "10000000", "--pods-per-node", "1"],  # was 'error: out of memory' after 30 s
+     "--nodes must be between 1 and 10000, got 10000000"),
+    (["--pods-per-node", "1000000"], "--pods-per-node must be between 1 and 1000, got 1000000"),
+    (["--nodes", "10000", "--pods-per-node", "1000"],
+     "--nodes x --pods-per-node must be at most 100,000 pods, got 10,000,000"),
+    (["--grow", "100000000"], "--grow: node counts must be between 1 and 10000"),
+    (["--grow", ",".join(["1"] * 11)], "--grow: at most 10 node counts, got 11"),
+    (["--grow", "10000", "--pods-per-node", "100"],
+     "--grow x --pods-per-node must be at most 100,000 pods, got 1,000,000"),
+])
+def test_bench_kubernetes_sizes_are_bounded(args: list[str], said: str) -> None:
+    r = CliRunner().invoke(app, ["bench", "kubernetes", *args])
+    assert r.exit_code == 2 and said in r.output, r.output

@@ -61,3 +61,13 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "--memory" in r.output
     r = runner.invoke(app, ["kubernetes", "emulator", "--nodes", "0"])
     assert r.exit_code == 2 and "--nodes" in r.output
+
+
+@pytest.mark.parametrize("namespace", ["a/../..", "x?y=1", "", "Team", "n\u00e9", "a" * 64])
+def test_a_namespace_that_is_no_dns_label_is_one_line_exit_2(namespace: str) -> None:
+    """'a/../..' listed the pods of every namespace (GET /api/v1/namespaces/a/../../pods),
+    'x?y=1' asked for 'x'; the server's backend.namespace was checked already."""
+    for command in ("nodes", "emulator"):
+        r = CliRunner().invoke(app, ["kubernetes", command, "--namespace", namespace,
+                                     "--kubeconfig", "/nonexistent"])
+        assert r.exit_code == 2 and "--namespace must be a DNS label" in r.output, r.output

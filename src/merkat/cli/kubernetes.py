@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -22,7 +23,17 @@ app = typer.Typer(help="The Kubernetes backend: nodes as merkat sees them, the A
 KubeconfigOption = typer.Option(
     None, "--kubeconfig", help="kubeconfig file (default: in-cluster, $KUBECONFIG, "
     "~/.kube/config).")
-NamespaceOption = typer.Option("merkat", "--namespace", "-n", help="merkat's namespace.")
+NamespaceOption = typer.Option("merkat", "--namespace", "-n", help="merkat's namespace (a "
+                               "DNS label: a-z, 0-9, '-', at most 63).")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # as backend.namespace (config.py)
+
+
+def _check_namespace(namespace: str) -> None:
+    """``--namespace`` names a namespace, as the server's ``backend.namespace``: it is a part of
+    the API's URLs ('a/../..' listed the pods of every namespace, 'x?y=1' asked for 'x')."""
+    if not _NAMESPACE.match(namespace) or len(namespace) > 63:
+        fail(f"--namespace must be a DNS label (a-z, 0-9 and '-', at most 63 characters, "
+             f"a letter or digit at both ends), got {namespace!r}")
 
 
 @app.command("nodes")
@@ -34,6 +45,7 @@ def nodes(kubeconfig: Path | None = KubeconfigOption, namespace: str = Namespace
     from merkat.backends.kubernetes.connect import KubeConfigError, connect
     from merkat.backends.kubernetes.objects import ApiFailure
 
+    _check_namespace(namespace)
     try:
         b = connect(str(kubeconfig) if kubeconfig else None, namespace=namespace,
                     instance=instance, retries=1)
@@ -75,6 +87,7 @@ def emulator(
     from merkat.backends.kubernetes.emulator_http import serve
     from merkat.backends.kubernetes.objects import QuantityError, memory_bytes
 
+    _check_namespace(namespace)
     if not 1 <= nodes <= 100_000:
         fail(f"--nodes must be between 1 and 100000, got {nodes}")
     if not 0 < cores < 1e6:

@@ -17,7 +17,8 @@ Contract (behind :class:`merkat.core.backend.Backend`):
   states the kubelet reported since (Deferred, Infeasible, InProgress, Proposed) and the VMs
   lost (node gone, pod failed or deleted behind merkat's back) are in the next period's report.
 - 409 (Conflict, AlreadyExists: a pod of the same name still terminating), 429 and 5xx are
-  retried ``retries`` times with exponential backoff; 422 (Invalid) is reported, not retried.
+  retried ``retries`` times with exponential backoff; 422 (Invalid) is reported, not retried;
+  a timeout is not retried, and ends the period's calls (the rest are reported "not sent").
 - **Suspend** deletes the pod and **resume** recreates it (docs/kubernetes.md: Kubernetes has no
   freeze; a suspended VM must hold no node resources). A **migration** is delete + recreate on
   the new node; its duration (both API halves) is measured and reported.
@@ -111,7 +112,7 @@ class KubernetesBackend:
     _idle: dict[str, frozenset[str]] = field(default_factory=dict)
     _namespaces: set[str] = field(default_factory=set)
     _pending: list[OpReport] = field(default_factory=list)
-    claims: set[tuple[str, str]] = field(default_factory=set)  # PVCs known to exist (state.py)
+    claims: dict[tuple[str, str], str] = field(default_factory=dict)  # PVC -> its VM (state.py)
     checkpoint_limit_s: float = 10.0  # a checkpoint's time at most, whatever its template says
     resize_retry_periods: int = RETRY_PERIODS  # a resize Deferred that long is sent again
     resize_move_periods: int = moves_mod.MOVE_PERIODS  # ... that long: moved (state:, moves.py)
@@ -119,6 +120,8 @@ class KubernetesBackend:
     held: dict[str, notice_mod.Held] = field(default_factory=dict)  # pods under notice (notice.py)
     held_short: dict[str, tuple[Size, Size | None]] = field(default_factory=dict)  # (notice.py)
     last_report: ApplyReport | None = None
+    _in_period: bool = False
+    _unanswered: str | None = None  # why a call of this period got no answer (apply_report)
 
     def __post_init__(self) -> None:
         if self.bind not in ("binding", "node-name"):
@@ -243,7 +246,16 @@ class KubernetesBackend:
         return self.apply_report(plan)
 
     def apply_report(self, plan: Plan) -> ApplyReport:
-        """Carry out ``plan``; see the module docstring for the order and the calls."""
+        """Carry out ``plan``; see the module docstring for the order and the calls. Once a
+        call got no answer (a timeout, a refused connection, a credential plugin that
+        failed), the rest of the period's calls are not sent: each would wait as long."""
+        self._unanswered, self._in_period = None, True
+        try:
+            return self._apply_report(plan)
+        finally:
+            self._unanswered, self._in_period = None, False
+
+    def _apply_report(self, plan: Plan) -> ApplyReport:
         calls0 = self.api_calls
         ops: list[OpReport] = [*self._pending]
         self._pending.clear()
@@ -438,12 +450,24 @@ class KubernetesBackend:
         with the API server's message."""
         import httpx2
         from lightkube import ApiError
+        from lightkube.core.exceptions import ConfigError
 
+        if self._unanswered is not None:
+            raise ApiFailure(0, f"not sent: {self._unanswered} earlier this period")
         attempts = 1 + (self.retries if retry else 0)
         for k in range(attempts):
             self.api_calls += 1
             try:
                 return fn()
+            except ApiFailure as e:  # an answer not the API's, a failed exec plugin (kubeauth)
+                if e.code in RETRYABLE and k + 1 < attempts:
+                    self.sleep(self.backoff_s * 2**k)
+                    continue
+                if e.code == 0 and self._in_period:
+                    self._unanswered = e.reason
+                raise
+            except ConfigError as e:  # credentials read at each call (a tokenFile gone)
+                raise ApiFailure(0, f"kubeconfig credentials: {e}") from None
             except ApiError as e:
                 code = int(e.status.code or 0)
                 if code in RETRYABLE and k + 1 < attempts:
@@ -451,8 +475,13 @@ class KubernetesBackend:
                     continue
                 raise ApiFailure(code, f"{code} {e.status.reason}: {e.status.message}") from None
             except httpx2.TransportError as e:  # connection refused, TLS, timeouts
-                if k + 1 < attempts and retry:
+                # A timeout is not retried: the server had its 10 s (and a write may have
+                # been done); a refused connection is, briefly.
+                if k + 1 < attempts and retry and not isinstance(e, httpx2.TimeoutException):
                     self.sleep(self.backoff_s * 2**k)
                     continue
-                raise ApiFailure(0, f"{type(e).__name__}: {e}") from None
+                reason = f"{type(e).__name__}: {e}"
+                if self._in_period:
+                    self._unanswered = reason
+                raise ApiFailure(0, reason) from None
         raise AssertionError("unreachable")

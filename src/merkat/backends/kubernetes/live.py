@@ -326,6 +326,8 @@ class KubernetesLive:
                 self.kube._call(lambda p=p: self.kube.client.delete(  # type: ignore[misc]
                     Pod, p.name, namespace=p.namespace, grace_period=0))
             except ApiFailure as e:
+                if e.code == 0:  # no answer: the next would wait as long (a graceful stop)
+                    break
                 if e.code != 404:
                     continue
             del self.kube.pods[vm]

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from merkat.backends.kubernetes.objects import CONTAINER, ApiFailure, Json, dns_label
+from merkat.backends.kubernetes.objects import A_VM, CONTAINER, ApiFailure, Json, dns_label
 
 VOLUME = "merkat-state"
 ENV = "MERKAT_STATE"
@@ -54,14 +54,17 @@ def claim_name(pod: str) -> str:
     return dns_label(f"{pod}-state")
 
 
-def claim_manifest(name: str, namespace: str, labels: dict[str, str], state: StateVolume) -> Json:
-    """The PersistentVolumeClaim of one VM (ReadWriteOnce: one pod at a time)."""
+def claim_manifest(name: str, namespace: str, labels: dict[str, str], state: StateVolume,
+                   vm: str | None = None) -> Json:
+    """The PersistentVolumeClaim of one VM (ReadWriteOnce: one pod at a time): its pod's
+    labels, and the VM's id in the annotation ``merkat.io/vm`` (whose claim it is)."""
     spec: Json = {"accessModes": ["ReadWriteOnce"],
                   "resources": {"requests": {"storage": state.size}}}
     if state.storage_class:
         spec["storageClassName"] = state.storage_class
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels),
+                         **({"annotations": {A_VM: vm}} if vm is not None else {})},
             "spec": spec}
 
 
@@ -93,21 +96,45 @@ def with_state(manifest: Json, state: StateVolume) -> Json:
 
 def prepare(backend: Any, namespace: str, manifest: Json, state: StateVolume) -> Json:
     """Create the VM's claim unless it exists (one ``POST persistentvolumeclaims`` the first
-    time; 409 AlreadyExists: a resumed or migrated VM's) and return the pod mounting it."""
+    time; 409 AlreadyExists: a resumed or migrated VM's, checked to be this VM's with one ``GET``)
+    and return the pod mounting it. A claim of the same name that is another VM's (two
+    platforms' names can map to one pod name: ``a-b``'s cluster ``c`` and ``a``'s cluster
+    ``b-c`` are both ``a-b-c-1``) is refused, :class:`ApiFailure` 409: never mounted."""
     from lightkube.resources.core_v1 import PersistentVolumeClaim
 
     name = claim_name(manifest["metadata"]["name"])
-
-    if (namespace, name) not in backend.claims:
-        body = claim_manifest(name, namespace, manifest["metadata"].get("labels") or {}, state)
+    meta = manifest["metadata"]
+    vm = (meta.get("annotations") or {}).get(A_VM)
+    known = backend.claims.get((namespace, name), "")
+    if known and known != vm:
+        raise ApiFailure(409, f"claim {namespace}/{name} is {known}'s, not {vm}'s (another "
+                              "VM's volume is never mounted)")
+    if not known:
+        body = claim_manifest(name, namespace, meta.get("labels") or {}, state, vm)
         try:
             backend._call(lambda: backend.client.create(PersistentVolumeClaim.from_dict(body)),
                           retry=False)
-        except ApiFailure as e:  # 409: it exists (the VM's earlier pod made it)
+        except ApiFailure as e:  # 409: it exists (the VM's earlier pod made it, or not)
             if e.code != 409:
                 raise
-        backend.claims.add((namespace, name))
+            found = backend._call(lambda: backend.client.get(
+                PersistentVolumeClaim, name, namespace=namespace), retry=False).to_dict()
+            if not owns(found, vm, meta.get("labels") or {}):
+                raise ApiFailure(409, f"claim {namespace}/{name} exists and is not {vm}'s "
+                                      "(another VM's volume is never mounted)") from None
+        backend.claims[(namespace, name)] = vm or name
     return with_state(manifest, state)
+
+
+def owns(claim: Json, vm: str | None, labels: dict[str, str]) -> bool:
+    """Whether ``claim`` (as read) is ``vm``'s: its annotation ``merkat.io/vm`` names it, or,
+    on a claim made before that annotation, its labels (instance, platform, cluster, index)
+    are the pod's."""
+    meta = claim.get("metadata") or {}
+    noted = (meta.get("annotations") or {}).get(A_VM)
+    if noted is not None:
+        return bool(noted == vm)
+    return bool(labels) and (meta.get("labels") or {}) == labels
 
 
 def checkpoint_all(backend: Any, vms: Sequence[str]) -> None:
@@ -152,7 +179,7 @@ def drop_claim(backend: Any, namespace: str, pod: str) -> None:
 
 
     name = claim_name(pod)
-    backend.claims.discard((namespace, name))
+    backend.claims.pop((namespace, name), None)
     with contextlib.suppress(ApiFailure):
         backend._call(lambda: backend.client.delete(PersistentVolumeClaim, name,
                                                     namespace=namespace), retry=False)
