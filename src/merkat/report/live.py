@@ -79,7 +79,8 @@ def live_history(url: str, since: float | None = None, until: float | None = Non
             for r in conn.execute(select(s.platforms).order_by(s.platforms.c.submitted))
             if r.submitted <= hi and (r.ended is None or r.ended >= lo)
         ]
-    spent, balances = _money(url, {p["period"] for p in prices}, [p["name"] for p in platforms])
+    spent, balances = _money(url, {p["period"] for p in prices},
+                             {p["name"]: a for p in platforms if (a := _account(p))})
     if not prices and not events:
         raise ReportError(f"RUN: no period and no event in the range ({_range(since, until)})")
     t0 = min([p["time"] for p in prices] + [e["time"] for e in events])
@@ -143,11 +144,27 @@ def _range(since: float | None, until: float | None) -> str:
     return f"{_stamp(since) or 'start'} .. {_stamp(until) or 'end'}"
 
 
-def _money(url: str, periods: set[int], names: list[str]) -> tuple[dict[str, int], dict[str, str]]:
-    """VM charges paid by each platform in ``periods`` and each platform's balance now."""
+def _account(row: dict[str, Any]) -> str | None:
+    """A platform's bank account: the one its row names (set at admission); none while it
+    is queued (a queued ``x`` whose name was used before does not own the first ``x``'s
+    ``app:x``); ``app:NAME`` for a row admitted before the column was kept."""
+    if row.get("account"):
+        return str(row["account"])
+    return f"app:{row['name']}" if row.get("started") is not None else None
+
+
+def _money(url: str, periods: set[int], accounts: dict[str, str]
+           ) -> tuple[dict[str, int], dict[str, str]]:
+    """VM charges paid by each platform in ``periods`` and each platform's balance now.
+    ``accounts``: each platform's bank account as its row says (``app:NAME``, ``app:NAME@2``
+    for the second platform of that name: the first one's account is not hers). A charge is
+    a payment from the account, or from its deposit (``ACCOUNT:hold``, charging by use), to
+    a provider account (whatever the server's configuration named it)."""
     from merkat.bank.db import open_ledger
     from merkat.bank.errors import BankError
+    from merkat.bank.ledger import AccountKind
     from merkat.bank.money import format_amount
+    from merkat.bank.policies import hold_account
 
     spent: dict[str, int] = {}
     balances: dict[str, str] = {}
@@ -156,15 +173,17 @@ def _money(url: str, periods: set[int], names: list[str]) -> tuple[dict[str, int
     except (BankError, OSError):
         return spent, balances
     try:
-        for name in names:
-            account = f"app:{name}"
+        providers = {a.name for a in ledger.accounts(AccountKind.provider)}
+        for name, account in accounts.items():
             if not ledger.has_account(account):
                 continue
             balances[name] = format_amount(ledger.balance(account))
+            payers = {account, hold_account(account)}
             spent[name] = sum(
                 t.amount
-                for t in ledger.history(account)
-                if t.payer == account and t.period in periods and t.payee == "provider"
+                for a in payers if ledger.has_account(a)
+                for t in ledger.history(a)
+                if t.payer == a and t.period in periods and t.payee in providers
             )
     finally:
         ledger.close()
