@@ -154,3 +154,28 @@ def test_an_upload_over_the_servers_limit_gets_its_reason(tmp_path: Path) -> Non
         assert r.exit_code == 2 and "refused the API key" in r.stderr
     finally:
         svc.shutdown()
+
+
+@pytest.mark.parametrize("args", [("events", "--since"), ("prices", "--since")])
+@pytest.mark.parametrize(("value", "says"), [
+    ("99999999999d", "'99999999999d' ago is before 1970-01-01 (Unix time 0)"),
+    ("１２３", "expected ASCII digits"), ("５m", "expected ASCII digits"),
+    ("٣h", "expected ASCII digits")])
+def test_a_time_before_1970_or_in_other_digits_is_refused_before_any_request(
+        args: tuple[str, ...], value: str, says: str) -> None:
+    """``--since 99999999999d`` went to the server as a negative time (``error: since: Input
+    should be greater than or equal to 0``, not naming the flag; ``merkat report --until``
+    the same: 'no period and no event in the range (start .. -)'); fullwidth or Arabic-Indic
+    digits were read as a time (money refuses them: docs/bank.md)."""
+    code, err = run(*args, value)
+    assert code == 2, err
+    assert err.strip().splitlines() == [f"error: --since: {err.split('--since: ')[1].strip()}"]
+    assert says in err
+
+
+@pytest.mark.parametrize("flag", ["--since", "--until"])
+def test_report_refuses_a_time_before_1970(flag: str, tmp_path: Path) -> None:
+    r = runner.invoke(app, ["report", str(tmp_path), "--out", str(tmp_path / "r.html"),
+                            flag, "100000d"])
+    assert r.exit_code == 2 and r.stderr.strip() == (
+        f"error: {flag}: '100000d' ago is before 1970-01-01 (Unix time 0)")
