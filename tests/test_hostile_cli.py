@@ -179,3 +179,36 @@ def test_report_refuses_a_time_before_1970(flag: str, tmp_path: Path) -> None:
                             flag, "100000d"])
     assert r.exit_code == 2 and r.stderr.strip() == (
         f"error: {flag}: '100000d' ago is before 1970-01-01 (Unix time 0)")
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("http://127.0.0.1:99999", "(Port out of range 0-65535)"),
+    ("http://[::1", "(Invalid IPv6 URL)"), ("http://127.0.0.1:abc", "Port could not be cast"),
+    ("http://127.0.0.1:9\n", ""), ("http://127.0.0.1:9/x y", ""), ("http://h\x1b[2J", ""),
+    ("http://user:pw@127.0.0.1:9", "a user or password in the URL is not supported")])
+@pytest.mark.parametrize("args", [("prices",), ("file", "put", "{f}")])
+def test_a_url_no_request_can_go_to_is_refused_naming_url(
+        url: str, says: str, args: tuple[str, ...], tmp_path: Path) -> None:
+    """``--url http://127.0.0.1:99999`` (file put), ``http://[::1``, ``:abc``, a newline or a
+    space were internal errors (ValueError, InvalidURL); a password was printed back in
+    every error."""
+    (tmp_path / "f").write_text("x")
+    argv = [a.replace("{f}", str(tmp_path / "f")) for a in args]
+    r = runner.invoke(app, [*argv, "--url", url, "--token", "mk_x"])
+    assert r.exit_code == 2, r.stderr
+    (line,) = r.stderr.strip().splitlines() or [""]
+    assert line.startswith("error: --url: ") and says in line and "pw" not in line
+
+
+@pytest.mark.parametrize("token", ["mk_a\nb", "mk_a b", "mk_é", "mk_\x1b[2J"])
+def test_a_key_no_header_can_carry_is_refused_without_printing_it(token: str) -> None:
+    """``MERKAT_TOKEN=$'a\\nb' merkat prices`` was ``ValueError: Invalid header value``, an
+    internal error with the key in it."""
+    for args in (("prices", "--token", token), ("account", "list", "--token", token)):
+        r = runner.invoke(app, [*args, "--url", DEAD])
+        assert r.exit_code == 2, r.stderr
+        assert r.stderr.strip() == (
+            "error: --token: not an API key: it holds a space, a control or a non-ASCII "
+            "character (a key is as `merkat user add` prints it); check MERKAT_TOKEN")
+    r = runner.invoke(app, ["prices", "--url", DEAD], env={"MERKAT_TOKEN": " mk_x\n"})
+    assert r.exit_code == 1 and "cannot reach the merkat server" in r.stderr  # spaces around
