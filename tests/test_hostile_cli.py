@@ -212,3 +212,15 @@ def test_a_key_no_header_can_carry_is_refused_without_printing_it(token: str) ->
             "character (a key is as `merkat user add` prints it); check MERKAT_TOKEN")
     r = runner.invoke(app, ["prices", "--url", DEAD], env={"MERKAT_TOKEN": " mk_x\n"})
     assert r.exit_code == 1 and "cannot reach the merkat server" in r.stderr  # spaces around
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (("platform", "logs", "p", "--tail", "100001"), "--tail"),
+    (("account", "history", "alice", "--limit", "10001"), "--limit"),
+    (("events", "--after", str(2**63)), "--after")])
+def test_a_count_past_the_servers_bound_is_refused_naming_the_flag(
+        args: tuple[str, ...], flag: str) -> None:
+    """They went to the server, whose 422 named its query parameter (``error: limit: Input
+    should be less than or equal to 10000``), not the flag."""
+    code, err = run(*args)
+    assert code == 2 and err.startswith(f"error: Invalid value for '{flag}'"), err
