@@ -164,3 +164,18 @@ def test_bad_out_is_exit_2(fig5: Path, tmp_path: Path) -> None:
     assert code == 2 and "--out: no such folder" in err
     code, _, err = report(fig5, tmp_path)
     assert code == 2 and "is a folder" in err
+
+
+@pytest.mark.parametrize("name", ["results.json", "themis-fig5.png"])
+def test_out_never_replaces_a_file_of_the_run(fig5: Path, name: str) -> None:
+    """``--out RUN/results.json`` replaced the run's results with the page (exit 0): the run
+    folder is only read. A page in it (``RUN/report.html``) is allowed."""
+    before = (fig5 / name).read_bytes()
+    code, _, err = report(fig5, fig5 / name)
+    assert code == 2 and err.strip() == (
+        f"error: --out: {fig5 / name} is a file of {fig5} (the report only reads it); give a "
+        "new file such as report.html")
+    assert (fig5 / name).read_bytes() == before
+    code, _, err = report(fig5, fig5 / "report.html")
+    assert code == 0, err
+    (fig5 / "report.html").unlink()

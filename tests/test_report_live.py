@@ -154,3 +154,25 @@ def test_report_of_a_name_used_again(tmp_path: Path) -> None:
     finally:
         m.close()
         store.close()
+
+
+@pytest.mark.parametrize("form", ["folder", "file", "url"])
+def test_out_never_replaces_the_servers_database(live_db: tuple[Path, float, float],
+                                                 form: str) -> None:
+    """``merkat report DATA --out DATA/merkat.db`` replaced a (running) server's database,
+    its bank included, with the page, exit 0; ``--out DATA/server.lock`` its lock."""
+    data = live_db[0]
+    run = {"folder": str(data), "file": str(data / "merkat.db"),
+           "url": f"sqlite:///{data / 'merkat.db'}"}[form]
+    before = (data / "merkat.db").read_bytes()
+    r = runner.invoke(app, ["report", run, "--out", str(data / "merkat.db")])
+    assert r.exit_code == 2 and r.stderr.strip() == (
+        f"error: --out: {data / 'merkat.db'} is the database the report reads; give a new file "
+        "such as report.html")
+    (data / "server.lock").write_text("1")
+    r = runner.invoke(app, ["report", run, "--out", str(data / "server.lock")])
+    assert r.exit_code == 2 and "is a file of" in r.stderr
+    assert (data / "merkat.db").read_bytes() == before
+    assert (data / "server.lock").read_text() == "1"
+    r = runner.invoke(app, ["report", run, "--out", str(data / "report.html")])  # as the demo
+    assert r.exit_code == 0, r.stderr
