@@ -176,3 +176,22 @@ def test_out_never_replaces_the_servers_database(live_db: tuple[Path, float, flo
     assert (data / "server.lock").read_text() == "1"
     r = runner.invoke(app, ["report", run, "--out", str(data / "report.html")])  # as the demo
     assert r.exit_code == 0, r.stderr
+
+
+def test_the_databases_password_is_never_printed(tmp_path: Path) -> None:
+    """The page is made to be mailed: ``postgresql://merkat:SECRET@...`` was printed in its
+    parameters and in the error when the database could not be opened; a SQLite file was
+    named by the read-only URL opened (``sqlite:///file:...?mode=ro&uri=true``)."""
+    from merkat.report.live import shown_url
+
+    url = "postgresql://merkat:SECRET@127.0.0.1:1/merkat"
+    r = runner.invoke(app, ["report", url, "--out", str(tmp_path / "x.html")])
+    assert r.exit_code == 2 and "SECRET" not in r.stderr
+    assert r.stderr.startswith("error: RUN: cannot open database postgresql://merkat:***@")
+    assert shown_url(url) == "postgresql://merkat:***@127.0.0.1:1/merkat"
+    assert shown_url("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
+    db = tmp_path / "other.db"
+    db.write_bytes(b"")
+    r = runner.invoke(app, ["report", str(db), "--out", str(tmp_path / "x.html")])
+    assert r.stderr.strip() == (f"error: RUN: sqlite:///{db} is not a merkat server database "
+                                "(no svc_prices table)")

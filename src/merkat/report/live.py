@@ -22,9 +22,22 @@ from merkat.outputs import time_text
 from merkat.report.model import Figure, Report, ReportError, Table
 
 
+def shown_url(url: str) -> str:
+    """``url`` as the report and its errors print it: a password as ``***`` (the page is
+    made to be mailed; ``postgresql://merkat:SECRET@db/merkat`` was printed in it)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return url
+
+
 def _engine(url: str) -> Any:
     from sqlalchemy import create_engine, inspect
 
+    shown = shown_url(url)  # as given (not the read-only form opened), its password hidden
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
         path = Path(url[len("sqlite:///") :])
         if not path.is_file():
@@ -34,9 +47,10 @@ def _engine(url: str) -> Any:
         engine = create_engine(url)
         tables = set(inspect(engine).get_table_names())
     except Exception as e:  # driver errors: one line naming the database
-        raise ReportError(f"RUN: cannot open database {url}: {str(e).splitlines()[0]}") from None
+        raise ReportError(f"RUN: cannot open database {shown}: {str(e).splitlines()[0]}"
+                          ) from None
     if "svc_prices" not in tables or "svc_events" not in tables:
-        raise ReportError(f"RUN: {url} is not a merkat server database (no svc_prices table)")
+        raise ReportError(f"RUN: {shown} is not a merkat server database (no svc_prices table)")
     return engine
 
 
@@ -126,7 +140,7 @@ def live_history(url: str, since: float | None = None, until: float | None = Non
         ),
     ]
     params = {
-        "database": url,
+        "database": shown_url(url),
         "since": _stamp(since) or "first record",
         "until": _stamp(until) or "last record",
         "first": _stamp(t0),
