@@ -45,7 +45,7 @@ def test_mint_transfer_balance_history_audit(db: str) -> None:
         bank("account", "create", "vp", "--kind", "application", "--owner", "alice", "--db", db)[0]
         == 0
     )
-    [m] = ok_json("mint", "alice", "100.5", "--reason", "budget", "--db", db)
+    m = ok_json("mint", "alice", "100.5", "--reason", "budget", "--db", db)
     assert m["amount"] == "100.5" and m["kind"] == "mint" and m["reason"] == "budget"
     t1 = ok_json("transfer", "alice", "bob", "12.25", "--idempotency-key", "k1", "--db", db)
     t2 = ok_json("transfer", "alice", "bob", "12.25", "--idempotency-key", "k1", "--db", db)
@@ -53,7 +53,7 @@ def test_mint_transfer_balance_history_audit(db: str) -> None:
     ok_json("transfer", "alice", "vp", "0.000001", "--period", "4", "--db", db)
     assert ok_json("balance", "alice", "--db", db) == {"account": "alice", "balance": "88.249999"}
     assert ok_json("balance", "bob", "--db", db) == {"account": "bob", "balance": "12.25"}
-    hist = ok_json("history", "alice", "--db", db)
+    hist = ok_json("history", "alice", "--db", db)["items"]
     assert [(h["kind"], h["amount"], h["period"]) for h in hist] == [
         ("transfer", "0.000001", 4),
         ("transfer", "12.25", None),
@@ -67,7 +67,7 @@ def test_mint_transfer_balance_history_audit(db: str) -> None:
         "negative_accounts": 0,
         "journal_mismatches": 0,
     }
-    listed = ok_json("account", "list", "--db", db)
+    listed = ok_json("account", "list", "--db", db)["items"]
     assert [(a["name"], a["kind"], a["owner"], a["balance"]) for a in listed] == [
         ("alice", "user", None, "88.249999"),
         ("bob", "user", None, "12.25"),
@@ -75,8 +75,14 @@ def test_mint_transfer_balance_history_audit(db: str) -> None:
     ]
     code, out, _ = bank("balance", "alice", "--db", db)  # a table by default
     assert code == 0 and "88.249999" in out and "{" not in out
-    ok_json("burn", "bob", "0.25", "--reason", "expiry", "--db", db)
+    burnt = ok_json("burn", "bob", "0.25", "--reason", "expiry", "--db", db)
+    assert burnt["kind"] == "burn" and burnt["payer"] == "bob" and burnt["amount"] == "0.25"
     assert ok_json("audit", "--db", db)["sum_of_balances"] == "100.25"
+    # -o json: a list is {"items": [...]} (it was a bare list), one transfer an object (it
+    # was a list of one), as every other command prints them
+    assert set(ok_json("history", "bob", "--db", db)) == {"items"}
+    assert set(ok_json("account", "list", "--db", db)) == {"items"}
+    assert t1["kind"] == "transfer" and t1["payee"] == "bob"
 
 
 @pytest.mark.parametrize(
@@ -138,12 +144,12 @@ def test_db_from_environment_then_user_data_dir(
     monkeypatch.setenv("MERKAT_DB", url)
     assert bank("init")[0] == 0
     users(url, "alice")
-    assert ok_json("account", "list")[0]["name"] == "alice"
+    assert ok_json("account", "list")["items"][0]["name"] == "alice"
     monkeypatch.delenv("MERKAT_DB")
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     assert ok_json("init")["db"] == f"sqlite:///{tmp_path / 'data' / 'merkat' / 'bank.db'}"
     assert (tmp_path / "data" / "merkat" / "bank.db").exists()
-    assert ok_json("account", "list") == []
+    assert ok_json("account", "list") == {"items": []}
 
 
 def test_audit_exits_non_zero_when_books_do_not_balance(db: str, tmp_path: Path) -> None:
@@ -175,7 +181,7 @@ def test_keys_and_tokens(db: str, tmp_path: Path) -> None:
     assert bank("key", "generate", str(key))[0] == 2  # no silent overwrite
     added = ok_json("key", "add", "alice", str(tmp_path / "alice.key.pub"), "--db", db)
     assert added == {"user": "alice", "key_id": gen["key_id"]}
-    [t] = ok_json("transfer", "alice", "broker", "20", "--db", db)
+    t = ok_json("transfer", "alice", "broker", "20", "--db", db)
     token = ok_json(
         "token", "issue", str(t["id"]), "--key", str(key), "--identity", "/CN=Alice", "--db", db
     )["token"]

@@ -145,3 +145,17 @@ def test_redeem_needs_the_broker_to_still_hold_the_funds(ledger: Ledger) -> None
     assert not ledger.has_account(f"broker/token-{tid}")
     ledger.transfer("prov", "broker", 15 * MICRO, "back")
     assert tokens.redeem(ledger, token).amount == 20 * MICRO
+
+
+def test_the_docs_describe_the_token_as_issued() -> None:
+    """docs/bank.md described the first format (``mkt1``, no ``bank``, no ``expires``, no
+    --ttl), which redeem refuses as malformed."""
+    import dataclasses
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[1] / "docs" / "bank.md").read_text(encoding="utf-8")
+    section = doc[doc.index("## Transfer tokens"):doc.index("## Persistence")]
+    assert f"`{tokens.PREFIX}.<base64url(receipt JSON)>" in section
+    fields = section[section.index("the receipt holds `") + 19:].split("`")[0]
+    assert fields.replace("\n", " ").split(", ") == [f.name for f in dataclasses.fields(tokens.Receipt)]
+    assert "--ttl" in section and "token expired at" in section

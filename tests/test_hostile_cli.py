@@ -154,3 +154,73 @@ def test_an_upload_over_the_servers_limit_gets_its_reason(tmp_path: Path) -> Non
         assert r.exit_code == 2 and "refused the API key" in r.stderr
     finally:
         svc.shutdown()
+
+
+@pytest.mark.parametrize("args", [("events", "--since"), ("prices", "--since")])
+@pytest.mark.parametrize(("value", "says"), [
+    ("99999999999d", "'99999999999d' ago is before 1970-01-01 (Unix time 0)"),
+    ("１２３", "expected ASCII digits"), ("５m", "expected ASCII digits"),
+    ("٣h", "expected ASCII digits")])
+def test_a_time_before_1970_or_in_other_digits_is_refused_before_any_request(
+        args: tuple[str, ...], value: str, says: str) -> None:
+    """``--since 99999999999d`` went to the server as a negative time (``error: since: Input
+    should be greater than or equal to 0``, not naming the flag; ``merkat report --until``
+    the same: 'no period and no event in the range (start .. -)'); fullwidth or Arabic-Indic
+    digits were read as a time (money refuses them: docs/bank.md)."""
+    code, err = run(*args, value)
+    assert code == 2, err
+    assert err.strip().splitlines() == [f"error: --since: {err.split('--since: ')[1].strip()}"]
+    assert says in err
+
+
+@pytest.mark.parametrize("flag", ["--since", "--until"])
+def test_report_refuses_a_time_before_1970(flag: str, tmp_path: Path) -> None:
+    r = runner.invoke(app, ["report", str(tmp_path), "--out", str(tmp_path / "r.html"),
+                            flag, "100000d"])
+    assert r.exit_code == 2 and r.stderr.strip() == (
+        f"error: {flag}: '100000d' ago is before 1970-01-01 (Unix time 0)")
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("http://127.0.0.1:99999", "(Port out of range 0-65535)"),
+    ("http://[::1", "(Invalid IPv6 URL)"), ("http://127.0.0.1:abc", "Port could not be cast"),
+    ("http://127.0.0.1:9\n", ""), ("http://127.0.0.1:9/x y", ""), ("http://h\x1b[2J", ""),
+    ("http://user:pw@127.0.0.1:9", "a user or password in the URL is not supported")])
+@pytest.mark.parametrize("args", [("prices",), ("file", "put", "{f}")])
+def test_a_url_no_request_can_go_to_is_refused_naming_url(
+        url: str, says: str, args: tuple[str, ...], tmp_path: Path) -> None:
+    """``--url http://127.0.0.1:99999`` (file put), ``http://[::1``, ``:abc``, a newline or a
+    space were internal errors (ValueError, InvalidURL); a password was printed back in
+    every error."""
+    (tmp_path / "f").write_text("x")
+    argv = [a.replace("{f}", str(tmp_path / "f")) for a in args]
+    r = runner.invoke(app, [*argv, "--url", url, "--token", "mk_x"])
+    assert r.exit_code == 2, r.stderr
+    (line,) = r.stderr.strip().splitlines() or [""]
+    assert line.startswith("error: --url: ") and says in line and "pw" not in line
+
+
+@pytest.mark.parametrize("token", ["mk_a\nb", "mk_a b", "mk_é", "mk_\x1b[2J"])
+def test_a_key_no_header_can_carry_is_refused_without_printing_it(token: str) -> None:
+    """``MERKAT_TOKEN=$'a\\nb' merkat prices`` was ``ValueError: Invalid header value``, an
+    internal error with the key in it."""
+    for args in (("prices", "--token", token), ("account", "list", "--token", token)):
+        r = runner.invoke(app, [*args, "--url", DEAD])
+        assert r.exit_code == 2, r.stderr
+        assert r.stderr.strip() == (
+            "error: --token: not an API key: it holds a space, a control or a non-ASCII "
+            "character (a key is as `merkat user add` prints it); check MERKAT_TOKEN")
+    r = runner.invoke(app, ["prices", "--url", DEAD], env={"MERKAT_TOKEN": " mk_x\n"})
+    assert r.exit_code == 1 and "cannot reach the merkat server" in r.stderr  # spaces around
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (("platform", "logs", "p", "--tail", "100001"), "--tail"),
+    (("account", "history", "alice", "--limit", "10001"), "--limit"),
+    (("events", "--after", str(2**63)), "--after")])
+def test_a_count_past_the_servers_bound_is_refused_naming_the_flag(
+        args: tuple[str, ...], flag: str) -> None:
+    """They went to the server, whose 422 named its query parameter (``error: limit: Input
+    should be less than or equal to 10000``), not the flag."""
+    code, err = run(*args)
+    assert code == 2 and err.startswith(f"error: Invalid value for '{flag}'"), err

@@ -148,6 +148,14 @@ def test_report_on_sim_run(tmp_path: Path) -> None:
         (lambda d: d.mkdir(), "neither results.json"),
         (lambda d: (d.mkdir(), (d / "results.json").write_text("{oops")), "results.json:1"),
         (lambda d: (d.mkdir(), (d / "results.json").write_text("[]")), "not an experiment"),
+        # valid JSON of the wrong shape: internal errors (TypeError, ValueError, KeyError)
+        (lambda d: (d.mkdir(), (d / "results.json").write_text(
+            '{"experiment": "x", "parameters": [1, 2]}')), "'parameters' must be an object"),
+        (lambda d: (d.mkdir(), (d / "results.json").write_text(
+            '{"experiment": "x", "runs": [{"a": 1}, 5]}')), "'runs' must be a list of objects"),
+        (lambda d: (d.mkdir(), (d / "results.json").write_text(
+            '{"experiment": "themis-fig5", "rows": []}')),
+         "cannot draw themis-fig5's figure: no 'efficiency' in it"),
     ],
 )
 def test_bad_run_is_one_line_exit_2(tmp_path: Path, setup, message) -> None:  # type: ignore[no-untyped-def]
@@ -164,3 +172,29 @@ def test_bad_out_is_exit_2(fig5: Path, tmp_path: Path) -> None:
     assert code == 2 and "--out: no such folder" in err
     code, _, err = report(fig5, tmp_path)
     assert code == 2 and "is a folder" in err
+
+
+@pytest.mark.parametrize("name", ["results.json", "themis-fig5.png"])
+def test_out_never_replaces_a_file_of_the_run(fig5: Path, name: str) -> None:
+    """``--out RUN/results.json`` replaced the run's results with the page (exit 0): the run
+    folder is only read. A page in it (``RUN/report.html``) is allowed."""
+    before = (fig5 / name).read_bytes()
+    code, _, err = report(fig5, fig5 / name)
+    assert code == 2 and err.strip() == (
+        f"error: --out: {fig5 / name} is a file of {fig5} (the report only reads it); give a "
+        "new file such as report.html")
+    assert (fig5 / name).read_bytes() == before
+    code, _, err = report(fig5, fig5 / "report.html")
+    assert code == 0, err
+    (fig5 / "report.html").unlink()
+
+
+def test_an_experiment_name_reads_no_file_outside_the_run(tmp_path: Path) -> None:
+    """``{"experiment": "../secret"}`` embedded ``../secret.png``, a file outside the run."""
+    (tmp_path / "secret.png").write_bytes(PNG)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.json").write_text('{"experiment": "../secret"}')
+    code, _, err = report(run, tmp_path / "x.html")
+    assert code == 0, err
+    assert parse(tmp_path / "x.html").images == []

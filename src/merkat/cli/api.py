@@ -27,14 +27,40 @@ UrlOption = typer.Option(None, "--url", help="Server URL (default: $MERKAT_URL, 
 TokenOption = typer.Option(None, "--token", help="API key (default: $MERKAT_TOKEN).")
 
 
+_TOKEN = re.compile(r"[!-~]+")  # what an HTTP header can carry, whatever the key's owner typed
+_HOST = re.compile(r"[A-Za-z0-9._~%:\[\]-]+")  # a host, an IPv6 address in brackets
+
+
+def check_url(url: str) -> None:
+    """Exit 2, naming ``--url``, when ``url`` is no ``http(s)://HOST[:PORT][/PATH]`` a request
+    can go to: a port out of range or not a number, an unclosed IPv6 bracket, spaces or
+    control characters (urllib's ValueError or InvalidURL, an internal error), a user and
+    password (urllib cannot send them, and every error would print the password)."""
+    expected = f"--url: expected http://HOST:PORT, got {url!r}"
+    if not url.startswith(("http://", "https://")) or not url.isascii() \
+            or not url.isprintable() or " " in url:
+        fail(expected)
+    try:
+        u = urllib.parse.urlsplit(url)
+        u.port  # noqa: B018 (a port that is no number, or out of range, raises ValueError)
+    except ValueError as exc:
+        fail(f"{expected} ({exc})")
+    if "@" in u.netloc:
+        fail("--url: a user or password in the URL is not supported (the API key is --token)")
+    if not u.hostname or not _HOST.fullmatch(u.netloc) or u.query or u.fragment:
+        fail(expected)
+
+
 class Client:
     """A minimal JSON client of the API; every failure exits with a one-line error."""
 
     def __init__(self, url: str | None, token: str | None) -> None:
         self.url = (url or os.environ.get("MERKAT_URL") or DEFAULT_URL).rstrip("/")
-        self.token = token or os.environ.get("MERKAT_TOKEN")
-        if not self.url.startswith(("http://", "https://")):
-            fail(f"--url: expected http://HOST:PORT, got {self.url!r}")
+        self.token = (token or os.environ.get("MERKAT_TOKEN") or "").strip()  # as the server
+        check_url(self.url)
+        if self.token and not _TOKEN.fullmatch(self.token):  # a header cannot carry it
+            fail("--token: not an API key: it holds a space, a control or a non-ASCII character "
+                 "(a key is as `merkat user add` prints it); check MERKAT_TOKEN")
 
     def request(self, method: str, path: str, body: bytes | None = None,
                 ctype: str = "application/json", raw: bool = False,

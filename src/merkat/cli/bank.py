@@ -133,8 +133,16 @@ _TRANSFER_COLUMNS = [
 
 
 def _emit_transfers(fmt: OutputFormat, title: str, ts: list[Transfer]) -> None:
+    """A list of transfers (``history``): ``{"items": [...]}`` in JSON, as every list."""
     data = [_transfer_json(t) for t in ts]
-    emit(fmt, data, lambda: print_table(title, _TRANSFER_COLUMNS, [list(d.values()) for d in data]))
+    emit(fmt, {"items": data},
+         lambda: print_table(title, _TRANSFER_COLUMNS, [list(d.values()) for d in data]))
+
+
+def _emit_transfer(fmt: OutputFormat, title: str, t: Transfer) -> None:
+    """The one transfer a ``mint``, ``burn`` or ``transfer`` made: an object in JSON."""
+    data = _transfer_json(t)
+    emit(fmt, data, lambda: print_table(title, _TRANSFER_COLUMNS, [list(data.values())]))
 
 
 def _emit_record(fmt: OutputFormat, title: str, data: dict[str, Any]) -> None:
@@ -196,7 +204,8 @@ def account_list(
 
     data = _with_ledger(db, run)
     cols = ["name", "kind", "owner", "identity", "balance"]
-    emit(output, data, lambda: print_table("accounts", cols, [[d[c] for c in cols] for d in data]))
+    emit(output, {"items": data},
+         lambda: print_table("accounts", cols, [[d[c] for c in cols] for d in data]))
 
 
 @app.command("mint")
@@ -212,7 +221,7 @@ def mint(
     """Create money on an account (logged; raises the total)."""
     x = _amount(amount)
     t = _with_ledger(db, lambda L: L.mint(account, x, reason, period, idempotency_key))
-    _emit_transfers(output, "mint", [t])
+    _emit_transfer(output, "mint", t)
 
 
 @app.command("burn")
@@ -228,7 +237,7 @@ def burn(
     """Destroy money from an account (logged; lowers the total)."""
     x = _amount(amount)
     t = _with_ledger(db, lambda L: L.burn(account, x, reason, period, idempotency_key))
-    _emit_transfers(output, "burn", [t])
+    _emit_transfer(output, "burn", t)
 
 
 @app.command("transfer")
@@ -245,7 +254,7 @@ def transfer(
     """Move money between two accounts (refused if FROM would go negative)."""
     x = _amount(amount)
     t = _with_ledger(db, lambda L: L.transfer(payer, payee, x, reason, period, idempotency_key))
-    _emit_transfers(output, "transfer", [t])
+    _emit_transfer(output, "transfer", t)
 
 
 @app.command("balance")

@@ -99,7 +99,7 @@ def platform_boost(name: str, amount: str = typer.Argument(..., help="Credits to
 
 
 @platform_app.command("logs")
-def platform_logs(name: str, tail: int = typer.Option(100, "--tail", min=1),
+def platform_logs(name: str, tail: int = typer.Option(100, "--tail", min=1, max=100_000),
                   url: str | None = UrlOption, token: str | None = TokenOption) -> None:
     """The last lines of each VM's output."""
     sys.stdout.write(Client(url, token).request(
@@ -251,7 +251,7 @@ def account_list(output: OutputFormat = OutputOption, url: str | None = UrlOptio
 
 
 @account_app.command("history")
-def account_history(name: str, limit: int = typer.Option(20, "--limit", min=1),
+def account_history(name: str, limit: int = typer.Option(20, "--limit", min=1, max=10_000),
                     output: OutputFormat = OutputOption, url: str | None = UrlOption,
                     token: str | None = TokenOption) -> None:
     """The last transfers of an account."""

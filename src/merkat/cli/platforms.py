@@ -191,7 +191,7 @@ def events(
     platform: str | None = typer.Option(None, "--platform", "-p", help="One platform's only."),
     follow: bool = typer.Option(False, "--follow", "-f",
                                 help="Then print new events as they come (Ctrl-C stops)."),
-    after: int | None = typer.Option(None, "--after", min=0,
+    after: int | None = typer.Option(None, "--after", min=0, max=2**63 - 1,
                                      help="The events after this id (oldest first) instead "
                                      "of the latest."),
     output: OutputFormat = OutputOption, url: str | None = UrlOption,

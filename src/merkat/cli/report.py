@@ -43,6 +43,34 @@ def live_url(run: str) -> str | None:
     return None
 
 
+def _sqlite_file(url: str) -> Path | None:
+    """The file of a ``sqlite:///PATH`` URL (None for another database)."""
+    if not url.startswith("sqlite:///"):
+        return None
+    path = url[len("sqlite:///"):].split("?", 1)[0].removeprefix("file:")
+    return Path(path) if path and path != ":memory:" else None
+
+
+def check_out(out: Path, run: str, url: str | None) -> None:
+    """Exit 2 when writing ``out`` would replace what RUN is made of: the report only reads
+    RUN (``--out data/merkat.db`` replaced a running server's database with the page, and
+    ``--out run/summary.json`` the run's results). Inside the run's folder (the simulator's
+    folder, or the one holding the database) ``out`` must be a new file or an ``.html`` page
+    (``data/report.html``, as ``merkat demo`` writes it); the database file itself, never."""
+    target = out.parent.resolve() / out.name  # (a link named --out is replaced, not followed)
+    db = _sqlite_file(url) if url is not None else None
+    folder = Path(run) if url is None else (db.parent if db is not None else None)
+    if db is not None and target == db.resolve():
+        fail(f"--out: {out} is the database the report reads; give a new file such as "
+             "report.html")
+    if folder is None or not folder.is_dir():
+        return
+    inside = target.parent == folder.resolve() or folder.resolve() in target.parents
+    if inside and os.path.lexists(target) and target.suffix.lower() not in (".html", ".htm"):
+        fail(f"--out: {out} is a file of {run} (the report only reads it); give a new file "
+             "such as report.html")
+
+
 def report_cmd(
     run: str = typer.Argument(
         ...,
@@ -73,6 +101,7 @@ def report_cmd(
     if t0 is not None and t1 is not None and t1 < t0:
         fail("--until must not be before --since")
     url = live_url(run)
+    check_out(out, run, url)
     if url is None and (since or until):
         fail("--since/--until apply to a live server's history, not to a simulator folder")
     try:

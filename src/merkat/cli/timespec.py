@@ -14,16 +14,22 @@ from datetime import UTC, datetime
 
 from merkat.outputs import LATEST_TIME
 
-_AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_AGO = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([smhd])$")
 _UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_time(text: str, flag: str, now: float | None = None) -> float:
     """``text`` as Unix seconds; ValueError naming ``flag`` when it is none of the forms."""
     t = text.strip()
+    if not t.isascii():  # float() and fromisoformat() read other scripts' digits ('５m', '٣')
+        raise ValueError(f"{flag}: expected ASCII digits (Unix seconds, an ISO date-time or "
+                         f"a duration ago such as 30m), got {text!r}")
     m = _AGO.match(t)
     if m:
-        return (time.time() if now is None else now) - float(m.group(1)) * _UNIT[m.group(2)]
+        at = (time.time() if now is None else now) - float(m.group(1)) * _UNIT[m.group(2)]
+        if not at >= 0:  # 99999999999d ago: before 1970, which no record is
+            raise ValueError(f"{flag}: {text!r} ago is before 1970-01-01 (Unix time 0)")
+        return at
     try:
         v = float(t)
     except ValueError:

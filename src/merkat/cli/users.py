@@ -32,7 +32,13 @@ def _store(config: Path | None, data_dir: Path | None) -> Iterator[tuple[Any, An
     from merkat.service.db import open_store
 
     cfg: Any = _config(config, data_dir=data_dir)
-    cfg.data_dir.mkdir(parents=True, exist_ok=True)
+    url = cfg.database
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
+        # a mistyped --data-dir: say so, rather than create an empty server there and
+        # answer 'unknown user' (or list nobody)
+        fail(f"--data-dir: no merkat server data in {cfg.data_dir} (no "
+             f"{Path(url[len('sqlite:///'):]).name}); give the server's --data-dir (merkat "
+             "user add creates it)")
     try:
         store = open_store(cfg.database)
     except BankError as exc:

@@ -22,9 +22,22 @@ from merkat.outputs import time_text
 from merkat.report.model import Figure, Report, ReportError, Table
 
 
+def shown_url(url: str) -> str:
+    """``url`` as the report and its errors print it: a password as ``***`` (the page is
+    made to be mailed; ``postgresql://merkat:SECRET@db/merkat`` was printed in it)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return url
+
+
 def _engine(url: str) -> Any:
     from sqlalchemy import create_engine, inspect
 
+    shown = shown_url(url)  # as given (not the read-only form opened), its password hidden
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
         path = Path(url[len("sqlite:///") :])
         if not path.is_file():
@@ -34,9 +47,10 @@ def _engine(url: str) -> Any:
         engine = create_engine(url)
         tables = set(inspect(engine).get_table_names())
     except Exception as e:  # driver errors: one line naming the database
-        raise ReportError(f"RUN: cannot open database {url}: {str(e).splitlines()[0]}") from None
+        raise ReportError(f"RUN: cannot open database {shown}: {str(e).splitlines()[0]}"
+                          ) from None
     if "svc_prices" not in tables or "svc_events" not in tables:
-        raise ReportError(f"RUN: {url} is not a merkat server database (no svc_prices table)")
+        raise ReportError(f"RUN: {shown} is not a merkat server database (no svc_prices table)")
     return engine
 
 
@@ -79,7 +93,8 @@ def live_history(url: str, since: float | None = None, until: float | None = Non
             for r in conn.execute(select(s.platforms).order_by(s.platforms.c.submitted))
             if r.submitted <= hi and (r.ended is None or r.ended >= lo)
         ]
-    spent, balances = _money(url, {p["period"] for p in prices}, [p["name"] for p in platforms])
+    spent, balances = _money(url, {p["period"] for p in prices},
+                             {p["name"]: a for p in platforms if (a := _account(p))})
     if not prices and not events:
         raise ReportError(f"RUN: no period and no event in the range ({_range(since, until)})")
     t0 = min([p["time"] for p in prices] + [e["time"] for e in events])
@@ -125,7 +140,7 @@ def live_history(url: str, since: float | None = None, until: float | None = Non
         ),
     ]
     params = {
-        "database": url,
+        "database": shown_url(url),
         "since": _stamp(since) or "first record",
         "until": _stamp(until) or "last record",
         "first": _stamp(t0),
@@ -143,11 +158,27 @@ def _range(since: float | None, until: float | None) -> str:
     return f"{_stamp(since) or 'start'} .. {_stamp(until) or 'end'}"
 
 
-def _money(url: str, periods: set[int], names: list[str]) -> tuple[dict[str, int], dict[str, str]]:
-    """VM charges paid by each platform in ``periods`` and each platform's balance now."""
+def _account(row: dict[str, Any]) -> str | None:
+    """A platform's bank account: the one its row names (set at admission); none while it
+    is queued (a queued ``x`` whose name was used before does not own the first ``x``'s
+    ``app:x``); ``app:NAME`` for a row admitted before the column was kept."""
+    if row.get("account"):
+        return str(row["account"])
+    return f"app:{row['name']}" if row.get("started") is not None else None
+
+
+def _money(url: str, periods: set[int], accounts: dict[str, str]
+           ) -> tuple[dict[str, int], dict[str, str]]:
+    """VM charges paid by each platform in ``periods`` and each platform's balance now.
+    ``accounts``: each platform's bank account as its row says (``app:NAME``, ``app:NAME@2``
+    for the second platform of that name: the first one's account is not hers). A charge is
+    a payment from the account, or from its deposit (``ACCOUNT:hold``, charging by use), to
+    a provider account (whatever the server's configuration named it)."""
     from merkat.bank.db import open_ledger
     from merkat.bank.errors import BankError
+    from merkat.bank.ledger import AccountKind
     from merkat.bank.money import format_amount
+    from merkat.bank.policies import hold_account
 
     spent: dict[str, int] = {}
     balances: dict[str, str] = {}
@@ -156,15 +187,17 @@ def _money(url: str, periods: set[int], names: list[str]) -> tuple[dict[str, int
     except (BankError, OSError):
         return spent, balances
     try:
-        for name in names:
-            account = f"app:{name}"
+        providers = {a.name for a in ledger.accounts(AccountKind.provider)}
+        for name, account in accounts.items():
             if not ledger.has_account(account):
                 continue
             balances[name] = format_amount(ledger.balance(account))
+            payers = {account, hold_account(account)}
             spent[name] = sum(
                 t.amount
-                for t in ledger.history(account)
-                if t.payer == account and t.period in periods and t.payee == "provider"
+                for a in payers if ledger.has_account(a)
+                for t in ledger.history(a)
+                if t.payer == a and t.period in periods and t.payee in providers
             )
     finally:
         ledger.close()

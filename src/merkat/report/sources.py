@@ -105,7 +105,10 @@ def sim_experiment(folder: Path) -> Report:
     if not isinstance(doc, dict) or "experiment" not in doc:
         raise ReportError(f"{path}: not an experiment's results (no 'experiment' field)")
     name = str(doc["experiment"])
-    params = dict(doc.get("parameters") or {})
+    params = doc.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise ReportError(f"{path}: 'parameters' must be an object, got {_kind(params)}")
+    params = dict(params)
     tables: list[Table] = []
     for key, value in doc.items():
         if key in ("parameters", "runs", "markdown"):
@@ -115,14 +118,19 @@ def sim_experiment(folder: Path) -> Report:
         elif isinstance(value, dict) and value:
             tables.append(Table(key.capitalize(), ("metric", "value"), tuple(value.items())))
     runs = doc.get("runs") or []
+    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+        raise ReportError(f"{path}: 'runs' must be a list of objects (one per simulation)")
     if runs:
         tables.append(dict_rows_table("All runs (one row per simulation)", runs))
     figures = []
-    png = folder / f"{name}.png"
-    if png.is_file():
+    # the experiment's own figure, NAME.png in the folder: a name that is no plain file name
+    # ('../x', '/x', a NUL) names nothing in it (the other PNGs are still shown)
+    plain = name and "/" not in name and "\x00" not in name and not name.startswith(".")
+    png = folder / f"{name}.png" if plain else None
+    if png is not None and png.is_file():
         figures.append(Figure(str(doc.get("title", name)), png.read_bytes()))
     else:
-        figures += _redraw(name, doc)
+        figures += _redraw(name, doc, path)
     for other in sorted(folder.glob("*.png")):
         if other != png:
             figures.append(Figure(other.stem, other.read_bytes()))
@@ -130,7 +138,10 @@ def sim_experiment(folder: Path) -> Report:
     return Report("sim-experiment", str(doc.get("title", name)), params, tables, figures, notes)
 
 
-def _redraw(name: str, doc: dict[str, Any]) -> list[Figure]:
+def _redraw(name: str, doc: dict[str, Any], path: Path) -> list[Figure]:
+    """The experiment's figure drawn again from ``doc`` (its PNG is missing). A document
+    without what the figure reads (an edited or truncated results.json) is a one-line
+    error naming the file and what is missing (it was KeyError, an internal error)."""
     from merkat.experiments import EXPERIMENTS
 
     if name not in EXPERIMENTS:
@@ -138,8 +149,19 @@ def _redraw(name: str, doc: dict[str, Any]) -> list[Figure]:
     exp = EXPERIMENTS.get(name)
     with tempfile.TemporaryDirectory(prefix="merkat-report-") as tmp:
         out = Path(tmp) / f"{name}.png"
-        exp.plot(doc, out)
+        try:
+            exp.plot(doc, out)
+        except KeyError as e:
+            raise ReportError(f"{path}: cannot draw {name}'s figure: no {e} in it") from None
+        except (TypeError, ValueError, IndexError, AttributeError) as e:
+            raise ReportError(f"{path}: cannot draw {name}'s figure from it: "
+                              f"{type(e).__name__}: {e}") from None
         return [Figure(str(doc.get("title", name)), out.read_bytes())]
+
+
+def _kind(v: Any) -> str:
+    return {list: "a list", str: "a string", int: "a number", float: "a number",
+            bool: "a boolean"}.get(type(v), type(v).__name__)
 
 
 def load(run: Path) -> Report:

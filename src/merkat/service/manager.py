@@ -244,8 +244,19 @@ class Manager:
             return out
 
     def spent(self, name: str) -> float:
+        """Credits platform ``name`` has paid: counted by the loop while it is in memory,
+        else from the books (one that ended before this server started paid what it paid,
+        not 0: the dashboard's column said 0 for every ended platform after a restart)."""
         app = self.platform.apps.get(name)
-        return app.spent / 1e6 if app else 0.0
+        if app is not None:
+            return app.spent / 1e6
+        row = self.store.platform(name)
+        if row is None or (not row.account and row.started is None):
+            return 0.0  # never admitted: no account
+        from merkat.service.recovery import paid_before
+
+        return paid_before(self.store.ledger, row.account or f"app:{name}",
+                           self.config.provider) / 1e6
 
     def logs(self, name: str, tail: int = 100) -> str:
         """The last ``tail`` lines of each VM's output, under a ``==> file <==`` header."""

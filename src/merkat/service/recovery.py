@@ -84,14 +84,21 @@ def save_vms(m: Kept) -> None:
 
 
 def paid_before(ledger: Any, account: str, provider: str) -> int:
-    """What ``account`` has paid the provider so far, net of refunds (micro-credits): a
-    platform admitted again after a restart goes on counting from there."""
+    """What ``account`` has paid the provider so far, net of refunds (micro-credits), from
+    it or from its deposit (``ACCOUNT:hold``: charging by use pays from there): a platform
+    admitted again after a restart goes on counting from there, and one that ended before
+    it shows what it paid (:meth:`merkat.service.manager.Manager.spent`)."""
+    from merkat.bank.policies import hold_account
+
     paid = 0
-    for t in ledger.history(account):
-        if t.payer == account and t.payee == provider:
-            paid += t.amount
-        elif t.payer == provider and t.payee == account:
-            paid -= t.amount
+    for a in (account, hold_account(account)):
+        if not ledger.has_account(a):
+            continue
+        for t in ledger.history(a):
+            if t.payer == a and t.payee == provider:
+                paid += t.amount
+            elif t.payer == provider and t.payee == a:
+                paid -= t.amount
     return paid
 
 
