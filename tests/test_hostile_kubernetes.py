@@ -13,8 +13,11 @@ import pytest
 from merkat.backends.kubernetes import KubernetesBackend
 from merkat.backends.kubernetes.emulator import KubeEmulator, emulated_client
 from merkat.backends.kubernetes.live import KubernetesLive
+from merkat.backends.kubernetes.objects import pod_name
 from merkat.backends.local import Launch
 from merkat.core.backend import Plan, VMPlacement
+
+MALLORY1_POD = pod_name("mallory/vm1", "main")
 
 pytestmark = pytest.mark.kubernetes
 
@@ -61,37 +64,69 @@ def test_a_notice_of_an_hour_holds_the_node_no_longer_than_the_servers_limit(
     live.apply(Plan(40.0, 40.0, suspend=(vm,)))
     assert live.describe(vm)["preempt_at"] == "1970-01-01T00:01:40Z"  # 40 + 60, not 40 + 3600
     live.apply(Plan(80.0, 40.0))
-    assert ("merkat", "mallory-main-1") in emu.pods
+    assert ("merkat", MALLORY1_POD) in emu.pods
     live.apply(Plan(120.0, 40.0))
     assert emu.pods == {}
 
 
-def test_a_platform_whose_pod_name_is_anothers_never_mounts_her_state_volume(
+def test_two_platforms_whose_names_joined_read_the_same_both_run_their_pods(
         tmp_path: Path) -> None:
-    """Alice's platform ``a-b`` (cluster ``c``) and Mallory's ``a`` (cluster ``b-c``) both map
-    to the pod ``a-b-c-1`` and the claim ``a-b-c-1-state``. Alice suspended keeps her claim
-    (her checkpoint in it); Mallory's VM with ``state:`` took the 409 AlreadyExists of that
-    claim for her own and mounted Alice's volume. It is refused now, and Alice resumes with
-    her data."""
+    """Alice's platform ``a-b`` (cluster ``c``) and Mallory's ``a`` (cluster ``b-c``) both
+    mapped to the pod ``a-b-c-1`` (and the claim ``a-b-c-1-state``): whoever created first
+    won, the other's creation got 409, was retried 5 times every period and failed — one
+    tenant could deny another service by choosing a name. Each VM's pod and claim carry the
+    hash of its identity now: both run, each with its own volume."""
+    emu, live = cluster(tmp_path)
+    alice = {"checkpoint": 'echo alice-secret > "$MERKAT_STATE/data"', "notice_s": 0}
+    live.register("a-b", lambda a, vm, i: Launch("sleep 1000", "c", i, state=alice))
+    live.register("a", lambda a, vm, i: Launch("sleep 1000", "b-c", i, state={"size": "1Mi"}))
+    live.register("x-y", lambda a, vm, i: Launch("sleep 1000", "z", i))  # no state: too
+    live.register("x", lambda a, vm, i: Launch("sleep 1000", "y-z", i))
+    vms = {"a-b/vm1": "a-b", "a/vm1": "a", "x-y/vm1": "x-y", "x/vm1": "x"}
+    live.apply(Plan(0.0, 40.0, create=tuple(VMPlacement(vm, app, 0) for vm, app in vms.items()),
+                    allocations={vm: {"cpu": 0.5} for vm in vms}))
+    assert [(r.op, r.error) for r in live.report] == [("create", None)] * 4, live.report
+    assert len(emu.pods) == 4 and len(emu.claims) == 2
+    assert sorted(n[:8] for _, n in emu.pods) == ["a-b-c-1-", "a-b-c-1-", "x-y-z-1-", "x-y-z-1-"]
+    assert live.exec_in("a-b/vm1", 'echo alice > "$MERKAT_STATE/data"').ok
+    assert live.exec_in("a/vm1", 'cat "$MERKAT_STATE/data"').stdout == ""  # her own volume
+    live.apply(Plan(40.0, 40.0, allocations={vm: {"cpu": 0.5} for vm in vms}))
+    assert [r.error for r in live.report] == [], live.report  # still both, no retries
+
+
+def test_a_platform_whose_old_claim_name_is_anothers_never_mounts_her_state_volume(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Alice's claim was made by the version before names carried the hash: ``a-b-c-1-state``,
+    the name Mallory's VM (platform ``a``, cluster ``b-c``) had too. A VM whose claim may be
+    under its old name (a resumption, a restart, a migration) reads that name first: Mallory's
+    finds Alice's there, leaves it alone and gets her own; Alice resumes with her data."""
+    from merkat.backends.kubernetes import objects as objects_mod
+    from merkat.backends.kubernetes.objects import legacy_pod_name
+
     emu, live = cluster(tmp_path)
     state = {"checkpoint": 'echo alice-secret > "$MERKAT_STATE/data"', "notice_s": 0}
+    with monkeypatch.context() as m:  # the old server: Alice's VM, suspended
+        m.setattr(objects_mod, "pod_name", lambda vm, cluster="vms", instance="merkat":
+                  legacy_pod_name(vm, cluster))
+        live.register("a-b", lambda a, vm, i: Launch("sleep 1000", "c", i, state=state))
+        live.apply(Plan(0.0, 40.0, create=(VMPlacement("a-b/vm1", "a-b", 0),),
+                        allocations={"a-b/vm1": {"cpu": 0.5}}))
+        live.apply(Plan(40.0, 40.0, suspend=("a-b/vm1",)))
+        live.apply(Plan(80.0, 40.0))
+    assert emu.pods == {} and list(emu.claims) == [("merkat", "a-b-c-1-state")]  # Alice's
+    live = KubernetesLive(KubernetesBackend(emulated_client(emu, "merkat"), namespace="merkat",
+                                            sleep=lambda s: None), logs=tmp_path / "logs")
+    # ^ the upgraded server, started on the same cluster
     live.register("a-b", lambda a, vm, i: Launch("sleep 1000", "c", i, state=state))
-    mine = {"size": "1Mi"}
-    live.register("a", lambda a, vm, i: Launch("sleep 1000", "b-c", i, state=mine))
-    live.apply(Plan(0.0, 40.0, create=(VMPlacement("a-b/vm1", "a-b", 0),),
-                    allocations={"a-b/vm1": {"cpu": 0.5}}))
-    live.apply(Plan(40.0, 40.0, suspend=("a-b/vm1",)))
-    live.apply(Plan(80.0, 40.0))
-    assert emu.pods == {} and ("merkat", "a-b-c-1-state") in emu.claims  # Alice's, kept
-    for t in (120.0, 130.0):  # known to this server; then as a restarted one sees it
-        live.apply(Plan(t, 10.0, create=(VMPlacement("a/vm1", "a", 0),),
-                        allocations={"a/vm1": {"cpu": 0.5}}))
-        (r,) = [r for r in live.report if r.vm == "a/vm1"]
-        assert r.op == "create" and r.error is not None and "not a/vm1's" in r.error, r
-        assert emu.pods == {}  # no pod of Mallory's mounts it
-        live.kube.claims.clear()
+    live.register("a", lambda a, vm, i: Launch("sleep 1000", "b-c", i, state={"size": "1Mi"}))
+    live.apply(Plan(120.0, 40.0, resume=(VMPlacement("a/vm1", "a", 0),),
+                    allocations={"a/vm1": {"cpu": 0.5}}))
+    assert [(r.op, r.error) for r in live.report] == [("resume", None)], live.report
+    mine = emu.pod("merkat", pod_name("a/vm1", "b-c"))["spec"]["volumes"][0]
+    assert mine["persistentVolumeClaim"]["claimName"] == pod_name("a/vm1", "b-c") + "-state"
+    assert live.exec_in("a/vm1", 'cat "$MERKAT_STATE/data" 2>&1').stdout != "alice-secret\n"
     live.apply(Plan(160.0, 40.0, resume=(VMPlacement("a-b/vm1", "a-b", 0),),
-                    allocations={"a-b/vm1": {"cpu": 0.5}}))
+                    allocations={"a-b/vm1": {"cpu": 0.5}, "a/vm1": {"cpu": 0.5}}))
     assert live.exec_in("a-b/vm1", 'cat "$MERKAT_STATE/data"').stdout == "alice-secret\n"
 
 

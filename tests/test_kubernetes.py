@@ -12,8 +12,16 @@ from merkat.backends.kubernetes import KubernetesBackend, PodTemplate
 from merkat.backends.kubernetes.emulator import KubeEmulator, emulated_client
 from merkat.backends.kubernetes.objects import (
     Size,
+    pod_name,
 )
 from merkat.core.backend import Plan, VMPlacement
+
+A1_POD = pod_name("a/vm1", "vms")
+A2_POD = pod_name("a/vm2", "vms")
+APP2_POD = pod_name("app/vm2", "vms")
+B1_POD = pod_name("b/vm1", "vms")
+KEEP1_POD = pod_name("keep/vm1", "vms")
+SOLVER1_POD = pod_name("solver/vm1", "workers")
 
 pytestmark = pytest.mark.kubernetes
 
@@ -57,11 +65,11 @@ def test_create_posts_the_pod_then_binds_it_to_the_markets_node() -> None:
                                  allocations={"solver/vm1": {"cpu": 1.5}}))
     assert report.failed == () and report.counts() == {"create": 1}
     assert report.api_calls == 4
-    assert calls(emu, n0) == [*LIST, ("POST", POD), ("POST", f"{POD}/solver-workers-1/binding")]
+    assert calls(emu, n0) == [*LIST, ("POST", POD), ("POST", f"{POD}/{SOLVER1_POD}/binding")]
     create, bind = emu.calls[n0 + 2], emu.calls[n0 + 3]
     assert emu.calls[n0 + 1].query == {"labelSelector": "merkat.io/instance=merkat"}
     assert create.body["metadata"] == {
-        "name": "solver-workers-1", "namespace": NS,
+        "name": SOLVER1_POD, "namespace": NS,
         "labels": {"merkat.io/instance": "merkat", "merkat.io/platform": "solver",
                    "merkat.io/cluster": "workers", "merkat.io/index": "1"},
         "annotations": {"merkat.io/vm": "solver/vm1"},
@@ -77,9 +85,9 @@ def test_create_posts_the_pod_then_binds_it_to_the_markets_node() -> None:
     assert c["resizePolicy"] == [{"resourceName": "cpu", "restartPolicy": "NotRequired"},
                                  {"resourceName": "memory", "restartPolicy": "NotRequired"}]
     assert bind.body == {"apiVersion": "v1", "kind": "Binding",
-                         "metadata": {"name": "solver-workers-1"},
+                         "metadata": {"name": SOLVER1_POD},
                          "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"}}
-    pod = emu.pod(NS, "solver-workers-1")
+    pod = emu.pod(NS, SOLVER1_POD)
     assert pod["spec"]["nodeName"] == "node-1" and pod["status"]["phase"] == "Running"
 
 
@@ -99,14 +107,14 @@ def test_resize_patches_the_resize_subresource_with_cpu_as_request_and_limit() -
     b.apply_report(plan(create=(VMPlacement("a/vm1", "a", 0),), allocations={"a/vm1": {"cpu": 1}}))
     n0 = len(emu.calls)
     report = b.apply_report(plan(60, allocations={"a/vm1": {"cpu": 2.25}}))
-    assert calls(emu, n0) == [*LIST, ("PATCH", f"{POD}/a-vms-1/resize")]
+    assert calls(emu, n0) == [*LIST, ("PATCH", f"{POD}/{A1_POD}/resize")]
     patch = emu.calls[-1]
     assert patch.content_type == "application/strategic-merge-patch+json"
     assert patch.body == {"spec": {"containers": [{"name": "vm", "resources": {
         "requests": {"cpu": "2250m"}, "limits": {"cpu": "2250m"}}}]}}
     (op,) = report.ops
     assert (op.op, op.ok, op.state) == ("resize", True, "Proposed")
-    pod = emu.pod(NS, "a-vms-1")
+    pod = emu.pod(NS, A1_POD)
     want = {"requests": {"cpu": "2250m", "memory": "256Mi"},
             "limits": {"cpu": "2250m", "memory": "256Mi"}}
     assert pod["spec"]["containers"][0]["resources"] == want
@@ -139,7 +147,7 @@ def test_memory_limit_follows_the_market_where_the_resize_policy_allows() -> Non
     assert report.failed == ()
     bodies = [c.body["spec"]["containers"][0]["resources"]["limits"] for c in emu.calls[n1 + 2:]]
     assert bodies == [{"cpu": "500m"}, {"cpu": "500m", "memory": "512Mi"}]
-    assert emu.pod(NS, "keep-vms-1")["spec"]["containers"][0]["resources"]["limits"] == {
+    assert emu.pod(NS, KEEP1_POD)["spec"]["containers"][0]["resources"]["limits"] == {
         "cpu": "500m", "memory": "1536Mi"}
 
 
@@ -155,7 +163,7 @@ def test_the_emulator_refuses_a_memory_decrease_under_notrequired_with_422() -> 
     body = {"spec": {"containers": [{"name": "vm", "resources": {
         "requests": {"memory": "512Mi"}, "limits": {"memory": "512Mi"}}}]}}
     with pytest.raises(ApiError) as e:
-        b.client.patch(Pod.Resize, "a-vms-1", body, namespace=NS,
+        b.client.patch(Pod.Resize, A1_POD, body, namespace=NS,
                        patch_type=PatchType.STRATEGIC)
     assert e.value.status.code == 422 and "RestartContainer" in e.value.status.message
 
@@ -167,13 +175,13 @@ def test_delete_on_destroy_and_suspend_and_resume_recreates() -> None:
     b.apply_report(plan(create=create, allocations={p.vm: {"cpu": 1} for p in create}))
     n0 = len(emu.calls)
     report = b.apply_report(plan(60, destroy=("a/vm1",), suspend=("a/vm2",)))
-    assert calls(emu, n0) == [*LIST, ("DELETE", f"{POD}/a-vms-1"), ("DELETE", f"{POD}/a-vms-2")]
+    assert calls(emu, n0) == [*LIST, ("DELETE", f"{POD}/{A1_POD}"), ("DELETE", f"{POD}/{A2_POD}")]
     assert emu.calls[-1].query == {"gracePeriodSeconds": "0"}
     assert report.counts() == {"destroy": 1, "suspend": 1} and not emu.pods
     report = b.apply_report(plan(120, resume=(VMPlacement("a/vm2", "a", 1),),
                                  allocations={"a/vm2": {"cpu": 0.5}}))
     assert report.counts() == {"resume": 1}
-    pod = emu.pod(NS, "a-vms-2")
+    pod = emu.pod(NS, A2_POD)
     assert pod["spec"]["nodeName"] == "node-1"
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "500m"}
 
@@ -186,12 +194,12 @@ def test_migration_deletes_and_recreates_retrying_409_while_the_old_pod_terminat
     n0 = len(emu.calls)
     report = b.apply_report(plan(60, migrate=(("a/vm1", 0, 1),),
                                  allocations={"a/vm1": {"cpu": 3}}))
-    assert calls(emu, n0) == [*LIST, ("DELETE", f"{POD}/a-vms-1"), ("POST", POD),
-                              ("POST", POD), ("POST", POD), ("POST", f"{POD}/a-vms-1/binding")]
+    assert calls(emu, n0) == [*LIST, ("DELETE", f"{POD}/{A1_POD}"), ("POST", POD),
+                              ("POST", POD), ("POST", POD), ("POST", f"{POD}/{A1_POD}/binding")]
     (op,) = report.ops
     assert (op.op, op.ok, op.node) == ("migrate", True, "node-1")
     assert op.seconds == 2.0  # delete (1 tick) + create and bind (1 tick) on the fake clock
-    pod = emu.pod(NS, "a-vms-1")
+    pod = emu.pod(NS, A1_POD)
     assert pod["spec"]["nodeName"] == "node-1"
     assert pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "3"
 
@@ -227,7 +235,7 @@ def test_infeasible_and_deferred_resizes_are_reported_the_next_period() -> None:
     report = b.apply_report(plan(120, allocations={"a/vm1": {"cpu": 6}, "b/vm1": {"cpu": 2}}))
     (op,) = report.ops
     assert (op.op, op.ok, op.state) == ("resize-status", False, "Infeasible")
-    assert emu.pod(NS, "a-vms-1")["status"]["containerStatuses"][0]["resources"]["limits"] == {
+    assert emu.pod(NS, A1_POD)["status"]["containerStatuses"][0]["resources"]["limits"] == {
         "cpu": "2"}
     # Fits the node but not next to b: Deferred, then actuated once b shrinks.
     b.apply_report(plan(180, allocations={"a/vm1": {"cpu": 3}, "b/vm1": {"cpu": 2}}))
@@ -246,8 +254,8 @@ def test_shrinks_go_before_grows_so_no_resize_is_deferred() -> None:
     b.apply_report(plan(create=create, allocations={"a/vm1": {"cpu": 2}, "b/vm1": {"cpu": 2}}))
     n0 = len(emu.calls)
     b.apply_report(plan(60, allocations={"a/vm1": {"cpu": 3}, "b/vm1": {"cpu": 1}}))
-    assert calls(emu, n0)[2:] == [("PATCH", f"{POD}/b-vms-1/resize"),
-                                  ("PATCH", f"{POD}/a-vms-1/resize")]
+    assert calls(emu, n0)[2:] == [("PATCH", f"{POD}/{B1_POD}/resize"),
+                                  ("PATCH", f"{POD}/{A1_POD}/resize")]
     assert b.apply_report(plan(120, allocations={"a/vm1": {"cpu": 3}, "b/vm1": {"cpu": 1}})
                           ).ops == ()
 
@@ -263,7 +271,7 @@ def test_a_node_that_disappears_loses_its_vms_and_keeps_its_index() -> None:
     (lost,) = report.ops
     assert (lost.op, lost.vm, lost.ok) == ("lost", "a/vm1", False)
     assert lost.reason == "node node-1 is gone"
-    assert calls(emu, n0) == [*LIST, ("DELETE", f"{POD}/a-vms-1")]
+    assert calls(emu, n0) == [*LIST, ("DELETE", f"{POD}/{A1_POD}")]
     hosts = b.hosts()
     assert hosts.ids == ("node-0", "node-1", "node-2")
     assert hosts.capacity.tolist() == [[4.0, 8192.0], [0.0, 0.0], [4.0, 8192.0]]
@@ -300,7 +308,7 @@ def test_a_restarted_server_re_adopts_its_pods_by_label() -> None:
     n0 = len(emu.calls)
     report = again.apply_report(plan(60, allocations={
         "app/vm1": {"cpu": 1}, "app/vm2": {"cpu": 1.5}, "app/vm3": {"cpu": 1}}))
-    assert calls(emu, n0) == [*LIST, ("PATCH", f"{POD}/app-vms-2/resize")]
+    assert calls(emu, n0) == [*LIST, ("PATCH", f"{POD}/{APP2_POD}/resize")]
     assert report.failed == ()
 
 
@@ -354,10 +362,10 @@ def test_finished_when_every_pod_of_the_application_exited() -> None:
     b = backend(emu)
     create = (VMPlacement("a/vm1", "a", 0), VMPlacement("a/vm2", "a", 1))
     b.apply_report(plan(create=create, allocations={p.vm: {"cpu": 1} for p in create}))
-    emu.finish(NS, "a-vms-1")
+    emu.finish(NS, A1_POD)
     b.refresh()
     assert not b.finished("a")
-    emu.finish(NS, "a-vms-2")
+    emu.finish(NS, A2_POD)
     b.refresh()
     assert b.finished("a")
 
@@ -386,10 +394,10 @@ def test_a_create_for_a_pod_that_exists_after_a_restart_costs_no_create() -> Non
                                                  VMPlacement("a/vm2", "a", 1)),
                                      allocations={"a/vm1": {"cpu": 2}, "a/vm2": {"cpu": 1}}))
     assert report.failed == ()
-    assert calls(emu, n0) == [*LIST, ("DELETE", f"{POD}/a-vms-2"), ("POST", POD),
-                              ("POST", f"{POD}/a-vms-2/binding"),
-                              ("PATCH", f"{POD}/a-vms-1/resize")]  # a grow: last
-    assert emu.pod(NS, "a-vms-2")["spec"]["nodeName"] == "node-1"
+    assert calls(emu, n0) == [*LIST, ("DELETE", f"{POD}/{A2_POD}"), ("POST", POD),
+                              ("POST", f"{POD}/{A2_POD}/binding"),
+                              ("PATCH", f"{POD}/{A1_POD}/resize")]  # a grow: last
+    assert emu.pod(NS, A2_POD)["spec"]["nodeName"] == "node-1"
 
 
 def test_resize_state_reads_1_33_conditions_and_the_legacy_field() -> None:

@@ -39,7 +39,8 @@ def test_memory_quantities_round_trip(nbytes: int) -> None:
 def test_quantities_and_names() -> None:
     assert cpu_millis("3800m") == 3800 and cpu_millis("2") == 2000 and cpu_millis("0.25") == 250
     assert memory_bytes("16318584Ki") == 16318584 * 1024 and memory_bytes("1G") == 10**9
-    assert pod_name("solver/vm12") == "solver-vms-12"
+    name = pod_name("solver/vm12")
+    assert name.startswith("solver-vms-12-") and name == pod_name("solver/vm12", "vms")
     odd = pod_name("My_App.v2/vm3")
     assert odd != pod_name("my-app-v2/vm3") and len(odd) <= 63
     assert dns_label("x" * 80) != dns_label("x" * 81) and len(dns_label("x" * 80)) == 63

@@ -11,8 +11,12 @@ import pytest
 from merkat.backends.kubernetes import KubernetesBackend
 from merkat.backends.kubernetes.emulator import KubeEmulator, emulated_client
 from merkat.backends.kubernetes.live import KubernetesLive
+from merkat.backends.kubernetes.objects import pod_name
 from merkat.control.types import Metrics
 from merkat.core.backend import Plan, VMPlacement
+
+A1_POD = pod_name("a/vm1", "default")
+SOLVER2_POD = pod_name("solver/vm2", "workers")
 
 pytestmark = pytest.mark.kubernetes
 
@@ -47,7 +51,7 @@ def test_launchers_become_pod_commands_env_and_memory(tmp_path: Path) -> None:
     live.apply(Plan(0.0, 40.0, create=(VMPlacement("solver/vm2", "solver", 0),),
                     allocations={"solver/vm2": {"cpu": 1.5}}))
     assert [(r.op, r.vm, r.error) for r in live.report] == [("create", "solver/vm2", None)]
-    pod = emu.pod("merkat", "solver-workers-2")
+    pod = emu.pod("merkat", SOLVER2_POD)
     (c,) = pod["spec"]["containers"]
     assert c["image"] == "python:3.12-slim"
     assert c["command"] == ["/bin/sh", "-c", "python -m solver --rank 1"]
@@ -60,7 +64,7 @@ def test_launchers_become_pod_commands_env_and_memory(tmp_path: Path) -> None:
     live.kube.refresh()
     d = live.describe("solver/vm2")
     assert d is not None and d["node"] == "node-a" and d["process"] == "running"
-    assert d["limits"] == {"cpu": 1.5, "memory": 256.0} and d["pod"] == "merkat/solver-workers-2"
+    assert d["limits"] == {"cpu": 1.5, "memory": 256.0} and d["pod"] == f"merkat/{SOLVER2_POD}"
     live.set_metrics("solver", Metrics(work_done=3.0, work_total=10.0))
     assert live.metrics("solver").work_done == 3.0
 
@@ -70,13 +74,13 @@ def test_logs_are_read_through_the_api_and_exits_are_polled(tmp_path: Path) -> N
     live.register("a", lambda app, vm, i: Launch("echo hi"))
     live.apply(Plan(0.0, 40.0, create=(VMPlacement("a/vm1", "a", 0),),
                     allocations={"a/vm1": {"cpu": 1.0}}))
-    emu.logs[("merkat", "a-default-1")] = "iteration 1 took 30.0 s\niteration 2 took 29.5 s\n"
+    emu.logs[("merkat", A1_POD)] = "iteration 1 took 30.0 s\niteration 2 took 29.5 s\n"
     path = live.log_path("a/vm1")
     assert path is not None
     assert Path(path).read_text().splitlines()[-1] == "iteration 2 took 29.5 s"
     assert live.monitored["a"] == "a/vm1"
     assert live.poll() == []
-    emu.finish("merkat", "a-default-1", code=1)
+    emu.finish("merkat", A1_POD, code=1)
     live.apply(Plan(40.0, 40.0, allocations={"a/vm1": {"cpu": 1.0}}))
     (r,) = live.poll()
     assert (r.op, r.vm) == ("exit", "a/vm1") and r.error is not None

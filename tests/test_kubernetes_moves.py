@@ -12,12 +12,16 @@ from pathlib import Path
 import pytest
 
 from merkat.backends.kubernetes.moves import MOVE_PERIODS
+from merkat.backends.kubernetes.objects import pod_name
 from merkat.backends.kubernetes.refusals import RETRY_PERIODS
 from merkat.core.backend import Plan
 from merkat.service.templates import parse
 from test_kubernetes_recovery import manager
 from test_kubernetes_refusals import TWO_CORES, cluster, foreign_pod, resize_calls
 from test_kubernetes_state import STATE, VM, count, setup
+
+A1_POD = pod_name("a/vm1", "main")
+APP1_POD = pod_name("app/vm1", "main")
 
 pytestmark = pytest.mark.kubernetes
 
@@ -51,11 +55,11 @@ def test_a_resize_deferred_for_move_periods_moves_a_vm_with_state_to_a_node_with
     live.apply(Plan(t, P, allocations=TWO))  # the MOVE_PERIODS-th: moved, noticed first
     ops = {r.op: r for r in live.report}
     assert ops["move"].error is None and ops["move"].node == "node-1"
-    pod = emu.pod("merkat", "app-main-1")
+    pod = emu.pod("merkat", APP1_POD)
     assert pod["spec"]["nodeName"] == "node-0" and "merkat.io/preempt-at" in pod["metadata"][
         "annotations"]
     live.apply(Plan(t + P, P, allocations=TWO))  # the notice's time: checkpoint, move
-    pod = emu.pod("merkat", "app-main-1")
+    pod = emu.pod("merkat", APP1_POD)
     assert pod["spec"]["nodeName"] == "node-1" and pod["status"]["phase"] == "Running"
     assert pod["status"]["containerStatuses"][0]["resources"]["limits"]["cpu"] == "2"
     live.apply(Plan(t + 2 * P, P, allocations=TWO))
@@ -66,12 +70,12 @@ def test_a_resize_deferred_for_move_periods_moves_a_vm_with_state_to_a_node_with
 
 def test_a_vm_without_state_is_not_moved_and_keeps_being_retried(tmp_path: Path) -> None:
     emu, live = deferred_on_node_0(tmp_path, None)
-    n = len(resize_calls(emu, "app-main-1"))
+    n = len(resize_calls(emu, APP1_POD))
     for k in range(2 * MOVE_PERIODS):
         live.apply(Plan(2 * P + k * P, P, allocations=TWO))
         assert "move" not in [r.op for r in live.report]
-    assert emu.pod("merkat", "app-main-1")["spec"]["nodeName"] == "node-0"
-    assert len(resize_calls(emu, "app-main-1")) == n + 2 * MOVE_PERIODS // RETRY_PERIODS
+    assert emu.pod("merkat", APP1_POD)["spec"]["nodeName"] == "node-0"
+    assert len(resize_calls(emu, APP1_POD)) == n + 2 * MOVE_PERIODS // RETRY_PERIODS
 
 
 def test_no_node_with_room_leaves_the_vm_where_it_is(tmp_path: Path) -> None:
@@ -79,7 +83,7 @@ def test_no_node_with_room_leaves_the_vm_where_it_is(tmp_path: Path) -> None:
     for k in range(2 * MOVE_PERIODS):
         live.apply(Plan(2 * P + k * P, P, allocations=TWO))
         assert "move" not in [r.op for r in live.report]
-    assert emu.pod("merkat", "app-main-1")["spec"]["nodeName"] == "node-0"
+    assert emu.pod("merkat", APP1_POD)["spec"]["nodeName"] == "node-0"
 
 
 def test_through_the_service_the_moved_vm_is_recorded_on_its_new_node(tmp_path: Path) -> None:
@@ -109,6 +113,6 @@ def test_through_the_service_the_moved_vm_is_recorded_on_its_new_node(tmp_path: 
     m.tick()
     (v,) = m.vms("a")
     assert v["node"] == "node-1" and v["applied"]["cpu"] == 2.0 and v["resize"] == "Done"
-    assert emu.pod("merkat", "a-main-1")["spec"]["nodeName"] == "node-1"
+    assert emu.pod("merkat", A1_POD)["spec"]["nodeName"] == "node-1"
     assert m.store.ledger.audit().ok
     m.close()

@@ -13,9 +13,14 @@ import pytest
 
 from merkat.backends.kubernetes.emulator import KubeEmulator
 from merkat.backends.kubernetes.live import KubernetesLive
+from merkat.backends.kubernetes.objects import pod_name
 from merkat.backends.local import Launch
 from merkat.core.backend import Plan, VMPlacement
 from test_kubernetes_state import STATE, VM, count, setup
+
+A1_POD = pod_name("a/vm1", "main")
+APP1_POD = pod_name("app/vm1", "main")
+BIG1_POD = pod_name("big/vm1", "main")
 
 pytestmark = pytest.mark.kubernetes
 
@@ -31,12 +36,12 @@ def notice_file(live: KubernetesLive) -> str:
 
 
 def pod_calls(emu: KubeEmulator, verb: str) -> list[Any]:
-    return [c for c in emu.calls if c.verb == verb and c.path.endswith("/pods/app-main-1")]
+    return [c for c in emu.calls if c.verb == verb and c.path.endswith(f"/pods/{APP1_POD}")]
 
 
 def test_the_notice_is_readable_in_the_pod_a_period_before_it_is_deleted(tmp_path: Path) -> None:
     emu, live = setup(tmp_path, STATE)
-    uid = emu.pod("merkat", "app-main-1")["metadata"]["uid"]
+    uid = emu.pod("merkat", APP1_POD)["metadata"]["uid"]
     assert count(live) == 1
     live.apply(Plan(T, P, suspend=(VM,)))
     assert [(r.op, r.error, r.reason) for r in live.report] == [
@@ -49,11 +54,11 @@ def test_the_notice_is_readable_in_the_pod_a_period_before_it_is_deleted(tmp_pat
                                  f'merkat.io/vm="{VM}"\n')
     assert live.describe(VM)["preempt_at"] == "2026-09-21T14:14:00Z"
     live.apply(Plan(T + P / 2, P))  # an admission half a period later: not yet
-    assert emu.pod("merkat", "app-main-1")["metadata"]["uid"] == uid
+    assert emu.pod("merkat", APP1_POD)["metadata"]["uid"] == uid
     assert pod_calls(emu, "DELETE") == [] and count(live) == 2  # it still runs
     checkpoints_before = len(emu.execs)
     live.apply(Plan(T + P, P))  # the time has come: checkpoint, then SIGTERM with grace
-    assert ("merkat", "app-main-1") not in emu.pods
+    assert ("merkat", APP1_POD) not in emu.pods
     (delete,) = pod_calls(emu, "DELETE")
     assert delete.query["gracePeriodSeconds"] == "2"
     assert emu.calls.index(delete) > emu.calls.index(patch)
@@ -77,7 +82,7 @@ def test_the_notice_is_readable_in_the_pod_a_period_before_it_is_deleted(tmp_pat
 def test_a_resume_before_the_deadline_withdraws_the_notice_and_keeps_the_pod(
         tmp_path: Path) -> None:
     emu, live = setup(tmp_path, STATE)
-    uid = emu.pod("merkat", "app-main-1")["metadata"]["uid"]
+    uid = emu.pod("merkat", APP1_POD)["metadata"]["uid"]
     live.apply(Plan(T, P, suspend=(VM,)))
     assert "preempt-at" in notice_file(live)
     live.apply(Plan(T + P / 2, P, resume=(VMPlacement(VM, "app", 0),), allocations=ONE))
@@ -87,7 +92,7 @@ def test_a_resume_before_the_deadline_withdraws_the_notice_and_keeps_the_pod(
     assert withdraw.body == {"metadata": {"annotations": {"merkat.io/preempt-at": None}}}
     assert "preempt-at" not in notice_file(live)
     live.apply(Plan(T + 2 * P, P, allocations=ONE))
-    assert emu.pod("merkat", "app-main-1")["metadata"]["uid"] == uid  # never stopped
+    assert emu.pod("merkat", APP1_POD)["metadata"]["uid"] == uid  # never stopped
     assert pod_calls(emu, "DELETE") == [] and count(live) == 1
     assert emu.schema_errors == []
 
@@ -99,9 +104,9 @@ def test_the_templates_notice_s_sets_the_delay_within_the_servers_limit(tmp_path
         "merkat.io/preempt-at"] == "2026-09-21T14:15:00Z"  # T + 100 s
     for t in (T + P, T + 2 * P):
         live.apply(Plan(t, P))
-        assert ("merkat", "app-main-1") in emu.pods
+        assert ("merkat", APP1_POD) in emu.pods
     live.apply(Plan(T + 3 * P, P))  # 120 s >= 100 s
-    assert ("merkat", "app-main-1") not in emu.pods
+    assert ("merkat", APP1_POD) not in emu.pods
 
 
 def test_a_migration_waits_for_its_notice_and_a_pod_placed_on_the_held_node_waits_for_room(
@@ -118,14 +123,14 @@ def test_a_migration_waits_for_its_notice_and_a_pod_placed_on_the_held_node_wait
     assert ops[("notice", VM)] is None
     assert "node node-0 is still held by app/vm1's pod until its notice ends" in str(
         ops[("create", "big/vm1")])
-    assert emu.pod("merkat", "app-main-1")["spec"]["nodeName"] == "node-0"
-    assert emu.pod("merkat", "app-main-1")["status"]["phase"] == "Running"
-    assert ("merkat", "big-main-1") not in emu.pods  # no pod rejected by the kubelet
+    assert emu.pod("merkat", APP1_POD)["spec"]["nodeName"] == "node-0"
+    assert emu.pod("merkat", APP1_POD)["status"]["phase"] == "Running"
+    assert ("merkat", BIG1_POD) not in emu.pods  # no pod rejected by the kubelet
     live.apply(Plan(T + 2 * P, P, create=(VMPlacement("big/vm1", "big", 0),),
                     allocations={**three, "big/vm1": {"cpu": 3.0}}))
     assert all(r.error is None for r in live.report), live.report
-    assert emu.pod("merkat", "app-main-1")["spec"]["nodeName"] == "node-1"
-    assert emu.pod("merkat", "big-main-1")["status"]["phase"] == "Running"
+    assert emu.pod("merkat", APP1_POD)["spec"]["nodeName"] == "node-1"
+    assert emu.pod("merkat", BIG1_POD)["status"]["phase"] == "Running"
     assert count(live) == 2  # checkpointed at the deadline, restored on node-1
     assert emu.schema_errors == []
 
@@ -180,18 +185,18 @@ def test_a_vm_moved_under_notice_is_billed_at_what_its_held_pod_had(tmp_path: Pa
         m.admit()
         m.tick()
         m.tick()
-    assert emu.pod("merkat", "a-main-1")["spec"]["nodeName"] == "node-0"
+    assert emu.pod("merkat", A1_POD)["spec"]["nodeName"] == "node-0"
     m.stop("b")
     m.tick()  # the market moves a to node-1 (2 cores): noticed, its pod held on node-0
     (vm,) = m.platform.apps["a"].vms
     assert m.platform.hosts.ids[vm.host] == "node-1" and vm.alloc["cpu"] == 2.0
-    assert emu.pod("merkat", "a-main-1")["spec"]["nodeName"] == "node-0"
+    assert emu.pod("merkat", A1_POD)["spec"]["nodeName"] == "node-0"
     bid_cpu, period = round(vm.bid["cpu"] * MICRO), m.platform.index - 1
     time.sleep(0.5)
     m.tick()  # its notice's time: moved; the held period refunded
     refunded_half(m, period, bid_cpu, "Moving", "its pod stayed on its old node, at its old "
                   "size, during its notice)")
-    pod = emu.pod("merkat", "a-main-1")
+    pod = emu.pod("merkat", A1_POD)
     assert pod["spec"]["nodeName"] == "node-1"
     assert pod["status"]["containerStatuses"][0]["resources"]["limits"]["cpu"] == "2"
     assert m.store.ledger.audit().ok

@@ -14,12 +14,16 @@ import pytest
 from merkat.backends.kubernetes import KubernetesBackend, PodTemplate
 from merkat.backends.kubernetes.emulator import TOKEN, KubeEmulator, emulated_client
 from merkat.backends.kubernetes.live import KubernetesLive
+from merkat.backends.kubernetes.objects import pod_name
 from merkat.backends.kubernetes.refusals import RETRY_PERIODS
 from merkat.core.backend import Plan, VMPlacement
 from merkat.core.model import MICRO
 from merkat.service.manager import Manager
 from merkat.service.templates import parse
 from test_kubernetes_recovery import manager
+
+A_MAIN1_POD = pod_name("a/vm1", "main")
+A_VMS1_POD = pod_name("a/vm1", "vms")
 
 pytestmark = pytest.mark.kubernetes
 
@@ -93,7 +97,7 @@ def test_a_deferred_resize_leaves_the_vm_billed_at_its_applied_allocation(tmp_pa
     m.tick()                          # the market gives a 2 cores: the grow is Deferred
     (vm,) = m.platform.apps["a"].vms
     assert vm.alloc["cpu"] == 2.0
-    assert resize_calls(emu, "a-main-1")[-1] == {"spec": {"containers": [{"name": "vm",
+    assert resize_calls(emu, A_MAIN1_POD)[-1] == {"spec": {"containers": [{"name": "vm",
         "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "2"}}}]}}
     bid_cpu = round(vm.bid["cpu"] * MICRO)  # what a paid for its CPU in that period
     period = m.platform.index - 1
@@ -104,11 +108,11 @@ def test_a_deferred_resize_leaves_the_vm_billed_at_its_applied_allocation(tmp_pa
     refunded_half(m, period, bid_cpu, "Deferred", "Node didn't have enough resource); it holds "
                   "1 cores and is billed for that")
     # Still Deferred: refunded every period (one event only), sent again after RETRY_PERIODS.
-    n = len(resize_calls(emu, "a-main-1"))
+    n = len(resize_calls(emu, A_MAIN1_POD))
     for _ in range(RETRY_PERIODS - 1):
         m.tick()
-    assert len(resize_calls(emu, "a-main-1")) == n + 1  # the retry: the whole size
-    assert resize_calls(emu, "a-main-1")[-1] == {"spec": {"containers": [{"name": "vm",
+    assert len(resize_calls(emu, A_MAIN1_POD)) == n + 1  # the retry: the whole size
+    assert resize_calls(emu, A_MAIN1_POD)[-1] == {"spec": {"containers": [{"name": "vm",
         "resources": {"requests": {"cpu": "2", "memory": "64Mi"},
                       "limits": {"cpu": "2", "memory": "64Mi"}}}]}}
     assert any(e["kind"] == "resize-retry" for e in m.store.events(platform="a"))
@@ -146,12 +150,12 @@ def test_in_progress_and_infeasible_are_read_as_the_api_reports_them(tmp_path: P
     assert live.unapplied() == {}  # actuated three requests later
     emu.nodes["node-0"]["status"]["allocatable"]["cpu"] = "2500m"  # the node shrank
     live.apply(Plan(160.0, 40.0, allocations={"a/vm1": {"cpu": 3.0}}))
-    n = len(resize_calls(emu, "a-vms-1"))
+    n = len(resize_calls(emu, A_VMS1_POD))
     for k in range(2 * RETRY_PERIODS):
         live.apply(Plan(200.0 + 40 * k, 40.0, allocations={"a/vm1": {"cpu": 3.0}}))
         (state,) = live.unapplied().values()
         assert state["state"] == "Infeasible" and state["short"] == {"cpu": (3.0, 2.0)}
-    assert len(resize_calls(emu, "a-vms-1")) == n  # an Infeasible resize is not retried
+    assert len(resize_calls(emu, A_VMS1_POD)) == n  # an Infeasible resize is not retried
 
 
 def test_restart_container_policy_applies_memory_decreases_with_a_restart(tmp_path: Path) -> None:
@@ -160,11 +164,11 @@ def test_restart_container_policy_applies_memory_decreases_with_a_restart(tmp_pa
     live.apply(Plan(0.0, 40.0, create=(VMPlacement("a/vm1", "a", 0),),
                     allocations={"a/vm1": {"cpu": 1.0, "memory": 512.0}}))
     live.apply(Plan(40.0, 40.0, allocations={"a/vm1": {"cpu": 1.0, "memory": 256.0}}))
-    assert resize_calls(emu, "a-vms-1")[-1] == {"spec": {"containers": [{"name": "vm",
+    assert resize_calls(emu, A_VMS1_POD)[-1] == {"spec": {"containers": [{"name": "vm",
         "resources": {"requests": {"memory": "256Mi"}, "limits": {"memory": "256Mi"}}}]}}
     live.apply(Plan(80.0, 40.0, allocations={"a/vm1": {"cpu": 1.5, "memory": 256.0}}))
     assert [(r.op, r.error) for r in live.report] == [("restart", None), ("resize", None)]
-    status = emu.pod("merkat", "a-vms-1")["status"]["containerStatuses"][0]
+    status = emu.pod("merkat", A_VMS1_POD)["status"]["containerStatuses"][0]
     assert status["restartCount"] == 1 and status["resources"]["limits"]["memory"] == "256Mi"
     live.apply(Plan(120.0, 40.0, allocations={"a/vm1": {"cpu": 1.5, "memory": 256.0}}))
     assert live.report == []  # a CPU change (NotRequired) did not restart it
@@ -210,7 +214,8 @@ def test_a_template_asks_for_resize_policy_restart_container_with_memory_resize(
     m.admit()
     m.tick()
     policies = {name: {p["resourceName"]: p["restartPolicy"] for p in emu.pod(
-        "merkat", f"{name}-main-1")["spec"]["containers"][0]["resizePolicy"]} for name in "rk"}
+        "merkat", pod_name(f"{name}/vm1", "main"))["spec"]["containers"][0]["resizePolicy"]}
+        for name in "rk"}
     assert policies == {"r": {"cpu": "NotRequired", "memory": "RestartContainer"},
                         "k": {"cpu": "NotRequired", "memory": "NotRequired"}}
     m.close()

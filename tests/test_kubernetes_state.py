@@ -16,10 +16,15 @@ import pytest
 from merkat.backends.kubernetes import KubernetesBackend
 from merkat.backends.kubernetes.emulator import KubeEmulator, emulated_client
 from merkat.backends.kubernetes.live import KubernetesLive
+from merkat.backends.kubernetes.objects import pod_name
 from merkat.backends.local import Launch
 from merkat.core.backend import Plan, VMPlacement
 from merkat.service.templates import TemplateError, parse
 from test_kubernetes_recovery import manager
+
+APP1_POD = pod_name("app/vm1", "main")
+S1_POD = pod_name("s/vm1", "main")
+THRIFTY1_POD = pod_name("thrifty/vm1", "main")
 
 pytestmark = pytest.mark.kubernetes
 
@@ -63,14 +68,14 @@ def suspend_resume_migrate(emu: KubeEmulator, live: KubernetesLive) -> list[int]
     seen.append(count(live))
     live.apply(Plan(160.0, 40.0, migrate=((VM, 1, 0),), allocations=one))
     live.apply(Plan(200.0, 40.0, allocations=one))
-    assert emu.pod("merkat", "app-main-1")["spec"]["nodeName"] == "node-0"
+    assert emu.pod("merkat", APP1_POD)["spec"]["nodeName"] == "node-0"
     seen.append(count(live))
     return seen
 
 
 def test_a_counter_continues_across_suspension_and_migration_with_state(tmp_path: Path) -> None:
     emu, live = setup(tmp_path, STATE)
-    pod = emu.pod("merkat", "app-main-1")
+    pod = emu.pod("merkat", APP1_POD)
     (c,) = pod["spec"]["containers"]
     assert c["volumeMounts"] == [{"name": "merkat-state", "mountPath": "/merkat/state"},
                                  {"name": "merkat-notice", "mountPath": "/etc/merkat",
@@ -78,17 +83,17 @@ def test_a_counter_continues_across_suspension_and_migration_with_state(tmp_path
     assert {"name": "MERKAT_STATE", "value": "/merkat/state"} in c["env"]
     assert {"name": "MERKAT_NOTICE", "value": "/etc/merkat"} in c["env"]
     assert pod["spec"]["volumes"] == [
-        {"name": "merkat-state", "persistentVolumeClaim": {"claimName": "app-main-1-state"}},
+        {"name": "merkat-state", "persistentVolumeClaim": {"claimName": APP1_POD + "-state"}},
         {"name": "merkat-notice", "downwardAPI": {"items": [{
             "path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]}}]
     assert pod["spec"]["initContainers"][0]["command"] == ["/bin/sh", "-c", STATE["restore"]]
     assert pod["spec"]["terminationGracePeriodSeconds"] == 2
-    assert emu.claims[("merkat", "app-main-1-state")]["spec"]["resources"] == {
+    assert emu.claims[("merkat", APP1_POD + "-state")]["spec"]["resources"] == {
         "requests": {"storage": "64Mi"}}
     assert suspend_resume_migrate(emu, live) == [1, 2, 3, 4, 5]  # not from zero
     checkpoints = [e.argv[-1] for e in emu.execs if STATE["checkpoint"] in e.argv[-1]]
     assert len(checkpoints) == 2  # before the suspension, before the migration
-    deletes = [c for c in emu.calls if c.verb == "DELETE" and c.path.endswith("/pods/app-main-1")]
+    deletes = [c for c in emu.calls if c.verb == "DELETE" and c.path.endswith(f"/pods/{APP1_POD}")]
     assert [c.query.get("gracePeriodSeconds") for c in deletes] == ["2", "2"]
     assert [c.verb for c in emu.calls if "persistentvolumeclaims" in c.path] == ["POST"]
     live.apply(Plan(240.0, 40.0, destroy=(VM,)))
@@ -110,7 +115,7 @@ def test_a_counter_continues_across_suspension_and_migration_with_state(tmp_path
 def test_without_state_the_counter_starts_again_and_show_says_so(tmp_path: Path) -> None:
     emu, live = setup(tmp_path, None)
     assert suspend_resume_migrate(emu, live) == [1, 2, 3, 1, 1]
-    assert emu.claims == {} and "volumes" not in emu.pod("merkat", "app-main-1")["spec"]
+    assert emu.claims == {} and "volumes" not in emu.pod("merkat", APP1_POD)["spec"]
     t = {"clusters": [{"name": "main", "command": "x"}]}
     assert live.suspension(t)["keeps_state"] is False
     assert live.suspension(t)["note"].endswith("lost (no state: section)")
@@ -145,9 +150,9 @@ def test_the_state_section_is_validated_and_reaches_the_pod(tmp_path: Path) -> N
     m.submit("alice", parse(base + "    state: {size: 2Gi, restore: 'true'}\n", "s.yaml"))
     m.admit()
     m.tick()
-    pod = emu.pod("merkat", "s-main-1")
+    pod = emu.pod("merkat", S1_POD)
     assert pod["status"]["phase"] == "Running" and pod["spec"]["volumes"]
-    assert emu.claims[("merkat", "s-main-1-state")]["spec"]["resources"]["requests"] == {
+    assert emu.claims[("merkat", S1_POD + "-state")]["spec"]["resources"]["requests"] == {
         "storage": "2Gi"}
     m.close()
 
@@ -195,11 +200,11 @@ def test_the_service_suspends_and_resumes_a_platform_keeping_its_counter(
     m.tick()  # the price doubled: thrifty's controller suspends it
     assert m.platform.apps["thrifty"].status.value == "suspended"
     if keep:  # noticed: its pod stops a period (0.5 s) later
-        pod = emu.pod("merkat", "thrifty-main-1")
+        pod = emu.pod("merkat", THRIFTY1_POD)
         assert "merkat.io/preempt-at" in pod["metadata"]["annotations"]
         time.sleep(0.5)
         m.tick()
-    assert ("merkat", "thrifty-main-1") not in emu.pods
+    assert ("merkat", THRIFTY1_POD) not in emu.pods
     m.stop("urgent")
     m.tick()
     m.tick()  # the price fell back: resumed, its pod created again

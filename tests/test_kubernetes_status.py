@@ -13,11 +13,15 @@ import pytest
 from fastapi.testclient import TestClient
 
 from merkat.backends.kubernetes.emulator import KubeEmulator
+from merkat.backends.kubernetes.objects import pod_name
 from merkat.service.api import create_app
 from merkat.service.manager import Manager
 from merkat.service.templates import parse
 from test_kubernetes_recovery import live, manager
 from test_service_recovery import SLEEP
+
+A1_POD = pod_name("a/vm1", "main")
+S1_POD = pod_name("s/vm1", "main")
 
 pytestmark = pytest.mark.kubernetes
 
@@ -49,8 +53,8 @@ def test_platform_show_gives_the_pods_node_requested_and_applied_size(world) -> 
     m.tick()  # the second period's read of the pods sees what the kubelet applied
     p = c.get("/api/v1/platforms/a", headers=auth).json()
     (v,) = p["vms"]
-    pod = emu.pod("merkat", "a-main-1")
-    assert v["node"] == pod["spec"]["nodeName"] and v["pod"] == "merkat/a-main-1"
+    pod = emu.pod("merkat", A1_POD)
+    assert v["node"] == pod["spec"]["nodeName"] and v["pod"] == f"merkat/{A1_POD}"
     limits = pod["spec"]["containers"][0]["resources"]["limits"]
     held = pod["status"]["containerStatuses"][0]["resources"]["limits"]
     assert v["requested"] == {"cpu": int(limits["cpu"].rstrip("m")) / 1000, "memory": 64.0}
@@ -65,7 +69,7 @@ def test_platform_show_gives_the_pods_node_requested_and_applied_size(world) -> 
     with contextlib.redirect_stdout(out):
         print_show(p)
     text = out.getvalue()
-    assert "APPLIED CPU" in text and "merkat/a-main-1" in text and "CGROUP" not in text
+    assert "APPLIED CPU" in text and f"merkat/{A1_POD}" in text and "CGROUP" not in text
     assert "suspension: destructive" in text
 
 
@@ -107,7 +111,7 @@ def test_platform_show_gives_the_time_a_vm_under_notice_is_stopped(world) -> Non
     p = c.get("/api/v1/platforms/s", headers=auth).json()
     (v,) = p["vms"]
     assert v["preempt_at"] == rfc3339(t + m.platform.period)
-    assert v["node"] == emu.pod("merkat", "s-main-1")["spec"]["nodeName"]  # still there
+    assert v["node"] == emu.pod("merkat", S1_POD)["spec"]["nodeName"]  # still there
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         print_show(p)

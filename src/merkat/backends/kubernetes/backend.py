@@ -56,6 +56,7 @@ from merkat.backends.kubernetes.objects import (
     label_value,
     mib_to_bytes,
     node_capacity,
+    pod_labels,
     pod_manifest,
     resize_patch,
     resize_state,
@@ -387,7 +388,9 @@ class KubernetesBackend:
                                     node=node if self.bind == "node-name" else None)
             name = manifest["metadata"]["name"]
             if template.state is not None:  # its claim first, then the pod mounting it
-                manifest = state_mod.prepare(self, ns, manifest, template.state)
+                legacy = (None if op == "create"  # a first pod: no claim from before
+                          else state_mod.legacy_claim(vm, template.cluster))
+                manifest = state_mod.prepare(self, ns, manifest, template.state, legacy)
             self._call(lambda: self.client.create(Pod.from_dict(manifest)))
             self.pods[vm] = PodRecord(ns, name, app, None, size)
             if self.bind == "binding":
@@ -406,14 +409,17 @@ class KubernetesBackend:
         from lightkube.resources.core_v1 import Pod
 
         kept = self.pods.get(vm)
-        st = self._template(kept.app, vm).state if kept is not None else None
+        template = self._template(kept.app, vm) if kept is not None else None
+        st = template.state if template is not None else None
         p = self.pods.pop(vm, None)
         if p is None:
             return OpReport(op, vm, True, "no pod (already gone)")
         t0 = self.clock()
         grace = st.grace if st is not None else 0
-        if st is not None and op == "destroy":
-            state_mod.drop_claim(self, p.namespace, p.name)
+        if template is not None and st is not None and op == "destroy":
+            state_mod.drop_claim(self, p.namespace, p.name, vm,
+                                 state_mod.legacy_claim(vm, template.cluster),
+                                 pod_labels(self.instance, vm, template.cluster))
         try:
             self._call(lambda: self.client.delete(Pod, p.name, namespace=p.namespace,
                                                   grace_period=grace))

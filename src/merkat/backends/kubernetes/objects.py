@@ -4,6 +4,10 @@ by the backend (:mod:`.backend`) and the API emulator (:mod:`.emulator`).
 
 A merkat VM ``"<platform>/vm<n>"`` is one pod with one container named ``vm``:
 
+- named ``<platform>-<cluster>-<n>-<hash>`` (:func:`pod_name`: the readable part cut to fit,
+  the hash of the VM's identity, so that no two VMs' names meet whatever their platforms are
+  called);
+
 - labels ``merkat.io/instance`` (which merkat server owns it), ``merkat.io/platform`` (the
   application), ``merkat.io/cluster`` (its virtual cluster) and ``merkat.io/index`` (``n``);
   the annotation ``merkat.io/vm`` holds the VM id verbatim, so a restarted server re-adopts its
@@ -17,8 +21,10 @@ A merkat VM ``"<platform>/vm<n>"`` is one pod with one container named ``vm``:
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -178,7 +184,36 @@ def split_vm_id(vm: str) -> tuple[str, int]:
     return vm, 0
 
 
-def pod_name(vm: str, cluster: str = "vms") -> str:
+# A pod's name is at most 57 characters, so that its claim's, ``<pod>-state``, is a DNS label
+# (63) too; the last 14 are ``-`` and the identity's hash.
+NAME_LIMIT, HASH_CHARS = 57, 13
+
+
+def identity_hash(instance: str, vm: str) -> str:
+    """A short, stable hash of a VM's exact identity: the merkat server (``instance``) and the
+    VM id (``"<platform>/vm<n>"``, its platform's name verbatim): 13 characters of base32
+    (``[a-z2-7]``, 65 bits of SHA-256). The same identity gives the same hash in every process,
+    so a restarted server computes the names it gave."""
+    digest = hashlib.sha256(json.dumps([instance, vm]).encode()).digest()
+    return base64.b32encode(digest).decode("ascii").lower()[:HASH_CHARS]
+
+
+def pod_name(vm: str, cluster: str = "vms", instance: str = "merkat") -> str:
+    """The pod of ``vm`` (of virtual ``cluster``, on the merkat server ``instance``): a readable
+    prefix ``<platform>-<cluster>-<index>`` (lower case, ``[a-z0-9-]``, cut to fit) and the
+    hash of the VM's identity (:func:`identity_hash`), ≤ :data:`NAME_LIMIT` characters. Two
+    VMs never share a pod name, whatever their names: platform ``a-b`` with cluster ``c`` and
+    platform ``a`` with cluster ``b-c`` both read ``a-b-c-1`` but hash apart
+    (docs/kubernetes.md, "Pod names")."""
+    app, index = split_vm_id(vm)
+    readable = _DNS.sub("-", f"{app}-{cluster}-{index}".lower()).strip("-")
+    readable = readable[: NAME_LIMIT - HASH_CHARS - 1].rstrip("-") or "vm"
+    return f"{readable}-{identity_hash(instance, vm)}"
+
+
+def legacy_pod_name(vm: str, cluster: str = "vms") -> str:
+    """The name a VM's pod had before names carried the identity's hash (``a-b-c-1``): two
+    platforms could share it. Only read, to find a VM's claim made under it (state.py)."""
     app, index = split_vm_id(vm)
     return dns_label(f"{app}-{cluster}-{index}")
 
@@ -254,7 +289,7 @@ def pod_manifest(*, instance: str, vm: str, namespace: str, template: PodTemplat
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(vm, template.cluster),
+            "name": pod_name(vm, template.cluster, instance),
             "namespace": namespace,
             "labels": pod_labels(instance, vm, template.cluster),
             "annotations": {A_VM: vm},

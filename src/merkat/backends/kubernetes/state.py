@@ -22,7 +22,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from merkat.backends.kubernetes.objects import A_VM, CONTAINER, ApiFailure, Json, dns_label
+from merkat.backends.kubernetes.objects import (
+    A_VM,
+    CONTAINER,
+    ApiFailure,
+    Json,
+    dns_label,
+    legacy_pod_name,
+)
 
 VOLUME = "merkat-state"
 ENV = "MERKAT_STATE"
@@ -68,11 +75,12 @@ def claim_manifest(name: str, namespace: str, labels: dict[str, str], state: Sta
             "spec": spec}
 
 
-def with_state(manifest: Json, state: StateVolume) -> Json:
-    """``manifest`` (a pod) with the VM's claim mounted at ``state.path``, ``MERKAT_STATE``,
-    the grace period, and ``restore`` as an init container."""
+def with_state(manifest: Json, state: StateVolume, claim: str | None = None) -> Json:
+    """``manifest`` (a pod) with the VM's claim (``claim``, by default ``<pod>-state``)
+    mounted at ``state.path``, ``MERKAT_STATE``, the grace period, and ``restore`` as an init
+    container."""
     spec = manifest["spec"]
-    claim = claim_name(manifest["metadata"]["name"])
+    claim = claim or claim_name(manifest["metadata"]["name"])
     spec["volumes"] = [{"name": VOLUME, "persistentVolumeClaim": {"claimName": claim}},
                        {"name": NOTICE_VOLUME, "downwardAPI": {"items": [{
                            "path": "annotations",
@@ -94,36 +102,87 @@ def with_state(manifest: Json, state: StateVolume) -> Json:
     return manifest
 
 
-def prepare(backend: Any, namespace: str, manifest: Json, state: StateVolume) -> Json:
-    """Create the VM's claim unless it exists (one ``POST persistentvolumeclaims`` the first
-    time; 409 AlreadyExists: a resumed or migrated VM's, checked to be this VM's with one ``GET``)
-    and return the pod mounting it. A claim of the same name that is another VM's (two
-    platforms' names can map to one pod name: ``a-b``'s cluster ``c`` and ``a``'s cluster
-    ``b-c`` are both ``a-b-c-1``) is refused, :class:`ApiFailure` 409: never mounted."""
+def prepare(backend: Any, namespace: str, manifest: Json, state: StateVolume,
+            legacy: str | None = None) -> Json:
+    """Find or create the VM's claim and return the pod mounting it.
+
+    The VM's claim is ``<pod>-state`` (its pod's name carries the hash of the VM's identity:
+    no other VM's has that name) or, for a VM whose claim was made before names carried that
+    hash, ``legacy`` (the claim's old name, ``a-b-c-1-state``; ``None``: the VM's first pod,
+    which has no claim from before). Known to this server: no call. Otherwise ``legacy`` is
+    read first (one ``GET``) and mounted when it is this VM's (:func:`owns`: annotation
+    ``merkat.io/vm``, or labels); else ``<pod>-state`` is created (one ``POST``; 409
+    AlreadyExists: the VM's own from an earlier period, checked with one ``GET``). A claim
+    that is another VM's is never mounted: :class:`ApiFailure` 409."""
     from lightkube.resources.core_v1 import PersistentVolumeClaim
 
-    name = claim_name(manifest["metadata"]["name"])
     meta = manifest["metadata"]
     vm = (meta.get("annotations") or {}).get(A_VM)
-    known = backend.claims.get((namespace, name), "")
-    if known and known != vm:
-        raise ApiFailure(409, f"claim {namespace}/{name} is {known}'s, not {vm}'s (another "
-                              "VM's volume is never mounted)")
-    if not known:
-        body = claim_manifest(name, namespace, meta.get("labels") or {}, state, vm)
+    labels = meta.get("labels") or {}
+    name = claim_of(backend, namespace, vm)
+    if name is None and legacy is not None and vm is not None:
+        name = _legacy_claim(backend, namespace, vm, labels, legacy)
+    if name is None:
+        name = claim_name(meta["name"])
+        known = backend.claims.get((namespace, name), "")
+        if known and known != vm:
+            raise ApiFailure(409, f"claim {namespace}/{name} is {known}'s, not {vm}'s (another "
+                                  "VM's volume is never mounted)")
+        body = claim_manifest(name, namespace, labels, state, vm)
         try:
             backend._call(lambda: backend.client.create(PersistentVolumeClaim.from_dict(body)),
                           retry=False)
         except ApiFailure as e:  # 409: it exists (the VM's earlier pod made it, or not)
             if e.code != 409:
                 raise
-            found = backend._call(lambda: backend.client.get(
-                PersistentVolumeClaim, name, namespace=namespace), retry=False).to_dict()
-            if not owns(found, vm, meta.get("labels") or {}):
+            found = _get(backend, namespace, name)
+            if found is None or not owns(found, vm, labels):
                 raise ApiFailure(409, f"claim {namespace}/{name} exists and is not {vm}'s "
                                       "(another VM's volume is never mounted)") from None
         backend.claims[(namespace, name)] = vm or name
-    return with_state(manifest, state)
+    return with_state(manifest, state, name)
+
+
+def claim_of(backend: Any, namespace: str, vm: str | None) -> str | None:
+    """The name of ``vm``'s claim in ``namespace`` as this server knows it (None: unknown)."""
+    if vm is None:
+        return None
+    for (ns, name), owner in backend.claims.items():
+        if ns == namespace and owner == vm:
+            return str(name)
+    return None
+
+
+def legacy_claim(vm: str, cluster: str) -> str:
+    """The claim ``vm`` had before pod names carried its identity's hash (``a-b-c-1-state``)."""
+    return claim_name(legacy_pod_name(vm, cluster))
+
+
+def _get(backend: Any, namespace: str, name: str) -> Json | None:
+    """The claim ``namespace/name`` as read (one ``GET``), None when there is none (404)."""
+    from lightkube.resources.core_v1 import PersistentVolumeClaim
+
+    try:
+        found = backend._call(lambda: backend.client.get(
+            PersistentVolumeClaim, name, namespace=namespace), retry=False)
+    except ApiFailure as e:
+        if e.code == 404:
+            return None
+        raise
+    return found.to_dict()  # type: ignore[no-any-return]
+
+
+def _legacy_claim(backend: Any, namespace: str, vm: str, labels: dict[str, str],
+                  legacy: str) -> str | None:
+    """``legacy`` when that claim exists and is ``vm``'s (then known to this server), else
+    None. Another VM's claim of that name (the names two platforms shared) is left alone."""
+    if (namespace, legacy) in backend.claims:  # known: this VM's would have been found
+        return None
+    found = _get(backend, namespace, legacy)
+    if found is None or not owns(found, vm, labels):
+        return None
+    backend.claims[(namespace, legacy)] = vm
+    return legacy
 
 
 def owns(claim: Json, vm: str | None, labels: dict[str, str]) -> bool:
@@ -172,14 +231,22 @@ def checkpoint(backend: Any, vm: str, state: StateVolume) -> None:
                                          f"checkpoint failed: {r.problem()}"))
 
 
-def drop_claim(backend: Any, namespace: str, pod: str) -> None:
-    """Delete a destroyed VM's claim (its state is not needed any more); errors ignored (the
-    claim carries the instance's labels: an administrator finds a leftover by label)."""
+def drop_claim(backend: Any, namespace: str, pod: str, vm: str | None = None,
+               legacy: str | None = None, labels: dict[str, str] | None = None) -> None:
+    """Delete a destroyed VM's claim (its state is not needed any more): the one this server
+    knows as ``vm``'s, else ``<pod>-state`` and, when it is ``vm``'s (one ``GET``;
+    :func:`owns` with the pod's ``labels``), its ``legacy`` name. Errors ignored (the claim carries the instance's labels: an
+    administrator finds a leftover by label)."""
     from lightkube.resources.core_v1 import PersistentVolumeClaim
 
-
-    name = claim_name(pod)
-    backend.claims.pop((namespace, name), None)
-    with contextlib.suppress(ApiFailure):
-        backend._call(lambda: backend.client.delete(PersistentVolumeClaim, name,
-                                                    namespace=namespace), retry=False)
+    names = [n] if (n := claim_of(backend, namespace, vm)) is not None else [claim_name(pod)]
+    if n is None and legacy is not None and legacy not in names and vm is not None:
+        with contextlib.suppress(ApiFailure):
+            found = _get(backend, namespace, legacy)
+            if found is not None and owns(found, vm, labels or {}):
+                names.append(legacy)
+    for name in names:
+        backend.claims.pop((namespace, name), None)
+        with contextlib.suppress(ApiFailure):
+            backend._call(lambda n=name: backend.client.delete(
+                PersistentVolumeClaim, n, namespace=namespace), retry=False)
