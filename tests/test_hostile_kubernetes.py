@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,3 +166,98 @@ def test_an_api_server_that_stops_answering_costs_a_period_one_timeout(tmp_path:
     posts.extend([""] * 1000)  # the API server answers again: the next period sends
     report = kube.apply_report(plan)
     assert [r.error for r in report.ops] == [None] * 20 and len(emu.pods) == 20
+
+
+SECRET = {"checkpoint": 'echo alice-secret > "$MERKAT_STATE/data"', "notice_s": 0}
+READ = 'cat "$MERKAT_STATE/data" 2>/dev/null || echo empty'
+
+
+def test_a_suspended_vm_destroyed_takes_its_claim_with_it(tmp_path: Path) -> None:
+    """A suspended VM has no pod; its destroy (its platform stopped, out of budget, past its
+    deadline) still deletes its claim: before, ``_remove`` answered "no pod (already gone)"
+    and left ``app-main-1-<hash>-state`` with the VM's checkpoint in it, for the next platform
+    of that name to mount."""
+    emu, live = cluster(tmp_path)
+    live.register("app", lambda a, vm, i: Launch("sleep 1000", "main", i, state=SECRET))
+    live.apply(Plan(0.0, 40.0, create=(VMPlacement("app/vm1", "app", 0),),
+                    allocations={"app/vm1": {"cpu": 0.5}}))
+    live.apply(Plan(40.0, 40.0, suspend=("app/vm1",)))
+    assert emu.pods == {} and len(emu.claims) == 1
+    # a restarted server knows no claim: the name is computed as the create did
+    live = KubernetesLive(KubernetesBackend(emulated_client(emu, "merkat"), namespace="merkat",
+                                            sleep=lambda s: None), logs=tmp_path / "logs")
+    live.register("app", lambda a, vm, i: Launch("sleep 1000", "main", i, state=SECRET))
+    live.apply(Plan(80.0, 40.0, destroy=("app/vm1",)))
+    assert [(r.op, r.error) for r in live.report] == [("destroy", None)]
+    assert emu.pods == {} and emu.claims == {}
+
+
+def test_a_leftover_claim_is_never_mounted_by_a_new_vm_a_resumed_one_keeps_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim a new VM's first create meets (annotated with its id: an ended VM of the same
+    identity left it, e.g. a server before this fix) is deleted and a fresh one made: the new
+    VM sees an empty volume, and the event says so. A suspended VM's resumption after a
+    restart still mounts its own claim and reads its checkpoint."""
+    from merkat.backends.kubernetes import state as state_mod
+
+    emu, live = cluster(tmp_path)
+    live.register("app", lambda a, vm, i: Launch("sleep 1000", "main", i, state=SECRET))
+    one = {"app/vm1": {"cpu": 0.5}, "app/vm2": {"cpu": 0.5}}
+    live.apply(Plan(0.0, 40.0, create=(VMPlacement("app/vm1", "app", 0),
+                                       VMPlacement("app/vm2", "app", 0)), allocations=one))
+    live.apply(Plan(40.0, 40.0, suspend=("app/vm1", "app/vm2")))
+    with monkeypatch.context() as m:  # the claim left behind, as the old destroy did
+        m.setattr(state_mod, "drop_vm_claim", lambda *a: None)
+        live.apply(Plan(80.0, 40.0, destroy=("app/vm1",)))
+    assert len(emu.claims) == 2 and emu.pods == {}
+    live = KubernetesLive(KubernetesBackend(emulated_client(emu, "merkat"), namespace="merkat",
+                                            sleep=lambda s: None), logs=tmp_path / "logs")
+    live.register("app", lambda a, vm, i: Launch("sleep 1000", "main", i, state=SECRET))
+    live.apply(Plan(120.0, 40.0, create=(VMPlacement("app/vm1", "app", 0),),
+                    resume=(VMPlacement("app/vm2", "app", 0),), allocations=one))
+    ops = {r.op: r for r in live.report}
+    assert [(r.op, r.error) for r in live.report] == [("create", None), ("resume", None)]
+    assert "was left by an ended VM app/vm1" in ops["create"].reason
+    assert "deleted, never mounted" in ops["create"].reason
+    assert live.exec_in("app/vm1", READ).stdout == "empty\n"  # not the previous VM's
+    assert live.exec_in("app/vm2", READ).stdout == "alice-secret\n"  # its own, resumed
+    claims = {c["metadata"]["annotations"]["merkat.io/vm"] for c in emu.claims.values()}
+    assert claims == {"app/vm1", "app/vm2"} and len(emu.claims) == 2
+
+
+def test_a_leftover_claim_still_terminating_fails_the_create_until_it_is_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a real cluster a deleted claim may linger (its finalizer): the create fails this
+    period, saying why, and the next period's create makes the fresh claim."""
+    from merkat.backends.kubernetes import state as state_mod
+
+    emu, live = cluster(tmp_path)
+    live.register("app", lambda a, vm, i: Launch("sleep 1000", "main", i, state=SECRET))
+    alloc = {"app/vm1": {"cpu": 0.5}}
+    live.apply(Plan(0.0, 40.0, create=(VMPlacement("app/vm1", "app", 0),), allocations=alloc))
+    with monkeypatch.context() as m:
+        m.setattr(state_mod, "drop_vm_claim", lambda *a: None)
+        live.apply(Plan(40.0, 40.0, destroy=("app/vm1",)))
+    ((key, claim),) = emu.claims.items()
+    real = emu._claims
+
+    def lingering(verb: str, ns: str, name: str | None, body: Any) -> Any:
+        r = real(verb, ns, name, body)
+        if verb == "DELETE":  # gone a period later
+            emu.claims[key] = {**claim, "metadata": {**claim["metadata"],
+                                                     "deletionTimestamp": "now"}}
+        return r
+
+    monkeypatch.setattr(emu, "_claims", lingering)
+    live = KubernetesLive(KubernetesBackend(emulated_client(emu, "merkat"), namespace="merkat",
+                                            sleep=lambda s: None), logs=tmp_path / "logs")
+    live.register("app", lambda a, vm, i: Launch("sleep 1000", "main", i, state=SECRET))
+    live.apply(Plan(80.0, 40.0, create=(VMPlacement("app/vm1", "app", 0),), allocations=alloc))
+    ((op, error),) = [(r.op, r.error) for r in live.report]
+    assert op == "create" and error is not None and "made once it is gone" in error
+    assert emu.pods == {}
+    monkeypatch.setattr(emu, "_claims", real)
+    del emu.claims[key]  # its finalizer ran
+    live.apply(Plan(120.0, 40.0, create=(VMPlacement("app/vm1", "app", 0),), allocations=alloc))
+    assert [(r.op, r.error) for r in live.report] == [("create", None)]
+    assert live.exec_in("app/vm1", READ).stdout == "empty\n"

@@ -56,7 +56,6 @@ from merkat.backends.kubernetes.objects import (
     label_value,
     mib_to_bytes,
     node_capacity,
-    pod_labels,
     pod_manifest,
     resize_patch,
     resize_state,
@@ -351,11 +350,15 @@ class KubernetesBackend:
             mem = None
         return Size(cpu, mem)
 
-    def _ns(self, app: str, vm: str | None = None) -> str:
+    def _ns_name(self, app: str, vm: str | None = None) -> str:
+        """The namespace of ``vm``'s pod and claim (not created: :meth:`_ns`)."""
         if self.namespace is not None:
             return self.namespace
-        ns = dns_label(f"merkat-{self._template(app, vm).owner}")
-        if ns not in self._namespaces:
+        return dns_label(f"merkat-{self._template(app, vm).owner}")
+
+    def _ns(self, app: str, vm: str | None = None) -> str:
+        ns = self._ns_name(app, vm)
+        if self.namespace is None and ns not in self._namespaces:
             from lightkube.resources.core_v1 import Namespace
 
             body = Namespace.from_dict({"apiVersion": "v1", "kind": "Namespace",
@@ -387,10 +390,12 @@ class KubernetesBackend:
                                     template=template, size=size,
                                     node=node if self.bind == "node-name" else None)
             name = manifest["metadata"]["name"]
+            said = ""
             if template.state is not None:  # its claim first, then the pod mounting it
                 legacy = (None if op == "create"  # a first pod: no claim from before
                           else state_mod.legacy_claim(vm, template.cluster))
-                manifest = state_mod.prepare(self, ns, manifest, template.state, legacy)
+                manifest, said = state_mod.prepare(self, ns, manifest, template.state, legacy,
+                                                   fresh=op == "create")
             self._call(lambda: self.client.create(Pod.from_dict(manifest)))
             self.pods[vm] = PodRecord(ns, name, app, None, size)
             if self.bind == "binding":
@@ -403,23 +408,21 @@ class KubernetesBackend:
                 self._delete_quietly(p)
                 del self.pods[vm]
             return OpReport(op, vm, False, e.reason, prior + self.clock() - t0, node=node)
-        return OpReport(op, vm, True, "", prior + self.clock() - t0, node=node)
+        return OpReport(op, vm, True, said, prior + self.clock() - t0, node=node)
 
     def _remove(self, op: str, vm: str) -> OpReport:
         from lightkube.resources.core_v1 import Pod
 
-        kept = self.pods.get(vm)
-        template = self._template(kept.app, vm) if kept is not None else None
-        st = template.state if template is not None else None
         p = self.pods.pop(vm, None)
+        app = p.app if p is not None else vm.rpartition("/")[0] or vm
+        template = self._template(app, vm) if p is not None or op == "destroy" else None
+        st = template.state if template is not None else None
+        t0 = self.clock()
+        if template is not None and st is not None and op == "destroy":  # pod or no pod
+            state_mod.drop_vm_claim(self, vm, template.cluster, p, app)
         if p is None:
             return OpReport(op, vm, True, "no pod (already gone)")
-        t0 = self.clock()
         grace = st.grace if st is not None else 0
-        if template is not None and st is not None and op == "destroy":
-            state_mod.drop_claim(self, p.namespace, p.name, vm,
-                                 state_mod.legacy_claim(vm, template.cluster),
-                                 pod_labels(self.instance, vm, template.cluster))
         try:
             self._call(lambda: self.client.delete(Pod, p.name, namespace=p.namespace,
                                                   grace_period=grace))

@@ -25,10 +25,13 @@ from typing import Any
 from merkat.backends.kubernetes.objects import (
     A_VM,
     CONTAINER,
+    L_INSTANCE,
     ApiFailure,
     Json,
     dns_label,
     legacy_pod_name,
+    pod_labels,
+    pod_name,
 )
 
 VOLUME = "merkat-state"
@@ -103,8 +106,9 @@ def with_state(manifest: Json, state: StateVolume, claim: str | None = None) -> 
 
 
 def prepare(backend: Any, namespace: str, manifest: Json, state: StateVolume,
-            legacy: str | None = None) -> Json:
-    """Find or create the VM's claim and return the pod mounting it.
+            legacy: str | None = None, fresh: bool = False) -> tuple[Json, str]:
+    """Find or create the VM's claim; return the pod mounting it and what was done that the
+    operation's report should say (``""``: nothing out of the ordinary).
 
     The VM's claim is ``<pod>-state`` (its pod's name carries the hash of the VM's identity:
     no other VM's has that name) or, for a VM whose claim was made before names carried that
@@ -113,12 +117,21 @@ def prepare(backend: Any, namespace: str, manifest: Json, state: StateVolume,
     read first (one ``GET``) and mounted when it is this VM's (:func:`owns`: annotation
     ``merkat.io/vm``, or labels); else ``<pod>-state`` is created (one ``POST``; 409
     AlreadyExists: the VM's own from an earlier period, checked with one ``GET``). A claim
-    that is another VM's is never mounted: :class:`ApiFailure` 409."""
-    from lightkube.resources.core_v1 import PersistentVolumeClaim
+    that is another VM's is never mounted: :class:`ApiFailure` 409.
 
+    ``fresh``: the VM's first pod (``create``: a new VM, not a resumption, a restart or a
+    migration). A claim of its name that exists is then not its own, whatever it says: it is
+    the leftover of an ended VM that had the same identity (a deleted platform whose name was
+    submitted again, the claim of a destroy that did not reach it). It is never mounted: when
+    it is this instance's and names this VM (:func:`leftover`) it is deleted and a fresh one is
+    made (when the API server still has it, terminating: :class:`ApiFailure` 409, the create
+    fails this period and is made again the next); another's is left alone (409, as above).
+    A claim this server made in this VM's life (known: a create that failed after it) is the
+    VM's and is mounted."""
     meta = manifest["metadata"]
     vm = (meta.get("annotations") or {}).get(A_VM)
     labels = meta.get("labels") or {}
+    note = ""
     name = claim_of(backend, namespace, vm)
     if name is None and legacy is not None and vm is not None:
         name = _legacy_claim(backend, namespace, vm, labels, legacy)
@@ -130,17 +143,58 @@ def prepare(backend: Any, namespace: str, manifest: Json, state: StateVolume,
                                   "VM's volume is never mounted)")
         body = claim_manifest(name, namespace, labels, state, vm)
         try:
-            backend._call(lambda: backend.client.create(PersistentVolumeClaim.from_dict(body)),
-                          retry=False)
+            _create_claim(backend, body)
         except ApiFailure as e:  # 409: it exists (the VM's earlier pod made it, or not)
             if e.code != 409:
                 raise
             found = _get(backend, namespace, name)
-            if found is None or not owns(found, vm, labels):
+            if found is not None and fresh and leftover(found, vm, labels):
+                note = _replace(backend, namespace, name, body, vm)
+            elif found is None or not owns(found, vm, labels):
                 raise ApiFailure(409, f"claim {namespace}/{name} exists and is not {vm}'s "
                                       "(another VM's volume is never mounted)") from None
         backend.claims[(namespace, name)] = vm or name
-    return with_state(manifest, state, name)
+    return with_state(manifest, state, name), note
+
+
+def _create_claim(backend: Any, body: Json) -> None:
+    from lightkube.resources.core_v1 import PersistentVolumeClaim
+
+    backend._call(lambda: backend.client.create(PersistentVolumeClaim.from_dict(body)),
+                  retry=False)
+
+
+def leftover(claim: Json, vm: str | None, labels: dict[str, str]) -> bool:
+    """Whether ``claim`` (as read), met by ``vm``'s first pod, is the leftover of an ended VM
+    of the same identity: it is ``vm``'s (:func:`owns`) and this server instance's (label
+    ``merkat.io/instance``). Only such a claim is deleted for a new VM."""
+    mine = (claim.get("metadata") or {}).get("labels") or {}
+    return owns(claim, vm, labels) and mine.get(L_INSTANCE) == labels.get(L_INSTANCE)
+
+
+def _replace(backend: Any, namespace: str, name: str, body: Json, vm: str | None) -> str:
+    """Delete the leftover claim ``namespace/name`` of an ended VM of ``vm``'s identity and
+    make ``vm``'s fresh one (``body``); what the report says. A claim still terminating (a
+    real API server removes it when its finalizer has run): :class:`ApiFailure` 409."""
+    from lightkube.resources.core_v1 import PersistentVolumeClaim
+
+    left = f"claim {namespace}/{name} was left by an ended VM {vm} (a platform of that name before)"
+    said = f"{left}: deleted, never mounted"
+    try:
+        backend._call(lambda: backend.client.delete(PersistentVolumeClaim, name,
+                                                    namespace=namespace), retry=False)
+    except ApiFailure as e:
+        if e.code != 404:
+            raise ApiFailure(e.code, f"{left}: not mounted, its deletion failed: "
+                                     f"{e.reason}") from None
+    try:
+        _create_claim(backend, body)
+    except ApiFailure as e:
+        if e.code == 409:  # still there, terminating: the next period's create makes it
+            raise ApiFailure(409, f"{said}; the new claim is made once it is gone (next "
+                                  "period)") from None
+        raise
+    return f"{said}; a fresh claim made"
 
 
 def claim_of(backend: Any, namespace: str, vm: str | None) -> str | None:
@@ -229,6 +283,19 @@ def checkpoint(backend: Any, vm: str, state: StateVolume) -> None:
     if not r.ok:
         backend._pending.append(OpReport("checkpoint", vm, False,
                                          f"checkpoint failed: {r.problem()}"))
+
+
+def drop_vm_claim(backend: Any, vm: str, cluster: str, pod: Any, app: str) -> None:
+    """Delete destroyed VM ``vm``'s claim (:func:`drop_claim`), whether it has a pod
+    (``pod``, its :class:`~.objects.PodRecord`) or not: a suspended VM has none, and its
+    claim left behind would be met by the next VM of its identity (a platform of the same
+    name, another user's maybe), whose first create deletes it (:func:`prepare`). Without a
+    pod, the claim's namespace and name are computed as its create did (the namespace is not
+    created)."""
+    ns = pod.namespace if pod is not None else backend._ns_name(app, vm)
+    name = pod.name if pod is not None else pod_name(vm, cluster, backend.instance)
+    drop_claim(backend, ns, name, vm, legacy_claim(vm, cluster),
+               pod_labels(backend.instance, vm, cluster))
 
 
 def drop_claim(backend: Any, namespace: str, pod: str, vm: str | None = None,
