@@ -261,3 +261,45 @@ def test_a_leftover_claim_still_terminating_fails_the_create_until_it_is_gone(
     live.apply(Plan(120.0, 40.0, create=(VMPlacement("app/vm1", "app", 0),), allocations=alloc))
     assert [(r.op, r.error) for r in live.report] == [("create", None)]
     assert live.exec_in("app/vm1", READ).stdout == "empty\n"
+
+
+def test_a_deleted_platforms_state_never_reaches_another_users_platform_of_its_name(
+        tmp_path: Path) -> None:
+    """Through the service: Alice's platform ``lab`` with ``state:`` is suspended (a
+    price-limited best-effort platform priced out), stopped while suspended and deleted; Bob
+    submits ``lab`` (the same VM ids, pod and claim names): his VM sees an empty volume, not
+    Alice's checkpoint."""
+    from merkat.service.records import delete_platform
+    from merkat.service.templates import parse
+    from test_kubernetes_recovery import manager
+    from test_kubernetes_state import THRIFTY
+
+    emu = KubeEmulator(exec_dir=str(tmp_path / "containers"))
+    emu.namespaces.add("merkat")
+    emu.add_node("node-0", "1", "4Gi")
+    m = manager(tmp_path, emu)
+    for user in ("alice", "bob"):
+        m.store.add_user(user, budget=1_000_000_000)
+    state = "    state: {checkpoint: 'echo alice-secret > \"$MERKAT_STATE/data\"', notice_s: 0}\n"
+    m.submit("alice", parse(THRIFTY.format(name="lab", limit=0.0015, budget=10) + state, "a"))
+    m.admit()
+    m.tick()
+    m.tick()
+    m.submit("alice", parse(THRIFTY.format(name="urgent", limit=1, budget=500), "u.yaml"))
+    m.admit()
+    m.tick()
+    m.tick()  # the price doubled: lab is suspended, its checkpoint in its claim
+    assert m.platform.apps["lab"].status.value == "suspended"
+    assert ("merkat", pod_name("lab/vm1", "main")) not in emu.pods and len(emu.claims) == 1
+    m.stop("lab")  # its suspended VM destroyed: its claim too
+    assert emu.claims == {}
+    delete_platform(m, "lab")
+    m.stop("urgent")
+    m.submit("bob", parse(THRIFTY.format(name="lab", limit=1, budget=10)
+                          + "    state: {restore: 'true'}\n", "b"))
+    m.admit()
+    m.tick()
+    m.tick()
+    assert m.platform.apps["lab"].status.value == "running"
+    assert m.backend.exec_in("lab/vm1", READ).stdout == "empty\n"  # type: ignore[attr-defined]
+    m.close()
