@@ -162,6 +162,11 @@ class Platform:
         ``account``, default ``app:ID``, is opened and funded by the driver's economy)."""
         if spec.id in self.apps:
             raise ValueError(f"application {spec.id!r} already exists")
+        pending = self.pending(spec.id)
+        if pending:  # its VMs would have the ids of VMs the backend still has to destroy
+            raise ValueError(
+                f"application {spec.id!r}: the destroy of its VM {', '.join(pending)} failed "
+                "and is retried every period: the id is free once it is done")
         if spec.size < 1:
             raise ValueError(f"application {spec.id!r}: size must be >= 1")
         if spec.nvms_max < 1:
@@ -379,6 +384,14 @@ class Platform:
         if app_id in self.queue:
             self.queue.remove(app_id)
         return tuple(ops.destroy)
+
+    def pending(self, app_id: str) -> tuple[str, ...]:
+        """The VMs of application ``app_id`` (``ID/vmN``) whose destroy the backend failed
+        and the next period re-issues. While there is one, ``app_id`` cannot be submitted
+        again (:meth:`submit`): a backend knows a VM by its id alone, so the re-issued destroy
+        would reach the new application's VM of that id (docs/service.md, "Deleting a
+        platform")."""
+        return tuple(v for v in self._retry.destroy if v.rpartition("/")[0] == app_id)
 
     def withdraw(self, app_id: str) -> None:
         """Undo the :meth:`submit` of ``app_id`` whose admission could not be completed (its
