@@ -3,7 +3,7 @@
 local backend's table, the Kubernetes pod's name), so while a destroy of a VM of ``NAME``
 the backend failed is still re-issued every period, the name is not free — ``platform
 delete`` answers 409 naming the VMs, and a new application of that id is refused by the
-platform itself."""
+platform itself. And a name used again at once is billed to its own account."""
 
 from __future__ import annotations
 
@@ -117,3 +117,26 @@ def test_delete_is_refused_while_a_destroy_of_its_vm_is_retried(world: Any) -> N
     assert b.vms["app/vm1"] is second and second.proc.poll() is None
     assert m.store.platform("app").owner == "bob"  # type: ignore[union-attr]
     assert m.store.platform("app").state == "running"  # type: ignore[union-attr]
+
+
+def test_a_name_used_again_at_once_is_billed_to_its_own_account(world: Any) -> None:
+    """The normal path: the destroy succeeds, the platform is deleted and its name submitted
+    again before the next period, whose bills are the same as the last one's (one VM at the
+    same bid): the new platform pays from ``app:NAME@2`` and runs (it was billed to the first
+    one's emptied ``app:NAME``, unpaid, and stayed waiting while the bills did not change)."""
+    c, m, keys = world
+    assert submit(c, keys["alice"], template("app")).status_code == 201
+    m.admit()
+    m.tick()
+    first = m.backend.vms["app/vm1"]
+    assert c.post("/api/v1/platforms/app/stop", headers=h(keys["alice"])).status_code == 200
+    assert m.platform.pending("app") == ()
+    assert c.delete("/api/v1/platforms/app", headers=h(keys["alice"])).status_code == 200
+    assert submit(c, keys["alice"], template("app", "5")).status_code == 201
+    m.admit()
+    m.tick()
+    assert m.platform.records[-1].unpaid == ()
+    assert m.store.platform("app").state == "running"  # type: ignore[union-attr]
+    assert m.backend.vms["app/vm1"] is not first and first.proc.poll() is not None
+    paid = [t for t in m.store.ledger.history("app:app@2") if t.payee == m.config.provider]
+    assert paid and m.store.ledger.balance("app:app") == 0

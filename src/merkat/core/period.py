@@ -151,7 +151,9 @@ class Platform:
         self._input = MarketInput()  # the last market input, reused when the same
         self._joined = 0  # applications ever submitted (the roster's validity)
         self._roster: tuple[int, int, list[App], list[str]] = (-1, -1, [], [])
-        # application id -> its account, for every application submitted (a bill's payer)
+        # application id -> its account, for every application submitted (a bill's payer);
+        # an entry is added in place, never changed nor removed in place (a new dict then):
+        # Economy.charge keeps the last bills' payers while it is the same dict
         self.accounts: dict[str, str] = {}
 
     # --- submission -------------------------------------------------------------------
@@ -193,6 +195,8 @@ class Platform:
         app = App(spec, ctl, account or f"app:{spec.id}")
         self.apps[spec.id] = app
         self.active[spec.id] = app
+        if self.accounts.get(spec.id, app.account) != app.account:  # an id used again
+            self.accounts = dict(self.accounts)  # (see __init__: its first one's payer)
         self.accounts[spec.id] = app.account
         self._joined += 1
         self.queue.append(spec.id)
@@ -397,7 +401,8 @@ class Platform:
         """Undo the :meth:`submit` of ``app_id`` whose admission could not be completed (its
         account could not be funded): it never took part in a period."""
         self.apps.pop(app_id, None)
-        self.accounts.pop(app_id, None)
+        if app_id in self.accounts:
+            self.accounts = {a: x for a, x in self.accounts.items() if a != app_id}
         self.active.pop(app_id, None)
         if app_id in self.queue:
             self.queue.remove(app_id)
@@ -413,7 +418,8 @@ class Platform:
         gone = set(app_ids)
         for app_id in gone:
             self.apps.pop(app_id, None)
-            self.accounts.pop(app_id, None)
+        if not gone.isdisjoint(self.accounts):  # (a new dict: see __init__)
+            self.accounts = {a: x for a, x in self.accounts.items() if a not in gone}
         if gone.intersection(self.queue):
             self.queue[:] = [a for a in self.queue if a not in gone]
 
