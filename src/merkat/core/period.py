@@ -151,7 +151,7 @@ class Platform:
         self._input = MarketInput()  # the last market input, reused when the same
         self._joined = 0  # applications ever submitted (the roster's validity)
         self._roster: tuple[int, int, list[App], list[str]] = (-1, -1, [], [])
-        # application id -> its account, for every application submitted (a bill's payer)
+        # app id -> account (a bill's payer); changed or removed: a new dict (Economy.charge)
         self.accounts: dict[str, str] = {}
 
     # --- submission -------------------------------------------------------------------
@@ -162,6 +162,9 @@ class Platform:
         ``account``, default ``app:ID``, is opened and funded by the driver's economy)."""
         if spec.id in self.apps:
             raise ValueError(f"application {spec.id!r} already exists")
+        if pending := self.pending(spec.id):  # (its VMs would have their ids)
+            raise ValueError(f"application {spec.id!r}: the destroy of its VM {', '.join(pending)}"
+                             " failed and is retried every period: the id is free once done")
         if spec.size < 1:
             raise ValueError(f"application {spec.id!r}: size must be >= 1")
         if spec.nvms_max < 1:
@@ -188,6 +191,8 @@ class Platform:
         app = App(spec, ctl, account or f"app:{spec.id}")
         self.apps[spec.id] = app
         self.active[spec.id] = app
+        if self.accounts.get(spec.id, app.account) != app.account:  # (see __init__)
+            self.accounts = dict(self.accounts)  # an id used again
         self.accounts[spec.id] = app.account
         self._joined += 1
         self.queue.append(spec.id)
@@ -380,11 +385,15 @@ class Platform:
             self.queue.remove(app_id)
         return tuple(ops.destroy)
 
+    def pending(self, app_id: str) -> tuple[str, ...]:
+        """``app_id``'s VMs whose failed destroy is re-issued (it cannot be submitted again)."""
+        return tuple(v for v in self._retry.destroy if v.rpartition("/")[0] == app_id)
+
     def withdraw(self, app_id: str) -> None:
         """Undo the :meth:`submit` of ``app_id`` whose admission could not be completed (its
         account could not be funded): it never took part in a period."""
         self.apps.pop(app_id, None)
-        self.accounts.pop(app_id, None)
+        self.accounts = {a: x for a, x in self.accounts.items() if a != app_id}
         self.active.pop(app_id, None)
         if app_id in self.queue:
             self.queue.remove(app_id)
@@ -397,10 +406,9 @@ class Platform:
         for app_id in app_ids:
             if app_id in self.active:
                 raise ValueError(f"application {app_id!r} is active: it cannot be forgotten")
-        gone = set(app_ids)
-        for app_id in gone:
+        for app_id in (gone := set(app_ids)):
             self.apps.pop(app_id, None)
-            self.accounts.pop(app_id, None)
+        self.accounts = {a: x for a, x in self.accounts.items() if a not in gone}  # (__init__)
         if gone.intersection(self.queue):
             self.queue[:] = [a for a in self.queue if a not in gone]
 

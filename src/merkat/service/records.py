@@ -3,6 +3,9 @@
 A platform's name is unique among the platforms the server has on record. ``merkat platform
 delete NAME`` (``DELETE /api/v1/platforms/{name}``) removes an *ended* platform's record —
 its row, its VMs' logs and working directories — after which the name can be submitted again.
+Not while a destroy of one of its VMs the backend failed is still re-issued every period: a
+backend knows a VM by its id, ``NAME/vmN``, so that destroy would reach the next platform's VM
+of that id (its local process, its Kubernetes pod); ``delete`` answers 409 naming the VMs.
 What the bank recorded stays: the ledger is append-only, so the first platform called ``NAME``
 keeps its account ``app:NAME`` and its history, and the next one gets an account of its own,
 ``app:NAME@2`` (then ``@3``...: :func:`new_account`), with its own per-account idempotency
@@ -24,7 +27,10 @@ if TYPE_CHECKING:
 
 
 class StillActive(ValueError):
-    """The platform has not ended: it cannot be deleted (stop it first)."""
+    """The platform has not ended: it cannot be deleted (stop it first); or it has, but a
+    destroy of one of its VMs the backend failed is still re-issued every period
+    (:meth:`Platform.pending <merkat.core.period.Platform.pending>`): its name is not free
+    until that VM is gone."""
 
 
 def new_account(ledger: Any, name: str) -> str:
@@ -56,6 +62,14 @@ def delete_platform(m: ManagerState, name: str) -> dict[str, Any]:
         if row.state not in ENDED_STATES:
             raise StillActive(f"platform {name!r} is {row.state}: stop it first "
                               f"(merkat platform stop {name})")
+        pending = m.platform.pending(name)
+        if pending:  # (the next platform of this name would get VMs of these ids)
+            vms = f"VM {pending[0]} is" if len(pending) == 1 else \
+                f"VMs {', '.join(pending)} are"
+            raise StillActive(f"platform {name!r} is {row.state} but its {vms} not destroyed "
+                              "yet (the backend failed to, and it is retried every period): "
+                              f"delete it once it is (merkat events --platform {name} says "
+                              "when)")
         account = app.account if app is not None else (row.account or f"app:{name}")
         m.store.delete_platform(name)
         m.platform.apps.pop(name, None)
