@@ -140,3 +140,20 @@ def test_a_name_used_again_at_once_is_billed_to_its_own_account(world: Any) -> N
     assert m.backend.vms["app/vm1"] is not first and first.proc.poll() is not None
     paid = [t for t in m.store.ledger.history("app:app@2") if t.payee == m.config.provider]
     assert paid and m.store.ledger.balance("app:app") == 0
+
+
+def test_a_failed_suspend_of_a_vm_the_plan_destroys_is_not_issued_again() -> None:
+    """A suspend the backend failed is re-issued next period, unless the same plan destroys
+    the VM (its platform ended): re-issued then, it fails for ever ("unknown VM") and would
+    reach the next VM of that id, another platform's of its name."""
+    from merkat.core.commit import settle
+    from merkat.core.model import Charged, Decision
+
+    plan = Plan(60.0, 60.0, destroy=("app/vm1",), suspend=("app/vm1", "other/vm1"))
+    report = ApplyReport(60.0, (OpReport("destroy", "app/vm1", True),
+                                OpReport("suspend", "app/vm1", False, "unknown VM"),
+                                OpReport("suspend", "other/vm1", False, "injected")))
+    decision = Decision(1, 60.0, plan, (), (), (), {}, {}, 0)
+    failures, retry = settle({}, decision, report, Charged({}, frozenset(), 0))
+    assert failures == ["suspend app/vm1: unknown VM", "suspend other/vm1: injected"]
+    assert retry.suspend == ["other/vm1"] and retry.destroy == []

@@ -99,7 +99,11 @@ def settle(apps: Mapping[str, App], decision: Decision, report: ApplyReport,
     retry = Ops()
     if failed:
         retry.destroy.extend(v for v in plan.destroy if ("destroy", v) in failed)
-        retry.suspend.extend(v for v in plan.suspend if ("suspend", v) in failed)
+        # a VM this plan destroys needs no suspend again: re-issued, it would fail for ever
+        # ("unknown VM") and reach the next VM of that id, another platform's of its name
+        gone = set(plan.destroy)
+        retry.suspend.extend(v for v in plan.suspend if ("suspend", v) in failed
+                             and v not in gone)
         moves = [m for m in plan.migrate if ("migrate", m[0]) in failed]
         if moves:
             where = {vm_id: app_id for app_id in decision.apps
