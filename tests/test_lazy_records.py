@@ -145,8 +145,14 @@ def jobs() -> Workload:
                                 deadline_factor=rng.uniform(1.2, 4.0, n).tolist())
 
 
-BEFORE = "9edc8e36470a481fb1b6b32f5052b7b10ffe01936db939bc74e13e5b5ac36535"
-"""The flaky run's digest before the columns were the truth (main at 3e15d42)."""
+BEFORE = "43be9fd3bfafc7d1c7a80d285ef6dd2af885b5be5095d3db8c494dd41114ebb3"
+"""The flaky run's digest before the columns were the truth (main at 3e15d42:
+``9edc8e36…5ac36535``), less the failure lines of suspends re-issued for VMs their plan
+destroyed, which are no longer re-issued (``core/commit.py``'s ``settle``, 2026-11-28;
+``tests/test_hostile_retry.py``): ten lines in six periods (``suspend 35/vm3: flaky`` three
+periods running...). Every other part of the run (starts, ends, values, payments, every
+record's prices, allocations, VMs, migrations and charges, outcomes, books) was compared
+equal between the two."""
 
 
 def _run(monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict[str, int]]:
