@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -98,6 +99,15 @@ def test_report_errors_on_a_non_server_database(tmp_path: Path) -> None:
     assert r.exit_code == 2 and r.stderr.startswith("error: --since: expected Unix seconds")
 
 
+def finish(m: Any, store: Any, name: str = "solver") -> None:
+    """Run the manager's periods until platform ``name`` has finished (at most ~8 s)."""
+    for _ in range(40):
+        m.tick()
+        if store.platform(name).state == "finished":
+            break
+        time.sleep(0.2)
+
+
 def test_time_forms() -> None:
     assert parse_time("1732400000.5", "--since") == 1732400000.5
     assert parse_time("2026-11-23T21:00", "--since") == 1795467600.0
@@ -123,11 +133,7 @@ def test_report_of_a_name_used_again(tmp_path: Path) -> None:
     try:
         m.submit("alice", parse(SOLVER))
         m.admit()
-        for _ in range(40):
-            m.tick()
-            if store.platform("solver").state == "finished":  # type: ignore[union-attr]
-                break
-            time.sleep(0.2)
+        finish(m, store)
         m.tick()
         delete_platform(m, "solver")
         m.submit("alice", parse(SOLVER.replace("budget: 50", "budget: 7").replace(

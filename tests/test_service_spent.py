@@ -5,7 +5,6 @@ by use and admitted again after a restart counted its deposit's payments as noth
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from fastapi.testclient import TestClient
@@ -19,17 +18,7 @@ from merkat.service.db import open_store
 from merkat.service.manager import Manager
 from merkat.service.recovery import paid_before
 from merkat.service.templates import parse
-
-SOLVER = """\
-name: solver
-controller: {policy: best-effort}
-budget: 50
-clusters:
-  - name: main
-    command: "for i in $(seq 1 4); do echo iteration $i/4; sleep 0.05; done"
-    cpu: 1
-    memory: 64
-"""
+from test_report_live import SOLVER, finish
 
 
 def test_an_ended_platform_shows_what_it_paid_after_a_restart(tmp_path: Path) -> None:
@@ -40,11 +29,7 @@ def test_an_ended_platform_shows_what_it_paid_after_a_restart(tmp_path: Path) ->
     m = Manager(cfg, store, make_backend(cfg))
     m.submit("alice", parse(SOLVER))
     m.admit()
-    for _ in range(40):
-        m.tick()
-        if store.platform("solver").state == "finished":  # type: ignore[union-attr]
-            break
-        time.sleep(0.2)
+    finish(m, store)
     before = m.spent("solver")
     assert before > 0
     m.close()
