@@ -6,9 +6,6 @@ that reports it (op ``refresh``), never an internal error, never a wait without 
 from __future__ import annotations
 
 import http.server
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,16 +19,10 @@ from merkat.backends.kubernetes import kubeauth
 from merkat.backends.kubernetes.connect import KubeConfigError, connect
 from merkat.backends.kubernetes.objects import ApiFailure
 from merkat.core.backend import Plan
+from test_kubernetes_cli import merkat
 
 pytestmark = pytest.mark.kubernetes
 
-SRC = str(Path(__file__).parent.parent / "src")
-
-
-def merkat(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": SRC}
-    return subprocess.run([sys.executable, "-m", "merkat", *args], capture_output=True,
-                          text=True, env=env, timeout=120)
 
 
 def kubeconfig(path: Path, server: str = "http://127.0.0.1:1", user: Any = None,
